@@ -1,0 +1,107 @@
+/*
+ * main.c - the `rebound` command: one binary, one subcommand per job.
+ * The CLI is where messages are printed; the library never prints.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "rebound.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"info", rb_cmd_info, "describe a GGUF model: shape, tensor types, weight and KV bytes"},
+    {"make-model", rb_cmd_make_model, "write a synthetic GGUF model of a named or custom shape"},
+    {"quantize", rb_cmd_quantize, "quantize an F32/F16/BF16 GGUF model"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: rebound <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "\n`rebound <command> --help` shows a command's options.\n");
+}
+
+int rb_cli_fail(const char *cmd, const char *msg, const char *hint)
+{
+    fprintf(stderr, "rebound %s: error: %s\n", cmd, msg);
+    if (hint)
+        fprintf(stderr, "hint: %s\n", hint);
+    return 1;
+}
+
+int rb_cli_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    uint64_t mul = 1;
+    if (*end == 'K' || *end == 'k')
+        mul = 1ull << 10;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1ull << 20;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1ull << 30;
+    if (mul != 1)
+        end++;
+    if (*end != 0 || (v != 0 && mul > UINT64_MAX / v))
+        return -1;
+    *out = (uint64_t)v * mul;
+    return 0;
+}
+
+const char *rb_cli_bytes(uint64_t bytes, char *buf, int size)
+{
+    if (bytes >= (1ull << 30))
+        snprintf(buf, (size_t)size, "%.2f GiB", (double)bytes / (1ull << 30));
+    else if (bytes >= (1ull << 20))
+        snprintf(buf, (size_t)size, "%.2f MiB", (double)bytes / (1ull << 20));
+    else if (bytes >= (1ull << 10))
+        snprintf(buf, (size_t)size, "%.2f KiB", (double)bytes / (1ull << 10));
+    else
+        snprintf(buf, (size_t)size, "%" PRIu64 " B", bytes);
+    return buf;
+}
+
+const char *rb_cli_grouped(uint64_t v, char *buf, int size)
+{
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%" PRIu64, v), j = 0;
+    for (int i = 0; i < n && j < size - 1; i++) {
+        if (i > 0 && (n - i) % 3 == 0 && j < size - 2)
+            buf[j++] = ',';
+        buf[j++] = digits[i];
+    }
+    buf[j] = 0;
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("rebound %d.%d.%d\n", REBOUND_VERSION_MAJOR, REBOUND_VERSION_MINOR,
+               REBOUND_VERSION_PATCH);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "rebound: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,293 @@
+/*
+ * model.c - the public rb_model handle: a validated GGUF file plus its
+ * hyperparameters and per-layer byte counts.
+ *
+ * Does: open (through gguf.c), read hyperparameters with llama.cpp's key
+ * names and defaults, account bytes per layer and per category. Does not:
+ * load weights (the engine will, through the weight cache), or decide
+ * whether the architecture can run.
+ *
+ * Memory: the rb_model, the gguf reader it owns, and one array of per-layer
+ * byte counts (n_layers entries).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "quant.h"
+#include "status.h"
+
+struct rb_model {
+    rb_gguf *gguf;
+    rb_hparams hp;
+    char name[128];
+    uint64_t *layer_bytes;  /* n_layers entries */
+    uint64_t other_bytes;
+    uint64_t total_bytes;
+    int is_tied_output;
+    rb_error err;           /* last failure on this handle */
+};
+
+static rb_status key_u32(const rb_gguf *g, const char *arch, const char *suffix,
+                         int required, uint32_t dflt, uint32_t *out, rb_error *err)
+{
+    char key[RB_ARCH_NAME_MAX + 64];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    rb_status st = rb_gguf_get_u32(g, key, out);
+    if (st == RB_E_NOT_FOUND && !required) {
+        *out = dflt;
+        return RB_OK;
+    }
+    if (st == RB_E_NOT_FOUND)
+        return rb_error_set(err, RB_E_UNSUPPORTED,
+                            "model: required key '%s' is missing", key);
+    if (st == RB_E_FORMAT) {
+        /* some models store per-layer counts as arrays: accept a uniform one */
+        rb_gguf_array a;
+        if (rb_gguf_get_array(g, key, UINT32_MAX, &a) == RB_OK && a.n > 0) {
+            rb_gguf_value first, v;
+            rb_gguf_array_get(&a, 0, &first);
+            for (uint64_t i = 1; i < a.n; i++) {
+                rb_gguf_array_get(&a, i, &v);
+                if (v.v.u64 != first.v.u64)
+                    return rb_error_set(err, RB_E_UNSUPPORTED,
+                        "model: key '%s' varies per layer (%" PRIu64 " then %" PRIu64 ")",
+                        key, first.v.u64, v.v.u64);
+            }
+            if ((a.type == RB_GGUF_U32 || a.type == RB_GGUF_I32) && first.v.u64 <= UINT32_MAX) {
+                *out = (uint32_t)first.v.u64;
+                return RB_OK;
+            }
+        }
+        return rb_error_set(err, RB_E_FORMAT,
+                            "model: key '%s' is not an unsigned 32-bit integer", key);
+    }
+    return st;
+}
+
+static rb_status key_f32(const rb_gguf *g, const char *arch, const char *suffix,
+                         float dflt, float *out, rb_error *err)
+{
+    char key[RB_ARCH_NAME_MAX + 64];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    rb_status st = rb_gguf_get_f32(g, key, out);
+    if (st == RB_E_NOT_FOUND) {
+        *out = dflt;
+        return RB_OK;
+    }
+    if (st != RB_OK)
+        return rb_error_set(err, RB_E_FORMAT, "model: key '%s' is not a float", key);
+    return RB_OK;
+}
+
+rb_status rb_hparams_read(const rb_gguf *g, rb_hparams *out, rb_error *err)
+{
+    rb_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    rb_gguf_str arch;
+    rb_status st = rb_gguf_get_str(g, "general.architecture", &arch);
+    if (st == RB_E_NOT_FOUND)
+        return rb_error_set(err, RB_E_UNSUPPORTED,
+                            "model: required key 'general.architecture' is missing");
+    if (st != RB_OK || arch.len == 0 || arch.len >= RB_ARCH_NAME_MAX ||
+        memchr(arch.ptr, 0, arch.len))
+        return rb_error_set(err, RB_E_FORMAT,
+                            "model: 'general.architecture' is not a short string");
+    memcpy(hp.arch, arch.ptr, arch.len);
+    const char *a = hp.arch;
+    if ((st = key_u32(g, a, "block_count", 1, 0, &hp.n_layers, err)) ||
+        (st = key_u32(g, a, "embedding_length", 1, 0, &hp.n_embd, err)) ||
+        (st = key_u32(g, a, "attention.head_count", 1, 0, &hp.n_head, err)) ||
+        (st = key_u32(g, a, "feed_forward_length", 0, 0, &hp.n_ff, err)) ||
+        (st = key_u32(g, a, "context_length", 0, 0, &hp.n_ctx_train, err)))
+        return st;
+    if (hp.n_layers == 0 || hp.n_embd == 0 || hp.n_head == 0)
+        return rb_error_set(err, RB_E_FORMAT,
+            "model: %s.block_count %" PRIu32 ", embedding_length %" PRIu32
+            ", head_count %" PRIu32 ": none may be zero", a, hp.n_layers, hp.n_embd, hp.n_head);
+    if ((st = key_u32(g, a, "attention.head_count_kv", 0, hp.n_head, &hp.n_head_kv, err)) ||
+        (st = key_u32(g, a, "attention.key_length", 0, hp.n_embd / hp.n_head, &hp.head_dim_k, err)))
+        return st;
+    if ((st = key_u32(g, a, "attention.value_length", 0, hp.head_dim_k, &hp.head_dim_v, err)) ||
+        (st = key_u32(g, a, "rope.dimension_count", 0, hp.head_dim_k, &hp.n_rot, err)) ||
+        (st = key_f32(g, a, "rope.freq_base", 10000.0f, &hp.rope_freq_base, err)) ||
+        (st = key_f32(g, a, "attention.layer_norm_rms_epsilon", 1e-5f, &hp.rms_eps, err)))
+        return st;
+    if (hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0)
+        return rb_error_set(err, RB_E_FORMAT,
+            "model: %s.attention.head_count_kv %" PRIu32 " does not divide head_count %" PRIu32,
+            a, hp.n_head_kv, hp.n_head);
+    if (hp.head_dim_k == 0 || hp.n_rot > hp.head_dim_k)
+        return rb_error_set(err, RB_E_FORMAT,
+            "model: head dim %" PRIu32 " and rope dims %" PRIu32 " are inconsistent",
+            hp.head_dim_k, hp.n_rot);
+    /* vocabulary: the explicit key, else the tokens array, else the embedding */
+    char key[RB_ARCH_NAME_MAX + 32];
+    snprintf(key, sizeof key, "%s.vocab_size", a);
+    rb_gguf_array tokens;
+    const rb_gguf_tensor *embd = rb_gguf_find_tensor(g, "token_embd.weight");
+    if (rb_gguf_get_u32(g, key, &hp.n_vocab) != RB_OK) {
+        if (rb_gguf_get_array(g, "tokenizer.ggml.tokens", RB_GGUF_STRING, &tokens) == RB_OK &&
+            tokens.n <= UINT32_MAX)
+            hp.n_vocab = (uint32_t)tokens.n;
+        else if (embd && embd->n_dims >= 2 && embd->dims[1] <= UINT32_MAX)
+            hp.n_vocab = (uint32_t)embd->dims[1];
+    }
+    *out = hp;
+    return RB_OK;
+}
+
+uint64_t rb_hparams_kv_bytes_per_token(const rb_hparams *hp)
+{
+    return (uint64_t)hp->n_layers * hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) * 2;
+}
+
+int64_t rb_tensor_layer(const char *name)
+{
+    if (strncmp(name, "blk.", 4) != 0)
+        return -1;
+    const char *p = name + 4;
+    int64_t n = 0;
+    if (*p < '0' || *p > '9')
+        return -1;
+    while (*p >= '0' && *p <= '9') {
+        n = n * 10 + (*p - '0');
+        if (n > INT32_MAX)
+            return -1;
+        p++;
+    }
+    return *p == '.' ? n : -1;
+}
+
+rb_model_params rb_model_default_params(void)
+{
+    rb_model_params p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+rb_status rb_model_open(const char *path, const rb_model_params *params,
+                        rb_model **out, rb_error *err)
+{
+    if (!path || !out)
+        return rb_error_set(err, RB_E_INVALID_ARG, "model: path and out are required");
+    rb_model_params p = params ? *params : rb_model_default_params();
+    rb_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return rb_error_set(err, RB_E_NOMEM, "model: out of memory");
+    rb_status st = rb_gguf_open(path, p.use_mmap ? RB_GGUF_MMAP : 0, NULL, &m->gguf, err);
+    if (st != RB_OK)
+        goto fail;
+    if ((st = rb_hparams_read(m->gguf, &m->hp, err)) != RB_OK) {
+        if (err) {
+            char msg[RB_ERROR_MESSAGE_MAX];
+            snprintf(msg, sizeof msg, "%s", err->message);
+            rb_error_set(err, st, "%s: %s", path, msg);
+        }
+        goto fail;
+    }
+    rb_gguf_str name;
+    if (rb_gguf_get_str(m->gguf, "general.name", &name) == RB_OK) {
+        size_t n = name.len < sizeof m->name - 1 ? (size_t)name.len : sizeof m->name - 1;
+        memcpy(m->name, name.ptr, n);
+        m->name[n] = 0;
+    }
+    m->layer_bytes = calloc(m->hp.n_layers, sizeof *m->layer_bytes);
+    if (!m->layer_bytes) {
+        st = rb_error_set(err, RB_E_NOMEM, "model: out of memory");
+        goto fail;
+    }
+    for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
+        const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
+        int64_t layer = rb_tensor_layer(t->name);
+        m->total_bytes += t->n_bytes;
+        if (layer >= 0 && layer < m->hp.n_layers)
+            m->layer_bytes[layer] += t->n_bytes;
+        else
+            m->other_bytes += t->n_bytes;
+    }
+    m->is_tied_output = rb_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+    *out = m;
+    return RB_OK;
+fail:
+    rb_model_close(m);
+    return st;
+}
+
+void rb_model_close(rb_model *model)
+{
+    if (!model)
+        return;
+    rb_gguf_close(model->gguf);
+    free(model->layer_bytes);
+    free(model);
+}
+
+const char *rb_model_errmsg(const rb_model *model)
+{
+    return model && model->err.status ? model->err.message : "";
+}
+
+rb_status rb_model_get_info(const rb_model *m, rb_model_info *out)
+{
+    if (!m || !out)
+        return RB_E_INVALID_ARG;
+    rb_model_info info;
+    memset(&info, 0, sizeof info);
+    info.architecture = m->hp.arch;
+    info.name = m->name;
+    info.gguf_version = rb_gguf_version(m->gguf);
+    info.n_layers = m->hp.n_layers;
+    info.n_embd = m->hp.n_embd;
+    info.n_head = m->hp.n_head;
+    info.n_head_kv = m->hp.n_head_kv;
+    info.head_dim = m->hp.head_dim_k;
+    info.n_ff = m->hp.n_ff;
+    info.n_vocab = m->hp.n_vocab;
+    info.n_ctx_train = m->hp.n_ctx_train;
+    info.n_rot = m->hp.n_rot;
+    info.rope_freq_base = m->hp.rope_freq_base;
+    info.rms_eps = m->hp.rms_eps;
+    info.is_tied_output = m->is_tied_output;
+    info.n_tensors = rb_gguf_n_tensors(m->gguf);
+    info.file_bytes = rb_gguf_file_size(m->gguf);
+    info.tensor_data_bytes = m->total_bytes;
+    info.other_weight_bytes = m->other_bytes;
+    info.layer_weight_bytes = m->total_bytes - m->other_bytes;
+    info.kv_bytes_per_token = rb_hparams_kv_bytes_per_token(&m->hp);
+    *out = info;
+    return RB_OK;
+}
+
+uint64_t rb_model_layer_bytes(const rb_model *m, uint32_t layer)
+{
+    return m && layer < m->hp.n_layers ? m->layer_bytes[layer] : 0;
+}
+
+rb_status rb_model_tensor_info(rb_model *m, uint64_t index, rb_tensor_info *out)
+{
+    if (!m || !out)
+        return RB_E_INVALID_ARG;
+    const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, index);
+    if (!t) {
+        return rb_error_set(&m->err, RB_E_INVALID_ARG,
+                            "model: tensor index %" PRIu64 " out of range (%" PRIu64 " tensors)",
+                            index, rb_gguf_n_tensors(m->gguf));
+    }
+    rb_tensor_info ti;
+    memset(&ti, 0, sizeof ti);
+    ti.name = t->name;
+    ti.type_name = rb_type_name(t->type);
+    ti.n_dims = t->n_dims;
+    for (int d = 0; d < 4; d++)
+        ti.dims[d] = t->dims[d];
+    ti.n_bytes = t->n_bytes;
+    ti.file_offset = t->file_offset;
+    *out = ti;
+    return RB_OK;
+}
+
+const rb_gguf *rb_model_gguf(const rb_model *model) { return model->gguf; }
+const rb_hparams *rb_model_hparams(const rb_model *model) { return &model->hp; }

@@ -1,0 +1,55 @@
+/*
+ * model.h - a GGUF file seen as a model: the hyperparameters of its
+ * architecture and the map from tensors to layers.
+ *
+ * Reads `<arch>.*` metadata keys (the names llama.cpp's loader uses) into
+ * rb_hparams, with llama.cpp's defaults where a key is optional. Does not
+ * check that rebound can *run* the architecture (the engine does); `rebound
+ * info` can describe any GGUF model with the common keys.
+ */
+#ifndef RB_MODEL_H
+#define RB_MODEL_H
+
+#include <stdint.h>
+
+#include "gguf.h"
+#include "rebound.h"
+
+#define RB_ARCH_NAME_MAX 64
+
+typedef struct rb_hparams {
+    char arch[RB_ARCH_NAME_MAX];
+    uint32_t n_layers;
+    uint32_t n_embd;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t head_dim_k;   /* <arch>.attention.key_length, default n_embd / n_head */
+    uint32_t head_dim_v;   /* <arch>.attention.value_length, default head_dim_k */
+    uint32_t n_ff;         /* 0 when the key is absent */
+    uint32_t n_vocab;
+    uint32_t n_ctx_train;
+    uint32_t n_rot;        /* <arch>.rope.dimension_count, default head_dim_k */
+    float rope_freq_base;  /* default 10000 */
+    float rms_eps;         /* default 1e-5 */
+} rb_hparams;
+
+/*
+ * Reads the hyperparameters. Errors: RB_E_UNSUPPORTED when a required key
+ * (general.architecture, block_count, embedding_length, head_count) is
+ * missing; RB_E_FORMAT when a key has the wrong type or an impossible value
+ * (zero heads, head_count_kv not dividing head_count, ...). The message
+ * names the key.
+ */
+rb_status rb_hparams_read(const rb_gguf *g, rb_hparams *hp, rb_error *err);
+
+/* f16 K and V bytes per token over all layers. */
+uint64_t rb_hparams_kv_bytes_per_token(const rb_hparams *hp);
+
+/* Layer of a "blk.<N>." tensor name, or -1 for tensors outside layers. */
+int64_t rb_tensor_layer(const char *name);
+
+/* Internal access for modules that hold an rb_model. */
+const rb_gguf *rb_model_gguf(const rb_model *model);
+const rb_hparams *rb_model_hparams(const rb_model *model);
+
+#endif /* RB_MODEL_H */

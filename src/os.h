@@ -1,0 +1,48 @@
+/*
+ * os.h - the system-call table. Every file operation rebound makes goes
+ * through an rb_os, so that tests can swap in a table that fails the Nth
+ * pread, returns short reads or EINTR, and check that nothing leaks and the
+ * state stays consistent (the shape of sqlite's os_unix.c aSyscall[]).
+ *
+ * rb_os_default() is the real one. The table is immutable; a module keeps a
+ * pointer to the table it was opened with.
+ */
+#ifndef RB_OS_H
+#define RB_OS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rebound.h"
+
+typedef struct rb_os {
+    int (*open)(const char *path, int flags, int mode);
+    int (*close)(int fd);
+    ssize_t (*pread)(int fd, void *buf, size_t n, off_t off);
+    ssize_t (*pwrite)(int fd, const void *buf, size_t n, off_t off);
+    int (*fstat_size)(int fd, uint64_t *size_out);
+    int (*fsync)(int fd);
+    int (*rename)(const char *from, const char *to);
+    int (*unlink)(const char *path);
+    void *(*mmap_ro)(int fd, size_t n);  /* NULL on failure (errno set) */
+    int (*munmap)(void *p, size_t n);
+} rb_os;
+
+const rb_os *rb_os_default(void);
+
+/*
+ * Reads exactly n bytes at off, retrying EINTR and short reads.
+ * Returns RB_OK; RB_E_SHORT_READ if the file ends first (the rest of buf is
+ * zero-filled, *got says how much was read); RB_E_IO with *err_no set.
+ * got and err_no may be NULL.
+ */
+rb_status rb_os_read_full(const rb_os *os, int fd, void *buf, size_t n,
+                          uint64_t off, size_t *got, int *err_no);
+
+/* Writes exactly n bytes at off, retrying EINTR and short writes.
+ * RB_OK or RB_E_IO with *err_no set (ENOSPC for a full disk). */
+rb_status rb_os_write_full(const rb_os *os, int fd, const void *buf, size_t n,
+                           uint64_t off, int *err_no);
+
+#endif /* RB_OS_H */
