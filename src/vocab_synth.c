@@ -455,7 +455,9 @@ static rb_status vs_spm_build(vs_builder *b)
     return RB_OK;
 }
 
-rb_status rb_vocab_synth_spm(uint32_t n_vocab, rb_vocab_synth *out)
+/* Runs one builder style into *out; on failure *out is left zeroed. */
+static rb_status vs_build(uint32_t n_vocab, int is_bpe,
+                          rb_status (*build)(vs_builder *), rb_vocab_synth *out)
 {
     if (!out)
         return RB_E_INVALID_ARG;
@@ -464,16 +466,22 @@ rb_status rb_vocab_synth_spm(uint32_t n_vocab, rb_vocab_synth *out)
         return RB_E_INVALID_ARG;
 
     vs_builder b;
-    rb_status st = vs_builder_init(&b, n_vocab, 0);
+    rb_status st = vs_builder_init(&b, n_vocab, is_bpe);
     if (st != RB_OK)
         return st;
-    if ((st = vs_spm_build(&b)) == RB_OK)
+    if ((st = build(&b)) == RB_OK)
         st = vs_finish(&b, out);
     vs_builder_free(&b);
-    if (st != RB_OK) {
+    if (st != RB_OK)
         memset(out, 0, sizeof(*out));
+    return st;
+}
+
+rb_status rb_vocab_synth_spm(uint32_t n_vocab, rb_vocab_synth *out)
+{
+    rb_status st = vs_build(n_vocab, 0, vs_spm_build, out);
+    if (st != RB_OK)
         return st;
-    }
     out->model = "llama";
     out->pre = NULL;
     out->bos_id = 1;
@@ -632,23 +640,9 @@ static rb_status vs_bpe_build(vs_builder *b)
 
 rb_status rb_vocab_synth_bpe(uint32_t n_vocab, rb_vocab_synth *out)
 {
-    if (!out)
-        return RB_E_INVALID_ARG;
-    memset(out, 0, sizeof(*out));
-    if (n_vocab < 260)
-        return RB_E_INVALID_ARG;
-
-    vs_builder b;
-    rb_status st = vs_builder_init(&b, n_vocab, 1);
+    rb_status st = vs_build(n_vocab, 1, vs_bpe_build, out);
     if (st != RB_OK)
         return st;
-    if ((st = vs_bpe_build(&b)) == RB_OK)
-        st = vs_finish(&b, out);
-    vs_builder_free(&b);
-    if (st != RB_OK) {
-        memset(out, 0, sizeof(*out));
-        return st;
-    }
     out->model = "gpt2";
     out->pre = "qwen2";
     out->bos_id = n_vocab - 3;
