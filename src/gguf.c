@@ -19,7 +19,8 @@
  * Hostile input: every count and length is checked against the bytes left
  * in the file *before* anything is allocated for it, with the cheapest
  * possible encoding of the thing counted (a string is at least 8 bytes, a
- * tensor info at least 33), so no allocation exceeds the file's size and no
+ * tensor info at least 33), so memory stays a small multiple of the file's
+ * size (gguf.h gives the bound) whatever the counts claim, and no
  * loop runs longer than the file is long. Array nesting is limited to
  * RB_GGUF_MAX_ARRAY_DEPTH so recursion is bounded. All arithmetic on file
  * values is 64-bit with explicit overflow checks.

@@ -25,7 +25,10 @@
  * length, type, offset and size against the file before trusting it: a
  * truncated or hostile file gets RB_E_FORMAT (or RB_E_SHORT_READ,
  * RB_E_UNSUPPORTED) and a message naming the field, the value and the file
- * offset. No allocation is larger than the file. Tensor data is reached by
+ * offset. Memory stays proportional to the file: the header buffer is at
+ * most the file, and each index entry (kv ~80 B, tensor ~112 B) stands for
+ * at least 14 or 33 bytes of file, so the index is at most ~6x the file's
+ * header bytes, whatever the counts claim. Tensor data is reached by
  * offset (rb_gguf_read) or, when opened with RB_GGUF_MMAP, by pointer.
  *
  * Memory: one buffer holding the file's header bytes (strings and arrays

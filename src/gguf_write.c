@@ -353,14 +353,23 @@ rb_status rb_gguf_writer_add_tensor(rb_gguf_writer *w, const char *name,
     for (uint64_t i = 0; i < w->n_tensors; i++)
         if (strcmp(w->tensors[i].name, name) == 0)
             return fail(w, RB_E_INVALID_ARG, "gguf writer: duplicate tensor '%s'", name);
-    uint64_t nrows = 1;
-    for (uint32_t d = 1; d < n_dims; d++)
-        nrows *= dims[d];
+    /* the reader's rule: no zero dim, element count fits int64 */
+    uint64_t n_elems = 1;
+    for (uint32_t d = 0; d < n_dims; d++) {
+        if (dims[d] == 0 || dims[d] > (uint64_t)INT64_MAX / n_elems)
+            return fail(w, RB_E_INVALID_ARG,
+                        "gguf writer: tensor '%s': dims[%" PRIu32 "] = %" PRIu64
+                        " is zero or makes the element count overflow int64", name, d, dims[d]);
+        n_elems *= dims[d];
+    }
+    uint64_t nrows = n_elems / dims[0];
     uint64_t row = rb_type_row_bytes(type, dims[0]);
     if (row == 0)
         return fail(w, RB_E_INVALID_ARG,
                     "gguf writer: tensor '%s': row length %" PRIu64 " is not a multiple of %s's block of %" PRIu32,
                     name, dims[0], tt->name, tt->block_elems);
+    if (nrows > UINT64_MAX / 2 / row || w->data_bytes > UINT64_MAX / 2 - row * nrows)
+        return fail(w, RB_E_INVALID_ARG, "gguf writer: tensor '%s': byte size overflows", name);
     if (w->n_tensors == w->cap_tensors) {
         uint64_t cap = w->cap_tensors ? 2 * w->cap_tensors : 64;
         writer_tensor *nt = realloc(w->tensors, cap * sizeof *nt);
