@@ -7,6 +7,8 @@
 int rb_cmd_info(int argc, char **argv);
 int rb_cmd_make_model(int argc, char **argv);
 int rb_cmd_quantize(int argc, char **argv);
+int rb_cmd_run(int argc, char **argv);
+int rb_cmd_bench(int argc, char **argv);
 
 /* Prints "rebound <cmd>: error: <msg>" (and "hint: <hint>" when given) to
  * stderr; returns the exit status for errors (1). */

@@ -16,6 +16,8 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *help;
 } commands[] = {
+    {"run", rb_cmd_run, "generate text from a prompt (llama.cpp's flags)"},
+    {"bench", rb_cmd_bench, "prompt-processing and generation speed, as llama-bench"},
     {"info", rb_cmd_info, "describe a GGUF model: shape, tensor types, weight and KV bytes"},
     {"make-model", rb_cmd_make_model, "write a synthetic GGUF model of a named or custom shape"},
     {"quantize", rb_cmd_quantize, "quantize an F32/F16/BF16 GGUF model"},

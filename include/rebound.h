@@ -141,6 +141,200 @@ typedef struct rb_tensor_info {
 RB_API rb_status rb_model_tensor_info(rb_model *model, uint64_t index,
                                       rb_tensor_info *out);
 
+/* ---- session ----------------------------------------------------------- */
+
+/*
+ * A session is one conversation on a model: its tokens, its KV cache and
+ * the compute state to extend it. Several sessions may share one model.
+ */
+typedef struct rb_session rb_session;
+
+typedef struct rb_session_params {
+    uint32_t n_ctx;     /* context length; 0: the model's trained context
+                           (beyond it is allowed: RoPE extrapolates, quality
+                           may drop, as in llama.cpp) */
+    uint32_t n_batch;   /* tokens per forward batch in prefill; default 128 */
+    int n_threads;      /* worker threads; 0: all online cores */
+} rb_session_params;
+
+RB_API rb_session_params rb_session_default_params(void);
+
+/*
+ * Creates a session: loads the model's weights if not yet loaded (read, or
+ * mapped when the model was opened with use_mmap), checks that rebound can
+ * run the architecture and every tensor, and allocates the run state.
+ * The model must outlive the session.
+ * Errors: RB_E_UNSUPPORTED (architecture, tensor type), RB_E_FORMAT
+ * (missing tensor, wrong shape), RB_E_NOMEM, RB_E_IO; message in err.
+ */
+RB_API rb_status rb_session_create(rb_model *model, const rb_session_params *params,
+                                   rb_session **out, rb_error *err);
+RB_API void rb_session_destroy(rb_session *session);
+RB_API const char *rb_session_errmsg(const rb_session *session);
+
+/*
+ * Appends n tokens to the session and computes them (in batches of
+ * n_batch). logits: NULL, or room for n x n_vocab floats that receive the
+ * logits after each token fed (for --dump-logits). Afterwards
+ * rb_session_logits gives the last token's logits.
+ * Errors: RB_E_INVALID_ARG (a token id outside the vocabulary: nothing is
+ * fed), RB_E_BUDGET (the context would exceed n_ctx: nothing is fed),
+ * RB_E_NOMEM. On failure the session's tokens are unchanged.
+ */
+RB_API rb_status rb_session_feed(rb_session *session, const int32_t *tokens, size_t n,
+                                 float *logits);
+
+/* Logits of the last token fed (n_vocab floats), or NULL before any. Valid
+ * until the next feed. */
+RB_API const float *rb_session_logits(const rb_session *session);
+
+RB_API size_t rb_session_n_tokens(const rb_session *session);
+RB_API const int32_t *rb_session_tokens(const rb_session *session);
+RB_API uint32_t rb_session_n_ctx(const rb_session *session);
+RB_API uint32_t rb_session_n_vocab(const rb_session *session);
+
+/* ---- tokens ------------------------------------------------------------ */
+
+/*
+ * Text to token ids with the model's tokenizer (SentencePiece or GPT-2
+ * byte-level BPE, from the GGUF metadata; built on first use).
+ * add_special: add BOS/EOS as the model asks; parse_special: recognise
+ * special-token text such as "<|im_start|>".
+ * Errors: RB_E_INVALID_ARG when n_max is too small (*n_out then holds the
+ * count needed; tokens may be NULL with n_max 0 to ask for it), and the
+ * tokenizer's load errors (RB_E_FORMAT, RB_E_UNSUPPORTED naming the key).
+ * Message on the model.
+ */
+RB_API rb_status rb_model_tokenize(rb_model *model, const char *text, size_t len,
+                                   int add_special, int parse_special, int32_t *tokens,
+                                   size_t n_max, size_t *n_out);
+
+/* Special token ids, or -1 when the model has none (or no tokenizer). */
+RB_API int32_t rb_model_token_bos(rb_model *model);
+RB_API int32_t rb_model_token_eos(rb_model *model);
+/* 1 when the token ends generation (EOS, end-of-turn tokens). */
+RB_API int rb_model_token_is_eog(rb_model *model, int32_t token);
+
+/*
+ * Streaming detokenizer: turns tokens into text one at a time and emits
+ * only complete UTF-8 characters (a character split across tokens comes out
+ * whole with the token that completes it). Special tokens are not rendered;
+ * the leading space of a SentencePiece prompt's first word is dropped, so
+ * prompt + continuation print as llama.cpp prints them.
+ */
+typedef struct rb_detokenizer rb_detokenizer;
+
+RB_API rb_status rb_detokenizer_create(rb_model *model, rb_detokenizer **out, rb_error *err);
+RB_API void rb_detokenizer_destroy(rb_detokenizer *d);
+/* Writes the text completed by this token to out (no NUL); returns its
+ * length. out_size >= 256 is always enough for one token. */
+RB_API size_t rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, size_t out_size);
+/* Writes what remains (an unfinished character becomes U+FFFD). */
+RB_API size_t rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size);
+
+/* ---- sampling (src/sampler.h describes the chain) ---------------------- */
+
+typedef struct rb_sampler rb_sampler;
+
+typedef struct rb_sampler_params {
+    float temp;             /* <= 0: greedy; must not be NaN or infinite */
+    int32_t top_k;          /* >= 0; 0 turns top-k off */
+    float top_p;            /* in (0, 1]; 1 turns top-p off */
+    float min_p;            /* in [0, 1]; 0 turns min-p off */
+    float repeat_penalty;   /* > 0 and finite; 1 turns the penalty off */
+    int32_t repeat_last_n;  /* tokens of history the penalty looks at; 0 off,
+                               -1 the whole history */
+    uint64_t seed;          /* the PRNG seed; the library never picks one */
+} rb_sampler_params;
+
+#define RB_SAMPLER_DEFAULT_SEED UINT64_C(0)
+
+/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05,
+ * repeat_penalty 1.0 (off), repeat_last_n 64, seed RB_SAMPLER_DEFAULT_SEED. */
+RB_API rb_sampler_params rb_sampler_default_params(void);
+
+/*
+ * The whole random state of a sampler, a plain struct that a session file
+ * may store as it is (host byte order) to resume sampling exactly.
+ */
+typedef struct rb_sampler_state {
+    uint64_t seed;          /* the seed the generator started from */
+    uint64_t s[4];          /* xoshiro256** state; never all zero */
+} rb_sampler_state;
+
+/* One token that survived the chain. logit is after the penalties and
+ * before the temperature. */
+typedef struct rb_sampler_candidate {
+    int32_t id;
+    float logit;
+} rb_sampler_candidate;
+
+/* Bytes rb_sampler_create allocates for n_vocab tokens (about 16 per token:
+ * 2.4 MB for a 150k vocabulary). 0 when n_vocab is out of range. */
+RB_API uint64_t rb_sampler_size_bytes(uint32_t n_vocab);
+
+/*
+ * Creates a sampler for rows of n_vocab logits. All scratch memory is
+ * allocated here, once; sampling allocates nothing.
+ *
+ * params  may be NULL (defaults); copied.
+ * out     receives the handle on success; unchanged on failure.
+ * err     may be NULL; receives the status and message on failure.
+ * Errors: RB_E_INVALID_ARG (the message names the parameter: temp, top_k,
+ *         top_p, min_p, repeat_penalty, repeat_last_n, n_vocab),
+ *         RB_E_NOMEM.
+ */
+RB_API rb_status rb_sampler_create(const rb_sampler_params *params, uint32_t n_vocab,
+                            rb_sampler **out, rb_error *err);
+
+/* Releases the sampler. NULL is a no-op. */
+RB_API void rb_sampler_destroy(rb_sampler *s);
+
+/*
+ * Samples one token id in [0, n_vocab).
+ *
+ * logits     n_vocab values, not modified. NaN counts as -inf. When some
+ *            logits are +inf, those tokens share all the probability. When
+ *            every logit is -inf or NaN, the result is the lowest id whose
+ *            logit is -inf (the argmax of the raw row), or 0 if all are NaN.
+ * history    the tokens of the context so far, oldest first (prompt and
+ *            generated alike, as llama.cpp feeds its penalty sampler); may
+ *            be NULL when n_history is 0. Ids outside [0, n_vocab) are
+ *            ignored.
+ * Returns the token, or -1 when s or logits is NULL, or history is NULL
+ * with n_history > 0 (the message is left on s when s is not NULL).
+ * Advances the PRNG by one draw when temp > 0, not at all otherwise.
+ * Thread rule: one thread at a time per sampler.
+ */
+RB_API int32_t rb_sampler_sample(rb_sampler *s, const float *logits,
+                          const int32_t *history, size_t n_history);
+
+/*
+ * Runs the chain without the draw and exposes the survivors: *out points to
+ * the returned number of candidates (>= 1), valid until the next call on s.
+ * Their order is unspecified. The PRNG is not touched. With temp <= 0 the
+ * one survivor is the greedy token. Returns 0 (and *out unchanged) on the
+ * argument errors of rb_sampler_sample.
+ */
+RB_API size_t rb_sampler_candidates(rb_sampler *s, const float *logits,
+                             const int32_t *history, size_t n_history,
+                             const rb_sampler_candidate **out);
+
+/* Copies the random state out. */
+RB_API void rb_sampler_state_get(const rb_sampler *s, rb_sampler_state *out);
+
+/* Restores a state saved by rb_sampler_state_get: the following draws
+ * repeat those that followed the save. Errors: RB_E_INVALID_ARG when the
+ * xoshiro state is all zero (left as a message on s; s unchanged). */
+RB_API rb_status rb_sampler_state_set(rb_sampler *s, const rb_sampler_state *state);
+
+/* The parameters the sampler was created with. */
+RB_API rb_sampler_params rb_sampler_get_params(const rb_sampler *s);
+
+/* The message of the last failed call on s ("" if none). Valid until the
+ * next call on s. */
+RB_API const char *rb_sampler_errmsg(const rb_sampler *s);
+
 #ifdef __cplusplus
 }
 #endif

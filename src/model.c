@@ -18,6 +18,7 @@
 #include "model.h"
 #include "quant.h"
 #include "status.h"
+#include "tokenizer.h"
 
 struct rb_model {
     rb_gguf *gguf;
@@ -27,6 +28,8 @@ struct rb_model {
     uint64_t other_bytes;
     uint64_t total_bytes;
     int is_tied_output;
+    uint8_t *data;          /* the data section, when read (not mapped) */
+    rb_tokenizer *tokenizer; /* built on first use */
     rb_error err;           /* last failure on this handle */
 };
 
@@ -222,6 +225,8 @@ void rb_model_close(rb_model *model)
         return;
     rb_gguf_close(model->gguf);
     free(model->layer_bytes);
+    free(model->data);
+    rb_tokenizer_destroy(model->tokenizer);
     free(model);
 }
 
@@ -291,3 +296,50 @@ rb_status rb_model_tensor_info(rb_model *m, uint64_t index, rb_tensor_info *out)
 
 const rb_gguf *rb_model_gguf(const rb_model *model) { return model->gguf; }
 const rb_hparams *rb_model_hparams(const rb_model *model) { return &model->hp; }
+
+rb_status rb_model_load_weights(rb_model *m)
+{
+    if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
+        return RB_OK;
+    const rb_gguf_tensor *first = rb_gguf_tensor_at(m->gguf, 0);
+    if (rb_gguf_tensor_data(m->gguf, first))
+        return RB_OK; /* mapped */
+    uint64_t start = rb_gguf_data_offset(m->gguf);
+    uint64_t n = rb_gguf_file_size(m->gguf) - start;
+    m->data = aligned_alloc(64, (n + 63) / 64 * 64);
+    if (!m->data)
+        return rb_error_set(&m->err, RB_E_NOMEM,
+                            "model: out of memory for %" PRIu64 " bytes of weights", n);
+    /* read tensor by tensor: the reader checks every range against the file */
+    for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
+        const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
+        rb_status st = rb_gguf_read(m->gguf, t, 0, m->data + t->offset, t->n_bytes, &m->err);
+        if (st != RB_OK) {
+            free(m->data);
+            m->data = NULL;
+            return st;
+        }
+    }
+    return RB_OK;
+}
+
+const void *rb_model_tensor_data(const rb_model *m, const rb_gguf_tensor *t)
+{
+    const void *p = rb_gguf_tensor_data(m->gguf, t);
+    if (p)
+        return p;
+    return m->data ? m->data + t->offset : NULL;
+}
+
+rb_status rb_model_tokenizer(rb_model *m, const rb_tokenizer **out)
+{
+    if (!m->tokenizer) {
+        rb_status st = rb_tokenizer_create(m->gguf, &m->tokenizer, &m->err);
+        if (st != RB_OK)
+            return st;
+    }
+    *out = m->tokenizer;
+    return RB_OK;
+}
+
+rb_error *rb_model_error(rb_model *m) { return &m->err; }

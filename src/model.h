@@ -48,6 +48,25 @@ uint64_t rb_hparams_kv_bytes_per_token(const rb_hparams *hp);
 /* Layer of a "blk.<N>." tensor name, or -1 for tensors outside layers. */
 int64_t rb_tensor_layer(const char *name);
 
+/*
+ * Makes every tensor's bytes addressable: with use_mmap the mapping already
+ * is; otherwise the data section is read into one 64-byte aligned buffer
+ * (a sequential read, like llama.cpp --no-mmap). Idempotent.
+ * Errors: RB_E_NOMEM, RB_E_IO, RB_E_SHORT_READ (message on the model).
+ */
+rb_status rb_model_load_weights(rb_model *model);
+
+/* Bytes of tensor t; NULL before rb_model_load_weights succeeded. */
+const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t);
+
+/* The model's tokenizer, built from its metadata on first use; the message
+ * of a failure is on the model. Not thread-safe on first use. */
+struct rb_tokenizer;
+rb_status rb_model_tokenizer(rb_model *model, const struct rb_tokenizer **out);
+
+/* The model's message slot, for modules that report through it. */
+rb_error *rb_model_error(rb_model *model);
+
 /* Internal access for modules that hold an rb_model. */
 const rb_gguf *rb_model_gguf(const rb_model *model);
 const rb_hparams *rb_model_hparams(const rb_model *model);

@@ -1,0 +1,100 @@
+/*
+ * api_tokens.c - the public token functions (rb_model_tokenize, special
+ * ids, the streaming rb_detokenizer) over the internal tokenizer module.
+ *
+ * The tokenizer is built from the model's GGUF metadata on first use and
+ * owned by the model (model.c frees it), so models that are only inspected
+ * (`rebound info`) never pay for a 150k-token vocabulary.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "rebound.h"
+#include "status.h"
+#include "tokenizer.h"
+
+struct rb_detokenizer {
+    rb_detok state;
+    char *buf;      /* rb_detok_out_bytes: one push's worst case */
+    size_t buf_size;
+};
+
+rb_status rb_model_tokenize(rb_model *model, const char *text, size_t len, int add_special,
+                            int parse_special, int32_t *tokens, size_t n_max, size_t *n_out)
+{
+    const rb_tokenizer *t = NULL;
+    rb_status st = rb_model_tokenizer(model, &t);
+    if (st != RB_OK)
+        return st;
+    return rb_tokenizer_encode(t, text, len, add_special, parse_special, tokens, n_max, n_out,
+                               rb_model_error(model));
+}
+
+int32_t rb_model_token_bos(rb_model *model)
+{
+    const rb_tokenizer *t = NULL;
+    return rb_model_tokenizer(model, &t) == RB_OK ? rb_tokenizer_bos(t) : -1;
+}
+
+int32_t rb_model_token_eos(rb_model *model)
+{
+    const rb_tokenizer *t = NULL;
+    return rb_model_tokenizer(model, &t) == RB_OK ? rb_tokenizer_eos(t) : -1;
+}
+
+int rb_model_token_is_eog(rb_model *model, int32_t token)
+{
+    const rb_tokenizer *t = NULL;
+    return rb_model_tokenizer(model, &t) == RB_OK && rb_tokenizer_is_eog(t, token);
+}
+
+rb_status rb_detokenizer_create(rb_model *model, rb_detokenizer **out, rb_error *err)
+{
+    const rb_tokenizer *t = NULL;
+    rb_status st = rb_model_tokenizer(model, &t);
+    if (st != RB_OK)
+        return rb_error_set(err, st, "%s", rb_model_errmsg(model));
+    rb_detokenizer *d = calloc(1, sizeof *d);
+    size_t n = rb_detok_out_bytes(t);
+    if (d)
+        d->buf = malloc(n);
+    if (!d || !d->buf) {
+        free(d);
+        return rb_error_set(err, RB_E_NOMEM, "detokenizer: out of memory");
+    }
+    d->buf_size = n;
+    rb_detok_init(&d->state, t, RB_DECODE_REMOVE_SPECIAL | RB_DECODE_STRIP_LEADING_SPACE);
+    *out = d;
+    return RB_OK;
+}
+
+void rb_detokenizer_destroy(rb_detokenizer *d)
+{
+    if (d) {
+        free(d->buf);
+        free(d);
+    }
+}
+
+size_t rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, size_t out_size)
+{
+    size_t n = 0;
+    /* through the internal buffer: the caller's may be smaller than the
+       worst case, and a piece must not be lost half-written */
+    if (rb_detok_push(&d->state, token, d->buf, d->buf_size, &n) != RB_OK)
+        return 0;
+    if (n > out_size)
+        n = out_size;
+    memcpy(out, d->buf, n);
+    return n;
+}
+
+size_t rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size)
+{
+    size_t n = rb_detok_flush(&d->state, d->buf, d->buf_size);
+    if (n > out_size)
+        n = out_size;
+    memcpy(out, d->buf, n);
+    return n;
+}

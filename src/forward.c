@@ -1,0 +1,411 @@
+/*
+ * forward.c - the forward pass of llama / qwen2 / qwen3 (contract in
+ * forward.h). Reads like the equations, in data-flow order:
+ *
+ *   x = embed(tokens)
+ *   for each layer:
+ *     xb = rmsnorm(x) * attn_norm
+ *     q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)
+ *     q, k = rmsnorm per head * q_norm, k_norm          (qwen3)
+ *     q, k = rope(q, pos), rope(k, pos)
+ *     K[pos], V[pos] = k, v                              (f16, paged)
+ *     ao = softmax(q K^T / sqrt(head_dim)) V             (causal, GQA)
+ *     x += Wo ao
+ *     xb = rmsnorm(x) * ffn_norm
+ *     x += Wdown (silu(Wgate xb) * Wup xb)
+ *   logits = Wout (rmsnorm(x) * output_norm)
+ *
+ * Matrix products go through rb_matmul (threaded, quantized activations as
+ * llama.cpp does); attention runs on the pool, one (token, head) pair per
+ * claimed task. Memory: the run state is one allocation sized at init for
+ * n_batch tokens and n_ctx positions; nothing is allocated per token.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forward.h"
+#include "matmul.h"
+#include "quant.h"
+#include "status.h"
+
+/* ---- binding weights ----------------------------------------------------- */
+
+typedef struct binder {
+    const rb_model *model;
+    const rb_gguf *g;
+    rb_error *err;
+} binder;
+
+static const rb_gguf_tensor *find(binder *b, const char *name, int required, rb_status *st)
+{
+    const rb_gguf_tensor *t = rb_gguf_find_tensor(b->g, name);
+    if (!t && required && *st == RB_OK)
+        *st = rb_error_set(b->err, RB_E_FORMAT, "model: tensor '%s' is missing", name);
+    return t;
+}
+
+/* A 1-D F32 vector of n values (norms, biases); NULL when absent. */
+static const float *bind_vec(binder *b, const char *name, int64_t n, int required,
+                             rb_status *st)
+{
+    const rb_gguf_tensor *t = find(b, name, required, st);
+    if (!t || *st != RB_OK)
+        return NULL;
+    if (t->type != RB_TYPE_F32 || t->n_elems != (uint64_t)n) {
+        *st = rb_error_set(b->err, RB_E_FORMAT,
+                           "model: tensor '%s' is %s with %" PRIu64 " elements; expected F32 with %" PRId64,
+                           name, rb_type_name(t->type), t->n_elems, n);
+        return NULL;
+    }
+    return rb_model_tensor_data(b->model, t);
+}
+
+static rb_wmat bind_mat(binder *b, const char *name, int64_t rows, int64_t cols, rb_status *st)
+{
+    rb_wmat m = {0};
+    const rb_gguf_tensor *t = find(b, name, 1, st);
+    if (!t || *st != RB_OK)
+        return m;
+    if (t->n_dims != 2 || t->dims[0] != (uint64_t)cols || t->dims[1] != (uint64_t)rows) {
+        *st = rb_error_set(b->err, RB_E_FORMAT,
+                           "model: tensor '%s' has dims %" PRIu64 " x %" PRIu64 "; expected %" PRId64
+                           " x %" PRId64, name, t->dims[0], t->dims[1], cols, rows);
+        return m;
+    }
+    if (!rb_matmul_supports(t->type) || !rb_type_get_traits(t->type)->dequantize_row) {
+        *st = rb_error_set(b->err, RB_E_UNSUPPORTED,
+                           "model: tensor '%s' has type %s, which rebound cannot compute with yet",
+                           name, rb_type_name(t->type));
+        return m;
+    }
+    m.type = t->type;
+    m.data = rb_model_tensor_data(b->model, t);
+    m.n_rows = rows;
+    m.n_cols = cols;
+    return m;
+}
+
+static rb_status bind_rope(rb_forward *f, binder *b)
+{
+    const rb_hparams *hp = &f->hp;
+    int is_qwen = strcmp(hp->arch, "qwen2") == 0 || strcmp(hp->arch, "qwen3") == 0;
+    f->rope.mode = is_qwen ? RB_ROPE_NEOX : RB_ROPE_NORM;
+    f->rope.n_rot = (int)hp->n_rot;
+    f->rope.freq_base = hp->rope_freq_base;
+    f->rope.freq_scale = 1.0f;
+    if (hp->n_rot % 2 != 0 || hp->n_rot > 1024)
+        return rb_error_set(b->err, RB_E_UNSUPPORTED, "model: rope dims %" PRIu32
+                            " must be even and at most 1024", hp->n_rot);
+    char key[96];
+    rb_gguf_str type;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", hp->arch);
+    if (rb_gguf_get_str(b->g, key, &type) == RB_OK && !rb_gguf_str_eq(type, "none")) {
+        if (!rb_gguf_str_eq(type, "linear"))
+            return rb_error_set(b->err, RB_E_UNSUPPORTED,
+                                "model: rope scaling '%.*s' is not supported (none, linear)",
+                                (int)(type.len > 32 ? 32 : type.len), type.ptr);
+        float factor = 1.0f;
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", hp->arch);
+        if (rb_gguf_get_f32(b->g, key, &factor) == RB_OK && factor > 0.0f)
+            f->rope.freq_scale = 1.0f / factor;
+    }
+    rb_status st = RB_OK;
+    /* llama3's rope_freqs: per-dimension divisors of the angle */
+    f->rope.freq_factors = bind_vec(b, "rope_freqs.weight", hp->n_rot / 2, 0, &st);
+    return st;
+}
+
+static rb_status bind_weights(rb_forward *f, const rb_model *model, rb_error *err)
+{
+    const rb_hparams *hp = &f->hp;
+    binder b = {model, rb_model_gguf(model), err};
+    rb_status st = RB_OK;
+    int64_t E = hp->n_embd, Q = f->q_dim, KV = f->kv_dim, F = hp->n_ff, V = hp->n_vocab;
+    int is_qwen3 = strcmp(hp->arch, "qwen3") == 0;
+    f->token_embd = bind_mat(&b, "token_embd.weight", V, E, &st);
+    f->output_norm = bind_vec(&b, "output_norm.weight", E, 1, &st);
+    if (st == RB_OK)
+        f->output = rb_gguf_find_tensor(b.g, "output.weight")
+                        ? bind_mat(&b, "output.weight", V, E, &st) : f->token_embd;
+    if (st == RB_OK)
+        st = bind_rope(f, &b);
+    for (uint32_t l = 0; l < hp->n_layers && st == RB_OK; l++) {
+        rb_layer_weights *w = &f->layers[l];
+        char name[96];
+#define NAME(s) (snprintf(name, sizeof name, "blk.%" PRIu32 "." s, l), name)
+        w->attn_norm = bind_vec(&b, NAME("attn_norm.weight"), E, 1, &st);
+        w->wq = bind_mat(&b, NAME("attn_q.weight"), Q, E, &st);
+        w->wk = bind_mat(&b, NAME("attn_k.weight"), KV, E, &st);
+        w->wv = bind_mat(&b, NAME("attn_v.weight"), KV, E, &st);
+        w->bq = bind_vec(&b, NAME("attn_q.bias"), Q, 0, &st);
+        w->bk = bind_vec(&b, NAME("attn_k.bias"), KV, 0, &st);
+        w->bv = bind_vec(&b, NAME("attn_v.bias"), KV, 0, &st);
+        w->q_norm = bind_vec(&b, NAME("attn_q_norm.weight"), hp->head_dim_k, is_qwen3, &st);
+        w->k_norm = bind_vec(&b, NAME("attn_k_norm.weight"), hp->head_dim_k, is_qwen3, &st);
+        w->wo = bind_mat(&b, NAME("attn_output.weight"), E, Q, &st);
+        w->ffn_norm = bind_vec(&b, NAME("ffn_norm.weight"), E, 1, &st);
+        w->w_gate = bind_mat(&b, NAME("ffn_gate.weight"), F, E, &st);
+        w->w_up = bind_mat(&b, NAME("ffn_up.weight"), F, E, &st);
+        w->w_down = bind_mat(&b, NAME("ffn_down.weight"), E, F, &st);
+#undef NAME
+    }
+    return st;
+}
+
+/* ---- init ---------------------------------------------------------------- */
+
+static size_t max_act_bytes(const rb_forward *f)
+{
+    size_t m = 0;
+    for (uint32_t l = 0; l < f->hp.n_layers; l++) {
+        const rb_layer_weights *w = &f->layers[l];
+        const rb_wmat *mats[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
+        for (int i = 0; i < 7; i++) {
+            size_t b = rb_matmul_act_row_bytes(mats[i]->type, mats[i]->n_cols);
+            m = b > m ? b : m;
+        }
+    }
+    size_t b = rb_matmul_act_row_bytes(f->output.type, f->output.n_cols);
+    return b > m ? b : m;
+}
+
+rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
+                          uint32_t n_batch, rb_threadpool *pool, rb_error *err)
+{
+    memset(f, 0, sizeof *f);
+    f->hp = *rb_model_hparams(model);
+    const rb_hparams *hp = &f->hp;
+    if (strcmp(hp->arch, "llama") != 0 && strcmp(hp->arch, "qwen2") != 0 &&
+        strcmp(hp->arch, "qwen3") != 0)
+        return rb_error_set(err, RB_E_UNSUPPORTED,
+                            "model: architecture '%s' is not supported (llama, qwen2, qwen3)",
+                            hp->arch);
+    if (hp->n_ff == 0 || hp->n_vocab == 0 || hp->head_dim_k != hp->head_dim_v)
+        return rb_error_set(err, RB_E_FORMAT,
+                            "model: feed_forward_length %" PRIu32 ", vocab %" PRIu32
+                            ", key/value head dims %" PRIu32 "/%" PRIu32 " are not usable",
+                            hp->n_ff, hp->n_vocab, hp->head_dim_k, hp->head_dim_v);
+    if (hp->head_dim_k > 1024)
+        return rb_error_set(err, RB_E_UNSUPPORTED, "model: head dim %" PRIu32 " above 1024",
+                            hp->head_dim_k);
+    if (n_batch == 0 || n_ctx == 0)
+        return rb_error_set(err, RB_E_INVALID_ARG, "forward: n_batch and n_ctx must be > 0");
+    f->q_dim = hp->n_head * hp->head_dim_k;
+    f->kv_dim = hp->n_head_kv * hp->head_dim_k;
+    f->n_batch = n_batch;
+    f->n_ctx = n_ctx;
+    f->pool = pool;
+    f->layers = calloc(hp->n_layers, sizeof *f->layers);
+    if (!f->layers)
+        return rb_error_set(err, RB_E_NOMEM, "forward: out of memory");
+    rb_status st = bind_weights(f, model, err);
+    if (st != RB_OK) {
+        rb_forward_deinit(f);
+        return st;
+    }
+    /* the run state, carved from one block; every piece 64-byte aligned */
+    size_t B = n_batch, E = hp->n_embd, Q = f->q_dim, KV = f->kv_dim, F = hp->n_ff;
+    size_t nt = (size_t)rb_threadpool_n_threads(pool);
+    f->act_stride = (max_act_bytes(f) + 63) / 64 * 64;
+    size_t sizes[] = {B * E * 4, B * E * 4, B * Q * 4, B * KV * 4, B * KV * 4, B * Q * 4,
+                      B * E * 4, B * F * 4, B * F * 4, nt * n_ctx * 4, B * f->act_stride};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += (sizes[i] + 63) / 64 * 64;
+    f->mem = aligned_alloc(64, total);
+    if (!f->mem) {
+        rb_forward_deinit(f);
+        return rb_error_set(err, RB_E_NOMEM, "forward: out of memory for %zu bytes of run state",
+                            total);
+    }
+    uint8_t *p = f->mem;
+    void **slots[] = {(void **)&f->x, (void **)&f->xb, (void **)&f->q, (void **)&f->k,
+                      (void **)&f->v, (void **)&f->ao, (void **)&f->y, (void **)&f->hb,
+                      (void **)&f->hb2, (void **)&f->att, (void **)&f->act};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        *slots[i] = p;
+        p += (sizes[i] + 63) / 64 * 64;
+    }
+    return RB_OK;
+}
+
+void rb_forward_deinit(rb_forward *f)
+{
+    free(f->layers);
+    free(f->mem);
+    memset(f, 0, sizeof *f);
+}
+
+/* ---- the pass ------------------------------------------------------------ */
+
+/* y[t] = W x[t] for n tokens: x rows of n_cols floats, x_stride apart. */
+static void matmul(rb_forward *f, const rb_wmat *w, const float *x, int64_t x_stride,
+                   uint32_t n, float *y, int64_t y_stride)
+{
+    for (uint32_t t = 0; t < n; t++)
+        rb_matmul_quantize_act(w->type, x + t * x_stride, f->act + t * f->act_stride, w->n_cols);
+    rb_matmul(f->pool, w->type, w->data, w->n_rows, w->n_cols, f->act, f->act_stride, n, y,
+              y_stride);
+}
+
+typedef struct attn_job {
+    rb_forward *f;
+    const rb_kvcache *kv;
+    uint32_t layer, n, pos0;
+    _Atomic uint32_t next;  /* next (token, head) task to claim */
+} attn_job;
+
+/* One (token, head): causal attention over positions 0..pos0+t. */
+static void attend(attn_job *j, uint32_t task, float *att)
+{
+    rb_forward *f = j->f;
+    const rb_hparams *hp = &f->hp;
+    uint32_t t = task / hp->n_head, h = task % hp->n_head;
+    uint32_t hd = hp->head_dim_k, kvh = h / (hp->n_head / hp->n_head_kv);
+    uint32_t pos = j->pos0 + t;
+    const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    /* q is rounded to f16 as llama.cpp does for the f16 K cache */
+    float qh[1024];
+    for (uint32_t i = 0; i < hd; i++)
+        qh[i] = rb_fp16_to_fp32(rb_fp32_to_fp16(q[i]));
+    /* llama.cpp's CPU flash-attention arithmetic, which the reference
+     * logits were made with: online softmax over positions, the weighted
+     * sum of V kept in an f16 accumulator (rounded at every step) */
+    float *out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
+    rb_f16 acc[1024];
+    memset(acc, 0, hd * sizeof *acc);
+    float m = -INFINITY, sum = 0.0f;
+    (void)att;
+    for (uint32_t p = 0; p <= pos; p++) {
+        const rb_f16 *k = rb_kvcache_k(j->kv, j->layer, kvh, p);
+        float s = 0.0f;
+        for (uint32_t i = 0; i < hd; i++)
+            s += qh[i] * rb_fp16_to_fp32(k[i]);
+        s *= scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m) {
+            float m_old = m;
+            m = s;
+            ms = expf(m_old - m);
+            for (uint32_t i = 0; i < hd; i++)
+                acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * ms);
+
+        } else {
+            vs = expf(s - m);
+        }
+        const rb_f16 *v = rb_kvcache_v(j->kv, j->layer, kvh, p);
+        for (uint32_t i = 0; i < hd; i++)
+            acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) + rb_fp16_to_fp32(v[i]) * vs);
+
+        sum = sum * ms + vs;
+    }
+    const float inv = 1.0f / sum; /* a reciprocal, as ggml scales by it */
+    for (uint32_t i = 0; i < hd; i++)
+        out[i] = rb_fp16_to_fp32(acc[i]) * inv;
+}
+
+static void attn_worker(void *ctx, int ith, int nth)
+{
+    attn_job *j = ctx;
+    uint32_t n_tasks = j->n * j->f->hp.n_head;
+    float *att = j->f->att + (size_t)ith * j->f->n_ctx;
+    (void)nth;
+    /* relaxed: the task index is the only thing shared, results go to
+       disjoint rows, and the pool's job barrier orders them for the caller */
+    for (uint32_t task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+         task < n_tasks;
+         task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
+        attend(j, task, att);
+}
+
+static void add_rows(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}
+
+static void add_bias(float *x, const float *b, uint32_t n_tok, uint32_t dim)
+{
+    if (!b)
+        return;
+    for (uint32_t t = 0; t < n_tok; t++)
+        add_rows(x + (size_t)t * dim, b, dim);
+}
+
+static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t n, uint32_t pos0)
+{
+    const rb_hparams *hp = &f->hp;
+    const rb_layer_weights *w = &f->layers[l];
+    uint32_t E = hp->n_embd, hd = hp->head_dim_k;
+    for (uint32_t t = 0; t < n; t++)
+        rb_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, w->attn_norm, E, hp->rms_eps);
+    matmul(f, &w->wq, f->xb, E, n, f->q, f->q_dim);
+    matmul(f, &w->wk, f->xb, E, n, f->k, f->kv_dim);
+    matmul(f, &w->wv, f->xb, E, n, f->v, f->kv_dim);
+    add_bias(f->q, w->bq, n, f->q_dim);
+    add_bias(f->k, w->bk, n, f->kv_dim);
+    add_bias(f->v, w->bv, n, f->kv_dim);
+    for (uint32_t t = 0; t < n; t++) {
+        float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
+        if (w->q_norm) {
+            for (uint32_t h = 0; h < hp->n_head; h++)
+                rb_rmsnorm(q + h * hd, q + h * hd, w->q_norm, hd, hp->rms_eps);
+            for (uint32_t h = 0; h < hp->n_head_kv; h++)
+                rb_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
+        }
+        rb_rope_apply(&f->rope, q, (int)hp->n_head, (int)hd, pos0 + t);
+        rb_rope_apply(&f->rope, k, (int)hp->n_head_kv, (int)hd, pos0 + t);
+        const float *v = f->v + (size_t)t * f->kv_dim;
+        for (uint32_t h = 0; h < hp->n_head_kv; h++) {
+            rb_f16 *kc = rb_kvcache_k(kv, l, h, pos0 + t), *vc = rb_kvcache_v(kv, l, h, pos0 + t);
+            for (uint32_t i = 0; i < hd; i++) {
+                kc[i] = rb_fp32_to_fp16(k[h * hd + i]);
+                vc[i] = rb_fp32_to_fp16(v[h * hd + i]);
+            }
+        }
+    }
+    attn_job job = {f, kv, l, n, pos0, 0};
+    rb_threadpool_run(f->pool, attn_worker, &job);
+    matmul(f, &w->wo, f->ao, f->q_dim, n, f->y, E);
+    add_rows(f->x, f->y, (size_t)n * E);
+}
+
+static void ffn_block(rb_forward *f, uint32_t l, uint32_t n)
+{
+    const rb_hparams *hp = &f->hp;
+    const rb_layer_weights *w = &f->layers[l];
+    uint32_t E = hp->n_embd, F = hp->n_ff;
+    for (uint32_t t = 0; t < n; t++)
+        rb_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, w->ffn_norm, E, hp->rms_eps);
+    matmul(f, &w->w_gate, f->xb, E, n, f->hb, F);
+    matmul(f, &w->w_up, f->xb, E, n, f->hb2, F);
+    rb_swiglu(f->hb, f->hb2, (int64_t)n * F);
+    matmul(f, &w->w_down, f->hb, F, n, f->y, E);
+    add_rows(f->x, f->y, (size_t)n * E);
+}
+
+void rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
+                      uint32_t pos0, float *logits, int all_logits)
+{
+    const rb_hparams *hp = &f->hp;
+    uint32_t E = hp->n_embd;
+    const rb_type_traits *et = rb_type_get_traits(f->token_embd.type);
+    size_t row_bytes = rb_type_row_bytes(f->token_embd.type, E);
+    for (uint32_t t = 0; t < n; t++)
+        et->dequantize_row((const uint8_t *)f->token_embd.data + (size_t)tokens[t] * row_bytes,
+                           f->x + (size_t)t * E, E);
+    for (uint32_t l = 0; l < hp->n_layers; l++) {
+        attention_block(f, kv, l, n, pos0);
+        ffn_block(f, l, n);
+    }
+    uint32_t first = all_logits ? 0 : n - 1, m = n - first;
+    for (uint32_t t = first; t < n; t++)
+        rb_rmsnorm(f->xb + (size_t)(t - first) * E, f->x + (size_t)t * E, f->output_norm, E,
+                   hp->rms_eps);
+    matmul(f, &f->output, f->xb, E, m, logits, hp->n_vocab);
+}

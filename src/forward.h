@@ -1,0 +1,85 @@
+/*
+ * forward.h - the Llama-family forward pass (llama, qwen2, qwen3).
+ *
+ * rb_forward binds a model's weights (checking every tensor's presence,
+ * shape and type), owns the run state for batches of up to n_batch tokens
+ * (allocated once, nothing per token), and computes logits for a batch of
+ * tokens at consecutive positions, writing their K and V into a paged
+ * rb_kvcache. It does not sample, tokenize or decide residency.
+ */
+#ifndef RB_FORWARD_H
+#define RB_FORWARD_H
+
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "model.h"
+#include "ops.h"
+#include "threadpool.h"
+
+typedef struct rb_wmat {
+    uint32_t type;           /* rb_type */
+    const void *data;        /* n_rows rows of n_cols elements */
+    int64_t n_rows, n_cols;  /* n_cols = the GGUF dims[0] */
+} rb_wmat;
+
+typedef struct rb_layer_weights {
+    const float *attn_norm;  /* [n_embd] */
+    rb_wmat wq, wk, wv;      /* [q_dim x n_embd], [kv_dim x n_embd] x 2 */
+    const float *bq, *bk, *bv; /* qwen2 biases [q_dim], [kv_dim]; or NULL */
+    const float *q_norm, *k_norm; /* qwen3 per-head norms [head_dim]; or NULL */
+    rb_wmat wo;              /* [n_embd x q_dim] */
+    const float *ffn_norm;   /* [n_embd] */
+    rb_wmat w_gate, w_up;    /* [n_ff x n_embd] */
+    rb_wmat w_down;          /* [n_embd x n_ff] */
+} rb_layer_weights;
+
+typedef struct rb_forward {
+    rb_hparams hp;
+    uint32_t q_dim, kv_dim;  /* n_head * head_dim, n_head_kv * head_dim */
+    uint32_t n_batch, n_ctx;
+    rb_rope rope;
+
+    /* weights (pointers into the model's data) */
+    rb_wmat token_embd;      /* [n_vocab x n_embd] */
+    const float *output_norm;
+    rb_wmat output;          /* [n_vocab x n_embd] (token_embd when tied) */
+    rb_layer_weights *layers;
+
+    rb_threadpool *pool;     /* borrowed */
+
+    /* run state, one allocation; shapes per batch row t < n_batch */
+    float *x;       /* [B][n_embd] residual stream */
+    float *xb;      /* [B][n_embd] normed input of a block */
+    float *q;       /* [B][q_dim] */
+    float *k;       /* [B][kv_dim] */
+    float *v;       /* [B][kv_dim] */
+    float *ao;      /* [B][q_dim] attention output */
+    float *y;       /* [B][max(n_embd, ...)] a matmul's output before the residual add */
+    float *hb;      /* [B][n_ff] gate, then silu(gate) * up */
+    float *hb2;     /* [B][n_ff] up */
+    float *att;     /* [n_threads][n_ctx] attention scores */
+    uint8_t *act;   /* [B][max act row bytes] activations converted for a matmul */
+    size_t act_stride;
+    void *mem;
+} rb_forward;
+
+/*
+ * Binds weights and allocates run state. The model's weights must be
+ * loaded (rb_model_load_weights). Errors: RB_E_UNSUPPORTED (architecture,
+ * tensor type, rope scaling), RB_E_FORMAT (missing tensor, wrong shape),
+ * RB_E_NOMEM. The message names the architecture or tensor.
+ */
+rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
+                          uint32_t n_batch, rb_threadpool *pool, rb_error *err);
+void rb_forward_deinit(rb_forward *f);
+
+/*
+ * Runs tokens[0..n) at positions pos0.. (n <= n_batch, pos0 + n <= n_ctx),
+ * writing their K/V into kv (pages must be reserved). logits: when
+ * all_logits, n rows of n_vocab floats; else one row (the last token's).
+ */
+void rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
+                      uint32_t pos0, float *logits, int all_logits);
+
+#endif

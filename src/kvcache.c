@@ -1,0 +1,78 @@
+/*
+ * kvcache.c - page table of the f16 KV cache (layout in kvcache.h).
+ *
+ * Memory: the page-pointer table (n_layers x pages_per_layer pointers,
+ * allocated at init) and one aligned block per resident page, allocated on
+ * first use. Does not decide what to evict: the residency manager does.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache.h"
+#include "status.h"
+
+rb_status rb_kvcache_init(rb_kvcache *kv, uint32_t n_layers, uint32_t n_kv_heads,
+                          uint32_t head_dim_k, uint32_t head_dim_v, uint32_t n_ctx,
+                          uint32_t page_tokens, rb_error *err)
+{
+    memset(kv, 0, sizeof *kv);
+    if (n_layers == 0 || n_kv_heads == 0 || head_dim_k == 0 || head_dim_v == 0 ||
+        n_ctx == 0 || page_tokens == 0)
+        return rb_error_set(err, RB_E_INVALID_ARG, "kvcache: zero-sized dimension");
+    kv->n_layers = n_layers;
+    kv->n_kv_heads = n_kv_heads;
+    kv->head_dim_k = head_dim_k;
+    kv->head_dim_v = head_dim_v;
+    kv->page_tokens = page_tokens;
+    kv->n_ctx = n_ctx;
+    kv->pages_per_layer = (n_ctx + page_tokens - 1) / page_tokens;
+    kv->page_bytes = (size_t)n_kv_heads * page_tokens * (head_dim_k + head_dim_v) * sizeof(rb_f16);
+    kv->pages = calloc((size_t)n_layers * kv->pages_per_layer, sizeof *kv->pages);
+    if (!kv->pages)
+        return rb_error_set(err, RB_E_NOMEM, "kvcache: out of memory for the page table");
+    return RB_OK;
+}
+
+void rb_kvcache_deinit(rb_kvcache *kv)
+{
+    if (!kv->pages)
+        return;
+    for (size_t i = 0; i < (size_t)kv->n_layers * kv->pages_per_layer; i++)
+        free(kv->pages[i]);
+    free(kv->pages);
+    memset(kv, 0, sizeof *kv);
+}
+
+rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err)
+{
+    if (n_pos > kv->n_ctx)
+        return rb_error_set(err, RB_E_INVALID_ARG,
+                            "kvcache: %" PRIu32 " positions exceed the context of %" PRIu32,
+                            n_pos, kv->n_ctx);
+    uint32_t n_pages = (n_pos + kv->page_tokens - 1) / kv->page_tokens;
+    for (uint32_t l = 0; l < kv->n_layers; l++)
+        for (uint32_t p = 0; p < n_pages; p++) {
+            rb_f16 **slot = &kv->pages[(size_t)l * kv->pages_per_layer + p];
+            if (*slot)
+                continue;
+            /* 64-byte aligned: whole cache lines for the SIMD attention loops */
+            *slot = aligned_alloc(64, (kv->page_bytes + 63) / 64 * 64);
+            if (!*slot)
+                return rb_error_set(err, RB_E_NOMEM,
+                                    "kvcache: out of memory for page %" PRIu32 " of layer %" PRIu32
+                                    " (%zu bytes)", p, l, kv->page_bytes);
+            kv->resident_bytes += kv->page_bytes;
+        }
+    return RB_OK;
+}
+
+void rb_kvcache_release_page(rb_kvcache *kv, uint32_t layer, uint32_t page)
+{
+    rb_f16 **slot = &kv->pages[(size_t)layer * kv->pages_per_layer + page];
+    if (*slot) {
+        free(*slot);
+        *slot = NULL;
+        kv->resident_bytes -= kv->page_bytes;
+    }
+}

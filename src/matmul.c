@@ -1,0 +1,173 @@
+/*
+ * matmul.c - the matrix-vector / matrix-matrix driver over the per-ISA
+ * kernel tables of matmul_kernels.h.
+ *
+ * What it does: maps a weight type to its activation type (llama.cpp's
+ * vec_dot_type), converts activation rows, and splits y = W x across the
+ * pool's workers. What it does not do: no allocation, no repacking of
+ * weights (rows are read in their GGUF layout), no state between calls.
+ *
+ * Work split (ggml-cpu.c's shape): the output is cut into chunks of
+ * chunk_rows weight rows x tok_block tokens, numbered row-chunk-fastest so
+ * that consecutive chunks share their activations (kept in L2) while the
+ * weights stream. Worker ith takes chunk ith first, then claims the next
+ * with an atomic counter that lives in the job (on the caller's stack; the
+ * pool's completion protocol orders its initialisation before every worker
+ * and every result before rb_matmul returns). Inside a chunk, tiles of
+ * tile_rows x tile_toks go through the ISA's tile kernel:
+ *   decode  (n_tokens == 1): 4 rows x 1 token, a pure matrix-vector product,
+ *           4 independent accumulator chains sharing each activation block;
+ *   prefill (n_tokens > 1) : 2 rows x 4 tokens, each weight block unpacked
+ *           once for 4 tokens, a chunk's rows reused from L1/L2 for every
+ *           token of the block.
+ * Determinism: each output element is computed by the same float operations
+ * whatever the chunk, tile or thread count (matmul_kernels.h), so results
+ * are bit-identical for any n_threads and for decode vs prefill.
+ *
+ * Chunk sizes, measured with bench/bench_matmul.c on the 2-core EPYC VM
+ * (see the numbers in its header): 16-row decode chunks (2048 rows -> 128
+ * chunks: an atomic claim per ~1 us of work keeps two threads balanced
+ * when one is briefly descheduled); prefill 16 rows x 64 tokens
+ * (64 Q8_0 activation rows of 2048 = 136 KiB stay in L2).
+ */
+#include "matmul.h"
+
+#include <stdalign.h>
+#include <stdatomic.h>
+
+#include "matmul_kernels.h"
+#include "quant.h"
+
+#define RB_MATMUL_DECODE_CHUNK_ROWS 16
+#define RB_MATMUL_PREFILL_CHUNK_ROWS 16
+#define RB_MATMUL_PREFILL_TOK_BLOCK 64
+
+const rb_matmul_isa *rb_matmul_isa_best(void)
+{
+#if defined(RB_MATMUL_HAVE_AVX2)
+    return &rb_matmul_isa_avx2;
+#elif defined(RB_MATMUL_HAVE_NEON)
+    return &rb_matmul_isa_neon;
+#else
+    return &rb_matmul_isa_ref;
+#endif
+}
+
+uint32_t rb_matmul_act_type(uint32_t w_type)
+{
+    switch (w_type) {
+    case RB_TYPE_F32: return RB_TYPE_F32;
+    case RB_TYPE_F16: return RB_TYPE_F16;
+    case RB_TYPE_BF16: return RB_TYPE_BF16;
+    case RB_TYPE_Q4_0:
+    case RB_TYPE_Q5_0:
+    case RB_TYPE_Q8_0: return RB_TYPE_Q8_0;
+    case RB_TYPE_Q4_K:
+    case RB_TYPE_Q5_K:
+    case RB_TYPE_Q6_K: return RB_TYPE_Q8_K;
+    default: return RB_TYPE_F32; /* unsupported: callers check supports() */
+    }
+}
+
+int rb_matmul_supports(uint32_t w_type)
+{
+    return w_type < RB_TYPE_COUNT && rb_matmul_isa_best()->tile[w_type] != NULL;
+}
+
+size_t rb_matmul_act_row_bytes(uint32_t w_type, int64_t n_cols)
+{
+    return (size_t)rb_type_row_bytes(rb_matmul_act_type(w_type), (uint64_t)n_cols);
+}
+
+void rb_matmul_quantize_act(uint32_t w_type, const float *x, void *dst, int64_t n_cols)
+{
+    rb_matmul_isa_best()->act[rb_matmul_act_type(w_type)](x, dst, n_cols);
+}
+
+float rb_matmul_vec_dot(uint32_t w_type, const void *w_row, const void *act_row, int64_t n_cols)
+{
+    float y = 0.0f;
+    rb_matmul_isa_best()->tile[w_type](n_cols, w_row, 0, 1, act_row, 0, 1, &y, 1);
+    return y;
+}
+
+typedef struct rb_matmul_job {
+    rb_tile_fn tile;
+    const char *w;
+    size_t w_row_bytes;
+    int64_t n_rows, n_cols;
+    const char *act;
+    size_t act_stride;
+    int64_t n_tokens;
+    float *y;
+    int64_t y_stride;
+    int64_t chunk_rows, tok_block, n_row_chunks, n_chunks;
+    int tile_rows, tile_toks;
+    /* next chunk to claim; starts at nth (chunks 0..nth-1 go by thread id) */
+    alignas(64) atomic_llong next_chunk;
+} rb_matmul_job;
+
+static void rb_matmul_chunk(const rb_matmul_job *job, int64_t c)
+{
+    const int64_t r0 = (c % job->n_row_chunks) * job->chunk_rows;
+    const int64_t t0 = (c / job->n_row_chunks) * job->tok_block;
+    const int64_t r1 = r0 + job->chunk_rows < job->n_rows ? r0 + job->chunk_rows : job->n_rows;
+    const int64_t t1 = t0 + job->tok_block < job->n_tokens ? t0 + job->tok_block : job->n_tokens;
+    for (int64_t t = t0; t < t1; t += job->tile_toks) {
+        const int nt = (int)(t1 - t < job->tile_toks ? t1 - t : job->tile_toks);
+        for (int64_t r = r0; r < r1; r += job->tile_rows) {
+            const int nr = (int)(r1 - r < job->tile_rows ? r1 - r : job->tile_rows);
+            job->tile(job->n_cols, job->w + r * job->w_row_bytes, job->w_row_bytes, nr,
+                      job->act + t * job->act_stride, job->act_stride, nt,
+                      job->y + t * job->y_stride + r, job->y_stride);
+        }
+    }
+}
+
+static void rb_matmul_task(void *ctx, int ith, int nth)
+{
+    rb_matmul_job *job = ctx;
+    (void)nth;
+    /* relaxed: the counter only hands out indices; results are published by
+     * the pool's release/acquire completion */
+    for (int64_t c = ith; c < job->n_chunks;
+         c = atomic_fetch_add_explicit(&job->next_chunk, 1, memory_order_relaxed))
+        rb_matmul_chunk(job, c);
+}
+
+void rb_matmul(rb_threadpool *pool, uint32_t w_type, const void *w, int64_t n_rows,
+               int64_t n_cols, const void *act, size_t act_stride, int64_t n_tokens,
+               float *y, int64_t y_stride)
+{
+    const rb_matmul_isa *isa = rb_matmul_isa_best();
+    if (n_rows <= 0 || n_tokens <= 0)
+        return;
+    rb_matmul_job job = {
+        .tile = isa->tile[w_type],
+        .w = w,
+        .w_row_bytes = (size_t)rb_type_row_bytes(w_type, (uint64_t)n_cols),
+        .n_rows = n_rows,
+        .n_cols = n_cols,
+        .act = act,
+        .act_stride = act_stride,
+        .n_tokens = n_tokens,
+        .y = y,
+        .y_stride = y_stride,
+    };
+    if (n_tokens == 1) {
+        job.chunk_rows = RB_MATMUL_DECODE_CHUNK_ROWS;
+        job.tok_block = 1;
+        job.tile_rows = isa->decode_rows;
+        job.tile_toks = 1;
+    } else {
+        job.chunk_rows = RB_MATMUL_PREFILL_CHUNK_ROWS;
+        job.tok_block = RB_MATMUL_PREFILL_TOK_BLOCK;
+        job.tile_rows = isa->prefill_rows;
+        job.tile_toks = isa->prefill_toks;
+    }
+    job.n_row_chunks = (n_rows + job.chunk_rows - 1) / job.chunk_rows;
+    job.n_chunks = job.n_row_chunks * ((n_tokens + job.tok_block - 1) / job.tok_block);
+    const int nth = rb_threadpool_n_threads(pool);
+    atomic_init(&job.next_chunk, nth);
+    rb_threadpool_run(pool, rb_matmul_task, &job);
+}

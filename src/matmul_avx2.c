@@ -1,0 +1,517 @@
+/*
+ * matmul_avx2.c - AVX2 + FMA + F16C kernels (compiled only when the
+ * compiler targets them, e.g. -march=native on a Haswell-or-later x86).
+ *
+ * Tiles: every kernel is one always-inline body instantiated for each tile
+ * shape (R rows x T tokens, 1..4 each): per block, the weight row is
+ * unpacked once and used for all T tokens; each (r, t) pair has its own
+ * 8-lane float accumulator, reduced by the same horizontal sum at the end.
+ * That makes the result of (r, t) independent of the tile shape (see
+ * matmul_kernels.h), so decode (R = 4, T = 1) and prefill (R = 2, T = 4)
+ * give identical numbers for a token.
+ *
+ * Integer dot products: u8 x s8 -> s32 lanes of 4 products. With AVX-VNNI
+ * or AVX512-VNNI+VL available that is one vpdpbusd; otherwise
+ * maddubs + madd(1) + add (no saturation is possible: |u| <= 128,
+ * |s| <= 127, pair sums <= 32512). The two paths give identical integers.
+ *   Q4_0 / Q5_0: unsigned codes q times a, minus 8 (16) * sum(a) per lane:
+ *                equals sum (q - 8) * a exactly, without the sign trick.
+ *   Q8_0: |w| times sign(a, w) (ggml's trick).
+ *   Q4_K: maddubs of the nibbles, then madd with the 6-bit scale (int16).
+ *   Q6_K: maddubs of the unsigned 6-bit codes, madd with the scales, and
+ *         32 * sum_s sc_s * bsum_s subtracted once per super-block.
+ */
+#include "matmul_kernels.h"
+
+#ifdef RB_MATMUL_HAVE_AVX2
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define RB_INLINE static inline __attribute__((always_inline))
+
+#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#define RB_AVX2_VNNI 1
+#endif
+
+/* acc + sum of 4 u8*s8 products per int32 lane */
+RB_INLINE __m256i rb_dot_u8s8(__m256i acc, __m256i u, __m256i s)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpbusd_epi32(acc, u, s);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                                                   _mm256_set1_epi16(1)));
+#endif
+}
+
+/* acc + sum of 2 s16*s16 products per int32 lane */
+RB_INLINE __m256i rb_madd16_acc(__m256i acc, __m256i a, __m256i b)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_dpwssd_epi32(acc, a, b);
+#elif defined(__AVXVNNI__)
+    return _mm256_dpwssd_avx_epi32(acc, a, b);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
+RB_INLINE float rb_hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+RB_INLINE float rb_hsum4(__m128 s)
+{
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+RB_INLINE float rb_h2f(rb_f16 h) { return _cvtsh_ss(h); }
+
+/* 32 4-bit codes of a Q4_0/Q5_0 block as bytes in element order */
+RB_INLINE __m256i rb_nibbles32(const uint8_t *qs)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* byte i = 0x10 when bit i of the 32-bit qh is set, else 0 */
+RB_INLINE __m256i rb_bits32_x16(const uint8_t *qh)
+{
+    uint32_t x32;
+    memcpy(&x32, qh, sizeof x32);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    bytes = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+    return _mm256_and_si256(bytes, _mm256_set1_epi8(0x10));
+}
+
+/* ---- activation converters ----------------------------------------------- */
+
+/* roundf (ties away from zero) of values with |v| < 2^23, exactly */
+RB_INLINE __m256 rb_roundf8(__m256 v)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    __m256 ge = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, sign));
+    return _mm256_add_ps(t, _mm256_and_ps(ge, one));
+}
+
+/* four vectors of 8 integral floats -> 32 int8 in order (saturating) */
+RB_INLINE __m256i rb_pack32_i8(__m256 v0, __m256 v1, __m256 v2, __m256 v3)
+{
+    __m256i i0 = _mm256_cvtps_epi32(v0), i1 = _mm256_cvtps_epi32(v1);
+    __m256i i2 = _mm256_cvtps_epi32(v2), i3 = _mm256_cvtps_epi32(v3);
+    i0 = _mm256_packs_epi32(i0, i1);
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    return _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* Same bytes as rb_quantize_row_q8_0_ref: d = amax / 127, id = 1 / d,
+ * codes roundf(x * id) (|x * id| <= 127 up to rounding; saturating pack). */
+static void rb_quantize_act_q8_0_avx2(const float *x, void *dst, int64_t n)
+{
+    rb_block_q8_0 *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / RB_QK8_0; b++, x += RB_QK8_0) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+        __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q = rb_pack32_i8(rb_roundf8(_mm256_mul_ps(v0, vid)), rb_roundf8(_mm256_mul_ps(v1, vid)),
+                                 rb_roundf8(_mm256_mul_ps(v2, vid)), rb_roundf8(_mm256_mul_ps(v3, vid)));
+        _mm256_storeu_si256((__m256i *)y[b].qs, q);
+    }
+}
+
+/* Same bytes as rb_quantize_act_q8_K_ref (ggml's quantize_row_q8_K_ref). */
+static void rb_quantize_act_q8_K_avx2(const float *x, void *dst, int64_t n)
+{
+    rb_block_q8_K *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / RB_QK_K; b++, x += RB_QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < RB_QK_K; j += 8)
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (!(amax > 0.0f)) { /* zero block (or NaN: unspecified, but defined) */
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        /* the first element of largest magnitude gives the sign of the scale */
+        float max = amax;
+        const __m256 vamax = _mm256_set1_ps(amax);
+        for (int j = 0; j < RB_QK_K; j += 8) {
+            __m256 v = _mm256_loadu_ps(x + j);
+            int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, v), vamax, _CMP_EQ_OQ));
+            if (mask) {
+                max = x[j + __builtin_ctz((unsigned)mask)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m256 vis = _mm256_set1_ps(iscale);
+        for (int j = 0; j < RB_QK_K; j += 32) {
+            __m256 r[4];
+            for (int k = 0; k < 4; k++)
+                r[k] = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8 * k), vis),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            __m256i q = rb_pack32_i8(r[0], r[1], r[2], r[3]);
+            _mm256_storeu_si256((__m256i *)(y[b].qs + j), q);
+            /* bsums of the two 16-groups */
+            __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+            /* low 128 bits: elements j..j+15, high: j+16..j+31 */
+            __m128i lo = _mm256_castsi256_si128(s32), hi = _mm256_extracti128_si256(s32, 1);
+            lo = _mm_hadd_epi32(lo, hi);
+            lo = _mm_hadd_epi32(lo, lo);
+            y[b].bsums[j / 16] = (int16_t)_mm_cvtsi128_si32(lo);
+            y[b].bsums[j / 16 + 1] = (int16_t)_mm_extract_epi32(lo, 1);
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+static void rb_quantize_act_f16_avx2(const float *x, void *dst, int64_t n)
+{
+    rb_f16 *y = dst;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        y[i] = rb_fp32_to_fp16(x[i]);
+}
+
+/* ggml's bf16 rounding: NaN -> truncated with the quiet bit set, otherwise
+ * round to nearest even on the top 16 bits. */
+static void rb_quantize_act_bf16_avx2(const float *x, void *dst, int64_t n)
+{
+    rb_bf16 *y = dst;
+    int64_t i = 0;
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    for (; i + 16 <= n; i += 16) {
+        __m256i h[2];
+        for (int k = 0; k < 2; k++) {
+            __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + i + 8 * k));
+            __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+            __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+            __m256i rnd = _mm256_srli_epi32(
+                _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), odd), 16);
+            __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+            h[k] = _mm256_blendv_epi8(rnd, qnan, is_nan);
+        }
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h[0], h[1]), 0xd8);
+        _mm256_storeu_si256((__m256i *)(y + i), p);
+    }
+    for (; i < n; i++)
+        y[i] = rb_fp32_to_bf16(x[i]);
+}
+
+static void rb_quantize_act_f32_avx2(const float *x, void *dst, int64_t n)
+{
+    memcpy(dst, x, (size_t)n * sizeof(float));
+}
+
+/* ---- tile bodies ------------------------------------------------------------
+ * w: row r at w + r * wrb; a: token t at a + t * arb; y[t * ys + r]. */
+
+#define RB_FOR(i, n) _Pragma("GCC unroll 4") for (int i = 0; i < (n); i++)
+
+/* Q4_0 (nib=1, off 8) and Q5_0 (nib=0, off 16) against Q8_0 */
+RB_INLINE void rb_tile_q4_5_0(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                              float *y, int64_t ys, const int R, const int T, const int is_q5)
+{
+    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
+    RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
+    const __m256i koff = _mm256_set1_epi8(is_q5 ? 16 : 8);
+    const size_t wbb = is_q5 ? sizeof(rb_block_q5_0) : sizeof(rb_block_q4_0);
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        __m256i ya[RB_TILE_MAX], nc[RB_TILE_MAX];
+        float dy[RB_TILE_MAX];
+        RB_FOR(t, T) {
+            const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
+            ya[t] = _mm256_loadu_si256((const __m256i *)ab->qs);
+            nc[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                     rb_dot_u8s8(_mm256_setzero_si256(), koff, ya[t]));
+            dy[t] = rb_h2f(ab->d);
+        }
+        RB_FOR(r, R) {
+            const char *wb = w + r * wrb + b * wbb;
+            __m256i q;
+            float dw;
+            if (is_q5) {
+                const rb_block_q5_0 *x = (const rb_block_q5_0 *)wb;
+                q = _mm256_or_si256(rb_nibbles32(x->qs), rb_bits32_x16(x->qh));
+                dw = rb_h2f(x->d);
+            } else {
+                const rb_block_q4_0 *x = (const rb_block_q4_0 *)wb;
+                q = rb_nibbles32(x->qs);
+                dw = rb_h2f(x->d);
+            }
+            RB_FOR(t, T) {
+                __m256i p = rb_dot_u8s8(nc[t], q, ya[t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy[t]), _mm256_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+    }
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]);
+}
+
+RB_INLINE void rb_tile_q8_0(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                            float *y, int64_t ys, const int R, const int T)
+{
+    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
+    RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        __m256i ya[RB_TILE_MAX];
+        float dy[RB_TILE_MAX];
+        RB_FOR(t, T) {
+            const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
+            ya[t] = _mm256_loadu_si256((const __m256i *)ab->qs);
+            dy[t] = rb_h2f(ab->d);
+        }
+        RB_FOR(r, R) {
+            const rb_block_q8_0 *x = (const rb_block_q8_0 *)(w + r * wrb) + b;
+            __m256i q = _mm256_loadu_si256((const __m256i *)x->qs);
+            __m256i u = _mm256_sign_epi8(q, q);
+            float dw = rb_h2f(x->d);
+            RB_FOR(t, T) {
+                __m256i p = rb_dot_u8s8(_mm256_setzero_si256(), u, _mm256_sign_epi8(ya[t], q));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy[t]), _mm256_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+    }
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]);
+}
+
+RB_INLINE void rb_tile_q4_K(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                            float *y, int64_t ys, const int R, const int T)
+{
+    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
+    __m128 accm[RB_TILE_MAX][RB_TILE_MAX];
+    RB_FOR(r, R) RB_FOR(t, T) {
+        acc[r][t] = _mm256_setzero_ps();
+        accm[r][t] = _mm_setzero_ps();
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        RB_FOR(r, R) {
+            const rb_block_q4_K *x = (const rb_block_q4_K *)(w + r * wrb) + b;
+            uint8_t sc[8], mn[8];
+            rb_k4_scales_mins(x->scales, sc, mn);
+            int64_t mn64;
+            memcpy(&mn64, mn, 8);
+            const __m128i mins16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn64));
+            __m256i lo[4], hi[4];
+            for (int g = 0; g < 4; g++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
+                lo[g] = _mm256_and_si256(raw, m4);
+                hi[g] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            }
+            const float d = rb_h2f(x->d), dmin = rb_h2f(x->dmin);
+            RB_FOR(t, T) {
+                const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+                __m256i sumi = _mm256_setzero_si256();
+                for (int g = 0; g < 4; g++) {
+                    __m256i p0 = _mm256_maddubs_epi16(lo[g], _mm256_loadu_si256((const __m256i *)(ab->qs + 64 * g)));
+                    __m256i p1 = _mm256_maddubs_epi16(hi[g], _mm256_loadu_si256((const __m256i *)(ab->qs + 64 * g + 32)));
+                    sumi = rb_madd16_acc(sumi, p0, _mm256_set1_epi16(sc[2 * g]));
+                    sumi = rb_madd16_acc(sumi, p1, _mm256_set1_epi16(sc[2 * g + 1]));
+                }
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab->d), _mm256_cvtepi32_ps(sumi), acc[r][t]);
+                __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                            _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+                __m128i prod = _mm_madd_epi16(mins16, bs);
+                accm[r][t] = _mm_fmadd_ps(_mm_set1_ps(dmin * ab->d), _mm_cvtepi32_ps(prod), accm[r][t]);
+            }
+        }
+    }
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]) - rb_hsum4(accm[r][t]);
+}
+
+RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                            float *y, int64_t ys, const int R, const int T)
+{
+    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
+    RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x30);
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        RB_FOR(r, R) {
+            const rb_block_q6_K *x = (const rb_block_q6_K *)(w + r * wrb) + b;
+            __m256i q[8];   /* q[4h + k]: elements 128h + 32k .. +31, values 0..63 */
+            __m256i scv[8]; /* int16 scale of lanes: low 8 -> sub-block 2k', high 8 -> 2k'+1 */
+            for (int h = 0; h < 2; h++) {
+                __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+                __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+                q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(qh, 4), m3));
+                q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(qh, 2), m3));
+                q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                               _mm256_and_si256(qh, m3));
+                q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3));
+            }
+            for (int k = 0; k < 8; k++)
+                scv[k] = _mm256_set_m128i(_mm_set1_epi16(x->scales[2 * k + 1]),
+                                          _mm_set1_epi16(x->scales[2 * k]));
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+            const float d = rb_h2f(x->d);
+            RB_FOR(t, T) {
+                const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+                /* 32 * sum_s sc_s * bsum_s, spread over lanes; subtracted below */
+                __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)ab->bsums));
+                __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+                for (int k = 0; k < 8; k++) {
+                    __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * k)));
+                    sumi = rb_madd16_acc(sumi, p, scv[k]);
+                }
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab->d), _mm256_cvtepi32_ps(sumi), acc[r][t]);
+            }
+        }
+    }
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]);
+}
+
+/* F32 / F16 / BF16: 8 elements per step, a scalar tail for n % 8 */
+enum { RB_FP_F32, RB_FP_F16, RB_FP_BF16 };
+
+RB_INLINE __m256 rb_load8_fp(const char *p, int64_t i, const int kind)
+{
+    if (kind == RB_FP_F32)
+        return _mm256_loadu_ps((const float *)p + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (kind == RB_FP_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+RB_INLINE float rb_load1_fp(const char *p, int64_t i, const int kind)
+{
+    if (kind == RB_FP_F32)
+        return ((const float *)p)[i];
+    if (kind == RB_FP_F16)
+        return rb_h2f(((const uint16_t *)p)[i]);
+    return rb_bf16_to_fp32(((const uint16_t *)p)[i]);
+}
+
+RB_INLINE void rb_tile_fp(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                          float *y, int64_t ys, const int R, const int T, const int kind)
+{
+    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
+    RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 at[RB_TILE_MAX];
+        RB_FOR(t, T) at[t] = rb_load8_fp(a + t * arb, i, kind);
+        RB_FOR(r, R) {
+            __m256 wr = rb_load8_fp(w + r * wrb, i, kind);
+            RB_FOR(t, T) acc[r][t] = _mm256_fmadd_ps(wr, at[t], acc[r][t]);
+        }
+    }
+    RB_FOR(r, R) RB_FOR(t, T) {
+        float s = rb_hsum8(acc[r][t]);
+        for (int64_t j = i; j < n; j++)
+            s += rb_load1_fp(w + r * wrb, j, kind) * rb_load1_fp(a + t * arb, j, kind);
+        y[t * ys + r] = s;
+    }
+}
+
+/* ---- instantiation: one function per type, switching on the shape ------- */
+
+#define RB_SHAPES(CALL)                                                               \
+    switch (n_rows * 8 + n_tok) {                                                     \
+    case 1 * 8 + 1: CALL(1, 1); break; case 1 * 8 + 2: CALL(1, 2); break;              \
+    case 1 * 8 + 3: CALL(1, 3); break; case 1 * 8 + 4: CALL(1, 4); break;              \
+    case 2 * 8 + 1: CALL(2, 1); break; case 2 * 8 + 2: CALL(2, 2); break;              \
+    case 2 * 8 + 3: CALL(2, 3); break; case 2 * 8 + 4: CALL(2, 4); break;              \
+    case 3 * 8 + 1: CALL(3, 1); break; case 3 * 8 + 2: CALL(3, 2); break;              \
+    case 3 * 8 + 3: CALL(3, 3); break; case 3 * 8 + 4: CALL(3, 4); break;              \
+    case 4 * 8 + 1: CALL(4, 1); break; case 4 * 8 + 2: CALL(4, 2); break;              \
+    case 4 * 8 + 3: CALL(4, 3); break; case 4 * 8 + 4: CALL(4, 4); break;              \
+    default: break;                                                                   \
+    }
+
+#define RB_DEF_TILE(fname, body, ...)                                                   \
+    static void fname(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,   \
+                      size_t arb, int n_tok, float *y, int64_t ys)                       \
+    {                                                                                    \
+        _Static_assert(RB_TILE_MAX == 4, "shapes below");                                \
+        const char *wc = w, *ac = a;                                                     \
+        (void)wc; (void)ac;                                                              \
+        RB_SHAPES(body)                                                                  \
+    }
+
+#define RB_C_Q4_0(R, T) rb_tile_q4_5_0(n, wc, wrb, ac, arb, y, ys, R, T, 0)
+#define RB_C_Q5_0(R, T) rb_tile_q4_5_0(n, wc, wrb, ac, arb, y, ys, R, T, 1)
+#define RB_C_Q8_0(R, T) rb_tile_q8_0(n, wc, wrb, ac, arb, y, ys, R, T)
+#define RB_C_Q4_K(R, T) rb_tile_q4_K(n, wc, wrb, ac, arb, y, ys, R, T)
+#define RB_C_Q6_K(R, T) rb_tile_q6_K(n, wc, wrb, ac, arb, y, ys, R, T)
+#define RB_C_F32(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_F32)
+#define RB_C_F16(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_F16)
+#define RB_C_BF16(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_BF16)
+
+RB_DEF_TILE(rb_tile_q4_0_avx2, RB_C_Q4_0)
+RB_DEF_TILE(rb_tile_q5_0_avx2, RB_C_Q5_0)
+RB_DEF_TILE(rb_tile_q8_0_avx2, RB_C_Q8_0)
+RB_DEF_TILE(rb_tile_q4_K_avx2, RB_C_Q4_K)
+RB_DEF_TILE(rb_tile_q6_K_avx2, RB_C_Q6_K)
+RB_DEF_TILE(rb_tile_f32_avx2, RB_C_F32)
+RB_DEF_TILE(rb_tile_f16_avx2, RB_C_F16)
+RB_DEF_TILE(rb_tile_bf16_avx2, RB_C_BF16)
+
+const rb_matmul_isa rb_matmul_isa_avx2 = {
+    .name = "avx2",
+    .act = {
+        [RB_TYPE_F32] = rb_quantize_act_f32_avx2,
+        [RB_TYPE_F16] = rb_quantize_act_f16_avx2,
+        [RB_TYPE_BF16] = rb_quantize_act_bf16_avx2,
+        [RB_TYPE_Q8_0] = rb_quantize_act_q8_0_avx2,
+        [RB_TYPE_Q8_K] = rb_quantize_act_q8_K_avx2,
+    },
+    .tile = {
+        [RB_TYPE_F32] = rb_tile_f32_avx2,
+        [RB_TYPE_F16] = rb_tile_f16_avx2,
+        [RB_TYPE_BF16] = rb_tile_bf16_avx2,
+        [RB_TYPE_Q4_0] = rb_tile_q4_0_avx2,
+        [RB_TYPE_Q5_0] = rb_tile_q5_0_avx2,
+        [RB_TYPE_Q8_0] = rb_tile_q8_0_avx2,
+        [RB_TYPE_Q4_K] = rb_tile_q4_K_avx2,
+        [RB_TYPE_Q6_K] = rb_tile_q6_K_avx2,
+    },
+    .decode_rows = 4,
+    .prefill_rows = 2,
+    .prefill_toks = 4,
+};
+
+#else
+typedef int rb_matmul_avx2_unused; /* ISO C: a translation unit is not empty */
+#endif

@@ -1,0 +1,95 @@
+/*
+ * matmul_kernels.h - internal: the per-ISA kernel tables behind matmul.h.
+ *
+ * Two kinds of kernel, each with a scalar `_ref` version (matmul_ref.c) and
+ * AVX2+FMA+F16C (matmul_avx2.c) / NEON (matmul_neon.c) versions:
+ *
+ *   act   converts a row of floats to the activation type of a weight type
+ *         (F32 copy, F16, BF16, Q8_0, Q8_K), indexed by the ACTIVATION type.
+ *   tile  dot products of up to RB_TILE_MAX weight rows with up to
+ *         RB_TILE_MAX activation rows, indexed by the WEIGHT type:
+ *           y[t * y_stride + r] = dot(w row r, act row t)
+ *         A vec_dot is a 1 x 1 tile.
+ *
+ * Determinism rule every tile obeys: the result for (r, t) is computed by
+ * the same sequence of float operations whatever n_rows / n_tok the tile
+ * was called with (one accumulator chain per (r, t), the same horizontal
+ * sum). So rb_matmul gives bit-identical outputs for any thread count,
+ * chunking or tiling, and a token's logits do not depend on whether it was
+ * decoded alone or in a prefill batch. Different ISAs differ in float
+ * summation order (not in the integer sums, which are exact).
+ *
+ * n_cols: a multiple of the weight block size (32 or 256); F32/F16/BF16
+ * accept any n_cols.
+ */
+#ifndef RB_MATMUL_KERNELS_H
+#define RB_MATMUL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define RB_MATMUL_HAVE_AVX2 1
+#endif
+#if defined(__ARM_NEON) && defined(__aarch64__)
+#define RB_MATMUL_HAVE_NEON 1
+#endif
+
+#define RB_TILE_MAX 4
+
+typedef void (*rb_act_fn)(const float *x, void *dst, int64_t n);
+typedef void (*rb_tile_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,
+                           const void *act, size_t act_row_bytes, int n_tok, float *y,
+                           int64_t y_stride);
+
+typedef struct rb_matmul_isa {
+    const char *name;                 /* "ref", "avx2", "neon" */
+    rb_act_fn act[RB_TYPE_COUNT];     /* by activation type; NULL: none */
+    rb_tile_fn tile[RB_TYPE_COUNT];   /* by weight type; NULL: unsupported */
+    int decode_rows;                  /* rows per tile when n_tok == 1 */
+    int prefill_rows, prefill_toks;   /* tile shape when n_tok > 1 */
+} rb_matmul_isa;
+
+extern const rb_matmul_isa rb_matmul_isa_ref;
+#ifdef RB_MATMUL_HAVE_AVX2
+extern const rb_matmul_isa rb_matmul_isa_avx2;
+#endif
+#ifdef RB_MATMUL_HAVE_NEON
+extern const rb_matmul_isa rb_matmul_isa_neon;
+#endif
+
+/* The table rb_matmul uses: the best compiled-in ISA. */
+const rb_matmul_isa *rb_matmul_isa_best(void);
+
+/* ---- reference kernels (matmul_ref.c), also the scalar building blocks -- */
+
+/* ggml's quantize_row_q8_K_ref: per 256 block the value of largest
+ * magnitude (first one on ties) max, iscale = -127 / max, codes
+ * nearest-even(iscale * x) capped at 127, d = 1 / iscale, bsums of 16. */
+void rb_quantize_act_q8_K_ref(const float *x, void *dst, int64_t n);
+void rb_quantize_act_f32_ref(const float *x, void *dst, int64_t n);
+
+float rb_vec_dot_q4_0_q8_0_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_q8_0_q8_0_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_q4_K_q8_K_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_f32_f32_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_f16_f16_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_bf16_bf16_ref(int64_t n, const void *w, const void *a);
+
+/* The 6-bit scales and mins of a Q4_K / Q5_K super-block, unpacked. */
+static inline void rb_k4_scales_mins(const uint8_t q[RB_K_SCALE_SIZE], uint8_t sc[8],
+                                     uint8_t m[8])
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((q[j + 8] & 0x0f) | ((q[j] >> 6) << 4));
+        m[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+    }
+}
+
+#endif

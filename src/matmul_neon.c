@@ -1,0 +1,273 @@
+/*
+ * matmul_neon.c - AArch64 NEON kernels (compiled only for __aarch64__).
+ *
+ * Scope: vectorized activation converters and one vec_dot per type; the
+ * tile is a loop of vec_dots (no weight reuse across tokens yet: prefill on
+ * ARM runs at decode speed per token). Integer products use vdotq_s32 with
+ * the dotprod extension, else vmull_s8 + pairwise widening adds; both give
+ * the same exact integers as the reference. Each block's integer sum is
+ * folded into a scalar float in block order, so for the quantized types
+ * the results equal the _ref kernels' up to the order of the final
+ * multiply (sumi * (dw * da)) and the float F32/F16/BF16 kernels differ
+ * from _ref only in summation order (4 lanes x 4 accumulators).
+ */
+#include "matmul_kernels.h"
+
+#ifdef RB_MATMUL_HAVE_NEON
+
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+
+static inline int32x4_t rb_dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b)
+{
+#if defined(__ARM_FEATURE_DOTPROD)
+    return vdotq_s32(acc, a, b);
+#else
+    int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+    int16x8_t hi = vmull_high_s8(a, b);
+    return vpadalq_s16(vpadalq_s16(acc, lo), hi);
+#endif
+}
+
+/* ---- activation converters ------------------------------------------------ */
+
+/* roundf semantics: vcvtaq rounds to nearest, ties away from zero */
+static void rb_quantize_act_q8_0_neon(const float *x, void *dst, int64_t n)
+{
+    rb_block_q8_0 *y = dst;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++, x += RB_QK8_0) {
+        float32x4_t v[8];
+        float32x4_t m = vdupq_n_f32(0.0f);
+        for (int k = 0; k < 8; k++) {
+            v[k] = vld1q_f32(x + 4 * k);
+            m = vmaxq_f32(m, vabsq_f32(v[k]));
+        }
+        const float amax = vmaxvq_f32(m);
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = rb_fp32_to_fp16(d);
+        int16x4_t h[8];
+        for (int k = 0; k < 8; k++) {
+            int32x4_t i = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
+            i = vminq_s32(vmaxq_s32(i, vdupq_n_s32(-127)), vdupq_n_s32(127));
+            h[k] = vmovn_s32(i);
+        }
+        for (int k = 0; k < 2; k++) {
+            int8x8_t lo = vmovn_s16(vcombine_s16(h[4 * k], h[4 * k + 1]));
+            int8x8_t hi = vmovn_s16(vcombine_s16(h[4 * k + 2], h[4 * k + 3]));
+            vst1q_s8(y[b].qs + 16 * k, vcombine_s8(lo, hi));
+        }
+    }
+}
+
+static void rb_quantize_act_q8_K_neon(const float *x, void *dst, int64_t n)
+{
+    /* once per token per matrix: the reference is fast enough and exact */
+    rb_quantize_act_q8_K_ref(x, dst, n);
+}
+
+static void rb_quantize_act_f16_neon(const float *x, void *dst, int64_t n)
+{
+    rb_f16 *y = dst;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float16x4_t h = vcvt_f16_f32(vld1q_f32(x + i)); /* FPCR default: nearest even */
+        vst1_u16(y + i, vreinterpret_u16_f16(h));
+    }
+    for (; i < n; i++)
+        y[i] = rb_fp32_to_fp16(x[i]);
+}
+
+/* ---- vec dots ---------------------------------------------------------------- */
+
+static float rb_vec_dot_q4_0_q8_0_neon(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q4_0 *x = w;
+    const rb_block_q8_0 *y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        uint8x16_t raw = vld1q_u8(x[b].qs);
+        int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
+        int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), vdupq_n_s8(8));
+        int32x4_t s = rb_dot_s8(vdupq_n_s32(0), lo, vld1q_s8(y[b].qs));
+        s = rb_dot_s8(s, hi, vld1q_s8(y[b].qs + 16));
+        sumf += (float)vaddvq_s32(s) * (rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+    }
+    return sumf;
+}
+
+static float rb_vec_dot_q5_0_q8_0_neon(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q5_0 *x = w;
+    const rb_block_q8_0 *y = a;
+    static const uint8_t bit_of[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bits = vld1q_u8(bit_of);
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        /* byte j of h0 / h1: qh bit j / bit j + 16, as 0x10 or 0 */
+        uint8x8_t q0 = vdup_n_u8(x[b].qh[0]), q1 = vdup_n_u8(x[b].qh[1]);
+        uint8x8_t q2 = vdup_n_u8(x[b].qh[2]), q3 = vdup_n_u8(x[b].qh[3]);
+        uint8x16_t h0 = vtstq_u8(vcombine_u8(q0, q1), bits);
+        uint8x16_t h1 = vtstq_u8(vcombine_u8(q2, q3), bits);
+        h0 = vandq_u8(h0, vdupq_n_u8(0x10));
+        h1 = vandq_u8(h1, vdupq_n_u8(0x10));
+        uint8x16_t raw = vld1q_u8(x[b].qs);
+        int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0f)), h0)), vdupq_n_s8(16));
+        int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), h1)), vdupq_n_s8(16));
+        int32x4_t s = rb_dot_s8(vdupq_n_s32(0), lo, vld1q_s8(y[b].qs));
+        s = rb_dot_s8(s, hi, vld1q_s8(y[b].qs + 16));
+        sumf += (float)vaddvq_s32(s) * (rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+    }
+    return sumf;
+}
+
+static float rb_vec_dot_q8_0_q8_0_neon(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q8_0 *x = w;
+    const rb_block_q8_0 *y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        int32x4_t s = rb_dot_s8(vdupq_n_s32(0), vld1q_s8(x[b].qs), vld1q_s8(y[b].qs));
+        s = rb_dot_s8(s, vld1q_s8(x[b].qs + 16), vld1q_s8(y[b].qs + 16));
+        sumf += (float)vaddvq_s32(s) * (rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+    }
+    return sumf;
+}
+
+static float rb_vec_dot_q4_K_q8_K_neon(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q4_K *x = w;
+    const rb_block_q8_K *y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        uint8_t sc[8], m[8];
+        rb_k4_scales_mins(x[b].scales, sc, m);
+        int sumi = 0, summ = 0;
+        for (int g = 0; g < 4; g++) {
+            const int8_t *yq = y[b].qs + 64 * g;
+            int32x4_t s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);
+            for (int h = 0; h < 2; h++) {
+                uint8x16_t raw = vld1q_u8(x[b].qs + 32 * g + 16 * h);
+                s0 = rb_dot_s8(s0, vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0f))), vld1q_s8(yq + 16 * h));
+                s1 = rb_dot_s8(s1, vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), vld1q_s8(yq + 32 + 16 * h));
+            }
+            sumi += sc[2 * g] * vaddvq_s32(s0) + sc[2 * g + 1] * vaddvq_s32(s1);
+        }
+        for (int j = 0; j < 8; j++)
+            summ += m[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        const float d = rb_fp16_to_fp32(x[b].d) * y[b].d;
+        const float dmin = rb_fp16_to_fp32(x[b].dmin) * y[b].d;
+        sumf += d * (float)sumi - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+static float rb_vec_dot_q6_K_q8_K_neon(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q6_K *x = w;
+    const rb_block_q8_K *y = a;
+    float sumf = 0.0f;
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x30);
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        int sumi = 0;
+        for (int h = 0; h < 2; h++) {
+            const int8_t *sc = x[b].scales + 8 * h;
+            const int8_t *yq = y[b].qs + 128 * h;
+            for (int half = 0; half < 2; half++) { /* elements l = 16 half .. +15 */
+                uint8x16_t l0 = vld1q_u8(x[b].ql + 64 * h + 16 * half);
+                uint8x16_t l1 = vld1q_u8(x[b].ql + 64 * h + 32 + 16 * half);
+                uint8x16_t qh = vld1q_u8(x[b].qh + 32 * h + 16 * half);
+                uint8x16_t q[4];
+                q[0] = vorrq_u8(vandq_u8(l0, m4), vandq_u8(vshlq_n_u8(qh, 4), m3));
+                q[1] = vorrq_u8(vandq_u8(l1, m4), vandq_u8(vshlq_n_u8(qh, 2), m3));
+                q[2] = vorrq_u8(vshrq_n_u8(l0, 4), vandq_u8(qh, m3));
+                q[3] = vorrq_u8(vshrq_n_u8(l1, 4), vandq_u8(vshrq_n_u8(qh, 2), m3));
+                for (int k = 0; k < 4; k++) {
+                    int8x16_t qs = vsubq_s8(vreinterpretq_s8_u8(q[k]), vdupq_n_s8(32));
+                    int32x4_t s = rb_dot_s8(vdupq_n_s32(0), qs, vld1q_s8(yq + 32 * k + 16 * half));
+                    sumi += sc[2 * k + half] * vaddvq_s32(s);
+                }
+            }
+        }
+        sumf += rb_fp16_to_fp32(x[b].d) * y[b].d * (float)sumi;
+    }
+    return sumf;
+}
+
+/* F32 / F16 / BF16: 16 elements per step in 4 accumulators, scalar tail */
+#define RB_NEON_FP_DOT(fname, LOAD4, LOAD1)                                           \
+    static float fname(int64_t n, const void *w, const void *a)                       \
+    {                                                                                 \
+        float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0),         \
+                              vdupq_n_f32(0)};                                        \
+        int64_t i = 0;                                                                \
+        for (; i + 16 <= n; i += 16)                                                  \
+            for (int k = 0; k < 4; k++)                                               \
+                acc[k] = vfmaq_f32(acc[k], LOAD4(w, i + 4 * k), LOAD4(a, i + 4 * k)); \
+        float s = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]),                     \
+                                       vaddq_f32(acc[2], acc[3])));                   \
+        for (; i < n; i++)                                                            \
+            s += LOAD1(w, i) * LOAD1(a, i);                                           \
+        return s;                                                                     \
+    }
+
+#define RB_LD4_F32(p, i) vld1q_f32((const float *)(p) + (i))
+#define RB_LD1_F32(p, i) (((const float *)(p))[i])
+#define RB_LD4_F16(p, i) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(p) + (i))))
+#define RB_LD1_F16(p, i) rb_fp16_to_fp32(((const uint16_t *)(p))[i])
+#define RB_LD4_BF16(p, i) \
+    vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(p) + (i)), 16))
+#define RB_LD1_BF16(p, i) rb_bf16_to_fp32(((const uint16_t *)(p))[i])
+
+RB_NEON_FP_DOT(rb_vec_dot_f32_neon, RB_LD4_F32, RB_LD1_F32)
+RB_NEON_FP_DOT(rb_vec_dot_f16_neon, RB_LD4_F16, RB_LD1_F16)
+RB_NEON_FP_DOT(rb_vec_dot_bf16_neon, RB_LD4_BF16, RB_LD1_BF16)
+
+#define RB_NEON_TILE(name, dot)                                                          \
+    static void name(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,      \
+                     const void *act, size_t act_row_bytes, int n_tok, float *y,         \
+                     int64_t y_stride)                                                   \
+    {                                                                                    \
+        for (int t = 0; t < n_tok; t++)                                                  \
+            for (int r = 0; r < n_rows; r++)                                             \
+                y[t * y_stride + r] = dot(n_cols, (const char *)w + r * w_row_bytes,     \
+                                          (const char *)act + t * act_row_bytes);        \
+    }
+
+RB_NEON_TILE(rb_tile_q4_0_neon, rb_vec_dot_q4_0_q8_0_neon)
+RB_NEON_TILE(rb_tile_q5_0_neon, rb_vec_dot_q5_0_q8_0_neon)
+RB_NEON_TILE(rb_tile_q8_0_neon, rb_vec_dot_q8_0_q8_0_neon)
+RB_NEON_TILE(rb_tile_q4_K_neon, rb_vec_dot_q4_K_q8_K_neon)
+RB_NEON_TILE(rb_tile_q6_K_neon, rb_vec_dot_q6_K_q8_K_neon)
+RB_NEON_TILE(rb_tile_f32_neon, rb_vec_dot_f32_neon)
+RB_NEON_TILE(rb_tile_f16_neon, rb_vec_dot_f16_neon)
+RB_NEON_TILE(rb_tile_bf16_neon, rb_vec_dot_bf16_neon)
+
+const rb_matmul_isa rb_matmul_isa_neon = {
+    .name = "neon",
+    .act = {
+        [RB_TYPE_F32] = rb_quantize_act_f32_ref,
+        [RB_TYPE_F16] = rb_quantize_act_f16_neon,
+        [RB_TYPE_BF16] = rb_quantize_row_bf16_ref,
+        [RB_TYPE_Q8_0] = rb_quantize_act_q8_0_neon,
+        [RB_TYPE_Q8_K] = rb_quantize_act_q8_K_neon,
+    },
+    .tile = {
+        [RB_TYPE_F32] = rb_tile_f32_neon,
+        [RB_TYPE_F16] = rb_tile_f16_neon,
+        [RB_TYPE_BF16] = rb_tile_bf16_neon,
+        [RB_TYPE_Q4_0] = rb_tile_q4_0_neon,
+        [RB_TYPE_Q5_0] = rb_tile_q5_0_neon,
+        [RB_TYPE_Q8_0] = rb_tile_q8_0_neon,
+        [RB_TYPE_Q4_K] = rb_tile_q4_K_neon,
+        [RB_TYPE_Q6_K] = rb_tile_q6_K_neon,
+    },
+    .decode_rows = 1,
+    .prefill_rows = 1,
+    .prefill_toks = 1,
+};
+
+#else
+typedef int rb_matmul_neon_unused; /* ISO C: a translation unit is not empty */
+#endif

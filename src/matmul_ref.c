@@ -1,0 +1,250 @@
+/*
+ * matmul_ref.c - the scalar reference kernels: activation converters and
+ * weight-row dot products, written to follow ggml's scalar math so that
+ * results agree with llama.cpp (ggml-quants.c quantize_row_q8_K_ref,
+ * ggml-cpu/quants.c ggml_vec_dot_*_generic).
+ *
+ * What it does not do: no SIMD, no threading, no allocation. These are the
+ * yardsticks the ISA variants are tested against and the fallback on
+ * machines without AVX2 or NEON.
+ *
+ * Arithmetic, per type (w weight codes, a activation codes, per block):
+ *   Q4_0 . Q8_0   sumi = sum (w - 8) * a           y += sumi * dw * da
+ *   Q5_0 . Q8_0   sumi = sum (w5 - 16) * a         same
+ *   Q8_0 . Q8_0   sumi = sum w * a                 same
+ *   Q4_K . Q8_K   per 256: sumi = sum_j sc_j * sum_{32} w * a,
+ *                 summ = sum_j m_j * (bsum_2j + bsum_2j+1)
+ *                 y += d * da * sumi - dmin * da * summ
+ *   Q6_K . Q8_K   per 256: sumi = sum_s sc_s * sum_{16} (w6 - 32) * a
+ *                 y += d * da * sumi
+ *   F32/F16/BF16  widen to f32, products accumulated in double (ggml_float)
+ * Integer sums are exact (bounds: |Q6_K sumi| < 2^28), so every ISA gets the
+ * same integers and differs only in the float accumulation order.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "matmul_kernels.h"
+
+void rb_quantize_act_f32_ref(const float *x, void *dst, int64_t n)
+{
+    memcpy(dst, x, (size_t)n * sizeof(float));
+}
+
+/* round half to even for |v| < 2^22: ggml's nearest_int */
+static int rb_nearest_int(float v)
+{
+    float t = v + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &t, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+void rb_quantize_act_q8_K_ref(const float *x, void *dst, int64_t n)
+{
+    rb_block_q8_K *y = dst;
+    for (int64_t b = 0; b < n / RB_QK_K; b++, x += RB_QK_K) {
+        float max = 0.0f, amax = 0.0f;
+        for (int j = 0; j < RB_QK_K; j++) {
+            float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        const float iscale = -127.0f / max;
+        for (int j = 0; j < RB_QK_K; j++) {
+            int v = rb_nearest_int(iscale * x[j]);
+            y[b].qs[j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int g = 0; g < RB_QK_K / 16; g++) {
+            int sum = 0;
+            for (int l = 0; l < 16; l++)
+                sum += y[b].qs[16 * g + l];
+            y[b].bsums[g] = (int16_t)sum;
+        }
+        y[b].d = 1.0f / iscale;
+    }
+}
+
+float rb_vec_dot_q4_0_q8_0_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q4_0 *x = w;
+    const rb_block_q8_0 *y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        int sumi = 0;
+        for (int j = 0; j < RB_QK4_0 / 2; j++) {
+            sumi += ((x[b].qs[j] & 0x0f) - 8) * y[b].qs[j];
+            sumi += ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + RB_QK4_0 / 2];
+        }
+        sumf += (float)sumi * (rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+    }
+    return sumf;
+}
+
+float rb_vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q5_0 *x = w;
+    const rb_block_q8_0 *y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        uint32_t qh = (uint32_t)x[b].qh[0] | (uint32_t)x[b].qh[1] << 8 |
+                      (uint32_t)x[b].qh[2] << 16 | (uint32_t)x[b].qh[3] << 24;
+        int sumi = 0;
+        for (int j = 0; j < RB_QK5_0 / 2; j++) {
+            int q0 = (x[b].qs[j] & 0x0f) | (int)(((qh >> j) & 1u) << 4);
+            int q1 = (x[b].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1u) << 4);
+            sumi += (q0 - 16) * y[b].qs[j] + (q1 - 16) * y[b].qs[j + RB_QK5_0 / 2];
+        }
+        sumf += (float)sumi * (rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+    }
+    return sumf;
+}
+
+float rb_vec_dot_q8_0_q8_0_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q8_0 *x = w;
+    const rb_block_q8_0 *y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        int sumi = 0;
+        for (int j = 0; j < RB_QK8_0; j++)
+            sumi += x[b].qs[j] * y[b].qs[j];
+        sumf += (float)sumi * (rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+    }
+    return sumf;
+}
+
+float rb_vec_dot_q4_K_q8_K_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q4_K *x = w;
+    const rb_block_q8_K *y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        uint8_t sc[8], m[8];
+        rb_k4_scales_mins(x[b].scales, sc, m);
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = x[b].qs + 32 * (j / 2);
+            const int8_t *yq = y[b].qs + 32 * j;
+            const int shift = (j & 1) ? 4 : 0;
+            int s = 0;
+            for (int l = 0; l < 32; l++)
+                s += ((q[l] >> shift) & 0x0f) * yq[l];
+            sumi += sc[j] * s;
+            summ += m[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        const float d = rb_fp16_to_fp32(x[b].d) * y[b].d;
+        const float dmin = rb_fp16_to_fp32(x[b].dmin) * y[b].d;
+        sumf += d * (float)sumi - dmin * (float)summ;
+    }
+    return sumf;
+}
+
+float rb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q6_K *x = w;
+    const rb_block_q8_K *y = a;
+    float sumf = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        int sumi = 0;
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = x[b].ql + 64 * h;
+            const uint8_t *qh = x[b].qh + 32 * h;
+            const int8_t *sc = x[b].scales + 8 * h;
+            const int8_t *yq = y[b].qs + 128 * h;
+            for (int k = 0; k < 4; k++) {
+                for (int half = 0; half < 2; half++) {
+                    int s = 0;
+                    for (int l = 16 * half; l < 16 * half + 16; l++) {
+                        int lo = (k & 2) ? (ql[l + 32 * (k & 1)] >> 4)
+                                         : (ql[l + 32 * (k & 1)] & 0x0f);
+                        int q = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+                        s += q * yq[32 * k + l];
+                    }
+                    sumi += sc[2 * k + half] * s;
+                }
+            }
+        }
+        sumf += rb_fp16_to_fp32(x[b].d) * y[b].d * (float)sumi;
+    }
+    return sumf;
+}
+
+float rb_vec_dot_f32_f32_ref(int64_t n, const void *w, const void *a)
+{
+    const float *x = w, *y = a;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)(x[i] * y[i]);
+    return (float)sum;
+}
+
+float rb_vec_dot_f16_f16_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_f16 *x = w, *y = a;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)(rb_fp16_to_fp32(x[i]) * rb_fp16_to_fp32(y[i]));
+    return (float)sum;
+}
+
+float rb_vec_dot_bf16_bf16_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_bf16 *x = w, *y = a;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)(rb_bf16_to_fp32(x[i]) * rb_bf16_to_fp32(y[i]));
+    return (float)sum;
+}
+
+/* ---- tiles: one vec_dot per (row, token) ---------------------------------- */
+
+#define RB_REF_TILE(name, dot)                                                           \
+    static void name(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,      \
+                     const void *act, size_t act_row_bytes, int n_tok, float *y,         \
+                     int64_t y_stride)                                                   \
+    {                                                                                    \
+        for (int t = 0; t < n_tok; t++)                                                  \
+            for (int r = 0; r < n_rows; r++)                                             \
+                y[t * y_stride + r] = dot(n_cols, (const char *)w + r * w_row_bytes,     \
+                                          (const char *)act + t * act_row_bytes);        \
+    }
+
+RB_REF_TILE(rb_tile_q4_0_ref, rb_vec_dot_q4_0_q8_0_ref)
+RB_REF_TILE(rb_tile_q5_0_ref, rb_vec_dot_q5_0_q8_0_ref)
+RB_REF_TILE(rb_tile_q8_0_ref, rb_vec_dot_q8_0_q8_0_ref)
+RB_REF_TILE(rb_tile_q4_K_ref, rb_vec_dot_q4_K_q8_K_ref)
+RB_REF_TILE(rb_tile_q6_K_ref, rb_vec_dot_q6_K_q8_K_ref)
+RB_REF_TILE(rb_tile_f32_ref, rb_vec_dot_f32_f32_ref)
+RB_REF_TILE(rb_tile_f16_ref, rb_vec_dot_f16_f16_ref)
+RB_REF_TILE(rb_tile_bf16_ref, rb_vec_dot_bf16_bf16_ref)
+
+const rb_matmul_isa rb_matmul_isa_ref = {
+    .name = "ref",
+    .act = {
+        [RB_TYPE_F32] = rb_quantize_act_f32_ref,
+        [RB_TYPE_F16] = rb_quantize_row_f16_ref,
+        [RB_TYPE_BF16] = rb_quantize_row_bf16_ref,
+        [RB_TYPE_Q8_0] = rb_quantize_row_q8_0_ref,
+        [RB_TYPE_Q8_K] = rb_quantize_act_q8_K_ref,
+    },
+    .tile = {
+        [RB_TYPE_F32] = rb_tile_f32_ref,
+        [RB_TYPE_F16] = rb_tile_f16_ref,
+        [RB_TYPE_BF16] = rb_tile_bf16_ref,
+        [RB_TYPE_Q4_0] = rb_tile_q4_0_ref,
+        [RB_TYPE_Q5_0] = rb_tile_q5_0_ref,
+        [RB_TYPE_Q8_0] = rb_tile_q8_0_ref,
+        [RB_TYPE_Q4_K] = rb_tile_q4_K_ref,
+        [RB_TYPE_Q6_K] = rb_tile_q6_K_ref,
+    },
+    .decode_rows = 1,
+    .prefill_rows = 1,
+    .prefill_toks = 1,
+};

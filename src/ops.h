@@ -1,0 +1,37 @@
+/*
+ * ops.h - the element-wise and per-row operations of the forward pass
+ * (everything that is not a matrix product): RMSNorm, RoPE, SwiGLU, softmax.
+ * Each follows llama.cpp's arithmetic (what the golden logits were made
+ * with): RMSNorm sums squares in double, RoPE builds its angles by repeated
+ * multiplication of theta_scale in float.
+ */
+#ifndef RB_OPS_H
+#define RB_OPS_H
+
+#include <stdint.h>
+
+/* y = x / sqrt(mean(x^2) + eps) * w (w may be NULL: no weight); y may be x. */
+void rb_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+
+/* RoPE variants: NORM rotates adjacent pairs (x[2i], x[2i+1]) (llama);
+ * NEOX rotates (x[i], x[i + n_rot/2]) (qwen2, qwen3). */
+enum { RB_ROPE_NORM = 0, RB_ROPE_NEOX = 2 };
+
+typedef struct rb_rope {
+    int mode;               /* RB_ROPE_NORM or RB_ROPE_NEOX */
+    int n_rot;              /* rotated dims per head (even) */
+    float freq_base;
+    float freq_scale;       /* 1 / linear scaling factor (1 when none) */
+    const float *freq_factors; /* n_rot/2 divisors (llama3 rope_freqs) or NULL */
+} rb_rope;
+
+/* Rotates n_heads heads of head_dim floats at x, for position pos. */
+void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_t pos);
+
+/* gate[i] = silu(gate[i]) * up[i] */
+void rb_swiglu(float *gate, const float *up, int64_t n);
+
+/* x = softmax(x) in place over n values; returns nothing. */
+void rb_softmax(float *x, int64_t n);
+
+#endif

@@ -1,0 +1,145 @@
+/*
+ * test_golden.c - the engine against llama.cpp on the reference models:
+ * feed golden/<model>/greedy.tokens, compare the logits of every position
+ * with greedy.logits.f32 (bounds from shared/models/README.md), and check
+ * that the greedy choice is the same token except where llama.cpp's top two
+ * logits are within 1e-3. Skips when the reference folder is absent.
+ */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "rebound.h"
+
+static int32_t *read_tokens(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 64, k = 0;
+    int32_t *t = malloc(cap * sizeof *t);
+    long v;
+    while (fscanf(f, "%ld", &v) == 1) {
+        if (k == cap)
+            t = realloc(t, (cap *= 2) * sizeof *t);
+        t[k++] = (int32_t)v;
+    }
+    fclose(f);
+    *n = k;
+    return t;
+}
+
+static float *read_floats(const char *path, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    float *x = malloc(n * sizeof *x);
+    size_t got = fread(x, sizeof *x, n, f);
+    fclose(f);
+    if (got != n) {
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+static size_t argmax(const float *x, size_t n)
+{
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* max_tol: per-logit bound; mean_tol: mean |d| bound (0: not checked). */
+static void check_model(const char *model_file, const char *golden_dir, double max_tol,
+                        double mean_tol, uint32_t n_batch)
+{
+    char path[512], tok_path[512], log_path[512];
+    snprintf(path, sizeof path, "%s/%s", REBOUND_MODELS_DIR, model_file);
+    snprintf(tok_path, sizeof tok_path, "%s/golden/%s/greedy.tokens", REBOUND_MODELS_DIR, golden_dir);
+    snprintf(log_path, sizeof log_path, "%s/golden/%s/greedy.logits.f32", REBOUND_MODELS_DIR,
+             golden_dir);
+    size_t n_tok = 0;
+    int32_t *tokens = read_tokens(tok_path, &n_tok);
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK(tokens != NULL && n_tok >= 2);
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    if (!tokens || !m) {
+        free(tokens);
+        rb_model_close(m);
+        return;
+    }
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = 512; /* as llama.cpp's run */
+    p.n_batch = n_batch;
+    p.n_threads = 2;
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (!s) {
+        fprintf(stderr, "%s\n", err.message);
+        free(tokens);
+        rb_model_close(m);
+        return;
+    }
+    size_t V = rb_session_n_vocab(s), rows = n_tok - 1;
+    float *want = read_floats(log_path, rows * V);
+    float *got = malloc(rows * V * sizeof *got);
+    CHECK(want != NULL);
+    CHECK_EQ_INT(rb_session_feed(s, tokens, rows, got), RB_OK);
+    double max_d = 0, sum_d = 0;
+    int greedy_diff = 0;
+    for (size_t r = 0; want && r < rows; r++) {
+        const float *a = got + r * V, *b = want + r * V;
+        for (size_t i = 0; i < V; i++) {
+            double d = fabs((double)a[i] - b[i]);
+            max_d = d > max_d ? d : max_d;
+            sum_d += d;
+        }
+        size_t ga = argmax(a, V), gb = argmax(b, V);
+        if (ga != gb) {
+            /* a tie in llama.cpp's own logits is not a disagreement */
+            float second = -INFINITY;
+            for (size_t i = 0; i < V; i++)
+                if (i != gb && b[i] > second)
+                    second = b[i];
+            if (b[gb] - second > 1e-3f) {
+                greedy_diff++;
+                fprintf(stderr, "  position %zu: rebound picks %zu, llama.cpp %zu\n", r, ga, gb);
+            }
+        }
+    }
+    double mean_d = want ? sum_d / (double)(rows * V) : 0;
+    printf("%-26s batch %3u: %zu positions, max|d| %.2e (bound %.0e), mean|d| %.2e, greedy "
+           "disagreements %d\n", model_file, n_batch, rows, max_d, max_tol, mean_d, greedy_diff);
+    CHECK(max_d <= max_tol);
+    if (mean_tol > 0)
+        CHECK(mean_d <= mean_tol);
+    CHECK_EQ_INT(greedy_diff, 0);
+    free(want);
+    free(got);
+    free(tokens);
+    rb_session_destroy(s);
+    rb_model_close(m);
+}
+
+int main(void)
+{
+    if (access(REBOUND_MODELS_DIR "/stories260K.gguf", R_OK) != 0) {
+        printf("skip: reference models not found in %s\n", REBOUND_MODELS_DIR);
+        return CHECK_SKIP;
+    }
+    uint32_t batches[] = {1, 128};
+    for (int b = 0; b < 2; b++) {
+        check_model("stories260K.gguf", "stories260K", 1e-3, 0, batches[b]);
+        check_model("parity-F16.gguf", "parity/F16", 0.1, 0.01, batches[b]);
+        check_model("parity-Q8_0.gguf", "parity/Q8_0", 0.1, 0.01, batches[b]);
+        check_model("parity-Q4_0.gguf", "parity/Q4_0", 0.1, 0.01, batches[b]);
+        check_model("parity-Q4_K_M.gguf", "parity/Q4_K_M", 0.1, 0.01, batches[b]);
+        check_model("parity-qwen3-Q8_0.gguf", "parity-qwen3", 0.1, 0.01, batches[b]);
+    }
+    return check_report();
+}
