@@ -64,7 +64,12 @@ rb_status rb_detokenizer_create(rb_model *model, rb_detokenizer **out, rb_error 
         return rb_error_set(err, RB_E_NOMEM, "detokenizer: out of memory");
     }
     d->buf_size = n;
-    rb_detok_init(&d->state, t, RB_DECODE_REMOVE_SPECIAL | RB_DECODE_STRIP_LEADING_SPACE);
+    /* only SentencePiece adds a space before the first word; a GPT-2 BPE
+       prompt's leading space is the user's own */
+    int flags = RB_DECODE_REMOVE_SPECIAL;
+    if (rb_tokenizer_get_kind(t) == RB_TOKENIZER_SPM)
+        flags |= RB_DECODE_STRIP_LEADING_SPACE;
+    rb_detok_init(&d->state, t, flags);
     *out = d;
     return RB_OK;
 }

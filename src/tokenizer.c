@@ -1555,10 +1555,16 @@ rb_status rb_detok_push(rb_detok *d, int32_t id, char *out, size_t n_out_max,
     if (!rb_tokenizer_is_valid(t, id) || n_out_max < rb_detok_out_bytes(t))
         return RB_E_INVALID_ARG;
     size_t len;
-    const char *p = piece_for(t, id, d->flags & RB_DECODE_UNPARSE_SPECIAL,
-                              d->n_pushed == 0 && (d->flags & RB_DECODE_STRIP_LEADING_SPACE),
-                              &len);
-    d->n_pushed++;
+    const char *p = piece_for(t, id, d->flags & RB_DECODE_UNPARSE_SPECIAL, 0, &len);
+    /* counts pieces that carry text: a BOS renders as nothing, and the
+       space to strip belongs to the first word after it */
+    if (len > 0) {
+        if (d->n_pushed == 0 && (d->flags & RB_DECODE_STRIP_LEADING_SPACE) && p[0] == ' ') {
+            p++;
+            len--;
+        }
+        d->n_pushed++;
+    }
     /* work on pending + piece; x holds at most 4 + a few bytes at a time */
     size_t w = 0, i = 0, total = d->n_pending + len;
     unsigned char x[4];

@@ -201,7 +201,7 @@ int32_t rb_tokenizer_find(const rb_tokenizer *t, const char *s, size_t len);
 typedef struct rb_detok {
     const rb_tokenizer *tok;
     int flags;                 /* RB_DECODE_* */
-    int n_pushed;              /* tokens pushed so far */
+    int n_pushed;              /* pieces with text pushed so far */
     uint32_t n_pending;        /* bytes in pending (an unfinished character) */
     unsigned char pending[4];
 } rb_detok;

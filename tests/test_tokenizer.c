@@ -493,6 +493,8 @@ static void round_trips(const rb_tokenizer *t, const char *name)
         size_t sl;
         int spm = rb_tokenizer_get_kind(t) == RB_TOKENIZER_SPM;
         const char *st = stream(t, ids, nt, spm ? RB_DECODE_STRIP_LEADING_SPACE : 0, &sl);
+        if (!(sl == n && memcmp(st, s, n) == 0))
+            fprintf(stderr, "%s: streaming '%s' gave '%.*s'\n", name, s, (int)sl, st);
         CHECK(sl == n && memcmp(st, s, n) == 0);
     }
     printf("  %s: %d/%d round trips\n", name, ok, total);
