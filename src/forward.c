@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "forward.h"
 #include "matmul.h"
 #include "quant.h"
@@ -269,41 +270,29 @@ static void attend(attn_job *j, uint32_t task, float *att)
     uint32_t pos = j->pos0 + t;
     const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    /* q is rounded to f16 as llama.cpp does for the f16 K cache */
-    float qh[1024];
+    /* llama.cpp's CPU flash attention (attention.h): online softmax over
+     * positions, q rounded to f16, V summed in an f16 accumulator */
+    rb_f16 qh[1024], acc[1024];
     for (uint32_t i = 0; i < hd; i++)
-        qh[i] = rb_fp16_to_fp32(rb_fp32_to_fp16(q[i]));
-    /* llama.cpp's CPU flash-attention arithmetic, which the reference
-     * logits were made with: online softmax over positions, the weighted
-     * sum of V kept in an f16 accumulator (rounded at every step) */
-    float *out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
-    rb_f16 acc[1024];
+        qh[i] = rb_fp32_to_fp16(q[i]);
     memset(acc, 0, hd * sizeof *acc);
     float m = -INFINITY, sum = 0.0f;
     (void)att;
     for (uint32_t p = 0; p <= pos; p++) {
-        const rb_f16 *k = rb_kvcache_k(j->kv, j->layer, kvh, p);
-        float s = 0.0f;
-        for (uint32_t i = 0; i < hd; i++)
-            s += qh[i] * rb_fp16_to_fp32(k[i]);
-        s *= scale;
+        float s = rb_attn_dot_f16(qh, rb_kvcache_k(j->kv, j->layer, kvh, p), (int)hd) * scale;
         float ms = 1.0f, vs = 1.0f;
         if (s > m) {
             float m_old = m;
             m = s;
             ms = expf(m_old - m);
-            for (uint32_t i = 0; i < hd; i++)
-                acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * ms);
-
+            rb_attn_scale_f16(acc, ms, (int)hd);
         } else {
             vs = expf(s - m);
         }
-        const rb_f16 *v = rb_kvcache_v(j->kv, j->layer, kvh, p);
-        for (uint32_t i = 0; i < hd; i++)
-            acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) + rb_fp16_to_fp32(v[i]) * vs);
-
+        rb_attn_mad_f16(acc, rb_kvcache_v(j->kv, j->layer, kvh, p), vs, (int)hd);
         sum = sum * ms + vs;
     }
+    float *out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
     const float inv = 1.0f / sum; /* a reciprocal, as ggml scales by it */
     for (uint32_t i = 0; i < hd; i++)
         out[i] = rb_fp16_to_fp32(acc[i]) * inv;

@@ -20,6 +20,10 @@
  *   Q4_K: maddubs of the nibbles, then madd with the 6-bit scale (int16).
  *   Q6_K: maddubs of the unsigned 6-bit codes, madd with the scales, and
  *         32 * sum_s sc_s * bsum_s subtracted once per super-block.
+ * Prefetch: each row prefetches the same block of the row R rows further
+ * on (the next tile): with only the hardware prefetcher a core streamed
+ * 2048-column Q4_0 rows from DRAM at ~7 GB/s, with it ~12 GB/s (1 thread)
+ * and tinyllama decode matmuls went from 24 to 32 tok/s on 2 threads.
  */
 #include "matmul_kernels.h"
 
@@ -122,8 +126,8 @@ RB_INLINE __m256i rb_pack32_i8(__m256 v0, __m256 v1, __m256 v2, __m256 v3)
     return _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* Same bytes as rb_quantize_row_q8_0_ref: d = amax / 127, id = 1 / d,
- * codes roundf(x * id) (|x * id| <= 127 up to rounding; saturating pack). */
+/* Same bytes as rb_quantize_act_q8_0_ref: d = amax / 127, id = 127 / amax,
+ * codes rounded half to even (|x * id| <= 127 up to rounding; saturating pack). */
 static void rb_quantize_act_q8_0_avx2(const float *x, void *dst, int64_t n)
 {
     rb_block_q8_0 *y = dst;
@@ -138,11 +142,13 @@ static void rb_quantize_act_q8_0_avx2(const float *x, void *dst, int64_t n)
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
         const float amax = _mm_cvtss_f32(m4);
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         const __m256 vid = _mm256_set1_ps(id);
-        __m256i q = rb_pack32_i8(rb_roundf8(_mm256_mul_ps(v0, vid)), rb_roundf8(_mm256_mul_ps(v1, vid)),
-                                 rb_roundf8(_mm256_mul_ps(v2, vid)), rb_roundf8(_mm256_mul_ps(v3, vid)));
+#define RB_RNE(v) _mm256_round_ps((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+        __m256i q = rb_pack32_i8(RB_RNE(_mm256_mul_ps(v0, vid)), RB_RNE(_mm256_mul_ps(v1, vid)),
+                                 RB_RNE(_mm256_mul_ps(v2, vid)), RB_RNE(_mm256_mul_ps(v3, vid)));
+#undef RB_RNE
         _mm256_storeu_si256((__m256i *)y[b].qs, q);
     }
 }
@@ -243,6 +249,7 @@ static void rb_quantize_act_f32_avx2(const float *x, void *dst, int64_t n)
  * w: row r at w + r * wrb; a: token t at a + t * arb; y[t * ys + r]. */
 
 #define RB_FOR(i, n) _Pragma("GCC unroll 4") for (int i = 0; i < (n); i++)
+#define RB_FOR8(i, n) _Pragma("GCC unroll 8") for (int i = 0; i < (n); i++)
 
 /* Q4_0 (nib=1, off 8) and Q5_0 (nib=0, off 16) against Q8_0 */
 RB_INLINE void rb_tile_q4_5_0(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
@@ -264,6 +271,10 @@ RB_INLINE void rb_tile_q4_5_0(int64_t n, const char *w, size_t wrb, const char *
         }
         RB_FOR(r, R) {
             const char *wb = w + r * wrb + b * wbb;
+            /* the same block of the next tile's rows: ~R rows ahead in the
+             * stream, enough to cover DRAM latency (the hardware prefetcher
+             * alone gave 7 GB/s on one core for 2048-column rows) */
+            _mm_prefetch(wb + R * wrb, _MM_HINT_T0);
             __m256i q;
             float dw;
             if (is_q5) {
@@ -299,6 +310,8 @@ RB_INLINE void rb_tile_q8_0(int64_t n, const char *w, size_t wrb, const char *a,
         }
         RB_FOR(r, R) {
             const rb_block_q8_0 *x = (const rb_block_q8_0 *)(w + r * wrb) + b;
+            _mm_prefetch((const char *)x + R * wrb, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + R * wrb + 32, _MM_HINT_T0);
             __m256i q = _mm256_loadu_si256((const __m256i *)x->qs);
             __m256i u = _mm256_sign_epi8(q, q);
             float dw = rb_h2f(x->d);
@@ -324,13 +337,23 @@ RB_INLINE void rb_tile_q4_K(int64_t n, const char *w, size_t wrb, const char *a,
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
         RB_FOR(r, R) {
             const rb_block_q4_K *x = (const rb_block_q4_K *)(w + r * wrb) + b;
-            uint8_t sc[8], mn[8];
-            rb_k4_scales_mins(x->scales, sc, mn);
-            int64_t mn64;
-            memcpy(&mn64, mn, 8);
-            const __m128i mins16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mn64));
+            RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
+            /* 6-bit scales to bytes 0..7 and mins to bytes 8..15 (ggml's
+             * kmask arithmetic, same values as rb_k4_scales_mins) */
+            uint32_t u[4];
+            memcpy(u, x->scales, 12);
+            u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+            const uint32_t u1 = u[1] & 0x3f3f3f3fu;
+            u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+            u[2] = u1;
+            u[0] &= 0x3f3f3f3fu;
+            const __m128i sm = _mm_loadu_si128((const __m128i *)u);
+            const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+            __m256i scv[8]; /* scale j in every int16 lane */
+            RB_FOR8(j, 8) scv[j] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
             __m256i lo[4], hi[4];
-            for (int g = 0; g < 4; g++) {
+            RB_FOR8(g, 4) {
                 __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
                 lo[g] = _mm256_and_si256(raw, m4);
                 hi[g] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
@@ -339,11 +362,11 @@ RB_INLINE void rb_tile_q4_K(int64_t n, const char *w, size_t wrb, const char *a,
             RB_FOR(t, T) {
                 const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
                 __m256i sumi = _mm256_setzero_si256();
-                for (int g = 0; g < 4; g++) {
+                RB_FOR8(g, 4) {
                     __m256i p0 = _mm256_maddubs_epi16(lo[g], _mm256_loadu_si256((const __m256i *)(ab->qs + 64 * g)));
                     __m256i p1 = _mm256_maddubs_epi16(hi[g], _mm256_loadu_si256((const __m256i *)(ab->qs + 64 * g + 32)));
-                    sumi = rb_madd16_acc(sumi, p0, _mm256_set1_epi16(sc[2 * g]));
-                    sumi = rb_madd16_acc(sumi, p1, _mm256_set1_epi16(sc[2 * g + 1]));
+                    sumi = rb_madd16_acc(sumi, p0, scv[2 * g]);
+                    sumi = rb_madd16_acc(sumi, p1, scv[2 * g + 1]);
                 }
                 acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab->d), _mm256_cvtepi32_ps(sumi), acc[r][t]);
                 __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
@@ -365,9 +388,10 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
         RB_FOR(r, R) {
             const rb_block_q6_K *x = (const rb_block_q6_K *)(w + r * wrb) + b;
+            RB_FOR8(l, 4) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
             __m256i q[8];   /* q[4h + k]: elements 128h + 32k .. +31, values 0..63 */
             __m256i scv[8]; /* int16 scale of lanes: low 8 -> sub-block 2k', high 8 -> 2k'+1 */
-            for (int h = 0; h < 2; h++) {
+            RB_FOR8(h, 2) {
                 __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
                 __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
                 __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
@@ -380,17 +404,25 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
                 q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3));
             }
-            for (int k = 0; k < 8; k++)
-                scv[k] = _mm256_set_m128i(_mm_set1_epi16(x->scales[2 * k + 1]),
-                                          _mm_set1_epi16(x->scales[2 * k]));
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+            {
+                const __m256i s_lo = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sc16));
+                const __m256i s_hi = _mm256_broadcastsi128_si256(_mm256_extracti128_si256(sc16, 1));
+                /* low 128: word 2k' of the 8, high 128: word 2k'+1 */
+                RB_FOR8(k, 4) {
+                    const __m256i sel = _mm256_set_m128i(_mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k + 1))),
+                                                         _mm_set1_epi16((short)(0x0100 + 0x0202 * (2 * k))));
+                    scv[k] = _mm256_shuffle_epi8(s_lo, sel);
+                    scv[k + 4] = _mm256_shuffle_epi8(s_hi, sel);
+                }
+            }
             const float d = rb_h2f(x->d);
             RB_FOR(t, T) {
                 const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
                 /* 32 * sum_s sc_s * bsum_s, spread over lanes; subtracted below */
                 __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)ab->bsums));
                 __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
-                for (int k = 0; k < 8; k++) {
+                RB_FOR8(k, 8) {
                     __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * k)));
                     sumi = rb_madd16_acc(sumi, p, scv[k]);
                 }

@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "quant.h"
 
@@ -70,6 +71,19 @@ const rb_matmul_isa *rb_matmul_isa_best(void);
  * nearest-even(iscale * x) capped at 127, d = 1 / iscale, bsums of 16. */
 void rb_quantize_act_q8_K_ref(const float *x, void *dst, int64_t n);
 void rb_quantize_act_f32_ref(const float *x, void *dst, int64_t n);
+
+void rb_quantize_act_q8_0_ref(const float *x, void *dst, int64_t n);
+
+/* ggml's nearest_int: ties to even, |v| < 2^22, via the float magic
+ * number (1.5 * 2^23): adding it leaves the rounded integer in the low
+ * mantissa bits */
+static inline int rb_nearest_int(float v)
+{
+    float t = v + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &t, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
 
 float rb_vec_dot_q4_0_q8_0_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a);

@@ -32,7 +32,7 @@ static inline int32x4_t rb_dot_s8(int32x4_t acc, int8x16_t a, int8x16_t b)
 
 /* ---- activation converters ------------------------------------------------ */
 
-/* roundf semantics: vcvtaq rounds to nearest, ties away from zero */
+/* rb_quantize_act_q8_0_ref's rule: id = 127 / amax, vcvtnq rounds half to even */
 static void rb_quantize_act_q8_0_neon(const float *x, void *dst, int64_t n)
 {
     rb_block_q8_0 *y = dst;
@@ -45,11 +45,11 @@ static void rb_quantize_act_q8_0_neon(const float *x, void *dst, int64_t n)
         }
         const float amax = vmaxvq_f32(m);
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         y[b].d = rb_fp32_to_fp16(d);
         int16x4_t h[8];
         for (int k = 0; k < 8; k++) {
-            int32x4_t i = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
+            int32x4_t i = vcvtnq_s32_f32(vmulq_n_f32(v[k], id));
             i = vminq_s32(vmaxq_s32(i, vdupq_n_s32(-127)), vdupq_n_s32(127));
             h[k] = vmovn_s32(i);
         }
