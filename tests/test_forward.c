@@ -363,17 +363,20 @@ static void test_unsupported_arch(void)
 int main(void)
 {
     rb_synth_shape llama = test_shape("llama"), qwen3 = test_shape("qwen3");
-    /* tolerances relative to the logits' rms: f32 weights differ only by the
-       f16 K/V cache and f16-rounded q; quantized ones also by the 8-bit
-       activations, as in llama.cpp */
-    engine_vs_reference("f32", &llama, 0.01, 0.002);
-    engine_vs_reference("f16", &llama, 0.02, 0.004);
-    engine_vs_reference("bf16", &llama, 0.05, 0.01);
-    engine_vs_reference("q8_0", &llama, 0.05, 0.01);
-    engine_vs_reference("q4_0", &llama, 0.1, 0.02);
-    engine_vs_reference("q4_k_m", &llama, 0.1, 0.02);
-    engine_vs_reference("q6_k", &llama, 0.05, 0.01);
-    engine_vs_reference("q8_0", &qwen3, 0.05, 0.01);
+    /* tolerances relative to the logits' rms (0.32 on this random model;
+       a wrong kernel gives errors of order 1): f32 weights differ only by
+       the f16 K/V cache and f16-rounded q; quantized ones also by the 8-bit
+       activations, as in llama.cpp. Measured maxima (relative): f32 0.008,
+       f16 0.009, bf16 0.017, q8_0 0.049, q4_0 0.064, q4_k_m 0.074,
+       q6_k 0.067, qwen3 q8_0 0.056; means 0.001 to 0.012. */
+    engine_vs_reference("f32", &llama, 0.02, 0.003);
+    engine_vs_reference("f16", &llama, 0.02, 0.003);
+    engine_vs_reference("bf16", &llama, 0.04, 0.006);
+    engine_vs_reference("q8_0", &llama, 0.1, 0.02);
+    engine_vs_reference("q4_0", &llama, 0.15, 0.025);
+    engine_vs_reference("q4_k_m", &llama, 0.15, 0.025);
+    engine_vs_reference("q6_k", &llama, 0.1, 0.02);
+    engine_vs_reference("q8_0", &qwen3, 0.1, 0.02);
     test_bad_input();
     test_unsupported_arch();
     return check_report();
