@@ -186,7 +186,7 @@ static float rb_bits_f32(uint32_t u)
  *   <  2^-14       -> subnormal: round(|x| * 2^24) with ties to even; values
  *                     up to 2^-25 (a tie with 0) become zero
  */
-rb_f16 rb_fp32_to_fp16(float f)
+rb_f16 rb_fp32_to_fp16_soft(float f)
 {
     uint32_t u = rb_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -216,7 +216,7 @@ rb_f16 rb_fp32_to_fp16(float f)
     return (rb_f16)(sign | h);
 }
 
-float rb_fp16_to_fp32(rb_f16 h)
+float rb_fp16_to_fp32_soft(rb_f16 h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu;

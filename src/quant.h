@@ -127,9 +127,22 @@ int rb_type_from_name(const char *name);
  */
 uint64_t rb_type_row_bytes(uint32_t type, uint64_t n);
 
-/* Scalar conversions (round to nearest even; NaN and Inf preserved). */
-rb_f16 rb_fp32_to_fp16(float f);
-float rb_fp16_to_fp32(rb_f16 h);
+/* Scalar conversions (round to nearest even; NaN and Inf preserved). The
+ * _soft versions are portable bit manipulation; the inline ones use the
+ * F16C instructions where the build targets them (one instruction instead
+ * of ~20: attention converts every K and V element it reads), and give the
+ * same bits (test_quant checks all 65536 halves). */
+rb_f16 rb_fp32_to_fp16_soft(float f);
+float rb_fp16_to_fp32_soft(rb_f16 h);
+
+#if defined(__F16C__)
+#include <immintrin.h>
+static inline rb_f16 rb_fp32_to_fp16(float f) { return (rb_f16)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+static inline float rb_fp16_to_fp32(rb_f16 h) { return _cvtsh_ss(h); }
+#else
+static inline rb_f16 rb_fp32_to_fp16(float f) { return rb_fp32_to_fp16_soft(f); }
+static inline float rb_fp16_to_fp32(rb_f16 h) { return rb_fp16_to_fp32_soft(h); }
+#endif
 rb_bf16 rb_fp32_to_bf16(float f);
 float rb_bf16_to_fp32(rb_bf16 h);
 
