@@ -18,8 +18,10 @@
  *                equals sum (q - 8) * a exactly, without the sign trick.
  *   Q8_0: |w| times sign(a, w) (ggml's trick).
  *   Q4_K: maddubs of the nibbles, then madd with the 6-bit scale (int16).
- *   Q6_K: maddubs of the unsigned 6-bit codes, madd with the scales, and
- *         32 * sum_s sc_s * bsum_s subtracted once per super-block.
+ *   Q6_K: maddubs of the unsigned 6-bit codes minus maddubs(32, a) in
+ *         int16 (ggml's AVX2 form), then madd with the scales: every int32
+ *         lane holds exactly the integer of ggml's lane, so the per-lane
+ *         float FMA and the final hsum round as llama.cpp's do.
  * Prefetch: each row prefetches the same block of the row R rows further
  * on (the next tile): with only the hardware prefetcher a core streamed
  * 2048-column Q4_0 rows from DRAM at ~7 GB/s, with it ~12 GB/s (1 thread)
@@ -372,11 +374,12 @@ RB_INLINE void rb_tile_q4_K(int64_t n, const char *w, size_t wrb, const char *a,
                 __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
                                             _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
                 __m128i prod = _mm_madd_epi16(mins16, bs);
-                accm[r][t] = _mm_fmadd_ps(_mm_set1_ps(dmin * ab->d), _mm_cvtepi32_ps(prod), accm[r][t]);
+                accm[r][t] = _mm_fmadd_ps(_mm_set1_ps(-ab->d * dmin), _mm_cvtepi32_ps(prod), accm[r][t]);
             }
         }
     }
-    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]) - rb_hsum4(accm[r][t]);
+    /* ggml's order: hsum_float_8(acc) + hsum of the (negated) min terms */
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]) + rb_hsum4(accm[r][t]);
 }
 
 RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
@@ -385,6 +388,7 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
     __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
     RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x30);
+    const __m256i m32 = _mm256_set1_epi8(32);
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
         RB_FOR(r, R) {
             const rb_block_q6_K *x = (const rb_block_q6_K *)(w + r * wrb) + b;
@@ -419,11 +423,15 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
             const float d = rb_h2f(x->d);
             RB_FOR(t, T) {
                 const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
-                /* 32 * sum_s sc_s * bsum_s, spread over lanes; subtracted below */
-                __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)ab->bsums));
-                __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+                /* ggml's lanes: int32 lane i holds elements 4i..4i+3 of every
+                 * 32-chunk, the -32 offset subtracted in int16 per pair
+                 * (maddubs(32, a)), so each lane's integer (and hence its
+                 * float rounding) is llama.cpp's */
+                __m256i sumi = _mm256_setzero_si256();
                 RB_FOR8(k, 8) {
-                    __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * k)));
+                    const __m256i ya = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * k));
+                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], ya),
+                                                 _mm256_maddubs_epi16(m32, ya));
                     sumi = rb_madd16_acc(sumi, p, scv[k]);
                 }
                 acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab->d), _mm256_cvtepi32_ps(sumi), acc[r][t]);

@@ -12,11 +12,13 @@
  *   Q4_0 . Q8_0   sumi = sum (w - 8) * a           y += sumi * dw * da
  *   Q5_0 . Q8_0   sumi = sum (w5 - 16) * a         same
  *   Q8_0 . Q8_0   sumi = sum w * a                 same
- *   Q4_K . Q8_K   per 256: sumi = sum_j sc_j * sum_{32} w * a,
- *                 summ = sum_j m_j * (bsum_2j + bsum_2j+1)
- *                 y += d * da * sumi - dmin * da * summ
- *   Q6_K . Q8_K   per 256: sumi = sum_s sc_s * sum_{16} (w6 - 32) * a
- *                 y += d * da * sumi
+ *   Q4_K . Q8_K   per 256, 8 int lanes (lane i: elements 4i..4i+3 of each
+ *                 32-chunk j, times sc_j), acc_i = fma(da * d, lane_i, acc_i);
+ *                 4 min lanes (lane k: mins 2k, 2k+1 times their bsum pairs),
+ *                 accm_k = fma(-da * dmin, lane_k, accm_k);
+ *                 y = hsum8(acc) + hsum4(accm)  (ggml's AVX2 order)
+ *   Q6_K . Q8_K   the same 8 lanes of sc_s * (w6 - 32) * a, fma with da * d,
+ *                 y = hsum8(acc)
  *   F32/F16/BF16  widen to f32, products accumulated in double (ggml_float)
  * Integer sums are exact (bounds: |Q6_K sumi| < 2^28), so every ISA gets the
  * same integers and differs only in the float accumulation order.
@@ -113,60 +115,81 @@ float rb_vec_dot_q8_0_q8_0_ref(int64_t n, const void *w, const void *a)
     return sumf;
 }
 
+/* ggml's AVX2 horizontal sums, as scalars: hsum_float_8 adds the high
+ * half to the low half, then lanes 0+2 and 1+3, then those two. */
+static float rb_hsum4_ref(const float v[4])
+{
+    const float a0 = v[0] + v[2], a1 = v[1] + v[3];
+    return a0 + a1;
+}
+
+static float rb_hsum8_ref(const float v[8])
+{
+    const float h[4] = {v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]};
+    return rb_hsum4_ref(h);
+}
+
+/* The K-quant dots follow ggml's AVX2 lanes (arch/x86/quants.c): 8 int32
+ * lanes, lane i holding elements 4i..4i+3 of each 32-element chunk (times
+ * the chunk's sub-block scale); per super-block each lane is converted to
+ * float and fused-multiply-added with d = da * dw into a float lane
+ * accumulator; the 8 lanes are reduced at the end by hsum_float_8. */
 float rb_vec_dot_q4_K_q8_K_ref(int64_t n, const void *w, const void *a)
 {
     const rb_block_q4_K *x = w;
     const rb_block_q8_K *y = a;
-    float sumf = 0.0f;
+    float acc[8] = {0}, accm[4] = {0};
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
         uint8_t sc[8], m[8];
         rb_k4_scales_mins(x[b].scales, sc, m);
-        int sumi = 0, summ = 0;
+        int32_t lane[8] = {0};
         for (int j = 0; j < 8; j++) {
             const uint8_t *q = x[b].qs + 32 * (j / 2);
             const int8_t *yq = y[b].qs + 32 * j;
             const int shift = (j & 1) ? 4 : 0;
-            int s = 0;
             for (int l = 0; l < 32; l++)
-                s += ((q[l] >> shift) & 0x0f) * yq[l];
-            sumi += sc[j] * s;
-            summ += m[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+                lane[l / 4] += sc[j] * (((q[l] >> shift) & 0x0f) * yq[l]);
         }
-        const float d = rb_fp16_to_fp32(x[b].d) * y[b].d;
-        const float dmin = rb_fp16_to_fp32(x[b].dmin) * y[b].d;
-        sumf += d * (float)sumi - dmin * (float)summ;
+        const float d = y[b].d * rb_fp16_to_fp32(x[b].d);
+        const float dmin = -y[b].d * rb_fp16_to_fp32(x[b].dmin);
+        for (int i = 0; i < 8; i++)
+            acc[i] = fmaf(d, (float)lane[i], acc[i]);
+        /* the min terms: 4 lanes, lane k = pairs 2k and 2k+1 of the 8 mins */
+        for (int k = 0; k < 4; k++) {
+            int32_t p = 0;
+            for (int u = 2 * k; u < 2 * k + 2; u++)
+                p += m[u] * (y[b].bsums[2 * u] + y[b].bsums[2 * u + 1]);
+            accm[k] = fmaf(dmin, (float)p, accm[k]);
+        }
     }
-    return sumf;
+    return rb_hsum8_ref(acc) + rb_hsum4_ref(accm);
 }
 
 float rb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a)
 {
     const rb_block_q6_K *x = w;
     const rb_block_q8_K *y = a;
-    float sumf = 0.0f;
+    float acc[8] = {0};
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
-        int sumi = 0;
+        int32_t lane[8] = {0};
         for (int h = 0; h < 2; h++) {
             const uint8_t *ql = x[b].ql + 64 * h;
             const uint8_t *qh = x[b].qh + 32 * h;
             const int8_t *sc = x[b].scales + 8 * h;
             const int8_t *yq = y[b].qs + 128 * h;
             for (int k = 0; k < 4; k++) {
-                for (int half = 0; half < 2; half++) {
-                    int s = 0;
-                    for (int l = 16 * half; l < 16 * half + 16; l++) {
-                        int lo = (k & 2) ? (ql[l + 32 * (k & 1)] >> 4)
-                                         : (ql[l + 32 * (k & 1)] & 0x0f);
-                        int q = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-                        s += q * yq[32 * k + l];
-                    }
-                    sumi += sc[2 * k + half] * s;
+                for (int l = 0; l < 32; l++) {
+                    int lo = (k & 2) ? (ql[l + 32 * (k & 1)] >> 4) : (ql[l + 32 * (k & 1)] & 0x0f);
+                    int q = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+                    lane[l / 4] += sc[2 * k + l / 16] * (q * yq[32 * k + l]);
                 }
             }
         }
-        sumf += rb_fp16_to_fp32(x[b].d) * y[b].d * (float)sumi;
+        const float d = y[b].d * rb_fp16_to_fp32(x[b].d);
+        for (int i = 0; i < 8; i++)
+            acc[i] = fmaf(d, (float)lane[i], acc[i]);
     }
-    return sumf;
+    return rb_hsum8_ref(acc);
 }
 
 float rb_vec_dot_f32_f32_ref(int64_t n, const void *w, const void *a)
