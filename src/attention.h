@@ -14,6 +14,9 @@
 
 /* sum_i q[i] * k[i]; q holds f16 values (n <= 1024). */
 float rb_attn_dot_f16(const rb_f16 *q, const rb_f16 *k, int n);
+/* The scores of 8 consecutive positions whose K rows are stride elements
+ * apart: out[l] = rb_attn_dot_f16(q, k + l * stride, n), the same bits. */
+void rb_attn_dot8_f16(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, float out[8]);
 /* acc[i] = f16(acc[i] + v[i] * s) */
 void rb_attn_mad_f16(rb_f16 *acc, const rb_f16 *v, float s, int n);
 /* acc[i] = f16(acc[i] * s) */

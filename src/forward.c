@@ -278,8 +278,14 @@ static void attend(attn_job *j, uint32_t task, float *att)
     memset(acc, 0, hd * sizeof *acc);
     float m = -INFINITY, sum = 0.0f;
     (void)att;
+    float scores[8];
     for (uint32_t p = 0; p <= pos; p++) {
-        float s = rb_attn_dot_f16(qh, rb_kvcache_k(j->kv, j->layer, kvh, p), (int)hd) * scale;
+        /* scores come 8 positions at a time (within a page: the rows are
+           hd apart there); the softmax below still walks them in order */
+        if (p % 8 == 0 && p + 8 <= pos + 1)
+            rb_attn_dot8_f16(qh, rb_kvcache_k(j->kv, j->layer, kvh, p), hd, (int)hd, scores);
+        float s = (p + 8 - p % 8 <= pos + 1 ? scores[p % 8]
+                   : rb_attn_dot_f16(qh, rb_kvcache_k(j->kv, j->layer, kvh, p), (int)hd)) * scale;
         float ms = 1.0f, vs = 1.0f;
         if (s > m) {
             float m_old = m;
