@@ -106,16 +106,6 @@ RB_INLINE __m256i rb_bits32_x16(const uint8_t *qh)
 
 /* ---- activation converters ----------------------------------------------- */
 
-/* roundf (ties away from zero) of values with |v| < 2^23, exactly */
-RB_INLINE __m256 rb_roundf8(__m256 v)
-{
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-    __m256 ge = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-    __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, sign));
-    return _mm256_add_ps(t, _mm256_and_ps(ge, one));
-}
 
 /* four vectors of 8 integral floats -> 32 int8 in order (saturating) */
 RB_INLINE __m256i rb_pack32_i8(__m256 v0, __m256 v1, __m256 v2, __m256 v3)
