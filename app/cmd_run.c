@@ -69,12 +69,13 @@ static int32_t *read_token_file(const char *path, size_t *n)
     return t;
 }
 
-/* Writes the pieces of tokens through the streaming detokenizer. */
-static void emit(rb_detokenizer *d, const int32_t *tokens, size_t n)
+/* Writes the pieces of tokens through the streaming detokenizer; buf holds
+ * rb_detokenizer_max_bytes(d) bytes. */
+static void emit(rb_detokenizer *d, char *buf, const int32_t *tokens, size_t n)
 {
-    char buf[256];
+    size_t cap = rb_detokenizer_max_bytes(d);
     for (size_t i = 0; i < n; i++) {
-        size_t k = rb_detokenizer_push(d, tokens[i], buf, sizeof buf);
+        size_t k = rb_detokenizer_push(d, tokens[i], buf, cap);
         fwrite(buf, 1, k, stdout);
     }
     fflush(stdout);
@@ -162,6 +163,7 @@ int rb_cmd_run(int argc, char **argv)
     rb_detokenizer *detok = NULL;
     int32_t *tokens = NULL;
     float *dump = NULL;
+    char *piece = NULL;
     int rc = 1;
     if (rb_session_create(model, &p, &s, &err) != RB_OK) {
         rb_cli_fail("run", err.message, NULL);
@@ -170,6 +172,11 @@ int rb_cmd_run(int argc, char **argv)
     if (rb_sampler_create(&sp, rb_session_n_vocab(s), &sampler, &err) != RB_OK ||
         rb_detokenizer_create(model, &detok, &err) != RB_OK) {
         rb_cli_fail("run", err.message, NULL);
+        goto done;
+    }
+    piece = malloc(rb_detokenizer_max_bytes(detok));
+    if (!piece) {
+        rb_cli_fail("run", "out of memory", NULL);
         goto done;
     }
     double t_loaded = now_s();
@@ -210,7 +217,7 @@ int rb_cmd_run(int argc, char **argv)
             goto done;
         }
     }
-    emit(detok, tokens, n_prompt);
+    emit(detok, piece, tokens, n_prompt);
     double t_pp0 = now_s();
     if (rb_session_feed(s, tokens, n_prompt, dump) != RB_OK) {
         rb_cli_fail("run", rb_session_errmsg(s), NULL);
@@ -227,7 +234,7 @@ int rb_cmd_run(int argc, char **argv)
                                          rb_session_n_tokens(s));
         if (rb_model_token_is_eog(model, next))
             break;
-        emit(detok, &next, 1);
+        emit(detok, piece, &next, 1);
         n_gen++;
         if (n_gen == n_predict)
             break;
@@ -237,9 +244,8 @@ int rb_cmd_run(int argc, char **argv)
         }
     }
     {
-        char tail[64];
-        size_t k = rb_detokenizer_flush(detok, tail, sizeof tail);
-        fwrite(tail, 1, k, stdout); /* no newline: stdout is exactly the text */
+        size_t k = rb_detokenizer_flush(detok, piece, rb_detokenizer_max_bytes(detok));
+        fwrite(piece, 1, k, stdout); /* no newline: stdout is exactly the text */
         fflush(stdout);
     }
     double t_end = now_s();
@@ -264,6 +270,7 @@ int rb_cmd_run(int argc, char **argv)
 done:
     free(tokens);
     free(dump);
+    free(piece);
     rb_detokenizer_destroy(detok);
     rb_sampler_destroy(sampler);
     rb_session_destroy(s);

@@ -226,8 +226,12 @@ typedef struct rb_detokenizer rb_detokenizer;
 
 RB_API rb_status rb_detokenizer_create(rb_model *model, rb_detokenizer **out, rb_error *err);
 RB_API void rb_detokenizer_destroy(rb_detokenizer *d);
+/* The most bytes one push or flush can write (the longest piece plus an
+ * unfinished character): size out buffers with it. */
+RB_API size_t rb_detokenizer_max_bytes(const rb_detokenizer *d);
 /* Writes the text completed by this token to out (no NUL); returns its
- * length. out_size >= 256 is always enough for one token. */
+ * length. out_size must be at least rb_detokenizer_max_bytes(d); a smaller
+ * buffer receives a prefix and the rest is lost. */
 RB_API size_t rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, size_t out_size);
 /* Writes what remains (an unfinished character becomes U+FFFD). */
 RB_API size_t rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size);

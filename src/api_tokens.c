@@ -82,6 +82,8 @@ void rb_detokenizer_destroy(rb_detokenizer *d)
     }
 }
 
+size_t rb_detokenizer_max_bytes(const rb_detokenizer *d) { return d->buf_size; }
+
 size_t rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, size_t out_size)
 {
     size_t n = 0;
