@@ -210,10 +210,9 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
     }
     /* the run state, carved from one block; every piece 64-byte aligned */
     size_t B = n_batch, E = hp->n_embd, Q = f->q_dim, KV = f->kv_dim, F = hp->n_ff;
-    size_t nt = (size_t)rb_threadpool_n_threads(pool);
     f->act_stride = (max_act_bytes(f) + 63) / 64 * 64;
     size_t sizes[] = {B * E * 4, B * E * 4, B * Q * 4, B * KV * 4, B * KV * 4, B * Q * 4,
-                      B * E * 4, B * F * 4, B * F * 4, nt * n_ctx * 4, B * f->act_stride};
+                      B * E * 4, B * F * 4, B * F * 4, B * f->act_stride};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += (sizes[i] + 63) / 64 * 64;
@@ -226,7 +225,7 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
     uint8_t *p = f->mem;
     void **slots[] = {(void **)&f->x, (void **)&f->xb, (void **)&f->q, (void **)&f->k,
                       (void **)&f->v, (void **)&f->ao, (void **)&f->y, (void **)&f->hb,
-                      (void **)&f->hb2, (void **)&f->att, (void **)&f->act};
+                      (void **)&f->hb2, (void **)&f->act};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *slots[i] = p;
         p += (sizes[i] + 63) / 64 * 64;
@@ -261,7 +260,7 @@ typedef struct attn_job {
 } attn_job;
 
 /* One (token, head): causal attention over positions 0..pos0+t. */
-static void attend(attn_job *j, uint32_t task, float *att)
+static void attend(attn_job *j, uint32_t task)
 {
     rb_forward *f = j->f;
     const rb_hparams *hp = &f->hp;
@@ -277,7 +276,6 @@ static void attend(attn_job *j, uint32_t task, float *att)
         qh[i] = rb_fp32_to_fp16(q[i]);
     memset(acc, 0, hd * sizeof *acc);
     float m = -INFINITY, sum = 0.0f;
-    (void)att;
     float scores[8];
     for (uint32_t p = 0; p <= pos; p++) {
         /* scores come 8 positions at a time (within a page: the rows are
@@ -308,14 +306,14 @@ static void attn_worker(void *ctx, int ith, int nth)
 {
     attn_job *j = ctx;
     uint32_t n_tasks = j->n * j->f->hp.n_head;
-    float *att = j->f->att + (size_t)ith * j->f->n_ctx;
+    (void)ith;
     (void)nth;
     /* relaxed: the task index is the only thing shared, results go to
        disjoint rows, and the pool's job barrier orders them for the caller */
     for (uint32_t task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
          task < n_tasks;
          task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
-        attend(j, task, att);
+        attend(j, task);
 }
 
 static void add_rows(float *x, const float *y, size_t n)

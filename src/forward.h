@@ -58,7 +58,6 @@ typedef struct rb_forward {
     float *y;       /* [B][max(n_embd, ...)] a matmul's output before the residual add */
     float *hb;      /* [B][n_ff] gate, then silu(gate) * up */
     float *hb2;     /* [B][n_ff] up */
-    float *att;     /* [n_threads][n_ctx] attention scores */
     uint8_t *act;   /* [B][max act row bytes] activations converted for a matmul */
     size_t act_stride;
     void *mem;
