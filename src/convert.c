@@ -162,6 +162,25 @@ static void note(rb_convert_hooks *hooks, const char *fmt, ...)
     hooks->note(hooks->ctx, msg);
 }
 
+uint32_t rb_convert_declare(rb_gguf_writer *w, const rb_file_kind *kind, const char *name,
+                            uint32_t n_dims, const uint64_t *dims, uint32_t n_layers,
+                            int has_output, rb_convert_hooks *hooks)
+{
+    rb_tensor_type_choice c = rb_quant_rules_choose(kind, name, n_dims, dims, n_layers,
+                                                    has_output);
+    if (c.is_fallback)
+        note(hooks, "%s: row length %" PRIu64 " is not a multiple of %s's block: "
+             "written as %s", name, dims[0], rb_type_name(c.wanted), rb_type_name(c.type));
+    rb_gguf_writer_add_tensor(w, name, c.type, n_dims, dims);
+    if (hooks) {
+        uint64_t rows = 1;
+        for (uint32_t d = 1; d < n_dims; d++)
+            rows *= dims[d];
+        hooks->total_bytes += rb_type_row_bytes(c.type, dims[0]) * rows;
+    }
+    return c.type;
+}
+
 rb_status rb_quantize_file(const char *in_path, const char *out_path,
                            const rb_file_kind *kind, int n_threads,
                            rb_convert_hooks *hooks, rb_error *err)
@@ -204,22 +223,12 @@ rb_status rb_quantize_file(const char *in_path, const char *out_path,
         st = rb_error_set(err, RB_E_NOMEM, "quantize: out of memory");
         goto done;
     }
-    uint64_t total = 0;
+    if (hooks)
+        hooks->total_bytes = hooks->done_bytes = 0;
     for (uint64_t i = 0; i < n_tensors; i++) {
         const rb_gguf_tensor *t = rb_gguf_tensor_at(g, i);
-        rb_tensor_type_choice c = rb_quant_rules_choose(kind, t->name, t->n_dims, t->dims,
-                                                        hp.n_layers, has_output);
-        types[i] = c.type;
-        if (c.is_fallback)
-            note(hooks, "%s: row length %" PRIu64 " is not a multiple of %s's block: "
-                 "written as %s", t->name, t->dims[0], rb_type_name(c.wanted),
-                 rb_type_name(c.type));
-        rb_gguf_writer_add_tensor(w, t->name, c.type, t->n_dims, t->dims);
-        total += rb_type_row_bytes(c.type, t->dims[0]) * (t->n_elems / t->dims[0]);
-    }
-    if (hooks) {
-        hooks->total_bytes = total;
-        hooks->done_bytes = 0;
+        types[i] = rb_convert_declare(w, kind, t->name, t->n_dims, t->dims, hp.n_layers,
+                                      has_output, hooks);
     }
     if ((st = rb_gguf_writer_begin_data(w)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_gguf_writer_errmsg(w));

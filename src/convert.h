@@ -43,6 +43,17 @@ rb_status rb_convert_tensor(rb_gguf_writer *w, uint32_t type, uint64_t row_len,
                             int n_threads, rb_convert_hooks *hooks, rb_error *err);
 
 /*
+ * Declares one tensor of a file of `kind` in w: picks its type with
+ * llama-quantize's rules (quant_rules.h), reports a fallback through
+ * hooks->note, adds it to the writer and to hooks->total_bytes (when hooks
+ * is not NULL). Returns the type its data must be written as. Used by
+ * make-model and quantize, so both print and count the same way.
+ */
+uint32_t rb_convert_declare(rb_gguf_writer *w, const rb_file_kind *kind, const char *name,
+                            uint32_t n_dims, const uint64_t *dims, uint32_t n_layers,
+                            int has_output, rb_convert_hooks *hooks);
+
+/*
  * `rebound quantize`: reads an F32/F16/BF16 GGUF model and writes it as
  * `kind` with llama-quantize's per-tensor rules; metadata is copied
  * verbatim except general.file_type and general.quantization_version.

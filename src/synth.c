@@ -291,26 +291,11 @@ rb_status rb_synth_write(const char *path, const rb_synth_params *p,
         goto done;
     if ((st = write_metadata(w, p, err)) != RB_OK)
         goto done;
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) {
-        rb_tensor_type_choice c = rb_quant_rules_choose(p->kind, t[i].name, t[i].n_dims,
-                                                        t[i].dims, s->n_layers,
-                                                        !s->is_tied_output);
-        types[i] = c.type;
-        if (c.is_fallback && hooks && hooks->note) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "%s: row length %" PRIu64 " is not a multiple of "
-                     "%s's block: written as %s", t[i].name, t[i].dims[0],
-                     rb_type_name(c.wanted), rb_type_name(c.type));
-            hooks->note(hooks->ctx, msg);
-        }
-        rb_gguf_writer_add_tensor(w, t[i].name, c.type, t[i].n_dims, t[i].dims);
-        total += rb_type_row_bytes(c.type, t[i].dims[0]) * t[i].dims[1];
-    }
-    if (hooks) {
-        hooks->total_bytes = total;
-        hooks->done_bytes = 0;
-    }
+    if (hooks)
+        hooks->total_bytes = hooks->done_bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        types[i] = rb_convert_declare(w, p->kind, t[i].name, t[i].n_dims, t[i].dims,
+                                      s->n_layers, !s->is_tied_output, hooks);
     if ((st = rb_gguf_writer_begin_data(w)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_gguf_writer_errmsg(w));
         goto done;
