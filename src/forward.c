@@ -242,14 +242,35 @@ void rb_forward_deinit(rb_forward *f)
 
 /* ---- the pass ------------------------------------------------------------ */
 
-/* y[t] = W x[t] for n tokens: x rows of n_cols floats, x_stride apart. */
+/*
+ * y_i[t] = W_i x[t] for k matrices that read the same input (Q, K, V; gate,
+ * up), n tokens, x rows x_stride floats apart. The input is converted for
+ * the matrices' activation type once, and again only when a matrix needs
+ * another type (Q4_K_M mixes Q4_K and Q6_K, which share Q8_K; a fallback
+ * Q5_0 needs Q8_0).
+ */
+static void matmuls(rb_forward *f, const rb_wmat *const *w, float *const *y,
+                    const int64_t *y_stride, int k, const float *x, int64_t x_stride,
+                    uint32_t n)
+{
+    uint32_t converted = UINT32_MAX; /* activation type in f->act */
+    for (int i = 0; i < k; i++) {
+        uint32_t at = rb_matmul_act_type(w[i]->type);
+        if (at != converted) {
+            for (uint32_t t = 0; t < n; t++)
+                rb_matmul_quantize_act(w[i]->type, x + t * x_stride, f->act + t * f->act_stride,
+                                       w[i]->n_cols);
+            converted = at;
+        }
+        rb_matmul(f->pool, w[i]->type, w[i]->data, w[i]->n_rows, w[i]->n_cols, f->act,
+                  f->act_stride, n, y[i], y_stride[i]);
+    }
+}
+
 static void matmul(rb_forward *f, const rb_wmat *w, const float *x, int64_t x_stride,
                    uint32_t n, float *y, int64_t y_stride)
 {
-    for (uint32_t t = 0; t < n; t++)
-        rb_matmul_quantize_act(w->type, x + t * x_stride, f->act + t * f->act_stride, w->n_cols);
-    rb_matmul(f->pool, w->type, w->data, w->n_rows, w->n_cols, f->act, f->act_stride, n, y,
-              y_stride);
+    matmuls(f, &w, &y, &y_stride, 1, x, x_stride, n);
 }
 
 typedef struct attn_job {
@@ -337,9 +358,10 @@ static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t 
     uint32_t E = hp->n_embd, hd = hp->head_dim_k;
     for (uint32_t t = 0; t < n; t++)
         rb_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, w->attn_norm, E, hp->rms_eps);
-    matmul(f, &w->wq, f->xb, E, n, f->q, f->q_dim);
-    matmul(f, &w->wk, f->xb, E, n, f->k, f->kv_dim);
-    matmul(f, &w->wv, f->xb, E, n, f->v, f->kv_dim);
+    const rb_wmat *qkv[] = {&w->wq, &w->wk, &w->wv};
+    float *qkv_out[] = {f->q, f->k, f->v};
+    const int64_t qkv_stride[] = {f->q_dim, f->kv_dim, f->kv_dim};
+    matmuls(f, qkv, qkv_out, qkv_stride, 3, f->xb, E, n);
     add_bias(f->q, w->bq, n, f->q_dim);
     add_bias(f->k, w->bk, n, f->kv_dim);
     add_bias(f->v, w->bv, n, f->kv_dim);
@@ -375,8 +397,10 @@ static void ffn_block(rb_forward *f, uint32_t l, uint32_t n)
     uint32_t E = hp->n_embd, F = hp->n_ff;
     for (uint32_t t = 0; t < n; t++)
         rb_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, w->ffn_norm, E, hp->rms_eps);
-    matmul(f, &w->w_gate, f->xb, E, n, f->hb, F);
-    matmul(f, &w->w_up, f->xb, E, n, f->hb2, F);
+    const rb_wmat *gate_up[] = {&w->w_gate, &w->w_up};
+    float *gate_up_out[] = {f->hb, f->hb2};
+    const int64_t gate_up_stride[] = {F, F};
+    matmuls(f, gate_up, gate_up_out, gate_up_stride, 2, f->xb, E, n);
     rb_swiglu(f->hb, f->hb2, (int64_t)n * F);
     matmul(f, &w->w_down, f->hb, F, n, f->y, E);
     add_rows(f->x, f->y, (size_t)n * E);
