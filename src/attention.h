@@ -1,9 +1,9 @@
 /*
  * attention.h - the inner loops of attention over an f16 KV cache, in
  * llama.cpp's CPU flash-attention arithmetic (the reference logits were
- * made with it): q rounded to f16, the score q.k in f32, the weighted sum
- * of V kept in an f16 accumulator rounded at every step, online softmax in
- * the caller. attention.c says which order of operations and why.
+ * made with it): q rounded to f16, the score q.k summed in ggml's order
+ * (fp_dot.h), the weighted sum of V kept in an f16 accumulator rounded at
+ * every step, online softmax in the caller. attention.c says why.
  */
 #ifndef RB_ATTENTION_H
 #define RB_ATTENTION_H
@@ -12,12 +12,12 @@
 
 #include "quant.h"
 
-/* sum_i q[i] * k[i]; q holds f16 values (n <= 1024). */
+/* sum_i q[i] * k[i] in ggml_vec_dot_f16's order (n <= 1024). */
 float rb_attn_dot_f16(const rb_f16 *q, const rb_f16 *k, int n);
 /* The scores of 8 consecutive positions whose K rows are stride elements
  * apart: out[l] = rb_attn_dot_f16(q, k + l * stride, n), the same bits. */
 void rb_attn_dot8_f16(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, float out[8]);
-/* acc[i] = f16(acc[i] + v[i] * s) */
+/* acc[i] = f16(fma(v[i], s, acc[i])) */
 void rb_attn_mad_f16(rb_f16 *acc, const rb_f16 *v, float s, int n);
 /* acc[i] = f16(acc[i] * s) */
 void rb_attn_scale_f16(rb_f16 *acc, float s, int n);

@@ -315,7 +315,7 @@ static void attend(attn_job *j, uint32_t task)
             vs = expf(s - m);
         }
         rb_attn_mad_f16(acc, rb_kvcache_v(j->kv, j->layer, kvh, p), vs, (int)hd);
-        sum = sum * ms + vs;
+        sum = fmaf(sum, ms, vs); /* ggml's S*ms + vs, contracted by gcc */
     }
     float *out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
     const float inv = 1.0f / sum; /* a reciprocal, as ggml scales by it */
@@ -401,7 +401,8 @@ static void ffn_block(rb_forward *f, uint32_t l, uint32_t n)
     float *gate_up_out[] = {f->hb, f->hb2};
     const int64_t gate_up_stride[] = {F, F};
     matmuls(f, gate_up, gate_up_out, gate_up_stride, 2, f->xb, E, n);
-    rb_swiglu(f->hb, f->hb2, (int64_t)n * F);
+    for (uint32_t t = 0; t < n; t++)
+        rb_swiglu(f->hb + (size_t)t * F, f->hb2 + (size_t)t * F, F);
     matmul(f, &w->w_down, f->hb, F, n, f->y, E);
     add_rows(f->x, f->y, (size_t)n * E);
 }

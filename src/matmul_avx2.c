@@ -22,6 +22,7 @@
  *         int16 (ggml's AVX2 form), then madd with the scales: every int32
  *         lane holds exactly the integer of ggml's lane, so the per-lane
  *         float FMA and the final hsum round as llama.cpp's do.
+ *   F32 / F16: ggml_vec_dot_f32/_f16's order (fp_dot.h), per (r, t).
  * Prefetch: each row prefetches the same block of the row R rows further
  * on (the next tile): with only the hardware prefetcher a core streamed
  * 2048-column Q4_0 rows from DRAM at ~7 GB/s, with it ~12 GB/s (1 thread)
@@ -34,6 +35,8 @@
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
+
+#include "fp_dot.h"
 
 #define RB_INLINE static inline __attribute__((always_inline))
 
@@ -431,7 +434,7 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
     RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]);
 }
 
-/* F32 / F16 / BF16: 8 elements per step, a scalar tail for n % 8 */
+/* BF16 (and the F32 / F16 loads): 8 elements per step, a scalar tail for n % 8 */
 enum { RB_FP_F32, RB_FP_F16, RB_FP_BF16 };
 
 RB_INLINE __m256 rb_load8_fp(const char *p, int64_t i, const int kind)
@@ -456,6 +459,22 @@ RB_INLINE float rb_load1_fp(const char *p, int64_t i, const int kind)
 RB_INLINE void rb_tile_fp(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
                           float *y, int64_t ys, const int R, const int T, const int kind)
 {
+    /* F32 and F16 in ggml's order (fp_dot.h): the bits of llama.cpp's
+       logits. One (row, token) at a time: the 4 x 8 accumulators of that
+       order leave no registers for a tile; the weight row stays in L1
+       across the T tokens. */
+    if (kind == RB_FP_F32) {
+        RB_FOR(r, R) RB_FOR(t, T)
+            y[t * ys + r] = rb_dot_f32_ggml((const float *)(w + r * wrb),
+                                            (const float *)(a + t * arb), n);
+        return;
+    }
+    if (kind == RB_FP_F16) {
+        RB_FOR(r, R) RB_FOR(t, T)
+            y[t * ys + r] = rb_dot_f16_ggml((const rb_f16 *)(w + r * wrb),
+                                            (const rb_f16 *)(a + t * arb), n);
+        return;
+    }
     __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
     RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
     int64_t i = 0;

@@ -28,7 +28,8 @@ typedef struct rb_rope {
 /* Rotates n_heads heads of head_dim floats at x, for position pos. */
 void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_t pos);
 
-/* gate[i] = silu(gate[i]) * up[i] */
+/* gate[i] = silu(gate[i]) * up[i] over ONE row of n (llama.cpp's
+ * rounding depends on where the row starts: call it per token). */
 void rb_swiglu(float *gate, const float *up, int64_t n);
 
 /* x = softmax(x) in place over n values; returns nothing. */
