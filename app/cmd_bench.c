@@ -58,14 +58,14 @@ static int run_once(rb_model *model, const rb_session_params *p, const int32_t *
 
 int rb_cmd_bench(int argc, char **argv)
 {
-    const char *model_path = NULL;
+    const char *model_path = NULL, *trace_path = NULL;
     uint64_t n_pp = 512, n_tg = 128, n_threads = 0, reps = 3, n_batch = 0;
     int use_mmap = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            printf("usage: rebound bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [-b BATCH] [--mmap]\n");
+            printf("usage: rebound bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [-b BATCH] [--mmap] [--trace FILE]\n");
             return 0;
         } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
             bad = !v, model_path = v, i++;
@@ -81,6 +81,8 @@ int rb_cmd_bench(int argc, char **argv)
             bad = rb_cli_parse_u64(v, &n_batch) || n_batch > 65536, i++;
         } else if (!strcmp(o, "--mmap")) {
             use_mmap = 1;
+        } else if (!strcmp(o, "--trace")) {
+            bad = !v, trace_path = v, i++;
         } else {
             return rb_cli_fail("bench", "unknown option", o);
         }
@@ -102,6 +104,11 @@ int rb_cmd_bench(int argc, char **argv)
     rb_model *model = NULL;
     if (rb_model_open(model_path, &mp, &model, &err) != RB_OK)
         return rb_cli_fail("bench", err.message, NULL);
+    struct rb_trace_writer *trace = NULL;
+    if (trace_path && rb_cli_trace_attach("bench", model, model_path, trace_path, &trace)) {
+        rb_model_close(model);
+        return 1;
+    }
     rb_model_info mi;
     rb_model_get_info(model, &mi);
     uint32_t n_max = (uint32_t)(n_pp > n_tg ? n_pp : n_tg);
@@ -173,5 +180,7 @@ done:
     free(pp);
     free(tg);
     rb_model_close(model);
+    if (rb_cli_trace_detach("bench", trace))
+        rc = 1;
     return rc;
 }

@@ -29,7 +29,15 @@ static void print_usage(FILE *f)
         "  --temp T             temperature (default 0.8; 0: greedy)\n"
         "  --top-k N  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N  --seed S\n"
         "  --mmap               map the model file instead of reading it\n"
-        "  --dump-logits FILE   write the logits of every position fed (f32 [positions][n_vocab])\n");
+        "  --dump-logits FILE   write the logits of every position fed (f32 [positions][n_vocab])\n"
+        "  --stats              print the session's memory by category and tier at the end\n"
+        "  --device D           storage profile for the memory manager: phone, watch, host\n"
+        "  --mem-budget BYTES   RAM the session may hold (K/M/G); beyond it, it trims itself\n"
+        "  --restore MODE       pipelined (default), eager, recompute\n"
+        "  --ram-codec C        lossless (default), q8: the compressed RAM tier\n"
+        "  --spill-dir DIR      where evicted KV goes on storage (default $TMPDIR or /tmp)\n"
+        "  --trace FILE         record the model-file accesses (load, and per token the weight\n"
+        "                       ranges read) for `rebound classify|sim` (format: src/trace.h)\n");
 }
 
 static double now_s(void)
@@ -84,9 +92,12 @@ static void emit(rb_detokenizer *d, char *buf, const int32_t *tokens, size_t n)
 int rb_cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *tokens_path = NULL, *dump_path = NULL;
+    const char *trace_path = NULL;
     uint64_t n_predict = 64, n_ctx = 0, n_batch = 0, n_threads = 0;
     rb_sampler_params sp = rb_sampler_default_params();
-    int use_mmap = 0;
+    int use_mmap = 0, show_stats = 0, restore = RB_RESTORE_PIPELINED, ram_codec = 0;
+    const char *device = NULL, *spill_dir = NULL;
+    uint64_t mem_budget = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -99,6 +110,8 @@ int rb_cmd_run(int argc, char **argv)
             bad = !v, prompt = v, i++;
         } else if (!strcmp(o, "--tokens")) {
             bad = !v, tokens_path = v, i++;
+        } else if (!strcmp(o, "--trace")) {
+            bad = !v, trace_path = v, i++;
         } else if (!strcmp(o, "--dump-logits")) {
             bad = !v, dump_path = v, i++;
         } else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
@@ -126,6 +139,18 @@ int rb_cmd_run(int argc, char **argv)
             bad = rb_cli_parse_u64(v, &seed), sp.seed = seed, i++;
         } else if (!strcmp(o, "--mmap")) {
             use_mmap = 1;
+        } else if (!strcmp(o, "--stats")) {
+            show_stats = 1;
+        } else if (!strcmp(o, "--device")) {
+            bad = !v, device = v, i++;
+        } else if (!strcmp(o, "--spill-dir")) {
+            bad = !v, spill_dir = v, i++;
+        } else if (!strcmp(o, "--mem-budget")) {
+            bad = rb_cli_parse_u64(v, &mem_budget) || mem_budget == 0, i++;
+        } else if (!strcmp(o, "--restore")) {
+            bad = (restore = rb_cli_parse_restore(v)) < 0, i++;
+        } else if (!strcmp(o, "--ram-codec")) {
+            bad = (ram_codec = rb_cli_parse_ram_codec(v)) < 0, i++;
         } else {
             print_usage(stderr);
             return rb_cli_fail("run", "unknown option", o);
@@ -153,11 +178,21 @@ int rb_cmd_run(int argc, char **argv)
     if (n_batch)
         p.n_batch = (uint32_t)n_batch;
     p.n_threads = (int)n_threads;
+    p.device = device;
+    p.spill_dir = spill_dir;
+    p.budget_bytes = mem_budget;
+    p.restore = (rb_restore_mode)restore;
+    p.ram_codec = (rb_ram_codec)ram_codec;
     rb_model_info mi;
     rb_model_get_info(model, &mi);
     if (n_ctx > mi.n_ctx_train && mi.n_ctx_train > 0)
         fprintf(stderr, "rebound run: warning: context %" PRIu64 " exceeds the model's trained "
                 "context %" PRIu32 "; quality may degrade\n", n_ctx, mi.n_ctx_train);
+    struct rb_trace_writer *trace = NULL;
+    if (trace_path && rb_cli_trace_attach("run", model, model_path, trace_path, &trace)) {
+        rb_model_close(model);
+        return 1;
+    }
     rb_session *s = NULL;
     rb_sampler *sampler = NULL;
     rb_detokenizer *detok = NULL;
@@ -266,6 +301,11 @@ int rb_cmd_run(int argc, char **argv)
             (double)n_prompt / (t_pp1 - t_pp0), n_gen,
             n_gen > 1 ? (double)(n_gen - 1) / (t_end - t_pp1) : 0.0,
             (double)ru.ru_maxrss / 1024.0);
+    if (show_stats) {
+        rb_session_stats stats;
+        if (rb_session_get_stats(s, &stats) == RB_OK)
+            rb_cli_print_stats(stderr, &stats);
+    }
     rc = 0;
 done:
     free(tokens);
@@ -275,5 +315,7 @@ done:
     rb_sampler_destroy(sampler);
     rb_session_destroy(s);
     rb_model_close(model);
+    if (rb_cli_trace_detach("run", trace))
+        rc = 1;
     return rc;
 }

@@ -17,10 +17,18 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", rb_cmd_run, "generate text from a prompt (llama.cpp's flags)"},
+    {"chat", rb_cmd_chat, "interactive multi-turn chat with the model's chat template"},
     {"bench", rb_cmd_bench, "prompt-processing and generation speed, as llama-bench"},
+    {"demo", rb_cmd_demo, "the app-switch demo on a model it makes itself (or -m MODEL)"},
+    {"switch", rb_cmd_switch, "the app-switch experiment: TTFT after memory is taken, per strategy"},
     {"info", rb_cmd_info, "describe a GGUF model: shape, tensor types, weight and KV bytes"},
     {"make-model", rb_cmd_make_model, "write a synthetic GGUF model of a named or custom shape"},
     {"quantize", rb_cmd_quantize, "quantize an F32/F16/BF16 GGUF model"},
+    {"trace", rb_cmd_trace, "record a run's model-file I/O, or import an strace log"},
+    {"classify", rb_cmd_classify, "label a trace's blocks SEQ / HOT / LOOP (Algorithm 1)"},
+    {"sim", rb_cmd_sim, "replay a trace against cache policies over cache sizes"},
+    {"plan", rb_cmd_plan, "capacity model: pinned loop S, hot set and KV share of a pool"},
+    {"kvquality", rb_cmd_kvquality, "KV codec quality: logits after a KV round trip vs uncompressed"},
 };
 
 static void usage(FILE *f)

@@ -125,6 +125,21 @@ typedef struct rb_model_info {
 
 RB_API rb_status rb_model_get_info(const rb_model *model, rb_model_info *out);
 
+/*
+ * A string value of the file's metadata by key, e.g.
+ * "tokenizer.chat_template" (the Jinja text `rebound chat` recognises).
+ *
+ * out, len  receive the bytes and their count on success; unchanged on
+ *           failure. The bytes are NOT NUL-terminated and may hold any
+ *           value; they point into the model and stay valid until
+ *           rb_model_close.
+ * Errors: RB_E_INVALID_ARG (a NULL argument), RB_E_NOT_FOUND (no such
+ * key), RB_E_FORMAT (the key holds another type than a string). The model
+ * is const, so no message is left: the status says which.
+ */
+RB_API rb_status rb_model_meta_str(const rb_model *model, const char *key, const char **out,
+                                   size_t *len);
+
 /* Bytes of the tensors of one layer (blk.<layer>.*). 0 when out of range. */
 RB_API uint64_t rb_model_layer_bytes(const rb_model *model, uint32_t layer);
 
@@ -149,12 +164,51 @@ RB_API rb_status rb_model_tensor_info(rb_model *model, uint64_t index,
  */
 typedef struct rb_session rb_session;
 
+/* Where an evicted piece of the session lives (rb_session_stats). */
+typedef enum rb_tier {
+    RB_TIER_RESIDENT = 0,   /* in RAM, usable */
+    RB_TIER_COMPRESSED = 1, /* KV: in RAM, encoded by the KV codec */
+    RB_TIER_STORED = 2,     /* KV: in the spill file; weights: in the model file */
+    RB_TIER_DROPPED = 3,    /* KV: gone, recomputed from the session's tokens */
+    RB_TIER_COUNT
+} rb_tier;
+
+/* How evicted KV comes back (rb_session_params.restore). */
+typedef enum rb_restore_mode {
+    RB_RESTORE_PIPELINED = 0, /* both tiers, restored in layer order while the
+                                 forward pass computes (the default) */
+    RB_RESTORE_EAGER = 1,     /* the storage-offload baseline: everything to
+                                 storage, read back completely before compute */
+    RB_RESTORE_RECOMPUTE = 2  /* KV dropped, rebuilt from the tokens */
+} rb_restore_mode;
+
+/* The codec of the compressed RAM tier (rb_session_params.ram_codec). */
+typedef enum rb_ram_codec {
+    RB_RAM_CODEC_LOSSLESS = 0, /* bit-exact (the default) */
+    RB_RAM_CODEC_Q8 = 1,       /* 8-bit groups of 64: ~1.9x smaller, lossy */
+    RB_RAM_CODEC_LZ4 = 2,      /* the zRAM baseline: lz4 / zstd -1 on the raw */
+    RB_RAM_CODEC_ZSTD = 3      /* bytes, RAM only (nothing spilled); present when
+                                  the build found the libraries, else
+                                  RB_E_UNSUPPORTED */
+} rb_ram_codec;
+
 typedef struct rb_session_params {
     uint32_t n_ctx;     /* context length; 0: the model's trained context
                            (beyond it is allowed: RoPE extrapolates, quality
                            may drop, as in llama.cpp) */
     uint32_t n_batch;   /* tokens per forward batch in prefill; default 128 */
     int n_threads;      /* worker threads; 0: all online cores */
+    /* memory manager (rb_session_trim) */
+    rb_restore_mode restore;
+    rb_ram_codec ram_codec;
+    const char *device;        /* storage profile: "phone", "watch", "host"
+                                  (default: "host", unthrottled) */
+    const char *spill_dir;     /* spill file folder; NULL: $TMPDIR or /tmp */
+    uint64_t budget_bytes;     /* 0: none; else RAM the session may hold:
+                                  after a feed beyond it, it trims itself */
+    double decode_bytes_per_s; /* D of the tier split; 0: measured */
+    double storage_bytes_per_s;/* R of the tier split; 0: the profile's
+                                  bandwidth, or measured on "host" */
 } rb_session_params;
 
 RB_API rb_session_params rb_session_default_params(void);
@@ -192,6 +246,106 @@ RB_API size_t rb_session_n_tokens(const rb_session *session);
 RB_API const int32_t *rb_session_tokens(const rb_session *session);
 RB_API uint32_t rb_session_n_ctx(const rb_session *session);
 RB_API uint32_t rb_session_n_vocab(const rb_session *session);
+
+/* ---- memory ------------------------------------------------------------ */
+
+/* Android-like trim levels for rb_session_trim. */
+typedef enum rb_trim_level {
+    RB_TRIM_BYTES = 0,      /* free the bytes given, no more */
+    RB_TRIM_BACKGROUND = 1, /* the KV of the last quarter of the layers */
+    RB_TRIM_MODERATE = 2,   /* the KV of the last half of the layers */
+    RB_TRIM_COMPLETE = 3    /* all KV and all layers' weights */
+} rb_trim_level;
+
+/*
+ * Gives memory back. With RB_TRIM_BYTES, frees at least `bytes` of RAM
+ * (bytes that leave RAM: a page moved to the compressed tier frees only
+ * what the codec saves), taking the last layers first: their KV pages,
+ * then, if that is not enough, their weights. With a level, `bytes` is
+ * ignored. Each KV page goes to the compressed tier or to storage so that
+ * the two restore paths would finish together; weights are re-read from
+ * the model file. The next rb_session_feed brings everything back (how:
+ * rb_session_params.restore); nothing already computed is lost.
+ * *freed_out (may be NULL) receives the bytes freed.
+ * Errors: RB_E_UNSUPPORTED (weights of a model opened with use_mmap),
+ * RB_E_IO / RB_E_NOMEM (then what was trimmed so far stays trimmed, the
+ * rest resident: the session stays usable). A full disk is not an error:
+ * the page is compressed instead, and the stats count it.
+ */
+RB_API rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_level level,
+                                 uint64_t *freed_out);
+
+/* Bytes of the session by category and tier, and the last restore's
+ * phases. All byte counts are of RAM unless the name says otherwise. */
+typedef struct rb_session_stats {
+    uint64_t weights_bytes;          /* resident weight bytes */
+    uint64_t weights_evicted_bytes;  /* released, to re-read from the model file */
+    uint64_t kv_raw_bytes;           /* resident KV pages */
+    uint64_t kv_compressed_bytes;    /* compressed tier frames */
+    uint64_t kv_compressed_raw_bytes;/* what those frames decode to */
+    uint64_t kv_stored_bytes;        /* on storage (not RAM) */
+    uint64_t kv_dropped_bytes;       /* to recompute (not RAM) */
+    uint64_t scratch_bytes;          /* forward run state, logits */
+    uint64_t other_bytes;            /* tokens, tables, codec buffers */
+    uint64_t total_bytes;            /* the sum of the RAM categories */
+    uint64_t budget_bytes;           /* 0: none */
+    uint32_t n_kv_pages[RB_TIER_COUNT];
+    uint32_t n_layers_weights_evicted;
+    uint64_t n_disk_full;            /* pages kept in RAM because a write failed */
+    uint64_t n_spill_damaged;        /* pages recomputed after a bad spill */
+    double decode_bytes_per_s;       /* D and R of the tier split */
+    double storage_bytes_per_s;
+    const char *storage_io;          /* "O_DIRECT" or the fallback's reason */
+    /* the last feed that restored anything */
+    double restore_io_s;             /* I/O worker busy time */
+    double restore_decode_s;         /* decode worker busy time */
+    double restore_wait_s;           /* forward pass blocked on a layer */
+    double restore_total_s;          /* from the feed's start to its last restore */
+    uint64_t restore_bytes_io;
+    uint64_t restore_bytes_decoded;
+    uint32_t restore_recomputed_tokens;
+} rb_session_stats;
+
+RB_API rb_status rb_session_get_stats(const rb_session *session, rb_session_stats *out);
+
+/*
+ * How later trims place KV and how the next feeds restore it (see
+ * rb_session_params). Pages already evicted stay where they are and come
+ * back by the path they took. Call between feeds.
+ * Errors: RB_E_INVALID_ARG naming the value.
+ */
+RB_API rb_status rb_session_set_restore(rb_session *session, rb_restore_mode mode,
+                                        rb_ram_codec codec);
+
+/*
+ * Forgets the tokens from position n_tokens on (n_tokens <= the current
+ * count): the context becomes its first n_tokens tokens, as if the rest had
+ * never been fed (to regenerate a reply, or to replay a turn). Pages that
+ * only later positions used are freed. The logits are cleared.
+ * Errors: RB_E_INVALID_ARG (n_tokens beyond the current count).
+ */
+RB_API rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
+
+/* One span of the last feed's timeline (rb_session_restore_events): what
+ * ran for which layer, in seconds from the feed's start. */
+typedef enum rb_event_kind {
+    RB_EVENT_RESTORE_IO = 0,     /* the I/O worker read a segment of the layer */
+    RB_EVENT_RESTORE_DECODE = 1, /* the decode worker decoded a page of the layer */
+    RB_EVENT_COMPUTE = 2,        /* the forward pass computed the layer */
+    RB_EVENT_WAIT = 3            /* the forward pass waited for the layer */
+} rb_event_kind;
+
+typedef struct rb_restore_event {
+    rb_event_kind kind;
+    uint32_t layer;
+    double start_s;
+    double end_s;
+} rb_restore_event;
+
+/* Copies up to max events of the last feed into out (in the order they
+ * ended; at most 8192 are kept per feed) and returns how many there were. */
+RB_API size_t rb_session_restore_events(const rb_session *session, rb_restore_event *out,
+                                        size_t max);
 
 /* ---- tokens ------------------------------------------------------------ */
 

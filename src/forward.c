@@ -32,6 +32,7 @@
 #include "matmul.h"
 #include "quant.h"
 #include "status.h"
+#include "trace.h"
 
 /* ---- binding weights ----------------------------------------------------- */
 
@@ -200,6 +201,7 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
     f->n_batch = n_batch;
     f->n_ctx = n_ctx;
     f->pool = pool;
+    f->trace = rb_model_trace(model);
     f->layers = calloc(hp->n_layers, sizeof *f->layers);
     if (!f->layers)
         return rb_error_set(err, RB_E_NOMEM, "forward: out of memory");
@@ -217,6 +219,7 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += (sizes[i] + 63) / 64 * 64;
     f->mem = aligned_alloc(64, total);
+    f->mem_bytes = total;
     if (!f->mem) {
         rb_forward_deinit(f);
         return rb_error_set(err, RB_E_NOMEM, "forward: out of memory for %zu bytes of run state",
@@ -407,23 +410,37 @@ static void ffn_block(rb_forward *f, uint32_t l, uint32_t n)
     add_rows(f->x, f->y, (size_t)n * E);
 }
 
-void rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
-                      uint32_t pos0, float *logits, int all_logits)
+int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
+                     uint32_t pos0, float *logits, int all_logits)
 {
     const rb_hparams *hp = &f->hp;
     uint32_t E = hp->n_embd;
     const rb_type_traits *et = rb_type_get_traits(f->token_embd.type);
     size_t row_bytes = rb_type_row_bytes(f->token_embd.type, E);
+    if (f->trace) /* the weight ranges this batch reads, for the I/O analysis */
+        rb_trace_forward_begin(f->trace, tokens, n, pos0);
     for (uint32_t t = 0; t < n; t++)
         et->dequantize_row((const uint8_t *)f->token_embd.data + (size_t)tokens[t] * row_bytes,
                            f->x + (size_t)t * E, E);
     for (uint32_t l = 0; l < hp->n_layers; l++) {
+        if (f->layer_gate && f->layer_gate(f->layer_gate_ctx, l) != 0) {
+            if (f->trace)
+                rb_trace_forward_end(f->trace);
+            return -1;
+        }
+        if (f->trace)
+            rb_trace_forward_layer(f->trace, l);
         attention_block(f, kv, l, n, pos0);
         ffn_block(f, l, n);
     }
+    if (f->trace)
+        rb_trace_forward_end(f->trace);
+    if (f->layer_gate) /* "all layers done": closes the last layer's span */
+        f->layer_gate(f->layer_gate_ctx, hp->n_layers);
     uint32_t first = all_logits ? 0 : n - 1, m = n - first;
     for (uint32_t t = first; t < n; t++)
         rb_rmsnorm(f->xb + (size_t)(t - first) * E, f->x + (size_t)t * E, f->output_norm, E,
                    hp->rms_eps);
     matmul(f, &f->output, f->xb, E, m, logits, hp->n_vocab);
+    return 0;
 }

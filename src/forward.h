@@ -47,6 +47,14 @@ typedef struct rb_forward {
     rb_layer_weights *layers;
 
     rb_threadpool *pool;     /* borrowed */
+    /* asked before each layer is computed: nonzero stops the pass (the
+       memory manager could not bring the layer back); called once more
+       with layer == n_layers when the layers are done (its result is
+       ignored); NULL: never asked */
+    int (*layer_gate)(void *ctx, uint32_t layer);
+    void *layer_gate_ctx;
+    size_t mem_bytes;        /* run state bytes (the scratch account) */
+    struct rb_trace_writer *trace; /* borrowed from the model; NULL: not traced */
 
     /* run state, one allocation; shapes per batch row t < n_batch */
     float *x;       /* [B][n_embd] residual stream */
@@ -77,8 +85,10 @@ void rb_forward_deinit(rb_forward *f);
  * Runs tokens[0..n) at positions pos0.. (n <= n_batch, pos0 + n <= n_ctx),
  * writing their K/V into kv (pages must be reserved). logits: when
  * all_logits, n rows of n_vocab floats; else one row (the last token's).
+ * Returns 0, or -1 when the layer gate stopped the pass (logits and the
+ * K/V of these positions are then unspecified).
  */
-void rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
+int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
                       uint32_t pos0, float *logits, int all_logits);
 
 #endif

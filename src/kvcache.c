@@ -2,8 +2,10 @@
  * kvcache.c - page table of the f16 KV cache (layout in kvcache.h).
  *
  * Memory: the page-pointer table (n_layers x pages_per_layer pointers,
- * allocated at init) and one aligned block per resident page, allocated on
- * first use. Does not decide what to evict: the residency manager does.
+ * allocated at init) and one block per resident page, allocated on first
+ * use with aligned_alloc(RB_KV_PAGE_ALIGN) and freed with free(): the
+ * residency manager frees and refills slots with the same allocator. Does
+ * not decide what to evict: the residency manager does.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -51,28 +53,32 @@ rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err)
                             "kvcache: %" PRIu32 " positions exceed the context of %" PRIu32,
                             n_pos, kv->n_ctx);
     uint32_t n_pages = (n_pos + kv->page_tokens - 1) / kv->page_tokens;
-    for (uint32_t l = 0; l < kv->n_layers; l++)
-        for (uint32_t p = 0; p < n_pages; p++) {
+    /* only pages never handed out: a page below n_pages_reserved with an
+       empty slot is evicted, and the residency manager brings it back */
+    for (uint32_t p = kv->n_pages_reserved; p < n_pages; p++)
+        for (uint32_t l = 0; l < kv->n_layers; l++) {
             rb_f16 **slot = &kv->pages[(size_t)l * kv->pages_per_layer + p];
             if (*slot)
                 continue;
-            /* 64-byte aligned: whole cache lines for the SIMD attention loops */
-            *slot = aligned_alloc(64, (kv->page_bytes + 63) / 64 * 64);
+            *slot = aligned_alloc(RB_KV_PAGE_ALIGN, rb_kvcache_page_alloc_bytes(kv));
             if (!*slot)
                 return rb_error_set(err, RB_E_NOMEM,
                                     "kvcache: out of memory for page %" PRIu32 " of layer %" PRIu32
                                     " (%zu bytes)", p, l, kv->page_bytes);
-            kv->resident_bytes += kv->page_bytes;
         }
+    if (n_pages > kv->n_pages_reserved)
+        kv->n_pages_reserved = n_pages;
     return RB_OK;
 }
 
-void rb_kvcache_release_page(rb_kvcache *kv, uint32_t layer, uint32_t page)
+void rb_kvcache_truncate(rb_kvcache *kv, uint32_t first_page)
 {
-    rb_f16 **slot = &kv->pages[(size_t)layer * kv->pages_per_layer + page];
-    if (*slot) {
-        free(*slot);
-        *slot = NULL;
-        kv->resident_bytes -= kv->page_bytes;
-    }
+    for (uint32_t l = 0; l < kv->n_layers; l++)
+        for (uint32_t p = first_page; p < kv->pages_per_layer; p++) {
+            rb_f16 **slot = &kv->pages[(size_t)l * kv->pages_per_layer + p];
+            free(*slot);
+            *slot = NULL;
+        }
+    if (kv->n_pages_reserved > first_page)
+        kv->n_pages_reserved = first_page;
 }

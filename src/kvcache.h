@@ -31,6 +31,10 @@
 #include "rebound.h"
 
 #define RB_KV_PAGE_TOKENS 256
+/* Page buffers are 4 KiB aligned and sized in whole 4 KiB blocks, so that
+ * a page goes to and from storage with O_DIRECT straight from and into the
+ * buffer the forward pass reads (the residency manager's RB_PAGE_ALIGN). */
+#define RB_KV_PAGE_ALIGN 4096
 
 typedef struct rb_kvcache {
     uint32_t n_layers;
@@ -42,19 +46,27 @@ typedef struct rb_kvcache {
     uint32_t pages_per_layer;
     size_t page_bytes;
     rb_f16 **pages;          /* [n_layers][pages_per_layer]; NULL: not resident */
-    uint64_t resident_bytes; /* sum over allocated pages */
+    uint32_t n_pages_reserved; /* pages [0, n) of every layer were handed out */
 } rb_kvcache;
+
+static inline size_t rb_kvcache_page_alloc_bytes(const rb_kvcache *kv)
+{
+    return (kv->page_bytes + RB_KV_PAGE_ALIGN - 1) / RB_KV_PAGE_ALIGN * RB_KV_PAGE_ALIGN;
+}
 
 rb_status rb_kvcache_init(rb_kvcache *kv, uint32_t n_layers, uint32_t n_kv_heads,
                           uint32_t head_dim_k, uint32_t head_dim_v, uint32_t n_ctx,
                           uint32_t page_tokens, rb_error *err);
 void rb_kvcache_deinit(rb_kvcache *kv);
 
-/* Allocates every page that positions [0, n_pos) of every layer touch. */
+/* Allocates the pages that positions [0, n_pos) touch and that were never
+ * allocated (pages beyond n_pages_reserved). Evicted pages below it are
+ * left empty: the residency manager restores them. */
 rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err);
 
-/* Releases one page (its contents are lost); NULL-safe on absent pages. */
-void rb_kvcache_release_page(rb_kvcache *kv, uint32_t layer, uint32_t page);
+/* Frees pages >= first_page of every layer (their contents are lost, to be
+ * recomputed) and lowers n_pages_reserved to first_page. */
+void rb_kvcache_truncate(rb_kvcache *kv, uint32_t first_page);
 
 /* K / V row of (layer, kv head, position); the page must be resident. */
 static inline rb_f16 *rb_kvcache_k(const rb_kvcache *kv, uint32_t layer, uint32_t head,

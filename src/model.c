@@ -19,6 +19,7 @@
 #include "quant.h"
 #include "status.h"
 #include "tokenizer.h"
+#include "trace.h"
 
 struct rb_model {
     rb_gguf *gguf;
@@ -29,7 +30,11 @@ struct rb_model {
     uint64_t total_bytes;
     int is_tied_output;
     uint8_t *data;          /* the data section, when read (not mapped) */
+    void *data_alloc;       /* the allocation data points into */
+    char *path;             /* as given to rb_model_open */
     rb_tokenizer *tokenizer; /* built on first use */
+    struct rb_trace_writer *trace; /* borrowed; NULL: not traced */
+    uint32_t trace_file;    /* this file's id in the trace */
     rb_error err;           /* last failure on this handle */
 };
 
@@ -183,6 +188,10 @@ rb_status rb_model_open(const char *path, const rb_model_params *params,
     rb_status st = rb_gguf_open(path, p.use_mmap ? RB_GGUF_MMAP : 0, NULL, &m->gguf, err);
     if (st != RB_OK)
         goto fail;
+    if (!(m->path = strdup(path))) {
+        st = rb_error_set(err, RB_E_NOMEM, "model: out of memory");
+        goto fail;
+    }
     if ((st = rb_hparams_read(m->gguf, &m->hp, err)) != RB_OK) {
         if (err) {
             char msg[RB_ERROR_MESSAGE_MAX];
@@ -225,7 +234,8 @@ void rb_model_close(rb_model *model)
         return;
     rb_gguf_close(model->gguf);
     free(model->layer_bytes);
-    free(model->data);
+    free(model->data_alloc);
+    free(model->path);
     rb_tokenizer_destroy(model->tokenizer);
     free(model);
 }
@@ -306,16 +316,26 @@ rb_status rb_model_load_weights(rb_model *m)
         return RB_OK; /* mapped */
     uint64_t start = rb_gguf_data_offset(m->gguf);
     uint64_t n = rb_gguf_file_size(m->gguf) - start;
-    m->data = aligned_alloc(64, (n + 63) / 64 * 64);
-    if (!m->data)
+    if (m->trace)
+        rb_trace_writer_phase(m->trace, RB_PHASE_LOAD, -1);
+    /* placed so that address - file offset is a multiple of 4 KiB: every
+       RAM page then holds one file block, which lets the weight cache give
+       a layer's pages back and re-read them with O_DIRECT in place */
+    const uint64_t page = 4096, shift = start % page;
+    m->data_alloc = aligned_alloc(page, (shift + n + page - 1) / page * page);
+    if (!m->data_alloc)
         return rb_error_set(&m->err, RB_E_NOMEM,
                             "model: out of memory for %" PRIu64 " bytes of weights", n);
+    m->data = (uint8_t *)m->data_alloc + shift;
     /* read tensor by tensor: the reader checks every range against the file */
     for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
         const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
+        if (m->trace)
+            rb_trace_writer_access(m->trace, m->trace_file, t->file_offset, t->n_bytes);
         rb_status st = rb_gguf_read(m->gguf, t, 0, m->data + t->offset, t->n_bytes, &m->err);
         if (st != RB_OK) {
-            free(m->data);
+            free(m->data_alloc);
+            m->data_alloc = NULL;
             m->data = NULL;
             return st;
         }
@@ -343,3 +363,23 @@ rb_status rb_model_tokenizer(rb_model *m, const rb_tokenizer **out)
 }
 
 rb_error *rb_model_error(rb_model *m) { return &m->err; }
+
+rb_status rb_model_set_trace(rb_model *m, struct rb_trace_writer *w, const char *path)
+{
+    m->trace = NULL;
+    if (!w)
+        return RB_OK;
+    m->trace_file = rb_trace_writer_file(w, path ? path : "?", rb_gguf_file_size(m->gguf));
+    rb_status st = rb_trace_writer_bind_model(w, m->trace_file, m->gguf, &m->err);
+    if (st != RB_OK)
+        return st;
+    /* the header (metadata, tokenizer, tensor index) was read at open */
+    rb_trace_writer_phase(w, RB_PHASE_LOAD, -1);
+    rb_trace_writer_access(w, m->trace_file, 0, rb_gguf_data_offset(m->gguf));
+    m->trace = w;
+    return RB_OK;
+}
+
+struct rb_trace_writer *rb_model_trace(const rb_model *m) { return m->trace; }
+
+const char *rb_model_path(const rb_model *m) { return m->path; }

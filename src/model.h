@@ -64,11 +64,25 @@ const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t)
 struct rb_tokenizer;
 rb_status rb_model_tokenizer(rb_model *model, const struct rb_tokenizer **out);
 
+/*
+ * Tracing hook (trace.h): attaches a trace writer, owned by the caller, that
+ * records this model's file accesses from now on. Declares the file (path
+ * as given) and records the header read that rb_model_open already made;
+ * rb_model_load_weights then records its reads, and a forward pass bound
+ * after this call records its per-batch tensor accesses. NULL detaches.
+ * The writer must outlive the model's sessions. RB_E_NOMEM.
+ */
+struct rb_trace_writer;
+rb_status rb_model_set_trace(rb_model *model, struct rb_trace_writer *w, const char *path);
+struct rb_trace_writer *rb_model_trace(const rb_model *model);
+
 /* The model's message slot, for modules that report through it. */
 rb_error *rb_model_error(rb_model *model);
 
 /* Internal access for modules that hold an rb_model. */
 const rb_gguf *rb_model_gguf(const rb_model *model);
+/* The path the model was opened with. */
+const char *rb_model_path(const rb_model *model);
 const rb_hparams *rb_model_hparams(const rb_model *model);
 
 #endif /* RB_MODEL_H */

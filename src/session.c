@@ -3,14 +3,17 @@
  * one conversation.
  *
  * Does: validate and append tokens, reserve KV pages as the context grows,
- * run the forward pass in batches. Does not: sample or tokenize (the caller
- * does, through the sampler and tokenizer APIs), or manage residency (the
- * residency manager will sit between the session and the KV cache).
+ * run the forward pass in batches, and around each feed let the residency
+ * manager bring back what a trim evicted (session_memory.c sets it up and
+ * holds trim and stats). Does not: sample or tokenize (the caller does,
+ * through the sampler and tokenizer APIs), or decide what to evict.
  *
  * Memory: the token array (n_ctx entries), the KV page table and pages
  * (grown with the context), the forward run state, one logits row, the
- * thread pool. Invariant: tokens[0..n_tokens) are exactly the positions
- * whose K/V the cache holds.
+ * thread pool, the memory manager. Invariant: tokens[0..n_tokens) are
+ * exactly the positions whose K/V the cache holds, in some tier; a
+ * position whose K/V was dropped or damaged is recomputed from its token
+ * before anything reads it.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -21,22 +24,14 @@
 #include "kvcache.h"
 #include "model.h"
 #include "rebound.h"
+#include "residency.h"
+#include "session_internal.h"
 #include "status.h"
 #include "threadpool.h"
 
 #define DEFAULT_BATCH 128
 
-struct rb_session {
-    rb_model *model;
-    rb_threadpool *pool;
-    rb_forward fwd;
-    rb_kvcache kv;
-    int32_t *tokens;        /* n_ctx entries */
-    size_t n_tokens;
-    float *logits;          /* n_vocab: the last token's */
-    int has_logits;
-    rb_error err;
-};
+/* struct rb_session is in session_internal.h (tool code reaches its KV cache) */
 
 rb_session_params rb_session_default_params(void)
 {
@@ -69,6 +64,7 @@ rb_status rb_session_create(rb_model *model, const rb_session_params *params,
     if (!s)
         return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
     s->model = model;
+    s->params = p;
     rb_status st;
     if ((st = rb_model_load_weights(model)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
@@ -87,6 +83,8 @@ rb_status rb_session_create(rb_model *model, const rb_session_params *params,
         st = rb_error_set(err, RB_E_NOMEM, "session: out of memory");
         goto fail;
     }
+    if ((st = rb_session_memory_init(s, err)) != RB_OK)
+        goto fail;
     *out = s;
     return RB_OK;
 fail:
@@ -98,6 +96,7 @@ void rb_session_destroy(rb_session *s)
 {
     if (!s)
         return;
+    rb_session_memory_deinit(s); /* stops the restore workers first */
     rb_forward_deinit(&s->fwd);
     rb_kvcache_deinit(&s->kv);
     rb_threadpool_destroy(s->pool);
@@ -109,6 +108,40 @@ void rb_session_destroy(rb_session *s)
 const char *rb_session_errmsg(const rb_session *s)
 {
     return s && s->err.status ? s->err.message : "";
+}
+
+/* Computes toks[0..n) at positions pos0.. in batches (pages reserved
+ * first). *stopped: the memory manager could not restore a layer. */
+static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32_t pos0,
+                            float *logits, int *stopped)
+{
+    const uint32_t n_vocab = s->fwd.hp.n_vocab;
+    if (n == 0)
+        return RB_OK;
+    rb_status st = rb_kvcache_reserve(&s->kv, pos0 + (uint32_t)n, &s->err);
+    if (st != RB_OK)
+        return st;
+    if (s->res)
+        rb_residency_set_pages(s->res, s->kv.n_pages_reserved);
+    for (size_t done = 0; done < n;) {
+        uint32_t m = (uint32_t)(n - done < s->fwd.n_batch ? n - done : s->fwd.n_batch);
+        uint32_t pos = pos0 + (uint32_t)done;
+        float *out = logits ? logits + done * n_vocab : NULL;
+        int rc;
+        if (out) {
+            rc = rb_forward_batch(&s->fwd, &s->kv, toks + done, m, pos, out, 1);
+            if (rc == 0)
+                memcpy(s->logits, out + (size_t)(m - 1) * n_vocab, n_vocab * sizeof(float));
+        } else {
+            rc = rb_forward_batch(&s->fwd, &s->kv, toks + done, m, pos, s->logits, 0);
+        }
+        if (rc != 0) {
+            *stopped = 1;
+            return RB_OK;
+        }
+        done += m;
+    }
+    return RB_OK;
 }
 
 rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float *logits)
@@ -127,24 +160,68 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
         return rb_error_set(&s->err, RB_E_BUDGET,
                             "session: %zu more tokens exceed the context: %zu of %" PRIu32
                             " positions are used", n, s->n_tokens, s->kv.n_ctx);
-    rb_status st = rb_kvcache_reserve(&s->kv, (uint32_t)(s->n_tokens + n), &s->err);
-    if (st != RB_OK)
-        return st;
-    for (size_t done = 0; done < n;) {
-        uint32_t m = (uint32_t)(n - done < s->fwd.n_batch ? n - done : s->fwd.n_batch);
-        uint32_t pos = (uint32_t)(s->n_tokens + done);
-        float *out = logits ? logits + done * n_vocab : NULL;
-        if (out) {
-            rb_forward_batch(&s->fwd, &s->kv, tokens + done, m, pos, out, 1);
-            memcpy(s->logits, out + (size_t)(m - 1) * n_vocab, n_vocab * sizeof(float));
-        } else {
-            rb_forward_batch(&s->fwd, &s->kv, tokens + done, m, pos, s->logits, 0);
+    uint32_t damaged = UINT32_MAX;
+    size_t kv_valid = s->n_tokens; /* positions whose K/V can be restored */
+    s->recomputed_tokens = 0;
+    /* A restore that finds a damaged page (checksum, I/O) recomputes from
+       that page on; a second damaged restore of the same feed is not
+       expected (the recomputed pages are fresh), the bound only keeps a
+       broken device from looping. */
+    for (int attempt = 0; attempt < 4; attempt++) {
+        uint32_t recompute_from = UINT32_MAX;
+        rb_status st = RB_OK;
+        if (s->res && (st = rb_residency_begin_restore(s->res, &recompute_from, &s->err)) != RB_OK)
+            return st;
+        if (damaged < recompute_from)
+            recompute_from = damaged;
+        if (recompute_from < kv_valid) {
+            rb_kvcache_truncate(&s->kv, recompute_from / s->kv.page_tokens);
+            kv_valid = recompute_from;
         }
-        done += m;
+        int stopped = 0;
+        st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
+                        NULL, &stopped);
+        if (st == RB_OK && !stopped)
+            st = run_tokens(s, tokens, n, (uint32_t)s->n_tokens, logits, &stopped);
+        rb_status rst = RB_OK;
+        damaged = UINT32_MAX;
+        if (s->res)
+            rst = rb_residency_end_restore(s->res, &damaged, &s->err);
+        if (st != RB_OK)
+            return st;
+        if (rst != RB_OK)
+            return rst; /* weights could not be re-read: nothing computes */
+        if (!stopped && damaged == UINT32_MAX) {
+            s->recomputed_tokens = (uint32_t)(s->n_tokens - kv_valid);
+            memcpy(s->tokens + s->n_tokens, tokens, n * sizeof *tokens);
+            s->n_tokens += n;
+            s->has_logits = 1;
+            return rb_session_memory_after_feed(s);
+        }
+        if (damaged != UINT32_MAX) {
+            rb_residency_forget_from(s->res, damaged / s->kv.page_tokens);
+            rb_kvcache_truncate(&s->kv, damaged / s->kv.page_tokens);
+            if (damaged < kv_valid)
+                kv_valid = damaged;
+        }
     }
-    memcpy(s->tokens + s->n_tokens, tokens, n * sizeof *tokens);
-    s->n_tokens += n;
-    s->has_logits = 1;
+    return rb_error_set(&s->err, RB_E_IO, "session: the evicted context could not be "
+                        "restored or recomputed after 4 attempts");
+}
+
+rb_status rb_session_rewind(rb_session *s, size_t n_tokens)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (n_tokens > s->n_tokens)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: cannot rewind to %zu tokens: "
+                            "it holds %zu", n_tokens, s->n_tokens);
+    uint32_t keep_pages = (uint32_t)((n_tokens + s->kv.page_tokens - 1) / s->kv.page_tokens);
+    if (s->res)
+        rb_residency_forget_from(s->res, keep_pages);
+    rb_kvcache_truncate(&s->kv, keep_pages);
+    s->n_tokens = n_tokens;
+    s->has_logits = 0;
     return RB_OK;
 }
 

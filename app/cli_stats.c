@@ -1,0 +1,66 @@
+/*
+ * cli_stats.c - prints a session's memory by category and tier
+ * (rb_session_stats) for `run --stats`, `switch` and `chat`'s /stats.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+void rb_cli_print_stats(FILE *f, const rb_session_stats *s)
+{
+    char a[32], b[32], c[32], d[32];
+    fprintf(f, "memory: %s in RAM", rb_cli_bytes(s->total_bytes, a, sizeof a));
+    if (s->budget_bytes)
+        fprintf(f, " (budget %s)", rb_cli_bytes(s->budget_bytes, b, sizeof b));
+    fprintf(f, "\n  weights      %s resident, %s evicted (%" PRIu32 " layers, in the model file)\n",
+            rb_cli_bytes(s->weights_bytes, a, sizeof a),
+            rb_cli_bytes(s->weights_evicted_bytes, b, sizeof b), s->n_layers_weights_evicted);
+    fprintf(f, "  KV raw       %s (%" PRIu32 " pages)\n", rb_cli_bytes(s->kv_raw_bytes, a, sizeof a),
+            s->n_kv_pages[RB_TIER_RESIDENT]);
+    fprintf(f, "  KV compressed %s holding %s (%" PRIu32 " pages)\n",
+            rb_cli_bytes(s->kv_compressed_bytes, a, sizeof a),
+            rb_cli_bytes(s->kv_compressed_raw_bytes, b, sizeof b),
+            s->n_kv_pages[RB_TIER_COMPRESSED]);
+    fprintf(f, "  KV stored    %s on storage (%" PRIu32 " pages; %s)\n",
+            rb_cli_bytes(s->kv_stored_bytes, a, sizeof a), s->n_kv_pages[RB_TIER_STORED],
+            s->storage_io ? s->storage_io : "-");
+    fprintf(f, "  KV dropped   %s (%" PRIu32 " pages, recomputed from the tokens)\n",
+            rb_cli_bytes(s->kv_dropped_bytes, a, sizeof a), s->n_kv_pages[RB_TIER_DROPPED]);
+    fprintf(f, "  scratch      %s; other %s\n", rb_cli_bytes(s->scratch_bytes, a, sizeof a),
+            rb_cli_bytes(s->other_bytes, b, sizeof b));
+    if (s->restore_bytes_io || s->restore_bytes_decoded || s->restore_recomputed_tokens)
+        fprintf(f, "  last restore: storage %s in %.1f ms, decode %s in %.1f ms, forward pass "
+                "waited %.1f ms, %" PRIu32 " tokens recomputed\n",
+                rb_cli_bytes(s->restore_bytes_io, c, sizeof c), s->restore_io_s * 1e3,
+                rb_cli_bytes(s->restore_bytes_decoded, d, sizeof d), s->restore_decode_s * 1e3,
+                s->restore_wait_s * 1e3, s->restore_recomputed_tokens);
+    if (s->decode_bytes_per_s > 0 || s->storage_bytes_per_s > 0)
+        fprintf(f, "  tier split by decode %.2f GB/s vs storage %.2f GB/s\n",
+                s->decode_bytes_per_s / 1e9, s->storage_bytes_per_s / 1e9);
+    if (s->n_disk_full || s->n_spill_damaged)
+        fprintf(f, "  %" PRIu64 " pages kept in RAM (disk full), %" PRIu64 " spilled pages "
+                "damaged and recomputed\n", s->n_disk_full, s->n_spill_damaged);
+}
+
+/* "pipelined" / "eager" / "recompute" -> mode; -1 when unknown */
+int rb_cli_parse_restore(const char *s)
+{
+    if (!s) return -1;
+    if (!strcmp(s, "pipelined")) return RB_RESTORE_PIPELINED;
+    if (!strcmp(s, "eager")) return RB_RESTORE_EAGER;
+    if (!strcmp(s, "recompute")) return RB_RESTORE_RECOMPUTE;
+    return -1;
+}
+
+/* "lossless" / "q8" / "lz4" / "zstd" -> codec; -1 when unknown */
+int rb_cli_parse_ram_codec(const char *s)
+{
+    if (!s) return -1;
+    if (!strcmp(s, "lossless")) return RB_RAM_CODEC_LOSSLESS;
+    if (!strcmp(s, "q8")) return RB_RAM_CODEC_Q8;
+    if (!strcmp(s, "lz4")) return RB_RAM_CODEC_LZ4;
+    if (!strcmp(s, "zstd")) return RB_RAM_CODEC_ZSTD;
+    return -1;
+}

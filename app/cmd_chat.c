@@ -1,0 +1,737 @@
+/*
+ * cmd_chat.c - `rebound chat`: an interactive multi-turn chat on one
+ * session, with llama.cpp's flag names. Uses only the public API
+ * (include/rebound.h) and the built-in templates of chat_template.c.
+ *
+ * Does: read a line from stdin (prompt "> " on stderr when stdin is a
+ * terminal, none from a pipe), feed only the new turn's tokens (the
+ * session keeps the earlier turns' KV), stream the reply to stdout until
+ * an end-of-generation token or -n tokens, close the reply as the template
+ * does, and answer /stats, /trim, /reset, /quit. When the context is full:
+ * a message, or with --ctx-shift the oldest turns are dropped (rewind to
+ * the end of the system prompt, re-feed the kept turns).
+ * Does not (yet): save or restore a session file (--session is refused;
+ * the hook is open_session() and struct chat_history), stop on text such
+ * as "\nUser:" for the plain template, or handle Ctrl-C mid-reply.
+ *
+ * Output contract: stdout holds the replies, each followed by one newline,
+ * and nothing else; everything else (template choice, command answers,
+ * context messages, --verbose lines) goes to stderr.
+ *
+ * The context, in token positions:
+ *
+ *   0      n_system_tokens   turn_starts[0]   turn_starts[1]        n_tokens
+ *   | BOS + system block      | user 1 + reply 1 | user 2 + reply 2 ... |
+ *   (never shifted out)         (dropped oldest first by --ctx-shift)
+ *
+ * Memory: the model, session, sampler and one token buffer that grows to
+ * the largest piece tokenized; a reply's detokenizer lives for the reply.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chat_template.h"
+#include "cli.h"
+#include "rebound.h"
+
+#define CMD "chat"
+
+static void print_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: rebound chat -m MODEL [options]   (one message per line on stdin)\n"
+        "  -m, --model F        GGUF model\n"
+        "  --system TEXT        system prompt, fed once at the start (and after /reset)\n"
+        "  --template NAME      chat format: %s\n"
+        "                       (default: from the file's tokenizer.chat_template, else\n"
+        "                       from its vocabulary, architecture and name)\n"
+        "  -n, --n-predict N    most tokens per reply (default -1: until the model ends it)\n"
+        "  -c, --ctx-size N     context length (default: the model's trained context)\n"
+        "  --ctx-shift          when the context is full, drop the oldest turns (keeping the\n"
+        "                       system prompt) instead of stopping\n"
+        "  -b, --batch-size N   prefill batch (default 128)\n"
+        "  -t, --threads N      threads (default: all cores)\n"
+        "  --temp T             temperature (default 0.8; 0: greedy)\n"
+        "  --top-k N  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N  --seed S\n"
+        "  --session FILE       keep the conversation in FILE across restarts (not yet supported)\n"
+        "  --mmap               map the model file instead of reading it\n"
+        "  -v, --verbose        one line per turn on stderr: tokens in and out, speed, context\n"
+        "  --device D           storage profile for the memory manager: phone, watch, host\n"
+        "  --mem-budget BYTES   RAM the session may hold (K/M/G); beyond it, it trims itself\n"
+        "  --restore MODE       pipelined (default), eager, recompute\n"
+        "  --ram-codec C        lossless (default), q8: the compressed RAM tier\n"
+        "  --spill-dir DIR      where evicted KV goes on storage (default $TMPDIR or /tmp)\n"
+        "commands (a line that starts with /):\n"
+        "  /stats               memory by category and tier, and the context used\n"
+        "  /trim LEVEL          give memory back: background, moderate, complete, or BYTES\n"
+        "  /reset               forget the conversation (the system prompt stays)\n"
+        "  /quit                end (so does end of input)\n",
+        rb_chat_template_names());
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/*
+ * Where the turns lie in the session's tokens: what a context shift needs
+ * to cut at turn boundaries. This (with the tokens and the sampler state)
+ * is what a session file must keep for a restored chat to shift correctly.
+ */
+struct chat_history {
+    size_t n_system_tokens; /* BOS + system block: kept by every shift */
+    size_t *turn_starts;    /* position of each user turn still in the context */
+    size_t n_turns;
+    size_t cap_turns;
+};
+
+struct chat {
+    rb_model *model;
+    rb_session *session;
+    rb_sampler *sampler;
+    rb_chat_template tmpl;
+    const char *system;       /* NULL or "": none */
+    int32_t bos;              /* fed first when the model asks for it, else -1 */
+    int ctx_shift;
+    int verbose;
+    int64_t n_predict;        /* -1: until end of generation */
+    size_t n_reply_end_tokens;/* room kept free so a reply can always be closed */
+    struct chat_history hist;
+    rb_chat_text text;        /* the piece being rendered */
+    int32_t *tokens;          /* the piece tokenized; also the shift's copy */
+    size_t cap_tokens;
+    char *piece;              /* one detokenizer push */
+    size_t n_turns_total;     /* turns since start, for --verbose */
+};
+
+/* Result of making room in the context. */
+enum room { ROOM_OK = 0, ROOM_FULL = 1, ROOM_ERROR = 2 };
+
+static int grow_tokens(struct chat *c, size_t n)
+{
+    if (n <= c->cap_tokens)
+        return 0;
+    int32_t *t = realloc(c->tokens, n * sizeof *t);
+    if (!t)
+        return -1;
+    c->tokens = t, c->cap_tokens = n;
+    return 0;
+}
+
+/* Tokenizes text into c->tokens (after BOS when with_bos and the model
+ * asks for it), with special-token parsing so that the template's markers
+ * become their ids. Returns the count, or -1 after printing the error. */
+static long tokenize_piece(struct chat *c, const char *text, size_t len, int with_bos)
+{
+    size_t lead = with_bos && c->bos >= 0 ? 1 : 0, n = 0;
+    /* first try: most pieces take fewer tokens than bytes; else the
+       tokenizer says how many it needs */
+    if (grow_tokens(c, len + lead + 8))
+        goto nomem;
+    rb_status st = RB_OK;
+    if (len) {
+        st = rb_model_tokenize(c->model, text, len, 0, 1, c->tokens + lead,
+                               c->cap_tokens - lead, &n);
+        if (st == RB_E_INVALID_ARG && n > c->cap_tokens - lead) {
+            if (grow_tokens(c, n + lead))
+                goto nomem;
+            st = rb_model_tokenize(c->model, text, len, 0, 1, c->tokens + lead,
+                                   c->cap_tokens - lead, &n);
+        }
+    }
+    if (st != RB_OK) {
+        rb_cli_fail(CMD, rb_model_errmsg(c->model), NULL);
+        return -1;
+    }
+    if (lead)
+        c->tokens[0] = c->bos;
+    return (long)(lead + n);
+nomem:
+    rb_cli_fail(CMD, "out of memory", NULL);
+    return -1;
+}
+
+static int push_turn_start(struct chat_history *h, size_t pos)
+{
+    if (h->n_turns == h->cap_turns) {
+        size_t cap = h->cap_turns ? 2 * h->cap_turns : 16;
+        size_t *t = realloc(h->turn_starts, cap * sizeof *t);
+        if (!t)
+            return -1;
+        h->turn_starts = t, h->cap_turns = cap;
+    }
+    h->turn_starts[h->n_turns++] = pos;
+    return 0;
+}
+
+/*
+ * Drops the oldest turns so that `need` more tokens fit, keeping the system
+ * prompt and the newest n_locked turns (the turn being answered). It drops
+ * whole turns until the context is at most half full after the system
+ * prompt (as llama.cpp's shift halves it), so a long reply does not pay a
+ * re-feed for every token; fewer when only fewer can go. The kept tokens
+ * are re-fed: rb_session_rewind forgets everything from a position on, and
+ * positions must stay contiguous for RoPE.
+ */
+static enum room shift_context(struct chat *c, size_t need, size_t n_locked)
+{
+    struct chat_history *h = &c->hist;
+    size_t n = rb_session_n_tokens(c->session), n_ctx = rb_session_n_ctx(c->session);
+    size_t sys = h->n_system_tokens, target = sys + (n_ctx - sys) / 2;
+    size_t n_drop = 0;
+    for (size_t k = 1; k + n_locked <= h->n_turns; k++) {
+        size_t cut = k < h->n_turns ? h->turn_starts[k] : n;
+        size_t new_len = sys + (n - cut);
+        if (new_len + need > n_ctx)
+            continue;
+        n_drop = k;
+        if (new_len + need <= target)
+            break;
+    }
+    if (n_drop == 0)
+        return ROOM_FULL;
+    size_t cut = n_drop < h->n_turns ? h->turn_starts[n_drop] : n;
+    size_t n_keep = n - cut;
+    if (grow_tokens(c, n_keep + 1)) {
+        rb_cli_fail(CMD, "out of memory", NULL);
+        return ROOM_ERROR;
+    }
+    memcpy(c->tokens, rb_session_tokens(c->session) + cut, n_keep * sizeof *c->tokens);
+    fprintf(stderr, "rebound chat: context full (%zu of %zu tokens): dropped the %zu oldest "
+            "turn%s (%zu tokens), re-feeding %zu\n", n, n_ctx, n_drop, n_drop == 1 ? "" : "s",
+            cut - sys, n_keep);
+    if (rb_session_rewind(c->session, sys) != RB_OK ||
+        (n_keep && rb_session_feed(c->session, c->tokens, n_keep, NULL) != RB_OK)) {
+        rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
+        return ROOM_ERROR;
+    }
+    for (size_t i = n_drop; i < h->n_turns; i++)
+        h->turn_starts[i - n_drop] = h->turn_starts[i] - (cut - sys);
+    h->n_turns -= n_drop;
+    return ROOM_OK;
+}
+
+/* Makes room for `need` more tokens: at once when they fit, by a shift
+ * when --ctx-shift allows, else ROOM_FULL. */
+static enum room make_room(struct chat *c, size_t need, size_t n_locked)
+{
+    if (rb_session_n_tokens(c->session) + need <= rb_session_n_ctx(c->session))
+        return ROOM_OK;
+    return c->ctx_shift ? shift_context(c, need, n_locked) : ROOM_FULL;
+}
+
+static void explain_full(const struct chat *c, const char *what)
+{
+    fprintf(stderr, "rebound chat: context full (%zu of %" PRIu32 " tokens used%s): %s\n",
+            rb_session_n_tokens(c->session), rb_session_n_ctx(c->session),
+            c->ctx_shift ? ", no earlier turn left to drop" : "", what);
+    if (c->ctx_shift)
+        fprintf(stderr, "hint: -c sets a larger context, -n caps the reply length\n");
+    else
+        fprintf(stderr, "hint: /reset starts the conversation over; --ctx-shift drops the "
+                "oldest turns instead; -c sets a larger context\n");
+}
+
+/* Feeds c->tokens[0..n); prints the error and returns -1 on failure. */
+static int feed(struct chat *c, size_t n)
+{
+    if (n && rb_session_feed(c->session, c->tokens, n, NULL) != RB_OK) {
+        rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
+        return -1;
+    }
+    return 0;
+}
+
+/* Starts (or restarts) the conversation: an empty context, then BOS and
+ * the system block. Returns 0, or 1 after printing the error. */
+static int chat_begin(struct chat *c)
+{
+    if (rb_session_rewind(c->session, 0) != RB_OK)
+        return rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
+    c->hist.n_turns = 0;
+    c->hist.n_system_tokens = 0;
+    rb_chat_text_clear(&c->text);
+    if (rb_chat_render_system(c->tmpl, c->system, &c->text))
+        return rb_cli_fail(CMD, "out of memory", NULL);
+    long n = tokenize_piece(c, c->text.ptr ? c->text.ptr : "", c->text.len, 1);
+    if (n < 0)
+        return 1;
+    /* the system prompt must leave room for at least a short turn */
+    if ((size_t)n + c->n_reply_end_tokens + 16 > rb_session_n_ctx(c->session)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the system prompt has %ld tokens but the context holds %"
+                 PRIu32, n, rb_session_n_ctx(c->session));
+        return rb_cli_fail(CMD, msg, "raise -c or shorten --system");
+    }
+    if (feed(c, (size_t)n))
+        return 1;
+    c->hist.n_system_tokens = (size_t)n;
+    return 0;
+}
+
+/* Feeds the template's reply end; the room for it was kept free. */
+static int close_reply(struct chat *c)
+{
+    /* room first: a shift would reuse c->tokens */
+    enum room r = make_room(c, c->n_reply_end_tokens, 1);
+    if (r != ROOM_OK)
+        return r == ROOM_ERROR ? 1 : rb_cli_fail(CMD, "no room left to close the reply", NULL);
+    rb_chat_text_clear(&c->text);
+    if (rb_chat_render_reply_end(c->tmpl, &c->text))
+        return rb_cli_fail(CMD, "out of memory", NULL);
+    long n = tokenize_piece(c, c->text.ptr, c->text.len, 0);
+    return n < 0 || feed(c, (size_t)n);
+}
+
+/*
+ * One turn: feed the user's message wrapped by the template, stream the
+ * reply, close it. Returns 0 (also when the context was full and the turn
+ * was refused: the chat goes on), or 1 on an error that ends the chat.
+ */
+static int chat_turn(struct chat *c, const char *message)
+{
+    rb_chat_text_clear(&c->text);
+    int has_system = c->hist.n_system_tokens > (c->bos >= 0 ? 1u : 0u);
+    if (rb_chat_render_user(c->tmpl, message, c->hist.n_turns == 0, has_system, &c->text))
+        return rb_cli_fail(CMD, "out of memory", NULL);
+    long n_in = tokenize_piece(c, c->text.ptr, c->text.len, 0);
+    if (n_in < 0)
+        return 1;
+    /* room for the message, one reply token and the reply's end */
+    size_t need = (size_t)n_in + 1 + c->n_reply_end_tokens;
+    enum room r = make_room(c, need, 0);
+    if (r == ROOM_ERROR)
+        return 1;
+    if (r == ROOM_FULL) {
+        char what[128];
+        snprintf(what, sizeof what, "this message needs %zu more tokens (with room to reply)",
+                 need);
+        explain_full(c, what);
+        return 0;
+    }
+    /* a shift reuses c->tokens: tokenize again after it */
+    n_in = tokenize_piece(c, c->text.ptr, c->text.len, 0);
+    if (n_in < 0)
+        return 1;
+    if (push_turn_start(&c->hist, rb_session_n_tokens(c->session)))
+        return rb_cli_fail(CMD, "out of memory", NULL);
+    if (feed(c, (size_t)n_in))
+        return 1;
+    c->n_turns_total++;
+
+    rb_error err;
+    rb_detokenizer *detok = NULL;
+    if (rb_detokenizer_create(c->model, &detok, &err) != RB_OK)
+        return rb_cli_fail(CMD, err.message, NULL);
+    size_t cap = rb_detokenizer_max_bytes(detok);
+    const char *stop = "limit";
+    int64_t n_out = 0;
+    double t0 = now_s();
+    int rc = 0;
+    while (c->n_predict < 0 || n_out < c->n_predict) {
+        int32_t next = rb_sampler_sample(c->sampler, rb_session_logits(c->session),
+                                         rb_session_tokens(c->session),
+                                         rb_session_n_tokens(c->session));
+        if (next < 0) {
+            rc = rb_cli_fail(CMD, rb_sampler_errmsg(c->sampler), NULL);
+            break;
+        }
+        if (rb_model_token_is_eog(c->model, next)) {
+            stop = "end";
+            break;
+        }
+        /* the token is fed before the next is sampled, and the reply's end
+           must still fit after it */
+        r = make_room(c, 1 + c->n_reply_end_tokens, 1);
+        if (r != ROOM_OK) {
+            stop = "context full";
+            rc = r == ROOM_ERROR;
+            break;
+        }
+        size_t k = rb_detokenizer_push(detok, next, c->piece, cap);
+        fwrite(c->piece, 1, k, stdout);
+        fflush(stdout);
+        n_out++;
+        if (rb_session_feed(c->session, &next, 1, NULL) != RB_OK) {
+            rc = rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
+            break;
+        }
+    }
+    size_t k = rb_detokenizer_flush(detok, c->piece, cap);
+    fwrite(c->piece, 1, k, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    rb_detokenizer_destroy(detok);
+    double dt = now_s() - t0;
+    if (rc)
+        return rc;
+    if (!strcmp(stop, "context full"))
+        explain_full(c, "the reply was cut");
+    if (close_reply(c))
+        return 1;
+    if (c->verbose)
+        fprintf(stderr, "rebound chat: turn %zu: %ld tokens in, %" PRId64 " out (%s), "
+                "%.2f tok/s; context %zu/%" PRIu32 "\n", c->n_turns_total, n_in, n_out, stop,
+                dt > 0 ? (double)n_out / dt : 0.0, rb_session_n_tokens(c->session),
+                rb_session_n_ctx(c->session));
+    return 0;
+}
+
+static void show_stats(const struct chat *c)
+{
+    rb_session_stats st;
+    fprintf(stderr, "context: %zu of %" PRIu32 " tokens (system %zu, turns kept %zu)\n",
+            rb_session_n_tokens(c->session), rb_session_n_ctx(c->session),
+            c->hist.n_system_tokens, c->hist.n_turns);
+    if (rb_session_get_stats(c->session, &st) == RB_OK)
+        rb_cli_print_stats(stderr, &st);
+    else
+        fprintf(stderr, "rebound chat: stats: %s\n", rb_session_errmsg(c->session));
+}
+
+static void trim(struct chat *c, const char *arg)
+{
+    static const struct { const char *name; rb_trim_level level; } levels[] = {
+        {"background", RB_TRIM_BACKGROUND},
+        {"moderate", RB_TRIM_MODERATE},
+        {"complete", RB_TRIM_COMPLETE},
+    };
+    rb_trim_level level = RB_TRIM_BYTES;
+    uint64_t bytes = 0;
+    int known = 0;
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (!strcmp(arg, levels[i].name))
+            level = levels[i].level, known = 1;
+    if (!known && (rb_cli_parse_u64(arg, &bytes) || bytes == 0)) {
+        fprintf(stderr, "rebound chat: /trim needs background, moderate, complete or a byte "
+                "count (K/M/G), not '%s'\n", arg);
+        return;
+    }
+    uint64_t freed = 0;
+    rb_status st = rb_session_trim(c->session, bytes, level, &freed);
+    char a[32], b[32];
+    rb_session_stats stats;
+    if (st != RB_OK)
+        fprintf(stderr, "rebound chat: /trim %s: %s (%s); freed %s so far, the chat goes on\n",
+                arg, rb_session_errmsg(c->session), rb_status_name(st),
+                rb_cli_bytes(freed, a, sizeof a));
+    else if (rb_session_get_stats(c->session, &stats) == RB_OK)
+        fprintf(stderr, "trimmed (%s): freed %s; %s now in RAM; the next turn restores it\n",
+                arg, rb_cli_bytes(freed, a, sizeof a), rb_cli_bytes(stats.total_bytes, b, sizeof b));
+}
+
+/* Handles a /command; returns 0 to go on, 1 to quit, -1 on a fatal error. */
+static int command(struct chat *c, char *line)
+{
+    char *arg = line + strcspn(line, " \t");
+    if (*arg)
+        *arg++ = 0;
+    arg += strspn(arg, " \t");
+    if (!strcmp(line, "/quit") || !strcmp(line, "/exit"))
+        return 1;
+    if (!strcmp(line, "/stats")) {
+        show_stats(c);
+    } else if (!strcmp(line, "/trim")) {
+        trim(c, *arg ? arg : "moderate");
+    } else if (!strcmp(line, "/reset")) {
+        if (chat_begin(c))
+            return -1;
+        fprintf(stderr, "conversation reset (context %zu tokens)\n", rb_session_n_tokens(c->session));
+    } else if (!strcmp(line, "/help")) {
+        fprintf(stderr, "/stats, /trim background|moderate|complete|BYTES, /reset, /quit\n");
+    } else {
+        fprintf(stderr, "rebound chat: unknown command '%s' (/help lists them)\n", line);
+    }
+    return 0;
+}
+
+/*
+ * The session of the chat: today a new one. --session FILE will open the
+ * saved conversation here (and create the file when absent), restoring the
+ * tokens, sampler state and chat_history; chat_begin is then skipped.
+ */
+static int open_session(struct chat *c, const char *session_path, const rb_session_params *p)
+{
+    if (session_path) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "--session %s: session files are not yet supported (%s)",
+                 session_path, rb_status_name(RB_E_UNSUPPORTED));
+        return rb_cli_fail(CMD, msg, "run without --session: the conversation then lasts as "
+                           "long as the process");
+    }
+    rb_error err;
+    if (rb_session_create(c->model, p, &c->session, &err) != RB_OK)
+        return rb_cli_fail(CMD, err.message, NULL);
+    return chat_begin(c);
+}
+
+/* Chooses the template (named, or detected) and says which and why. */
+static int choose_template(struct chat *c, const char *name)
+{
+    rb_model_info mi;
+    rb_model_get_info(c->model, &mi);
+    rb_chat_template_hints h = {0};
+    h.architecture = mi.architecture;
+    h.model_name = mi.name;
+    const char *jinja;
+    size_t jinja_len;
+    if (rb_model_meta_str(c->model, "tokenizer.chat_template", &jinja, &jinja_len) == RB_OK)
+        h.jinja = jinja, h.jinja_len = jinja_len;
+    for (int i = 0; i < RB_CHAT_VOCAB_COUNT; i++) {
+        const char *probe = rb_chat_vocab_probe[i];
+        int32_t id;
+        size_t n = 0;
+        if (rb_model_tokenize(c->model, probe, strlen(probe), 0, 1, &id, 1, &n) == RB_OK && n == 1)
+            h.vocab_specials |= 1u << i;
+    }
+    const char *why = "--template";
+    if (name) {
+        int t = rb_chat_template_from_name(name);
+        if (t < 0) {
+            char msg[160], hint[96];
+            snprintf(msg, sizeof msg, "unknown --template '%s'", name);
+            snprintf(hint, sizeof hint, "known templates: %s", rb_chat_template_names());
+            return rb_cli_fail(CMD, msg, hint);
+        }
+        c->tmpl = (rb_chat_template)t;
+    } else {
+        c->tmpl = rb_chat_template_detect(&h, &why);
+    }
+    fprintf(stderr, "rebound chat: template %s (%s)", rb_chat_template_name(c->tmpl), why);
+    const char *marker = rb_chat_template_marker(c->tmpl);
+    if (marker) {
+        int32_t id;
+        size_t n = 0;
+        if (rb_model_tokenize(c->model, marker, strlen(marker), 0, 1, &id, 1, &n) == RB_OK &&
+            n == 1)
+            fprintf(stderr, "; %s is special token %" PRId32, marker, id);
+        else
+            fprintf(stderr, "; note: %s is not a special token of this vocabulary, it is fed "
+                    "as plain text", marker);
+    }
+    fputc('\n', stderr);
+    return 0;
+}
+
+/* One line of stdin without its line end into *line; -1 at end of input. */
+static long read_line(char **line, size_t *cap)
+{
+    ssize_t n = getline(line, cap, stdin);
+    if (n < 0)
+        return -1;
+    while (n > 0 && ((*line)[n - 1] == '\n' || (*line)[n - 1] == '\r'))
+        (*line)[--n] = 0;
+    return (long)n;
+}
+
+int rb_cmd_chat(int argc, char **argv)
+{
+    const char *model_path = NULL, *template_name = NULL, *session_path = NULL;
+    const char *system = NULL, *device = NULL, *spill_dir = NULL;
+    uint64_t n_ctx = 0, n_batch = 0, n_threads = 0, mem_budget = 0;
+    int64_t n_predict = -1;
+    rb_sampler_params sp = rb_sampler_default_params();
+    int use_mmap = 0, ctx_shift = 0, verbose = 0, restore = RB_RESTORE_PIPELINED, ram_codec = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+            print_usage(stdout);
+            return 0;
+        } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
+            bad = !v, model_path = v, i++;
+        } else if (!strcmp(o, "--system")) {
+            bad = !v, system = v, i++;
+        } else if (!strcmp(o, "--template")) {
+            bad = !v, template_name = v, i++;
+        } else if (!strcmp(o, "--session")) {
+            bad = !v, session_path = v, i++;
+        } else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
+            uint64_t n = 0;
+            if (v && !strcmp(v, "-1"))
+                n_predict = -1;
+            else
+                bad = rb_cli_parse_u64(v, &n) || n > INT64_MAX, n_predict = (int64_t)n;
+            i++;
+        } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
+            bad = rb_cli_parse_u64(v, &n_ctx) || n_ctx > UINT32_MAX, i++;
+        } else if (!strcmp(o, "-b") || !strcmp(o, "--batch-size")) {
+            bad = rb_cli_parse_u64(v, &n_batch) || n_batch > 65536, i++;
+        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
+            bad = rb_cli_parse_u64(v, &n_threads) || n_threads > 256, i++;
+        } else if (!strcmp(o, "--temp")) {
+            bad = !v || sscanf(v, "%f", &sp.temp) != 1, i++;
+        } else if (!strcmp(o, "--top-k")) {
+            bad = !v || sscanf(v, "%d", &sp.top_k) != 1, i++;
+        } else if (!strcmp(o, "--top-p")) {
+            bad = !v || sscanf(v, "%f", &sp.top_p) != 1, i++;
+        } else if (!strcmp(o, "--min-p")) {
+            bad = !v || sscanf(v, "%f", &sp.min_p) != 1, i++;
+        } else if (!strcmp(o, "--repeat-penalty")) {
+            bad = !v || sscanf(v, "%f", &sp.repeat_penalty) != 1, i++;
+        } else if (!strcmp(o, "--repeat-last-n")) {
+            bad = !v || sscanf(v, "%d", &sp.repeat_last_n) != 1, i++;
+        } else if (!strcmp(o, "--seed")) {
+            uint64_t seed;
+            bad = rb_cli_parse_u64(v, &seed), sp.seed = seed, i++;
+        } else if (!strcmp(o, "--ctx-shift")) {
+            ctx_shift = 1;
+        } else if (!strcmp(o, "--mmap")) {
+            use_mmap = 1;
+        } else if (!strcmp(o, "-v") || !strcmp(o, "--verbose")) {
+            verbose = 1;
+        } else if (!strcmp(o, "--device")) {
+            bad = !v, device = v, i++;
+        } else if (!strcmp(o, "--spill-dir")) {
+            bad = !v, spill_dir = v, i++;
+        } else if (!strcmp(o, "--mem-budget")) {
+            bad = rb_cli_parse_u64(v, &mem_budget) || mem_budget == 0, i++;
+        } else if (!strcmp(o, "--restore")) {
+            bad = (restore = rb_cli_parse_restore(v)) < 0, i++;
+        } else if (!strcmp(o, "--ram-codec")) {
+            bad = (ram_codec = rb_cli_parse_ram_codec(v)) < 0, i++;
+        } else {
+            print_usage(stderr);
+            return rb_cli_fail(CMD, "unknown option", o);
+        }
+        if (bad) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
+            return rb_cli_fail(CMD, msg, NULL);
+        }
+    }
+    if (!model_path)
+        return rb_cli_fail(CMD, "no model given (-m MODEL)",
+                           "rebound make-model --shape stories260k -o m.gguf");
+    /* a bad name is the user's typo: say so before loading anything */
+    if (template_name && rb_chat_template_from_name(template_name) < 0) {
+        char msg[160], hint[96];
+        snprintf(msg, sizeof msg, "unknown --template '%s'", template_name);
+        snprintf(hint, sizeof hint, "known templates: %s", rb_chat_template_names());
+        return rb_cli_fail(CMD, msg, hint);
+    }
+
+    struct chat c = {0};
+    c.system = system;
+    c.ctx_shift = ctx_shift;
+    c.verbose = verbose;
+    c.n_predict = n_predict;
+    c.bos = -1;
+    rb_error err;
+    rb_model_params mp = rb_model_default_params();
+    mp.use_mmap = use_mmap;
+    if (rb_model_open(model_path, &mp, &c.model, &err) != RB_OK)
+        return rb_cli_fail(CMD, err.message, NULL);
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = (uint32_t)n_ctx;
+    if (n_batch)
+        p.n_batch = (uint32_t)n_batch;
+    p.n_threads = (int)n_threads;
+    p.device = device;
+    p.spill_dir = spill_dir;
+    p.budget_bytes = mem_budget;
+    p.restore = (rb_restore_mode)restore;
+    p.ram_codec = (rb_ram_codec)ram_codec;
+    rb_model_info mi;
+    rb_model_get_info(c.model, &mi);
+    if (n_ctx > mi.n_ctx_train && mi.n_ctx_train > 0)
+        fprintf(stderr, "rebound chat: warning: context %" PRIu64 " exceeds the model's trained "
+                "context %" PRIu32 "; quality may degrade\n", n_ctx, mi.n_ctx_train);
+
+    char *line = NULL;
+    size_t line_cap = 0;
+    int rc = 1;
+    if (choose_template(&c, template_name))
+        goto done;
+    {
+        /* BOS when the model asks for it: what add_special puts before an
+           empty text (EOS, if it also asks for that, belongs to no turn) */
+        int32_t probe[4];
+        size_t n = 0;
+        int32_t bos = rb_model_token_bos(c.model);
+        if (bos >= 0 && rb_model_tokenize(c.model, "", 0, 1, 0, probe, 4, &n) == RB_OK &&
+            n >= 1 && probe[0] == bos)
+            c.bos = bos;
+        rb_chat_text_clear(&c.text);
+        if (rb_chat_render_reply_end(c.tmpl, &c.text)) {
+            rb_cli_fail(CMD, "out of memory", NULL);
+            goto done;
+        }
+        long n_end = tokenize_piece(&c, c.text.ptr, c.text.len, 0);
+        if (n_end < 0)
+            goto done;
+        c.n_reply_end_tokens = (size_t)n_end;
+    }
+    if (open_session(&c, session_path, &p))
+        goto done;
+    if (rb_sampler_create(&sp, rb_session_n_vocab(c.session), &c.sampler, &err) != RB_OK) {
+        rb_cli_fail(CMD, err.message, NULL);
+        goto done;
+    }
+    {
+        rb_detokenizer *d = NULL;
+        if (rb_detokenizer_create(c.model, &d, &err) != RB_OK) {
+            rb_cli_fail(CMD, err.message, NULL);
+            goto done;
+        }
+        c.piece = malloc(rb_detokenizer_max_bytes(d));
+        rb_detokenizer_destroy(d);
+        if (!c.piece) {
+            rb_cli_fail(CMD, "out of memory", NULL);
+            goto done;
+        }
+    }
+    int interactive = isatty(STDIN_FILENO);
+    if (interactive)
+        fprintf(stderr, "rebound chat: context %" PRIu32 " tokens; /help lists the commands, "
+                "/quit or end of input ends\n", rb_session_n_ctx(c.session));
+    for (;;) {
+        if (interactive) {
+            fputs("> ", stderr);
+            fflush(stderr);
+        }
+        long n = read_line(&line, &line_cap);
+        if (n < 0) {
+            if (interactive) /* so the shell's prompt starts on its own line */
+                fputc('\n', stderr);
+            break;
+        }
+        if (n == 0)
+            continue;
+        if (line[0] == '/') {
+            int r = command(&c, line);
+            if (r < 0)
+                goto done;
+            if (r > 0)
+                break;
+            continue;
+        }
+        if (chat_turn(&c, line))
+            goto done;
+    }
+    if (ferror(stdin)) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "reading stdin: %s", strerror(errno));
+        rb_cli_fail(CMD, msg, NULL);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(line);
+    free(c.tokens);
+    free(c.piece);
+    free(c.hist.turn_starts);
+    rb_chat_text_free(&c.text);
+    rb_sampler_destroy(c.sampler);
+    rb_session_destroy(c.session);
+    rb_model_close(c.model);
+    return rc;
+}

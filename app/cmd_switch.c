@@ -1,0 +1,494 @@
+/*
+ * cmd_switch.c - `rebound switch`: the app-switch experiment.
+ *
+ * Holds a long conversation (a context of C tokens), measures the time to
+ * the first token of a new user turn while everything is in RAM (warm),
+ * then for each strategy: takes memory away the way that strategy would
+ * (a trim of the same bytes), comes back with the same user turn and
+ * measures the time to its first token again, with the per-phase times and
+ * the timeline of what was restored when. Between strategies the turn is
+ * rewound, so every strategy starts from the same context.
+ *
+ *   kill        a fresh process (exec'd) loads the model and recomputes the
+ *               context and the turn: what a phone does after the
+ *               low-memory killer
+ *   recompute   weights kept, the trimmed KV dropped and rebuilt from tokens
+ *   storage     the trimmed KV written to storage, read back completely
+ *               before compute (eager): storage-based offloading
+ *   rebound     layer order, both tiers (lossless RAM codec + storage),
+ *               restore overlapped with compute: exact
+ *   rebound-q8  the same with the 8-bit RAM tier (lossy; its top-1
+ *               agreement with the warm turn is reported beside it); run
+ *               last because it changes the context's KV
+ *
+ * Uses only the public API and POSIX.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "rebound.h"
+#include "switch.h"
+
+static const char *ALL_STRATEGIES = "kill,recompute,storage,rebound,rebound-q8";
+
+/* A conversation to fill the context with: prompt and turns as text,
+ * repeated until the context is full. */
+static const char *CONVERSATION =
+    "User: I am planning a week of hiking in the mountains. What should I pack?\n"
+    "Assistant: Pack layers you can add and remove: a base layer that wicks sweat, a warm "
+    "fleece, and a waterproof shell. Bring broken-in boots, two pairs of wool socks per day "
+    "of walking, a hat and gloves even in summer, sunscreen, a map and a compass, a first "
+    "aid kit, a headlamp, and enough water to reach the next reliable source.\n"
+    "User: How much food do I need for each day?\n"
+    "Assistant: Plan on roughly one kilogram of dry food per person per day, more when it is "
+    "cold or the climbs are long. Mix quick sugars for the trail with slow meals for the "
+    "evening, and keep one spare day of food in case the weather holds you back.\n";
+
+static const char *TURN = "\nUser: Thanks! One more question: which map should I buy for the "
+                          "northern ridge?\nAssistant:";
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void print_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: rebound switch -m MODEL [options]\n"
+        "  -m, --model F         GGUF model (read into RAM, not mapped)\n"
+        "  -c, --ctx-size N      tokens of conversation before the turn (default 2048)\n"
+        "  --turn N              tokens of the returning user turn (default 8)\n"
+        "  --trim SPEC           memory taken away: P%% of the KV bytes (default 50%%), a byte\n"
+        "                        count (K/M/G), or a level: background, moderate, complete\n"
+        "                        (complete also evicts every layer's weights)\n"
+        "  --device D            storage profile: phone, watch, host (default phone)\n"
+        "  --strategies LIST     comma-separated, of %s\n"
+        "  --json FILE           every figure as JSON\n"
+        "  --plot FILE           the timeline picture (SVG)\n"
+        "  -t, --threads N       threads (default: all cores)\n"
+        "  --spill-dir DIR       where the spill file goes (default $TMPDIR or /tmp)\n"
+        "  --pressure MODE       explicit (default): trim as --trim says; cgroup: share a\n"
+        "                        memory cgroup with a competing process that grows, and trim\n"
+        "                        on the kernel's pressure signals (needs root and a memory\n"
+        "                        cgroup; otherwise says why and uses --trim)\n",
+        ALL_STRATEGIES);
+}
+
+typedef struct sw_opts {
+    const char *model, *trim, *device, *strategies, *json, *plot, *spill_dir, *pressure;
+    uint32_t n_ctx, n_turn;
+    int n_threads;
+} sw_opts;
+
+static int parse_args(int argc, char **argv, sw_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->trim = "50%";
+    o->pressure = "explicit";
+    o->device = "phone";
+    o->strategies = ALL_STRATEGIES;
+    o->n_ctx = 2048;
+    o->n_turn = 8;
+    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t u;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            print_usage(stdout);
+            return 2;
+        }
+        if (!v)
+            return rb_cli_fail("switch", "an option needs a value (or is unknown)", a), -1;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
+        else if (!strcmp(a, "--trim")) o->trim = v;
+        else if (!strcmp(a, "--device")) o->device = v;
+        else if (!strcmp(a, "--strategies")) o->strategies = v;
+        else if (!strcmp(a, "--json")) o->json = v;
+        else if (!strcmp(a, "--plot")) o->plot = v;
+        else if (!strcmp(a, "--spill-dir")) o->spill_dir = v;
+        else if (!strcmp(a, "--pressure")) o->pressure = v;
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size") || !strcmp(a, "--turn") ||
+                 !strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (rb_cli_parse_u64(v, &u) != 0 || u == 0 || u > (1u << 24)) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "%s wants a positive number, got '%s'", a, v);
+                return rb_cli_fail("switch", msg, NULL), -1;
+            }
+            if (a[1] == 'c' || !strcmp(a, "--ctx-size")) o->n_ctx = (uint32_t)u;
+            else if (!strcmp(a, "--turn")) o->n_turn = (uint32_t)u;
+            else o->n_threads = (int)u;
+        } else {
+            char msg[160];
+            snprintf(msg, sizeof msg, "unknown option '%s'", a);
+            return rb_cli_fail("switch", msg, "rebound switch --help"), -1;
+        }
+    }
+    if (strcmp(o->pressure, "explicit") && strcmp(o->pressure, "cgroup"))
+        return rb_cli_fail("switch", "--pressure is explicit or cgroup", o->pressure), -1;
+    if (!o->model)
+        return rb_cli_fail("switch", "no model: -m MODEL", "make one: rebound make-model "
+                           "--shape qwen3-0.6b --type q8_0 -o m.gguf"), -1;
+    return 0;
+}
+
+/* "50%" -> fraction 0.5; a level name -> level; else bytes. -1 on error. */
+static int parse_trim(const char *spec, double *fraction, rb_trim_level *level,
+                      uint64_t *bytes)
+{
+    *fraction = 0;
+    *level = RB_TRIM_BYTES;
+    *bytes = 0;
+    if (!strcmp(spec, "background")) *level = RB_TRIM_BACKGROUND;
+    else if (!strcmp(spec, "moderate")) *level = RB_TRIM_MODERATE;
+    else if (!strcmp(spec, "complete")) *level = RB_TRIM_COMPLETE;
+    else if (spec[0] && spec[strlen(spec) - 1] == '%') {
+        char *end;
+        double p = strtod(spec, &end);
+        if (end == spec || *end != '%' || !(p > 0 && p <= 100))
+            return -1;
+        *fraction = p / 100.0;
+    } else if (rb_cli_parse_u64(spec, bytes) != 0 || *bytes == 0) {
+        return -1;
+    }
+    return 0;
+}
+
+static int argmax(const float *x, size_t n)
+{
+    size_t b = 0;
+    for (size_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return (int)b;
+}
+
+/* Tokens of the conversation, repeated to exactly n (BOS first when the
+ * model wants one). */
+static int32_t *build_context_tokens(rb_model *m, uint32_t n)
+{
+    size_t cap = strlen(CONVERSATION) + 16, k = 0;
+    int32_t *conv = malloc(cap * sizeof *conv);
+    int32_t *out = malloc((size_t)n * sizeof *out);
+    if (!conv || !out ||
+        rb_model_tokenize(m, CONVERSATION, strlen(CONVERSATION), 0, 1, conv, cap, &k) !=
+            RB_OK || k == 0) {
+        free(conv);
+        free(out);
+        return NULL;
+    }
+    uint32_t i = 0;
+    int32_t bos = rb_model_token_bos(m);
+    if (bos >= 0 && n > 0)
+        out[i++] = bos;
+    while (i < n)
+        for (size_t j = 0; j < k && i < n; j++)
+            out[i++] = conv[j];
+    free(conv);
+    return out;
+}
+
+/* The kill strategy: a fresh `rebound run` on context + turn, one token,
+ * timed from fork to exit. */
+static double run_fresh_process(const sw_opts *o, const int32_t *toks, size_t n, char *note,
+                                size_t note_n)
+{
+    char path[] = "/tmp/rebound-switch-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        snprintf(note, note_n, "cannot write the token file: %s", strerror(errno));
+        return -1;
+    }
+    FILE *f = fdopen(fd, "w");
+    for (size_t i = 0; f && i < n; i++)
+        fprintf(f, "%" PRId32 "\n", toks[i]);
+    if (f)
+        fclose(f);
+    char ctx[32], thr[32];
+    snprintf(ctx, sizeof ctx, "%zu", n + 16);
+    snprintf(thr, sizeof thr, "%d", o->n_threads);
+    char *args[] = {"rebound", "run", "-m", (char *)o->model, "--tokens", path, "-n", "1",
+                    "-c", ctx, "--temp", "0", "-t", thr, NULL};
+    if (o->n_threads <= 0)
+        args[12] = NULL;
+    double t0 = now_s();
+    pid_t pid = fork();
+    if (pid == 0) {
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn >= 0) {
+            dup2(dn, 1);
+            dup2(dn, 2);
+        }
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) {
+        snprintf(note, note_n, "cannot start a process: %s", strerror(errno));
+        unlink(path);
+        return -1;
+    }
+    double t = now_s() - t0;
+    unlink(path);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        snprintf(note, note_n, "the fresh process failed (status %d)", status);
+        return -1;
+    }
+    snprintf(note, note_n, "fresh process: load + %zu tokens recomputed", n);
+    return t;
+}
+
+/* Feeds the turn, times it to its first token, keeps the logits of every
+ * turn position in logits (n_turn x V). */
+static rb_status timed_turn(rb_session *s, const int32_t *turn, uint32_t n, float *logits,
+                            double *ttft)
+{
+    double t0 = now_s();
+    rb_status st = rb_session_feed(s, turn, n, logits);
+    if (st == RB_OK)
+        (void)argmax(logits + (size_t)(n - 1) * rb_session_n_vocab(s), rb_session_n_vocab(s));
+    *ttft = now_s() - t0;
+    return st;
+}
+
+int rb_cmd_switch(int argc, char **argv)
+{
+    sw_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc == 2 ? 0 : 1;
+    double trim_fraction;
+    rb_trim_level level;
+    uint64_t trim_bytes;
+    if (parse_trim(o.trim, &trim_fraction, &level, &trim_bytes) != 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "--trim '%s' is not a percentage (1%%..100%%), a byte count "
+                 "or one of background, moderate, complete", o.trim);
+        return rb_cli_fail("switch", msg, NULL);
+    }
+
+    rb_error err;
+    rb_model *m = NULL;
+    if (rb_model_open(o.model, NULL, &m, &err) != RB_OK)
+        return rb_cli_fail("switch", err.message, NULL);
+    rb_model_info info;
+    rb_model_get_info(m, &info);
+    uint32_t V = info.n_vocab;
+
+    /* --pressure cgroup: join the cgroup before anything big is allocated.
+       Its limit fits rebound alone: the weights, the KV of the context in
+       whole 256-token pages, and room for the rest (run state, code). */
+    sw_pressure *pressure = NULL;
+    char pressure_note[512] = "explicit trim";
+    if (!strcmp(o.pressure, "cgroup")) {
+        uint64_t kv_tokens = ((uint64_t)o.n_ctx + o.n_turn + 16 + 255) / 256 * 256;
+        uint64_t limit = info.tensor_data_bytes + info.kv_bytes_per_token * kv_tokens +
+                         (uint64_t)V * o.n_turn * sizeof(float) * 2 + (160ull << 20);
+        int n_hogs = 1;
+        for (const char *c = o.strategies; *c; c++)
+            n_hogs += *c == ',';
+        if (sw_pressure_setup(&pressure, limit, n_hogs, pressure_note,
+                              sizeof pressure_note) != 0)
+            fprintf(stderr, "rebound switch: %s\n", pressure_note);
+    }
+
+    rb_session_params sp = rb_session_default_params();
+    sp.n_ctx = o.n_ctx + o.n_turn + 16;
+    sp.n_threads = o.n_threads;
+    sp.device = o.device;
+    sp.spill_dir = o.spill_dir;
+    rb_session *s = NULL;
+    if (rb_session_create(m, &sp, &s, &err) != RB_OK) {
+        rb_model_close(m);
+        return rb_cli_fail("switch", err.message,
+                           err.status == RB_E_NOT_FOUND ? "devices: phone, watch, host" : NULL);
+    }
+
+    sw_result res[8];
+    int n_res = 0;
+    sw_setup su;
+    memset(&su, 0, sizeof su);
+    su.model_path = o.model;
+    su.model_name = info.name && *info.name ? info.name : info.architecture;
+    su.device = o.device;
+    su.trim_spec = o.trim;
+    su.pressure = pressure_note;
+    su.is_cgroup = pressure != NULL;
+    su.n_ctx_tokens = o.n_ctx;
+    su.n_turn = o.n_turn;
+    su.n_threads = o.n_threads;
+    struct utsname un;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (uname(&un) == 0)
+        snprintf(su.machine, sizeof su.machine, "%s %s, %ld cores", un.machine, un.release,
+                 cores);
+
+    /* 1. the conversation and the returning turn (its text's first
+          --turn tokens, repeated if it is shorter) */
+    int32_t *ctx = build_context_tokens(m, o.n_ctx);
+    int32_t *turn = malloc((size_t)o.n_turn * sizeof *turn);
+    float *warm_logits = malloc((size_t)o.n_turn * V * sizeof(float));
+    float *logits = malloc((size_t)o.n_turn * V * sizeof(float));
+    int32_t *all = malloc(((size_t)o.n_ctx + o.n_turn) * sizeof *all);
+    int32_t turn_text[512];
+    size_t n_turn_tok = 0;
+    if (!ctx || !turn || !warm_logits || !logits || !all ||
+        rb_model_tokenize(m, TURN, strlen(TURN), 0, 1, turn_text, 512, &n_turn_tok) != RB_OK ||
+        n_turn_tok == 0) {
+        rc = rb_cli_fail("switch", "cannot tokenize the conversation", rb_model_errmsg(m));
+        goto done;
+    }
+    for (uint32_t i = 0; i < o.n_turn; i++)
+        turn[i] = turn_text[i % n_turn_tok];
+    memcpy(all, ctx, (size_t)o.n_ctx * sizeof *all);
+    memcpy(all + o.n_ctx, turn, (size_t)o.n_turn * sizeof *all);
+
+    fprintf(stderr, "rebound switch: building a context of %" PRIu32 " tokens on %s...\n",
+            o.n_ctx, o.model);
+    double t0 = now_s();
+    if (rb_session_feed(s, ctx, o.n_ctx, NULL) != RB_OK) {
+        rc = rb_cli_fail("switch", rb_session_errmsg(s), "a smaller -c");
+        goto done;
+    }
+    su.build_s = now_s() - t0;
+    rb_session_stats st0;
+    rb_session_get_stats(s, &st0);
+    su.kv_bytes = st0.kv_raw_bytes;
+    snprintf(su.storage_io, sizeof su.storage_io, "%s", st0.storage_io ? st0.storage_io : "");
+
+    /* 2. warm: the median of 3 */
+    double warm[3];
+    for (int i = 0; i < 3; i++) {
+        if (timed_turn(s, turn, o.n_turn, warm_logits, &warm[i]) != RB_OK) {
+            rc = rb_cli_fail("switch", rb_session_errmsg(s), NULL);
+            goto done;
+        }
+        rb_session_rewind(s, o.n_ctx);
+    }
+    double a = warm[0], b = warm[1], c = warm[2];
+    su.warm_ttft_s = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
+    uint64_t bytes_to_free = trim_fraction > 0 ? (uint64_t)(trim_fraction * (double)su.kv_bytes)
+                                               : trim_bytes;
+
+    /* 3. the strategies, in the order given (rebound-q8 changes the KV:
+          it runs where it is listed, so list it last) */
+    char list[256];
+    snprintf(list, sizeof list, "%s", o.strategies);
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name && n_res < 8;
+         name = strtok_r(NULL, ",", &save)) {
+        sw_result *r = &res[n_res++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->name, sizeof r->name, "%s", name);
+        rb_restore_mode mode;
+        rb_ram_codec codec = RB_RAM_CODEC_LOSSLESS;
+        if (!strcmp(name, "kill")) {
+            fprintf(stderr, "rebound switch: kill: a fresh process recomputes %" PRIu32
+                    " tokens...\n", o.n_ctx + o.n_turn);
+            r->ttft_s = run_fresh_process(&o, all, (size_t)o.n_ctx + o.n_turn, r->note,
+                                          sizeof r->note);
+            r->ran = r->ttft_s >= 0;
+            r->freed_bytes = st0.total_bytes; /* the whole process */
+            continue;
+        } else if (!strcmp(name, "recompute")) {
+            mode = RB_RESTORE_RECOMPUTE;
+        } else if (!strcmp(name, "storage")) {
+            mode = RB_RESTORE_EAGER;
+        } else if (!strcmp(name, "rebound")) {
+            mode = RB_RESTORE_PIPELINED;
+        } else if (!strcmp(name, "rebound-q8")) {
+            mode = RB_RESTORE_PIPELINED;
+            codec = RB_RAM_CODEC_Q8;
+        } else if (!strcmp(name, "zram")) {
+            snprintf(r->note, sizeof r->note, "not built: the lz4/zstd RAM tier is not part "
+                     "of this build");
+            continue;
+        } else {
+            char msg[160];
+            snprintf(msg, sizeof msg, "unknown strategy '%s' (of %s)", name, ALL_STRATEGIES);
+            rc = rb_cli_fail("switch", msg, NULL);
+            goto done;
+        }
+        fprintf(stderr, "rebound switch: %s...\n", name);
+        if (rb_session_set_restore(s, mode, codec) != RB_OK) {
+            rc = rb_cli_fail("switch", rb_session_errmsg(s), NULL);
+            goto done;
+        }
+        if (pressure) {
+            if (sw_pressure_run(pressure, n_res - 1, s, r) != 0)
+                continue;
+        } else {
+            double ts = now_s();
+            rb_status tst = rb_session_trim(s, bytes_to_free, level, &r->freed_bytes);
+            r->trim_s = now_s() - ts;
+            if (tst != RB_OK) {
+                snprintf(r->note, sizeof r->note, "trim failed: %s", rb_session_errmsg(s));
+                continue;
+            }
+        }
+        rb_session_stats held;
+        rb_session_get_stats(s, &held);
+        r->held_bytes = held.total_bytes;
+        if (timed_turn(s, turn, o.n_turn, logits, &r->ttft_s) != RB_OK) {
+            snprintf(r->note, sizeof r->note, "turn failed: %s", rb_session_errmsg(s));
+            rb_session_rewind(s, o.n_ctx);
+            continue;
+        }
+        r->ran = 1;
+        rb_session_get_stats(s, &r->st);
+        r->ev = malloc(8192 * sizeof *r->ev);
+        r->n_ev = r->ev ? rb_session_restore_events(s, r->ev, 8192) : 0;
+        if (r->n_ev > 8192)
+            r->n_ev = 8192;
+        for (uint32_t i = 0; i < o.n_turn; i++) {
+            const float *x = logits + (size_t)i * V, *w = warm_logits + (size_t)i * V;
+            r->n_agree += argmax(x, V) == argmax(w, V);
+            r->n_compared++;
+            for (uint32_t j = 0; j < V; j++) {
+                double d = fabs((double)x[j] - w[j]);
+                r->max_logit_diff = d > r->max_logit_diff ? d : r->max_logit_diff;
+            }
+        }
+        rb_session_rewind(s, o.n_ctx);
+    }
+
+    /* 4. the reports */
+    sw_print_table(&su, res, n_res);
+    if (o.json && sw_write_json(o.json, &su, res, n_res) != 0) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "cannot write %s: %s", o.json, strerror(errno));
+        rc = rb_cli_fail("switch", msg, NULL);
+    }
+    if (o.plot) {
+        if (sw_write_svg(o.plot, &su, res, n_res) != 0) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "cannot write %s: %s", o.plot, strerror(errno));
+            rc = rb_cli_fail("switch", msg, NULL);
+        } else {
+            printf("timeline picture: %s\n", o.plot);
+        }
+    }
+done:
+    for (int i = 0; i < n_res; i++)
+        free(res[i].ev);
+    sw_pressure_teardown(pressure); /* moves rebound back out of the cgroup */
+    free(ctx);
+    free(turn);
+    free(warm_logits);
+    free(logits);
+    free(all);
+    rb_session_destroy(s);
+    rb_model_close(m);
+    return rc;
+}

@@ -1,0 +1,400 @@
+/*
+ * kvcodec_lossless.c - the bit-exact KV codec: fp16 split into its 6 sign +
+ * exponent bits, entropy-coded with static canonical Huffman codes, and its
+ * 10 mantissa bits, stored raw (they are close to uniform: the gain is in
+ * sign and exponent, whose distribution is narrow per channel).
+ *
+ * Contexts. Each head of each half (K, V) is coded in one of two modes,
+ * whichever the encoder estimates smaller for that head:
+ *   PER_CHANNEL  one code per channel c (its symbols over the tokens): keys
+ *                have per-channel scales (outlier channels, RoPE pairs), so
+ *                this is their natural model;
+ *   SHARED       one code for the whole head, 4 streams over the head's
+ *                values in row order: for values, whose channels look
+ *                alike, a table per channel costs more than it saves.
+ * (A per-token code for V, as for the lossy layout, was not used: 64
+ * symbols cannot pay for a table.)
+ *
+ * Payload, per half (K then V), per head:
+ *   mode byte (0 PER_CHANNEL, 1 SHARED)
+ *   PER_CHANNEL: for c in 0..hd-1: [desc | stream bytes: u(w)], byte
+ *                aligned, then that channel's stream (its P symbols)
+ *   SHARED:      [desc | 4 x stream bytes: u(w)], aligned, the 4 streams
+ *                (stream j holds values [jq, (j+1)q), q = n/4, the last
+ *                also the n - 4q left over)
+ *   lo8[n]       mantissa bits 0-7 of the head's n = P x hd values
+ *   hi2[ceil(n/4)] mantissa bits 8-9: per 32 values 8 bytes, byte j holding
+ *                values j, j+8, j+16, j+24 at bits 0, 2, 4, 6; the n % 32
+ *                left over packed in order (value k at bit 2k)
+ * desc (LSB-first bits): single(1); single: symbol(6), no stream; else
+ *   signs(2: bit 0 positive present, bit 1 negative), e_lo(5), e_cnt-1(5),
+ *   then per present sign, per exponent in [e_lo, e_lo + e_cnt): length(3),
+ *   0 = unused, 1..7. w = bit width of the stream's symbol count (a symbol
+ *   takes at most 7 bits, so a stream has at most that many bytes).
+ * Symbol streams are MSB-first; codes are canonical (by length, then
+ * symbol), at most 7 bits long and complete (Kraft sum exactly 1: the
+ * decoder checks), so a decode table indexed by the next 7 bits has no
+ * invalid entry, and each symbol owns one run of it.
+ *
+ * Why these numbers (synthetic qwen3-0.6b KV, 28 pages of 256 tokens x 8
+ * heads x 128/128, one core, bench_kv --cputime): 7-bit codes instead of
+ * 8: 96.2% -> 96.1% of the entropy bound but 8 symbols per 64-bit load
+ * and half-size tables, 1.6 -> 1.7 GB/s; 3-bit lengths in the descriptor
+ * instead of 4: 96.1% -> 96.6% (stories260K 95.0% -> 95.6%: its 8-dim
+ * heads and 128-token pages make tables count).
+ *
+ * Decoding (kvcodec_lossless_dec.c): per context a table (entry = symbol
+ * << 10 | length). Streams
+ * are decoded in lockstep, eight channels (PER_CHANNEL) or four quarters
+ * (SHARED), because one stream is a chain of dependent operations (shift,
+ * table load, shift: ~7 cycles a symbol); with four channels it ran at
+ * 1.3 GB/s, with eight 1.5 (then 1.9 with the descriptor and shift work
+ * below trimmed). Each symbol lands as out[i] = entry; a second pass keeps
+ * its top 6 bits, ORs in the mantissa and hashes the page region from the
+ * registers. Reads may run past a stream's own bytes (never past the
+ * payload): each stream's consumed bits must afterwards equal its
+ * declared bytes.
+ *
+ * Memory: stack only (the decoder: 8 tables of 144 x 2 bytes).
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "kvcodec_internal.h"
+#include "status.h"
+
+
+#define MAXLEN RB_KVLL_MAXLEN
+#define NSYM RB_KVLL_NSYM
+#define bit_width rb_kvll_bit_width
+enum { MODE_PER_CHANNEL = RB_KVLL_PER_CHANNEL, MODE_SHARED = RB_KVLL_SHARED };
+
+/* ---- codes ------------------------------------------------------------------ */
+
+typedef struct hcode {
+    uint8_t len[NSYM];   /* 0: unused */
+    uint16_t code[NSYM]; /* canonical code, MSB first */
+    int single;          /* -1, or the one symbol used (no bits) */
+} hcode;
+
+/* Huffman lengths limited to MAXLEN with an exactly complete code.
+ * hist has at least 2 nonzero entries. Leaves sorted by count (insertion
+ * sort: n <= 64, typically ~15), then the two-queue merge (leaves and
+ * internal nodes both come out in nondecreasing weight), O(n) after the
+ * sort. */
+static void build_lengths(const uint32_t *hist, uint8_t *len)
+{
+    uint64_t w[2 * NSYM];
+    int parent[2 * NSYM], leaf[NSYM], nl = 0;
+    memset(len, 0, NSYM);
+    for (int s = 0; s < NSYM; s++) {
+        if (!hist[s])
+            continue;
+        int i = nl++;
+        for (; i > 0 && hist[leaf[i - 1]] > hist[s]; i--)
+            leaf[i] = leaf[i - 1];
+        leaf[i] = s;
+    }
+    for (int i = 0; i < nl; i++) {
+        w[i] = hist[leaf[i]];
+        parent[i] = -1;
+    }
+    int qa = 0, qb = nl, n = nl; /* next leaf, next internal node, next free */
+    while (n < 2 * nl - 1) {
+        int pick[2];
+        for (int k = 0; k < 2; k++)
+            pick[k] = (qa < nl && (qb >= n || w[qa] <= w[qb])) ? qa++ : qb++;
+        w[n] = w[pick[0]] + w[pick[1]];
+        parent[n] = -1;
+        parent[pick[0]] = parent[pick[1]] = n++;
+    }
+    int over = 0, depth[2 * NSYM];
+    depth[n - 1] = 0; /* parents come after their children: one pass down */
+    for (int i = n - 2; i >= 0; i--)
+        depth[i] = depth[parent[i]] + 1;
+    for (int i = 0; i < nl; i++) {
+        len[leaf[i]] = (uint8_t)(depth[i] > MAXLEN ? MAXLEN : depth[i]);
+        over |= depth[i] > MAXLEN;
+    }
+    if (!over)
+        return;
+    /* Kraft in units of 2^-MAXLEN; lengthen the rarest codes below MAXLEN
+     * until the sum fits, then shorten the commonest while it still fits,
+     * which ends at exactly 2^MAXLEN (every step moves by a power of 2 no
+     * larger than the remaining gap). Rare: it takes counts spanning ~2^7. */
+    uint32_t kraft = 0;
+    for (int s = 0; s < NSYM; s++)
+        if (len[s])
+            kraft += 1u << (MAXLEN - len[s]);
+    while (kraft > (1u << MAXLEN)) {
+        int best = -1;
+        for (int s = 0; s < NSYM; s++)
+            if (len[s] && len[s] < MAXLEN && (best < 0 || hist[s] < hist[best]))
+                best = s;
+        kraft -= 1u << (MAXLEN - len[best] - 1);
+        len[best]++;
+    }
+    for (int changed = 1; changed && kraft < (1u << MAXLEN);) {
+        changed = 0;
+        int best = -1;
+        for (int s = 0; s < NSYM; s++)
+            if (len[s] > 1 && kraft + (1u << (MAXLEN - len[s])) <= (1u << MAXLEN) &&
+                (best < 0 || hist[s] > hist[best]))
+                best = s;
+        if (best >= 0) {
+            kraft += 1u << (MAXLEN - len[best]);
+            len[best]--;
+            changed = 1;
+        }
+    }
+}
+
+/* Canonical codes from lengths: by length, then symbol (the encoder's
+ * side; the decoder builds the same order from its length buckets). */
+static void assign_codes(hcode *hc)
+{
+    /* length by length (no indexed increments: clang 14 -O2 with AVX-512
+     * vectorized `code[s] = next[len[s]]++` into wrong codes) */
+    uint32_t code = 0;
+    for (int l = 1; l <= MAXLEN; l++, code <<= 1)
+        for (int s = 0; s < NSYM; s++)
+            if (hc->len[s] == l)
+                hc->code[s] = (uint16_t)code++;
+}
+
+static void make_code(const uint32_t *hist, hcode *hc)
+{
+    int used = 0, last = 0;
+    for (int s = 0; s < NSYM; s++) {
+        used += hist[s] != 0;
+        last = hist[s] ? s : last;
+    }
+    memset(hc, 0, sizeof *hc);
+    hc->single = used == 1 ? last : -1;
+    if (used > 1) {
+        build_lengths(hist, hc->len);
+        assign_codes(hc);
+    }
+}
+
+static uint64_t code_bits(const hcode *hc, const uint32_t *hist)
+{
+    uint64_t b = 0;
+    for (int s = 0; s < NSYM; s++)
+        b += (uint64_t)hist[s] * hc->len[s];
+    return b;
+}
+
+static void exp_range(const hcode *hc, int *signs, int *lo, int *cnt)
+{
+    int l = 32, h = -1;
+    *signs = 0;
+    for (int s = 0; s < NSYM; s++)
+        if (hc->len[s]) {
+            *signs |= 1 << (s >> 5);
+            l = (s & 31) < l ? (s & 31) : l;
+            h = (s & 31) > h ? (s & 31) : h;
+        }
+    *lo = l;
+    *cnt = h - l + 1;
+}
+
+static unsigned desc_bits(const hcode *hc)
+{
+    if (hc->single >= 0)
+        return 7;
+    int signs, lo, cnt;
+    exp_range(hc, &signs, &lo, &cnt);
+    return 13 + 3u * (unsigned)cnt * (unsigned)((signs & 1) + (signs >> 1));
+}
+
+/* ---- bit writer (encoder) ------------------------------------------------------ */
+
+typedef struct bitwr {
+    uint8_t *p;
+    uint64_t acc;
+    unsigned n;
+} bitwr;
+
+static inline void put(bitwr *w, uint32_t v, unsigned nb)
+{
+    w->acc |= (uint64_t)v << w->n;
+    w->n += nb;
+    while (w->n >= 8) {
+        *w->p++ = (uint8_t)w->acc;
+        w->acc >>= 8;
+        w->n -= 8;
+    }
+}
+
+static inline void flush(bitwr *w)
+{
+    if (w->n)
+        *w->p++ = (uint8_t)w->acc;
+    w->acc = 0;
+    w->n = 0;
+}
+
+static void put_desc(bitwr *w, const hcode *hc)
+{
+    if (hc->single >= 0) {
+        put(w, 1, 1);
+        put(w, (uint32_t)hc->single, 6);
+        return;
+    }
+    int signs, lo, cnt;
+    exp_range(hc, &signs, &lo, &cnt);
+    put(w, 0, 1);
+    put(w, (uint32_t)signs, 2);
+    put(w, (uint32_t)lo, 5);
+    put(w, (uint32_t)cnt - 1, 5);
+    for (int sg = 0; sg < 2; sg++)
+        if (signs >> sg & 1)
+            for (int e = lo; e < lo + cnt; e++)
+                put(w, hc->len[sg << 5 | e], 3);
+}
+
+/* ---- encoder --------------------------------------------------------------------- */
+
+static void hist_channel(const rb_f16 *head, uint32_t P, uint32_t hd, uint32_t c, uint32_t *hist)
+{
+    memset(hist, 0, NSYM * sizeof *hist);
+    for (uint32_t t = 0; t < P; t++)
+        hist[head[(size_t)t * hd + c] >> 10]++;
+}
+
+/* Symbol streams are MSB-first (the decoder peeks the top bits, so that a
+ * code's table entries form one run: cheap to fill per channel). */
+static void put_symbols(bitwr *w, const hcode *hc, const rb_f16 *x, size_t n, size_t stride)
+{
+    if (hc->single >= 0)
+        return;
+    uint64_t acc = 0;
+    unsigned nb = 0;
+    uint8_t *p = w->p;
+    for (size_t i = 0; i < n; i++) {
+        unsigned s = x[i * stride] >> 10;
+        acc = acc << hc->len[s] | hc->code[s];
+        nb += hc->len[s];
+        if (nb >= 32) {
+            nb -= 32;
+            uint32_t v = (uint32_t)(acc >> nb);
+            p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16);
+            p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+            p += 4;
+        }
+    }
+    while (nb >= 8) {
+        nb -= 8;
+        *p++ = (uint8_t)(acc >> nb);
+    }
+    if (nb)
+        *p++ = (uint8_t)(acc << (8 - nb));
+    w->p = p;
+}
+
+static uint8_t *put_mantissas(uint8_t *p, const rb_f16 *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)x[i];
+    p += n;
+    /* each byte written once from its four values */
+    const size_t full = n / 32;
+    for (size_t b = 0; b < full; b++) {
+        const rb_f16 *v = x + 32 * b;
+        for (int j = 0; j < 8; j++)
+            p[8 * b + j] = (uint8_t)((v[j] >> 8 & 3) | (v[j + 8] >> 8 & 3) << 2 |
+                                     (v[j + 16] >> 8 & 3) << 4 | (v[j + 24] >> 8 & 3) << 6);
+    }
+    const size_t rest = n - 32 * full;
+    for (size_t k = 0; k < (rest + 3) / 4; k++) {
+        unsigned byte = 0;
+        for (size_t i = 4 * k; i < 4 * k + 4 && i < rest; i++)
+            byte |= (unsigned)(x[32 * full + i] >> 8 & 3) << (2 * (i % 4));
+        p[8 * full + k] = (uint8_t)byte;
+    }
+    return p + (n + 3) / 4;
+}
+
+/* One head of one half: n = P x hd values at x. Returns the new write
+ * position, or NULL when the bytes would reach end. */
+static uint8_t *encode_head(const rb_f16 *x, uint32_t P, uint32_t hd, uint8_t *p,
+                            const uint8_t *end)
+{
+    const size_t n = (size_t)P * hd, mant = n + (n + 3) / 4;
+    uint32_t hist[NSYM], total[NSYM] = {0};
+    hcode hc;
+    if ((size_t)(end - p) <= 1 + mant)
+        return NULL;
+    uint8_t *const start = p;
+    /* 1. PER_CHANNEL written as it is estimated (each channel's code built
+     * once), the head's histogram summed on the way */
+    const unsigned wch = bit_width(P);
+    uint64_t per_ch = 0;
+    *p++ = MODE_PER_CHANNEL;
+    bitwr w = {p, 0, 0};
+    for (uint32_t c = 0; c < hd; c++) {
+        hist_channel(x, P, hd, c, hist);
+        for (int s = 0; s < NSYM; s++)
+            total[s] += hist[s];
+        make_code(hist, &hc);
+        const uint64_t bits = code_bits(&hc, hist);
+        const uint64_t rec = (desc_bits(&hc) + (hc.single >= 0 ? 0 : wch) + 7) / 8 + (bits + 7) / 8;
+        per_ch += 8 * rec;
+        if ((size_t)(end - w.p) <= rec + mant)
+            return NULL;
+        put_desc(&w, &hc);
+        if (hc.single < 0)
+            put(&w, (uint32_t)((bits + 7) / 8), wch);
+        flush(&w);
+        put_symbols(&w, &hc, x + c, P, hd);
+        flush(&w);
+    }
+    /* 2. SHARED instead when one code for the head is smaller (values,
+     * whose channels look alike, and short pages) */
+    hcode shared;
+    make_code(total, &shared);
+    const size_t q = n / 4;
+    const unsigned wsh = bit_width(n - 3 * q);
+    const uint64_t sh = desc_bits(&shared) + 4 * wsh + 7 + code_bits(&shared, total) + 4 * 7;
+    if (n >= 4 && sh < per_ch) {
+        p = start;
+        *p++ = MODE_SHARED;
+        w = (bitwr){p, 0, 0};
+        put_desc(&w, &shared);
+        if (shared.single < 0) {
+            for (int j = 0; j < 4; j++) {
+                uint32_t hs[NSYM] = {0};
+                size_t a = j * q, b = j == 3 ? n : a + q;
+                for (size_t i = a; i < b; i++)
+                    hs[x[i] >> 10]++;
+                put(&w, (uint32_t)((code_bits(&shared, hs) + 7) / 8), wsh);
+            }
+        }
+        flush(&w);
+        /* (sh rounds every aligned piece up: it bounds these bytes, which
+         * are fewer than the PER_CHANNEL bytes already written here) */
+        for (int j = 0; j < 4; j++) {
+            size_t a = j * q, b = j == 3 ? n : a + q;
+            put_symbols(&w, &shared, x + a, b - a, 1);
+            flush(&w);
+        }
+    }
+    return put_mantissas(w.p, x, n);
+}
+
+size_t rb_kvcodec_lossless_encode(const rb_kvcodec_dims *d, const rb_f16 *page, uint8_t *dst,
+                                  size_t cap)
+{
+    const uint32_t P = d->n_tokens;
+    const uint8_t *end = dst + cap;
+    uint8_t *p = dst;
+    const rb_f16 *x = page;
+    for (int half = 0; half < 2; half++) {
+        const uint32_t hd = half ? d->head_dim_v : d->head_dim_k;
+        for (uint32_t h = 0; h < d->n_kv_heads; h++, x += (size_t)P * hd)
+            if (!(p = encode_head(x, P, hd, p, end)))
+                return 0;
+    }
+    return (size_t)(p - dst);
+}

@@ -1,0 +1,528 @@
+/*
+ * kvcodec_lossless_dec.c - the decoder of the bit-exact KV codec: the
+ * payload format, the contexts and why the numbers are what they are are
+ * described at the top of kvcodec_lossless.c (the encoder).
+ *
+ * Steps per head: 1. read each context's descriptor and build its decode
+ * table (128 entries, runs in canonical order); 2. decode the symbol
+ * streams in lockstep (8 channels, or the 4 quarters of a SHARED head),
+ * each symbol's table entry stored at its output position; 3. merge the
+ * mantissa bits under the top 6 bits and hash the region (AVX2 kernel
+ * beside its _ref). Every length and count comes from the frame: each is
+ * checked against the payload's end before use, and reads past a stream
+ * are bounded by the payload (never past it).
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "kvcodec_internal.h"
+#include "status.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#define MAXLEN RB_KVLL_MAXLEN
+#define ROUND (56 / MAXLEN) /* symbols per round: 57 bits from one load */
+#define NSYM RB_KVLL_NSYM
+#define bit_width rb_kvll_bit_width
+enum { MODE_PER_CHANNEL = RB_KVLL_PER_CHANNEL, MODE_SHARED = RB_KVLL_SHARED };
+
+/* ---- decoder: tables and headers ------------------------------------------------ */
+
+/* Every table has 2^7 entries, whatever the code's longest length: the
+ * peek is then a constant shift, and filling 128 entries is ~8-20 vector
+ * stores, ~0.1 store per symbol of a 256-token channel. */
+typedef struct dtable {
+    uint16_t e[(1 << MAXLEN) + 16]; /* symbol << 10 | length; 16 slack for run fills */
+} dtable;
+
+/* Bounds-checked LSB-first reader for descriptors. */
+typedef struct hdrrd {
+    const uint8_t *p, *end;
+    uint64_t acc;
+    unsigned n;
+    int overrun;
+} hdrrd;
+
+static void get_slow(hdrrd *r, unsigned nb)
+{
+    while (r->n < nb) {
+        if (r->p < r->end)
+            r->acc |= (uint64_t)*r->p++ << r->n;
+        else
+            r->overrun = 1;
+        r->n += 8;
+    }
+}
+
+/* Makes nb <= 56 bits available. */
+static inline void get_slow_or_fill(hdrrd *r, unsigned nb)
+{
+    if (r->n < nb) {
+        if (r->end - r->p >= 8) {
+            r->acc |= rb_kv_load64(r->p) << r->n;
+            r->p += (63 - r->n) >> 3;
+            r->n |= 56;
+        } else {
+            get_slow(r, nb);
+        }
+    }
+}
+
+/* nb <= 32 bits. Whole 8-byte refills while the payload lasts (the
+ * bytes read ahead are given back by hdr_end). */
+static inline uint32_t get(hdrrd *r, unsigned nb)
+{
+    if (r->n < nb) {
+        if (r->end - r->p >= 8) {
+            r->acc |= rb_kv_load64(r->p) << r->n;
+            r->p += (63 - r->n) >> 3;
+            r->n |= 56;
+        } else {
+            get_slow(r, nb);
+        }
+    }
+    uint32_t v = (uint32_t)(r->acc & ((1ull << nb) - 1));
+    r->acc >>= nb;
+    r->n -= nb;
+    return v;
+}
+
+/* Where the byte-aligned record read so far ends. */
+static inline const uint8_t *hdr_end(const hdrrd *r) { return r->p - r->n / 8; }
+
+/* Fills n >= 1 entries with v, in blocks of 8: may write up to 7 entries
+ * past the run, which the next run (or the slack) absorbs. */
+static inline void fill_run(uint16_t *e, uint32_t n, uint16_t v)
+{
+#if defined(__AVX2__)
+    if (n >= 16) {
+        const __m256i y = _mm256_set1_epi16((short)v);
+        for (uint32_t i = 0; i < n; i += 16)
+            _mm256_storeu_si256((__m256i *)(e + i), y);
+    } else {
+        const __m128i x = _mm_set1_epi16((short)v);
+        _mm_storeu_si128((__m128i *)e, x);
+        if (n > 8)
+            _mm_storeu_si128((__m128i *)(e + 8), x);
+    }
+#else
+    for (uint32_t i = 0; i < n; i++)
+        e[i] = v;
+#endif
+}
+
+/* Reads a descriptor and builds its table; NULL on success, else a static
+ * reason. Canonical MSB-first codes: the codes of length l, in symbol
+ * order, follow those of length l - 1, so with a 7-bit peek each symbol
+ * owns one run of 2^(7 - l) consecutive entries. */
+static const char *read_desc(hdrrd *r, dtable *t, int *single)
+{
+    *single = 0;
+    if (get(r, 1)) {
+        fill_run(t->e, 1u << MAXLEN, (uint16_t)(get(r, 6) << 10)); /* 0 bits a symbol */
+        *single = 1;
+        return r->overrun ? "descriptor truncated" : NULL;
+    }
+    const uint32_t head = get(r, 12), signs = head & 3, lo = head >> 2 & 31, cnt = (head >> 7) + 1;
+    if (!signs)
+        return "code with no sign present";
+    if (lo + cnt > 32)
+        return "exponent range beyond 31";
+    uint8_t bucket[MAXLEN + 1][NSYM];
+    uint32_t nb[MAXLEN + 1] = {0}, kraft = 0;
+    for (uint32_t sg = 0; sg < 2; sg++) {
+        if (!(signs >> sg & 1))
+            continue;
+        /* the lengths in batches of up to 18 (54 bits: one refill) */
+        for (uint32_t e = lo; e < lo + cnt;) {
+            const uint32_t k = lo + cnt - e < 18 ? lo + cnt - e : 18;
+            get_slow_or_fill(r, 3 * k);
+            uint64_t a = r->acc;
+            for (uint32_t i = 0; i < k; i++, e++, a >>= 3) {
+                uint32_t l = (uint32_t)(a & 7); /* <= 7 = MAXLEN */
+                bucket[l][nb[l]++] = (uint8_t)(sg << 5 | e);
+                kraft += (1u << MAXLEN) >> l;
+            }
+            r->acc = a;
+            r->n -= 3 * k;
+        }
+    }
+    kraft -= nb[0] << MAXLEN; /* length 0: unused symbols, counted above */
+    if (r->overrun)
+        return "descriptor truncated";
+    if (kraft != (1u << MAXLEN)) /* (complete with lengths >= 1: 2 symbols or more) */
+        return "code lengths do not form a complete prefix code";
+    /* runs in table order: a run may spill past its end (fill_run), the
+     * next run overwrites the spill */
+    uint32_t pos = 0;
+    for (uint32_t l = 1; l <= MAXLEN; l++)
+        for (uint32_t i = 0; i < nb[l]; i++) {
+            fill_run(t->e + pos, 1u << (MAXLEN - l), (uint16_t)(bucket[l][i] << 10 | l));
+            pos += 1u << (MAXLEN - l);
+        }
+    return NULL;
+}
+
+/* ---- decoder: streams ----------------------------------------------------------- */
+
+/* Stream reading, by rounds of at most 8 symbols (8 x 7 bits fit the 57
+ * bits one unaligned 8-byte load gives at any bit offset). A round loads
+ * the big-endian word at the stream's bit position pos, shifts out the
+ * pos % 8 bits already used, and marks the end of the loaded bits with a
+ * 1 (a sentinel at the bottom: it costs the word's last bit, never needed).
+ * Each symbol then shifts the word left by its length; after the round the
+ * sentinel's position is how far the round went, so no counter is kept
+ * per symbol. The stream's position is the whole state. */
+typedef struct bstream {
+    const uint8_t *base;
+    uint64_t pos; /* bits consumed */
+} bstream;
+
+static inline uint64_t word_fast(const bstream *s)
+{
+    return (__builtin_bswap64(rb_kv_load64(s->base + (s->pos >> 3))) | 1) << (s->pos & 7);
+}
+
+/* Near the payload's end: the bytes that exist, zeros after them. */
+static inline uint64_t word_safe(const bstream *s, const uint8_t *end)
+{
+    const uint8_t *a = s->base + (s->pos >> 3);
+    uint8_t tmp[8] = {0};
+    if (a < end)
+        memcpy(tmp, a, (size_t)(end - a) < 8 ? (size_t)(end - a) : 8);
+    return (__builtin_bswap64(rb_kv_load64(tmp)) | 1) << (s->pos & 7);
+}
+
+static inline void advance(bstream *s, uint64_t w)
+{
+    s->pos = (s->pos & ~(uint64_t)7) + (uint64_t)__builtin_ctzll(w);
+}
+
+/* One symbol: the entry's low 6 bits are its length, which is all a
+ * 64-bit shift looks at; the stored value keeps them (the merge pass
+ * masks them off), saving two operations per symbol. */
+#define DECODE1(w, t, o)                   \
+    do {                                   \
+        uint32_t e_ = (t)->e[(w) >> peek_shift]; \
+        (w) <<= e_ & 63;                   \
+        (o) = (rb_f16)e_;                  \
+    } while (0)
+
+/* The peek shift (64 - MAXLEN) as a value the compiler cannot see, so that
+ * it shifts with shrx (three operands) instead of copying the word and
+ * shifting by an immediate: one operation less per symbol (~10% of the
+ * loop, measured). */
+#if defined(__GNUC__)
+#define PEEK_SHIFT_DECL                 \
+    unsigned peek_shift = 64 - MAXLEN;  \
+    __asm__("" : "+r"(peek_shift))
+#else
+#define PEEK_SHIFT_DECL const unsigned peek_shift = 64 - MAXLEN
+#endif
+
+/* Rounds from now on that cannot load past end (a round moves <= 7 bytes:
+ * 56 bits). */
+static inline size_t safe_rounds(const bstream *s, const uint8_t *end)
+{
+    const uint8_t *a = s->base + (s->pos >> 3);
+    return a + 8 <= end ? (size_t)(end - a - 8) / 7 + 1 : 0;
+}
+
+static void decode_1(bstream *s, const dtable *t, rb_f16 *o, size_t n, size_t stride,
+                     const uint8_t *end)
+{
+    PEEK_SHIFT_DECL;
+    for (size_t i = 0; i < n; i += ROUND) {
+        uint64_t w = safe_rounds(s, end) ? word_fast(s) : word_safe(s, end);
+        size_t m = n - i < ROUND ? n - i : ROUND;
+        for (size_t k = 0; k < m; k++, o += stride)
+            DECODE1(w, t, *o);
+        advance(s, w);
+    }
+}
+
+/* SHARED: four streams in lockstep, n symbols each, stream j writing
+ * o[j][i * stride]. */
+static void decode_4(bstream *s, const dtable *const *t, rb_f16 *const *o, size_t n, size_t stride,
+                     const uint8_t *end)
+{
+    rb_f16 *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
+    const dtable *t0 = t[0], *t1 = t[1], *t2 = t[2], *t3 = t[3];
+    size_t done = 0, x = 0;
+    PEEK_SHIFT_DECL;
+    while (done + ROUND <= n) {
+        size_t r = safe_rounds(&s[0], end);
+        for (int j = 1; j < 4; j++) {
+            size_t rj = safe_rounds(&s[j], end);
+            r = rj < r ? rj : r;
+        }
+        if (r > (n - done) / ROUND)
+            r = (n - done) / ROUND;
+        if (r == 0)
+            break;
+        for (size_t k0 = 0; k0 < r; k0++) {
+            uint64_t w0 = word_fast(&s[0]), w1 = word_fast(&s[1]);
+            uint64_t w2 = word_fast(&s[2]), w3 = word_fast(&s[3]);
+            for (int k = 0; k < ROUND; k++, x += stride) {
+                DECODE1(w0, t0, o0[x]);
+                DECODE1(w1, t1, o1[x]);
+                DECODE1(w2, t2, o2[x]);
+                DECODE1(w3, t3, o3[x]);
+            }
+            advance(&s[0], w0), advance(&s[1], w1), advance(&s[2], w2), advance(&s[3], w3);
+        }
+        done += ROUND * r;
+    }
+    if (done < n) { /* the last rounds near the payload's end, and the tail */
+        decode_1(&s[0], t0, o0 + x, n - done, stride, end);
+        decode_1(&s[1], t1, o1 + x, n - done, stride, end);
+        decode_1(&s[2], t2, o2 + x, n - done, stride, end);
+        decode_1(&s[3], t3, o3 + x, n - done, stride, end);
+    }
+}
+
+/* PER_CHANNEL: eight adjacent channels in lockstep (channel c0 + j writes
+ * o[i * stride + j]): eight dependency chains keep the core near its issue
+ * width. The tables are one array, so that one register addresses all
+ * eight. */
+#if defined(__GNUC__) && !defined(__clang__)
+/* gcc's SLP vectorizer gathers the eight 16-bit results into a vector
+ * register (inserts and moves between register files) before one store:
+ * slower than eight plain stores (measured ~15% of the loop). */
+__attribute__((optimize("no-tree-slp-vectorize")))
+#endif
+static void decode_8ch(bstream *s, const dtable *tab, rb_f16 *o, size_t n, size_t stride,
+                       const uint8_t *end)
+{
+    size_t done = 0, x = 0;
+    PEEK_SHIFT_DECL;
+    while (done + ROUND <= n) {
+        size_t r = (n - done) / ROUND;
+        for (int j = 0; j < 8; j++) {
+            size_t rj = safe_rounds(&s[j], end);
+            r = rj < r ? rj : r;
+        }
+        if (r == 0)
+            break;
+        for (size_t k0 = 0; k0 < r; k0++) {
+            uint64_t w0 = word_fast(&s[0]), w1 = word_fast(&s[1]);
+            uint64_t w2 = word_fast(&s[2]), w3 = word_fast(&s[3]);
+            uint64_t w4 = word_fast(&s[4]), w5 = word_fast(&s[5]);
+            uint64_t w6 = word_fast(&s[6]), w7 = word_fast(&s[7]);
+            for (int k = 0; k < ROUND; k++, x += stride) {
+                DECODE1(w0, &tab[0], o[x]);
+                DECODE1(w1, &tab[1], o[x + 1]);
+                DECODE1(w2, &tab[2], o[x + 2]);
+                DECODE1(w3, &tab[3], o[x + 3]);
+                DECODE1(w4, &tab[4], o[x + 4]);
+                DECODE1(w5, &tab[5], o[x + 5]);
+                DECODE1(w6, &tab[6], o[x + 6]);
+                DECODE1(w7, &tab[7], o[x + 7]);
+            }
+            advance(&s[0], w0), advance(&s[1], w1), advance(&s[2], w2), advance(&s[3], w3);
+            advance(&s[4], w4), advance(&s[5], w5), advance(&s[6], w6), advance(&s[7], w7);
+        }
+        done += ROUND * r;
+    }
+    for (int j = 0; done < n && j < 8; j++)
+        decode_1(&s[j], &tab[j], o + x + j, n - done, stride, end);
+}
+
+static void start_stream(bstream *s, const uint8_t *p)
+{
+    s->base = p;
+    s->pos = 0;
+}
+
+static uint64_t consumed_bits(const bstream *s) { return s->pos; }
+
+/* ---- decoder: mantissa merge ------------------------------------------------------ */
+
+static inline unsigned hi2_at(const uint8_t *hi2, size_t n, size_t i)
+{
+    const size_t full = n / 32;
+    if (i < full * 32)
+        return (hi2[i / 32 * 8 + (i & 7)] >> (2 * ((i & 31) >> 3))) & 3;
+    size_t k = i - full * 32;
+    return (hi2[full * 8 + k / 4] >> (2 * (k % 4))) & 3;
+}
+
+void rb_kvcodec_merge_ref(rb_f16 *out, const uint8_t *lo8, const uint8_t *hi2, size_t n,
+                          rb_kvcodec_hash *h)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = (rb_f16)((out[i] & 0xfc00) | hi2_at(hi2, n, i) << 8 | lo8[i]);
+    rb_kvcodec_hash_update_k(h, out, 2 * n, &rb_kvcodec_kernels_ref);
+}
+
+#if defined(__AVX2__)
+/* 32 values a step: the mantissa bits widened to 16 lanes twice, OR-ed
+ * under the decoded top 6 bits, stored, and absorbed into the hash from
+ * the registers (when the hash is at a stripe boundary: always for pages
+ * whose head regions are multiples of 16 values). */
+void rb_kvcodec_merge_avx2(rb_f16 *out, const uint8_t *lo8, const uint8_t *hi2, size_t n,
+                           rb_kvcodec_hash *h)
+{
+    const size_t full = n / 32;
+    const __m128i three = _mm_set1_epi8(3);
+    const __m256i top6 = _mm256_set1_epi16((short)0xfc00);
+    const int fused = h->buf_len == 0;
+    __m256i acc = _mm256_loadu_si256((const __m256i *)h->acc);
+    uint64_t idx = h->n_stripes;
+    for (size_t b = 0; b < full; b++) {
+        __m128i hb = _mm_set1_epi64x((long long)rb_kv_load64(hi2 + 8 * b));
+        /* bytes 0-7: values j (bits 0-1), 8-15: values 8+j (bits 2-3) */
+        __m128i v01 = _mm_and_si128(_mm_unpacklo_epi64(hb, _mm_srli_epi64(hb, 2)), three);
+        __m128i v23 = _mm_and_si128(_mm_unpacklo_epi64(_mm_srli_epi64(hb, 4),
+                                                       _mm_srli_epi64(hb, 6)), three);
+        __m128i l0 = _mm_loadu_si128((const __m128i *)(lo8 + 32 * b));
+        __m128i l1 = _mm_loadu_si128((const __m128i *)(lo8 + 32 * b + 16));
+        __m256i m0 = _mm256_or_si256(_mm256_cvtepu8_epi16(l0),
+                                     _mm256_slli_epi16(_mm256_cvtepu8_epi16(v01), 8));
+        __m256i m1 = _mm256_or_si256(_mm256_cvtepu8_epi16(l1),
+                                     _mm256_slli_epi16(_mm256_cvtepu8_epi16(v23), 8));
+        __m256i *o = (__m256i *)(out + 32 * b);
+        __m256i r0 = _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256(o), top6), m0);
+        __m256i r1 = _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256(o + 1), top6), m1);
+        _mm256_storeu_si256(o, r0);
+        _mm256_storeu_si256(o + 1, r1);
+        if (fused) {
+            acc = rb_kv_absorb_avx2(acc, r0, idx++);
+            acc = rb_kv_absorb_avx2(acc, r1, idx++);
+        }
+    }
+    if (fused) {
+        _mm256_storeu_si256((__m256i *)h->acc, acc);
+        h->n_stripes = idx;
+        h->total_bytes += 64 * full;
+    } else {
+        rb_kvcodec_hash_update_k(h, out, 64 * full, &rb_kvcodec_kernels_best);
+    }
+    for (size_t i = 32 * full; i < n; i++)
+        out[i] = (rb_f16)((out[i] & 0xfc00) | hi2_at(hi2, n, i) << 8 | lo8[i]);
+    rb_kvcodec_hash_update_k(h, out + 32 * full, 2 * (n - 32 * full), &rb_kvcodec_kernels_best);
+}
+#endif
+
+/* ---- decoder ---------------------------------------------------------------------- */
+
+static rb_status bad(rb_error *err, const char *half, uint32_t h, const char *what)
+{
+    return rb_error_set(err, RB_E_FORMAT, "kvcodec: lossless %s head %" PRIu32 ": %s", half, h,
+                        what);
+}
+
+/* Reads a stream length field and checks that the stream fits. */
+static const char *stream_len(hdrrd *r, unsigned w, uint64_t nsym, uint64_t *len)
+{
+    *len = get(r, w);
+    if (r->overrun)
+        return "descriptor truncated";
+    if (*len > nsym)
+        return "stream longer than its symbols can take";
+    return NULL;
+}
+
+static rb_status check_streams(const bstream *r, const uint64_t *len, int ns, rb_error *err,
+                               const char *half, uint32_t h)
+{
+    for (int j = 0; j < ns; j++) {
+        uint64_t used = (consumed_bits(&r[j]) + 7) / 8;
+        if (used != len[j])
+            return rb_error_set(err, RB_E_FORMAT, "kvcodec: lossless %s head %" PRIu32 ": stream "
+                                "%d decodes to %" PRIu64 " bytes, its length field says %" PRIu64,
+                                half, h, j, used, len[j]);
+    }
+    return RB_OK;
+}
+
+rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *src, size_t size,
+                                     rb_f16 *page, rb_kvcodec_hash *hash,
+                                     const rb_kvcodec_kernels *k, rb_error *err)
+{
+    const uint32_t P = d->n_tokens;
+    const uint8_t *p = src, *end = src + size;
+    rb_f16 *x = page;
+    dtable tabs[8];
+    const char *why;
+    for (int half = 0; half < 2; half++) {
+        const uint32_t hd = half ? d->head_dim_v : d->head_dim_k;
+        const char *hn = half ? "V" : "K";
+        const size_t n = (size_t)P * hd, q = n / 4;
+        for (uint32_t h = 0; h < d->n_kv_heads; h++, x += n) {
+            if (p >= end)
+                return bad(err, hn, h, "payload truncated before the head");
+            const int mode = *p++;
+            if (mode == MODE_PER_CHANNEL) {
+                const unsigned w = bit_width(P);
+                for (uint32_t c = 0; c < hd; c += 8) {
+                    const int ns = hd - c < 8 ? (int)(hd - c) : 8;
+                    bstream r[8];
+                    uint64_t len[8];
+                    for (int j = 0; j < ns; j++) {
+                        hdrrd hr = {p, end, 0, 0, 0};
+                        int single;
+                        if ((why = read_desc(&hr, &tabs[j], &single)))
+                            return bad(err, hn, h, why);
+                        len[j] = 0;
+                        if (!single && (why = stream_len(&hr, w, P, &len[j])))
+                            return bad(err, hn, h, why);
+                        const uint8_t *q0 = hdr_end(&hr);
+                        if (len[j] > (size_t)(end - q0))
+                            return bad(err, hn, h, "stream runs past the payload");
+                        start_stream(&r[j], q0);
+                        p = q0 + len[j];
+                    }
+                    if (ns == 8) {
+                        decode_8ch(r, tabs, x + c, P, hd, end);
+                    } else {
+                        for (int j = 0; j < ns; j++)
+                            decode_1(&r[j], &tabs[j], x + c + j, P, hd, end);
+                    }
+                    rb_status st = check_streams(r, len, ns, err, hn, h);
+                    if (st != RB_OK)
+                        return st;
+                }
+            } else if (mode == MODE_SHARED && n >= 4) {
+                hdrrd hr = {p, end, 0, 0, 0};
+                int single;
+                uint64_t len[4] = {0};
+                if ((why = read_desc(&hr, &tabs[0], &single)))
+                    return bad(err, hn, h, why);
+                const unsigned w = bit_width(n - 3 * q);
+                for (int j = 0; j < 4 && !single; j++)
+                    if ((why = stream_len(&hr, w, j == 3 ? n - 3 * q : q, &len[j])))
+                        return bad(err, hn, h, why);
+                p = hdr_end(&hr);
+                bstream r[4];
+                const dtable *tp[4] = {&tabs[0], &tabs[0], &tabs[0], &tabs[0]};
+                rb_f16 *op[4];
+                for (int j = 0; j < 4; j++) {
+                    if (len[j] > (size_t)(end - p))
+                        return bad(err, hn, h, "stream runs past the payload");
+                    start_stream(&r[j], p);
+                    p += len[j];
+                    op[j] = x + j * q;
+                }
+                decode_4(r, tp, op, q, 1, end);
+                decode_1(&r[3], tp[3], x + 4 * q, n - 4 * q, 1, end);
+                rb_status st = check_streams(r, len, 4, err, hn, h);
+                if (st != RB_OK)
+                    return st;
+            } else {
+                return bad(err, hn, h, "unknown context mode");
+            }
+            const size_t mant = n + (n + 3) / 4;
+            if (mant > (size_t)(end - p))
+                return bad(err, hn, h, "mantissa bytes run past the payload");
+            k->merge(x, p, p + n, n, hash);
+            p += mant;
+        }
+    }
+    if (p != end)
+        return rb_error_set(err, RB_E_FORMAT, "kvcodec: lossless payload has %zu bytes after "
+                            "its last head", (size_t)(end - p));
+    return RB_OK;
+}

@@ -1,0 +1,788 @@
+/*
+ * residency.c - segments, tiers, trim and the layer-ordered restore.
+ *
+ * Does: decide which segments leave RAM and to which tier, keep the
+ * accounts, and bring segments back with two workers (storage reads on the
+ * I/O worker, codec decodes on the decode worker) in layer order while the
+ * forward pass computes. Does not: own KV page contents (the KV cache's
+ * slots), read weights (wcache), do file I/O (store), or know what a layer
+ * computes.
+ *
+ * Memory:
+ *
+ *   segs[layer][page]   kv_seg: tier, failed flag, the compressed frame
+ *                       (malloc'd to its exact size, owned here)
+ *   slots[layer][page]  borrowed from the KV cache: NULL or a page buffer
+ *                       (aligned_alloc(RB_PAGE_ALIGN)); a restore fills
+ *                       the slot with a new buffer, a trim frees it
+ *   jobs                the restore plan: segment ids in layer order, one
+ *                       array per worker, sized for every segment at create
+ *   enc_buf             one frame of rb_kvcodec_bound() for trims
+ *
+ * Segment ids: layer * pages_per_layer + page for KV; n_kv_segs + layer for
+ * a layer's weights. The store is keyed by the KV id.
+ *
+ * Locking: `mu` guards every kv_seg field, the slots while a restore runs,
+ * pending[], layer_failed[], the job queues and the stats. Workers take a
+ * job under mu, do the I/O or decode outside it, and publish the slot
+ * under mu; the forward pass reads a layer's slots only after
+ * rb_residency_wait_layer returned for it (mu gives the happens-before).
+ * Trim runs only between feeds (no restore in flight): the session
+ * serialises them.
+ *
+ * Invariants: a page below n_pages is in exactly one tier; RESIDENT means
+ * its slot holds the data; COMPRESSED means frame != NULL and slot NULL;
+ * STORED means the store has its id and slot NULL; DROPPED means nothing
+ * anywhere. Pages at or beyond n_pages are RESIDENT with whatever slot the
+ * KV cache gave them (the cache allocates them on reserve).
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "residency.h"
+#include "status.h"
+#include "zram.h"
+
+typedef struct kv_seg {
+    uint8_t tier;        /* rb_tier */
+    uint8_t failed;      /* its restore failed: recompute from here */
+    uint8_t is_zram;     /* the frame is an lz4/zstd one (zram.h), else kvcodec */
+    uint32_t frame_bytes;
+    void *frame;         /* COMPRESSED only */
+} kv_seg;
+
+struct rb_residency {
+    rb_residency_params p;
+    rb_residency_kv kv;
+    rb_store *store;     /* may be NULL */
+    rb_wcache *wcache;   /* may be NULL */
+    uint32_t n_kv_segs;
+    uint32_t n_pages;    /* pages in use per layer */
+    kv_seg *segs;
+    uint8_t *w_evicted;  /* [n_layers] */
+    void *enc_buf;
+    size_t enc_cap;
+    double D;            /* codec decode bytes/s (0 until measured) */
+    double R;            /* storage read bytes/s (0 until measured) */
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;
+    pthread_cond_t cv_layer;
+    pthread_cond_t cv_idle;
+    uint32_t *pending;       /* [n_layers] */
+    uint8_t *layer_failed;   /* [n_layers] */
+    uint32_t *io_jobs, n_io, io_next;
+    uint32_t *dec_jobs, n_dec, dec_next;
+    int n_busy;              /* workers inside a job */
+    int stop;
+    int n_threads_started;
+    pthread_t io_thread, dec_thread;
+    int weights_failed;
+    rb_error worker_err;
+
+    /* the last feed's timeline (mu) */
+    rb_restore_event *ev;
+    uint32_t n_ev;
+    int cur_layer;       /* layer being computed, -1: none */
+    double cur_start;
+
+    /* stats (mu) */
+    double t_begin, io_busy_s, dec_busy_s, wait_s, t_last_done;
+    uint64_t bytes_io, bytes_dec, n_disk_full, n_damaged;
+    uint32_t recomputed_tokens;
+    int restoring;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define MAX_EVENTS 8192
+
+/* mu held */
+static void log_event(rb_residency *r, rb_event_kind kind, uint32_t layer, double t0, double t1)
+{
+    if (r->n_ev >= MAX_EVENTS)
+        return;
+    rb_restore_event *e = &r->ev[r->n_ev++];
+    e->kind = kind;
+    e->layer = layer;
+    e->start_s = t0 - r->t_begin;
+    e->end_s = t1 - r->t_begin;
+}
+
+static size_t page_alloc_bytes(const rb_residency *r)
+{
+    return (r->kv.page_bytes + RB_PAGE_ALIGN - 1) / RB_PAGE_ALIGN * RB_PAGE_ALIGN;
+}
+
+static uint32_t seg_layer(const rb_residency *r, uint32_t id)
+{
+    return id >= r->n_kv_segs ? id - r->n_kv_segs : id / r->kv.pages_per_layer;
+}
+
+/* ---- codecs: kvcodec frames, or the zram baseline's lz4/zstd frames ------ */
+
+static int is_zram(rb_ram_codec c) { return c == RB_RAM_CODEC_LZ4 || c == RB_RAM_CODEC_ZSTD; }
+
+static rb_status check_codec(rb_ram_codec c, rb_error *err)
+{
+    if ((unsigned)c > RB_RAM_CODEC_ZSTD)
+        return rb_error_set(err, RB_E_INVALID_ARG, "residency: RAM tier codec %d is not one of "
+                            "lossless, q8, lz4, zstd", (int)c);
+    if (is_zram(c) && !rb_zram_available(c == RB_RAM_CODEC_LZ4 ? RB_ZRAM_LZ4 : RB_ZRAM_ZSTD))
+        return rb_error_set(err, RB_E_UNSUPPORTED, "residency: the %s RAM tier is not part of "
+                            "this build (liblz4 / libzstd were not found)",
+                            c == RB_RAM_CODEC_LZ4 ? "lz4" : "zstd");
+    return RB_OK;
+}
+
+static rb_status encode_page(const rb_residency *r, rb_ram_codec c, const void *page,
+                             size_t *n, rb_error *err)
+{
+    if (is_zram(c))
+        return rb_zram_encode(c == RB_RAM_CODEC_LZ4 ? RB_ZRAM_LZ4 : RB_ZRAM_ZSTD, page,
+                              r->kv.page_bytes, r->enc_buf, r->enc_cap, n, err);
+    return rb_kvcodec_encode(&r->kv.dims, c == RB_RAM_CODEC_Q8 ? RB_KVCODEC_Q8
+                                                               : RB_KVCODEC_LOSSLESS,
+                             page, r->enc_buf, r->enc_cap, n, err);
+}
+
+static rb_status decode_page(const rb_residency *r, int zram, const void *frame, size_t n,
+                             void *page, rb_error *err)
+{
+    if (zram)
+        return rb_zram_decode(frame, n, page, r->kv.page_bytes, err);
+    return rb_kvcodec_decode(&r->kv.dims, frame, n, page, r->kv.page_bytes / sizeof(rb_f16),
+                             err);
+}
+
+/* ---- workers ------------------------------------------------------------ */
+
+/* Restores one segment; called without mu. Returns 0 or -1. */
+static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
+{
+    if (id >= r->n_kv_segs)
+        return rb_wcache_reload(r->wcache, id - r->n_kv_segs, err) == RB_OK ? 0 : -1;
+    kv_seg *s = &r->segs[id];
+    void *buf = aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
+    if (!buf) {
+        rb_error_set(err, RB_E_NOMEM, "residency: out of memory restoring a KV page");
+        return -1;
+    }
+    rb_status st;
+    if (is_io)
+        st = rb_store_get(r->store, id, buf, r->kv.page_bytes, err);
+    else
+        st = decode_page(r, s->is_zram, s->frame, s->frame_bytes, buf, err);
+    if (st != RB_OK) {
+        free(buf);
+        return -1;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->kv.slots[id] = buf;
+    if (is_io) {
+        rb_store_drop(r->store, id);
+    } else {
+        free(s->frame);
+        s->frame = NULL;
+        s->frame_bytes = 0;
+    }
+    s->tier = RB_TIER_RESIDENT;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+static void worker_loop(rb_residency *r, int is_io)
+{
+    uint32_t *jobs = is_io ? r->io_jobs : r->dec_jobs;
+    uint32_t *next = is_io ? &r->io_next : &r->dec_next;
+    uint32_t *n = is_io ? &r->n_io : &r->n_dec;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->stop && *next == *n)
+            pthread_cond_wait(&r->cv_work, &r->mu);
+        if (r->stop)
+            break;
+        uint32_t id = jobs[(*next)++];
+        r->n_busy++;
+        pthread_mutex_unlock(&r->mu);
+
+        rb_error err = {0};
+        double t0 = now_s();
+        int rc = restore_one(r, id, is_io, &err);
+        double t1 = now_s();
+
+        pthread_mutex_lock(&r->mu);
+        uint32_t layer = seg_layer(r, id);
+        if (rc != 0) {
+            if (id >= r->n_kv_segs) {
+                r->weights_failed = 1;
+                r->worker_err = err;
+            } else {
+                r->segs[id].failed = 1;
+                r->segs[id].tier = RB_TIER_DROPPED;
+                if (r->segs[id].frame) {
+                    free(r->segs[id].frame);
+                    r->segs[id].frame = NULL;
+                }
+                if (is_io)
+                    rb_store_drop(r->store, id);
+                r->n_damaged++;
+            }
+            r->layer_failed[layer] = 1;
+        }
+        uint64_t bytes = id >= r->n_kv_segs ? rb_wcache_layer_bytes(r->wcache, layer)
+                                            : r->kv.page_bytes;
+        log_event(r, is_io ? RB_EVENT_RESTORE_IO : RB_EVENT_RESTORE_DECODE, layer, t0, t1);
+        if (is_io) {
+            r->io_busy_s += t1 - t0;
+            r->bytes_io += bytes;
+        } else {
+            r->dec_busy_s += t1 - t0;
+            r->bytes_dec += bytes;
+        }
+        r->t_last_done = t1;
+        r->pending[layer]--;
+        r->n_busy--;
+        pthread_cond_broadcast(&r->cv_layer);
+        pthread_cond_broadcast(&r->cv_idle);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void *io_worker(void *arg)
+{
+    worker_loop(arg, 1);
+    return NULL;
+}
+
+static void *dec_worker(void *arg)
+{
+    worker_loop(arg, 0);
+    return NULL;
+}
+
+/* ---- lifetime ------------------------------------------------------------ */
+
+rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_kv *kv,
+                              rb_store *store, rb_wcache *wcache, rb_residency **out,
+                              rb_error *err)
+{
+    if (!p || !kv || !out || !kv->slots || kv->n_layers == 0 || kv->page_bytes == 0)
+        return rb_error_set(err, RB_E_INVALID_ARG, "residency: bad arguments");
+    rb_status cst = check_codec(p->ram_codec, err);
+    if (cst != RB_OK)
+        return cst;
+    if (!(p->storage_bytes_per_s >= 0) || !(p->decode_bytes_per_s >= 0))
+        return rb_error_set(err, RB_E_INVALID_ARG,
+                            "residency: bandwidths must be >= 0 (0: measured), got R %g, D %g",
+                            p->storage_bytes_per_s, p->decode_bytes_per_s);
+    if (rb_kvcodec_page_bytes(&kv->dims) != kv->page_bytes)
+        return rb_error_set(err, RB_E_INVALID_ARG, "residency: page of %zu bytes does not "
+                            "match the codec geometry", kv->page_bytes);
+    rb_residency *r = calloc(1, sizeof *r);
+    if (!r)
+        return rb_error_set(err, RB_E_NOMEM, "residency: out of memory");
+    r->p = *p;
+    r->kv = *kv;
+    r->store = store;
+    r->wcache = wcache;
+    r->D = p->decode_bytes_per_s;
+    r->R = p->storage_bytes_per_s;
+    r->n_kv_segs = kv->n_layers * kv->pages_per_layer;
+    uint32_t n_all = r->n_kv_segs + kv->n_layers;
+    r->segs = calloc(r->n_kv_segs ? r->n_kv_segs : 1, sizeof *r->segs);
+    r->w_evicted = calloc(kv->n_layers, 1);
+    r->pending = calloc(kv->n_layers, sizeof *r->pending);
+    r->layer_failed = calloc(kv->n_layers, 1);
+    r->io_jobs = malloc(n_all * sizeof *r->io_jobs);
+    r->dec_jobs = malloc(n_all * sizeof *r->dec_jobs);
+    /* room for any codec rb_residency_set_mode may switch to */
+    r->enc_cap = 0;
+    for (int c = RB_KVCODEC_LOSSLESS; c <= RB_KVCODEC_Q4; c++) {
+        uint64_t b = rb_kvcodec_bound(&kv->dims, (rb_kvcodec_id)c);
+        r->enc_cap = b > r->enc_cap ? b : r->enc_cap;
+    }
+    for (int c = RB_ZRAM_LZ4; c <= RB_ZRAM_ZSTD; c++) {
+        uint64_t b = rb_zram_bound((rb_zram_codec)c, kv->page_bytes);
+        r->enc_cap = b > r->enc_cap ? b : r->enc_cap;
+    }
+    r->enc_buf = malloc(r->enc_cap);
+    r->ev = malloc(MAX_EVENTS * sizeof *r->ev);
+    r->cur_layer = -1;
+    if (!r->segs || !r->w_evicted || !r->pending || !r->layer_failed || !r->io_jobs ||
+        !r->dec_jobs || !r->enc_buf || !r->ev) {
+        rb_residency_destroy(r);
+        return rb_error_set(err, RB_E_NOMEM, "residency: out of memory");
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv_work, NULL);
+    pthread_cond_init(&r->cv_layer, NULL);
+    pthread_cond_init(&r->cv_idle, NULL);
+    r->n_threads_started = -1; /* the sync objects exist */
+    if (pthread_create(&r->io_thread, NULL, io_worker, r) != 0) {
+        rb_residency_destroy(r);
+        return rb_error_set(err, RB_E_IO, "residency: cannot start the I/O worker");
+    }
+    r->n_threads_started = 1;
+    if (pthread_create(&r->dec_thread, NULL, dec_worker, r) != 0) {
+        rb_residency_destroy(r);
+        return rb_error_set(err, RB_E_IO, "residency: cannot start the decode worker");
+    }
+    r->n_threads_started = 2;
+    *out = r;
+    return RB_OK;
+}
+
+void rb_residency_destroy(rb_residency *r)
+{
+    if (!r)
+        return;
+    if (r->n_threads_started != 0) {
+        pthread_mutex_lock(&r->mu);
+        r->stop = 1;
+        pthread_cond_broadcast(&r->cv_work);
+        pthread_mutex_unlock(&r->mu);
+        if (r->n_threads_started >= 1)
+            pthread_join(r->io_thread, NULL);
+        if (r->n_threads_started >= 2)
+            pthread_join(r->dec_thread, NULL);
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv_work);
+        pthread_cond_destroy(&r->cv_layer);
+        pthread_cond_destroy(&r->cv_idle);
+    }
+    for (uint32_t i = 0; r->segs && i < r->n_kv_segs; i++) {
+        free(r->segs[i].frame);
+        if (r->segs[i].tier == RB_TIER_STORED && r->store)
+            rb_store_drop(r->store, i);
+    }
+    free(r->segs);
+    free(r->w_evicted);
+    free(r->pending);
+    free(r->layer_failed);
+    free(r->io_jobs);
+    free(r->dec_jobs);
+    free(r->enc_buf);
+    free(r->ev);
+    free(r);
+}
+
+void rb_residency_set_pages(rb_residency *r, uint32_t n_pages)
+{
+    r->n_pages = n_pages < r->kv.pages_per_layer ? n_pages : r->kv.pages_per_layer;
+}
+
+/* ---- trim ------------------------------------------------------------------ */
+
+/* D, measured once on real data: decode time of the first page trimmed
+ * (best of 3, so that a cold cache does not decide the split). */
+static void measure_decode(rb_residency *r, const void *page)
+{
+    size_t n = 0;
+    if (encode_page(r, r->p.ram_codec, page, &n, NULL) != RB_OK)
+        return;
+    void *probe = aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
+    if (!probe)
+        return;
+    double best = 0;
+    for (int i = 0; i < 3; i++) {
+        double t0 = now_s();
+        if (decode_page(r, is_zram(r->p.ram_codec), r->enc_buf, n, probe, NULL) != RB_OK)
+            break;
+        double t = now_s() - t0;
+        best = (i == 0 || t < best) ? t : best;
+    }
+    free(probe);
+    if (best > 0)
+        r->D = (double)r->kv.page_bytes / best;
+}
+
+/* R, when the profile does not give it (the host as is): the read time of
+ * the first page trimmed, written once and read back 4 times (best). */
+#define PROBE_ID UINT64_MAX
+static void measure_storage(rb_residency *r, const void *page)
+{
+    if (rb_store_put(r->store, PROBE_ID, page, r->kv.page_bytes, NULL) != RB_OK)
+        return;
+    void *probe = aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
+    double best = 0;
+    for (int i = 0; probe && i < 4; i++) {
+        double t0 = now_s();
+        if (rb_store_get(r->store, PROBE_ID, probe, r->kv.page_bytes, NULL) != RB_OK)
+            break;
+        double t = now_s() - t0;
+        best = (i == 0 || t < best) ? t : best;
+    }
+    free(probe);
+    rb_store_drop(r->store, PROBE_ID);
+    if (best > 0)
+        r->R = (double)r->kv.page_bytes / best;
+}
+
+/* Moves one resident page to the compressed tier; returns bytes freed, or
+ * 0 with err set. */
+static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
+{
+    size_t n = 0;
+    rb_ram_codec c = r->p.ram_codec;
+    /* a lossy codec refuses a page with Inf/NaN: such a page stays exact */
+    if (encode_page(r, c, r->kv.slots[id], &n, NULL) != RB_OK) {
+        c = RB_RAM_CODEC_LOSSLESS;
+        if (encode_page(r, c, r->kv.slots[id], &n, err) != RB_OK)
+            return 0;
+    }
+    void *frame = malloc(n);
+    if (!frame) {
+        rb_error_set(err, RB_E_NOMEM, "residency: out of memory for a compressed page");
+        return 0;
+    }
+    memcpy(frame, r->enc_buf, n);
+    free(r->kv.slots[id]);
+    r->kv.slots[id] = NULL;
+    r->segs[id].frame = frame;
+    r->segs[id].frame_bytes = (uint32_t)n;
+    r->segs[id].is_zram = (uint8_t)is_zram(c);
+    r->segs[id].tier = RB_TIER_COMPRESSED;
+    return r->kv.page_bytes > n ? r->kv.page_bytes - n : 0;
+}
+
+/*
+ * The trim algorithm:
+ *  1. The level names the layers whose KV goes (last quarter, last half,
+ *     all) and whether weights go (complete); a byte count walks the same
+ *     order until enough is freed.
+ *  2. Layers from the last to the first: the restore runs in layer order
+ *     and the forward pass starts on layer 0, so the last layers have the
+ *     longest time to come back.
+ *  3. For each resident page: recompute mode drops it; eager mode stores
+ *     it; otherwise it goes to the path whose predicted finish time, with
+ *     this page added, is smaller: compressed (bytes / D) or storage
+ *     (bytes / R + per-I/O latency). The two paths so finish together, the
+ *     split D/(D+R) of issue 6.
+ *  4. A store write that fails (a full disk) keeps the page: it is
+ *     compressed instead and counted (n_disk_full).
+ *  5. If the KV was not enough (bytes) or the level is complete, the
+ *     weights of layers go, last first.
+ */
+rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
+                            uint64_t *freed_out, rb_error *err)
+{
+    const uint32_t L = r->kv.n_layers;
+    uint32_t first_layer = 0;
+    int weights = 0;
+    switch (level) {
+    case RB_TRIM_BYTES: break;
+    case RB_TRIM_BACKGROUND: first_layer = L - (L + 3) / 4; break;
+    case RB_TRIM_MODERATE: first_layer = L - (L + 1) / 2; break;
+    case RB_TRIM_COMPLETE: weights = 1; break;
+    default:
+        return rb_error_set(err, RB_E_INVALID_ARG, "residency: unknown trim level %d",
+                            (int)level);
+    }
+    const int by_bytes = level == RB_TRIM_BYTES;
+    uint64_t freed = 0;
+    rb_status st = RB_OK;
+    double t_comp = 0, t_store = 0; /* predicted restore time of each path */
+
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t l = L; l-- > first_layer && st == RB_OK;) {
+        if (by_bytes && freed >= bytes)
+            break;
+        for (uint32_t pg = 0; pg < r->n_pages; pg++) {
+            if (by_bytes && freed >= bytes)
+                break;
+            uint32_t id = l * r->kv.pages_per_layer + pg;
+            kv_seg *s = &r->segs[id];
+            if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
+                continue;
+            if (r->p.restore == RB_RESTORE_RECOMPUTE) {
+                free(r->kv.slots[id]);
+                r->kv.slots[id] = NULL;
+                s->tier = RB_TIER_DROPPED;
+                freed += r->kv.page_bytes;
+                continue;
+            }
+            /* zram (the baseline) keeps everything in RAM, as the kernel's does */
+            int to_store = r->store != NULL && !is_zram(r->p.ram_codec);
+            if (r->store && r->R <= 0)
+                measure_storage(r, r->kv.slots[id]);
+            const double R = r->R > 0 ? r->R : 1e9;
+            if (to_store && r->p.restore == RB_RESTORE_PIPELINED) {
+                if (r->D <= 0)
+                    measure_decode(r, r->kv.slots[id]);
+                double D = r->D > 0 ? r->D : R;
+                double pb = (double)r->kv.page_bytes;
+                to_store = t_store + pb / R + r->p.storage_latency_s < t_comp + pb / D;
+            }
+            if (to_store) {
+                rb_error werr = {0};
+                if (rb_store_put(r->store, id, r->kv.slots[id], r->kv.page_bytes, &werr) ==
+                    RB_OK) {
+                    free(r->kv.slots[id]);
+                    r->kv.slots[id] = NULL;
+                    s->tier = RB_TIER_STORED;
+                    freed += r->kv.page_bytes;
+                    t_store += (double)r->kv.page_bytes / R + r->p.storage_latency_s;
+                    continue;
+                }
+                r->n_disk_full++; /* kept in RAM: compressed instead */
+            }
+            rb_error cerr = {0};
+            uint64_t f = compress_page(r, id, &cerr);
+            if (s->tier != RB_TIER_COMPRESSED) {
+                st = rb_error_set(err, cerr.status ? cerr.status : RB_E_NOMEM, "%s",
+                                  cerr.message);
+                break;
+            }
+            freed += f;
+            t_comp += (double)r->kv.page_bytes / (r->D > 0 ? r->D : 1e9);
+        }
+    }
+    if (st == RB_OK && r->wcache && (weights || (by_bytes && freed < bytes))) {
+        for (uint32_t l = L; l-- > 0;) {
+            if (by_bytes && !weights && freed >= bytes)
+                break;
+            if (r->w_evicted[l])
+                continue;
+            rb_wcache_release(r->wcache, l);
+            r->w_evicted[l] = 1;
+            freed += rb_wcache_layer_bytes(r->wcache, l);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (freed_out)
+        *freed_out = freed;
+    return st;
+}
+
+/* ---- restore ---------------------------------------------------------------- */
+
+static void forget_locked(rb_residency *r, uint32_t first_page)
+{
+    for (uint32_t l = 0; l < r->kv.n_layers; l++)
+        for (uint32_t pg = first_page; pg < r->kv.pages_per_layer; pg++) {
+            uint32_t id = l * r->kv.pages_per_layer + pg;
+            kv_seg *s = &r->segs[id];
+            free(r->kv.slots[id]);
+            r->kv.slots[id] = NULL;
+            free(s->frame);
+            s->frame = NULL;
+            s->frame_bytes = 0;
+            if (s->tier == RB_TIER_STORED && r->store)
+                rb_store_drop(r->store, id);
+            s->tier = RB_TIER_RESIDENT;
+            s->failed = 0;
+        }
+    if (r->n_pages > first_page)
+        r->n_pages = first_page;
+}
+
+void rb_residency_forget_from(rb_residency *r, uint32_t first_page)
+{
+    pthread_mutex_lock(&r->mu);
+    forget_locked(r, first_page);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/*
+ * The restore plan:
+ *  1. The first DROPPED page (in any layer) fixes where recomputation
+ *     starts; every page from there on is forgotten, in every layer (the
+ *     recomputation rewrites them all).
+ *  2. Each layer in order: its weights (if released) and its STORED pages
+ *     go to the I/O worker's queue, its COMPRESSED pages to the decode
+ *     worker's; pending[layer] counts them.
+ *  3. Pipelined: wake the workers and return; the forward pass waits per
+ *     layer. Eager: wait for everything before returning.
+ */
+rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, rb_error *err)
+{
+    (void)err;
+    pthread_mutex_lock(&r->mu);
+    uint32_t first_dropped = UINT32_MAX;
+    for (uint32_t l = 0; l < r->kv.n_layers; l++)
+        for (uint32_t pg = 0; pg < r->n_pages && pg < first_dropped; pg++)
+            if (r->segs[l * r->kv.pages_per_layer + pg].tier == RB_TIER_DROPPED)
+                first_dropped = pg;
+    if (first_dropped != UINT32_MAX)
+        forget_locked(r, first_dropped);
+    *recompute_from = first_dropped == UINT32_MAX ? UINT32_MAX
+                                                  : first_dropped * r->kv.dims.n_tokens;
+
+    r->n_io = r->io_next = r->n_dec = r->dec_next = 0;
+    r->io_busy_s = r->dec_busy_s = r->wait_s = 0;
+    r->bytes_io = r->bytes_dec = 0;
+    r->weights_failed = 0;
+    r->t_begin = r->t_last_done = now_s();
+    r->n_ev = 0;
+    r->cur_layer = -1;
+    for (uint32_t l = 0; l < r->kv.n_layers; l++) {
+        r->pending[l] = 0;
+        r->layer_failed[l] = 0;
+        if (r->wcache && r->w_evicted[l]) {
+            r->io_jobs[r->n_io++] = r->n_kv_segs + l;
+            r->w_evicted[l] = 0;
+            r->pending[l]++;
+        }
+        for (uint32_t pg = 0; pg < r->n_pages; pg++) {
+            uint32_t id = l * r->kv.pages_per_layer + pg;
+            if (r->segs[id].tier == RB_TIER_STORED) {
+                r->io_jobs[r->n_io++] = id;
+                r->pending[l]++;
+            } else if (r->segs[id].tier == RB_TIER_COMPRESSED) {
+                r->dec_jobs[r->n_dec++] = id;
+                r->pending[l]++;
+            }
+        }
+    }
+    r->restoring = r->n_io + r->n_dec > 0;
+    if (r->restoring)
+        pthread_cond_broadcast(&r->cv_work);
+    if (r->p.restore == RB_RESTORE_EAGER)
+        while (r->io_next < r->n_io || r->dec_next < r->n_dec || r->n_busy > 0)
+            pthread_cond_wait(&r->cv_idle, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    return RB_OK;
+}
+
+int rb_residency_wait_layer(rb_residency *r, uint32_t layer)
+{
+    pthread_mutex_lock(&r->mu);
+    double t = now_s();
+    if (r->cur_layer >= 0) /* the previous layer's compute ends here */
+        log_event(r, RB_EVENT_COMPUTE, (uint32_t)r->cur_layer, r->cur_start, t);
+    if (r->pending[layer] > 0) {
+        while (r->pending[layer] > 0)
+            pthread_cond_wait(&r->cv_layer, &r->mu);
+        double t1 = now_s();
+        r->wait_s += t1 - t;
+        log_event(r, RB_EVENT_WAIT, layer, t, t1);
+        t = t1;
+    }
+    int rc = (r->layer_failed[layer] || r->weights_failed) ? -1 : 0;
+    r->cur_layer = rc == 0 ? (int)layer : -1;
+    r->cur_start = t;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+void rb_residency_compute_done(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->cur_layer >= 0)
+        log_event(r, RB_EVENT_COMPUTE, (uint32_t)r->cur_layer, r->cur_start, now_s());
+    r->cur_layer = -1;
+    pthread_mutex_unlock(&r->mu);
+}
+
+size_t rb_residency_events(const rb_residency *cr, rb_restore_event *out, size_t max)
+{
+    rb_residency *r = (rb_residency *)cr;
+    pthread_mutex_lock(&r->mu);
+    size_t n = r->n_ev;
+    memcpy(out, r->ev, (n < max ? n : max) * sizeof *out);
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+rb_status rb_residency_set_mode(rb_residency *r, rb_restore_mode restore,
+                                rb_ram_codec ram_codec, rb_error *err)
+{
+    if ((unsigned)restore > RB_RESTORE_RECOMPUTE)
+        return rb_error_set(err, RB_E_INVALID_ARG, "residency: unknown restore mode %d",
+                            (int)restore);
+    rb_status cst = check_codec(ram_codec, err);
+    if (cst != RB_OK)
+        return cst;
+    pthread_mutex_lock(&r->mu);
+    if (ram_codec != r->p.ram_codec && r->p.decode_bytes_per_s <= 0)
+        r->D = 0; /* another codec decodes at another speed: measure again */
+    r->p.restore = restore;
+    r->p.ram_codec = ram_codec;
+    pthread_mutex_unlock(&r->mu);
+    return RB_OK;
+}
+
+rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_error *err)
+{
+    pthread_mutex_lock(&r->mu);
+    while (r->io_next < r->n_io || r->dec_next < r->n_dec || r->n_busy > 0)
+        pthread_cond_wait(&r->cv_idle, &r->mu);
+    uint32_t first = UINT32_MAX;
+    for (uint32_t l = 0; l < r->kv.n_layers; l++)
+        for (uint32_t pg = 0; pg < r->n_pages && pg < first; pg++)
+            if (r->segs[l * r->kv.pages_per_layer + pg].failed)
+                first = pg;
+    *damaged_from = first == UINT32_MAX ? UINT32_MAX : first * r->kv.dims.n_tokens;
+    rb_status st = RB_OK;
+    if (r->weights_failed) {
+        st = rb_error_set(err, r->worker_err.status ? r->worker_err.status : RB_E_IO, "%s",
+                          r->worker_err.message);
+        /* the layers that failed stay released; a later feed retries them */
+        for (uint32_t l = 0; l < r->kv.n_layers; l++)
+            if (r->wcache && !rb_wcache_is_resident(r->wcache, l))
+                r->w_evicted[l] = 1;
+    }
+    /* what the decode path really delivered, contention with the forward
+       pass included (on a machine whose cores the forward pass fills, the
+       first estimate - one page decoded alone - is optimistic); the next
+       trim splits by it. A caller-given D stays as given. */
+    if (r->p.decode_bytes_per_s <= 0 && r->bytes_dec >= (4u << 20) && r->dec_busy_s > 0) {
+        double seen = (double)r->bytes_dec / r->dec_busy_s;
+        r->D = r->D > 0 ? 0.5 * r->D + 0.5 * seen : seen;
+    }
+    r->n_io = r->io_next = r->n_dec = r->dec_next = 0;
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
+/* ---- accounts ------------------------------------------------------------------ */
+
+void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
+{
+    rb_residency *r = (rb_residency *)cr; /* the lock is not part of the value */
+    pthread_mutex_lock(&r->mu);
+    memset(out->n_kv_pages, 0, sizeof out->n_kv_pages);
+    out->kv_raw_bytes = out->kv_compressed_bytes = out->kv_compressed_raw_bytes = 0;
+    out->kv_stored_bytes = out->kv_dropped_bytes = 0;
+    for (uint32_t l = 0; l < r->kv.n_layers; l++)
+        for (uint32_t pg = 0; pg < r->kv.pages_per_layer; pg++) {
+            uint32_t id = l * r->kv.pages_per_layer + pg;
+            const kv_seg *s = &r->segs[id];
+            if (s->tier == RB_TIER_RESIDENT && !r->kv.slots[id])
+                continue;
+            out->n_kv_pages[s->tier]++;
+            switch (s->tier) {
+            case RB_TIER_RESIDENT: out->kv_raw_bytes += page_alloc_bytes(r); break;
+            case RB_TIER_COMPRESSED:
+                out->kv_compressed_bytes += s->frame_bytes;
+                out->kv_compressed_raw_bytes += r->kv.page_bytes;
+                break;
+            case RB_TIER_STORED: out->kv_stored_bytes += r->kv.page_bytes; break;
+            default: out->kv_dropped_bytes += r->kv.page_bytes; break;
+            }
+        }
+    out->n_layers_weights_evicted = 0;
+    for (uint32_t l = 0; l < r->kv.n_layers; l++)
+        out->n_layers_weights_evicted += r->w_evicted[l];
+    out->n_disk_full = r->n_disk_full;
+    out->n_spill_damaged = r->n_damaged;
+    out->decode_bytes_per_s = r->D;
+    out->storage_bytes_per_s = r->R;
+    out->restore_io_s = r->io_busy_s;
+    out->restore_decode_s = r->dec_busy_s;
+    out->restore_wait_s = r->wait_s;
+    out->restore_total_s = r->t_last_done - r->t_begin;
+    out->restore_bytes_io = r->bytes_io;
+    out->restore_bytes_decoded = r->bytes_dec;
+    out->other_bytes += r->enc_cap + (size_t)r->n_kv_segs * sizeof(kv_seg);
+    pthread_mutex_unlock(&r->mu);
+}

@@ -1,0 +1,114 @@
+/*
+ * residency.h - the memory manager: which pieces of a session are in RAM,
+ * which tier the others are in, and bringing them back in layer order
+ * while the forward pass computes (DESIGN.md, the mzCache design).
+ *
+ * It knows segments, bytes, layers and tiers; it does not know attention
+ * or matmul. A KV segment is one page of one layer (the page table comes
+ * from the KV cache as a table of slots); a weight segment is one layer's
+ * weights (their bytes live in the weight cache). Bytes of the tiers live
+ * with their mechanism: compressed frames here (kvcodec), spilled pages in
+ * the store, released weights in the model file (wcache).
+ *
+ * The forward pass asks rb_residency_wait_layer(L) before computing layer
+ * L; nothing else of the engine calls in here except the session.
+ */
+#ifndef RB_RESIDENCY_H
+#define RB_RESIDENCY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcodec.h"
+#include "rebound.h"
+#include "store.h"
+#include "wcache.h"
+
+/* KV page buffers: aligned_alloc(RB_PAGE_ALIGN, rounded size), freed with
+ * free(): the KV cache and residency both allocate and free slots. 4 KiB
+ * so that a page can be written to and read from storage with O_DIRECT
+ * straight from / into the buffer compute reads. */
+#define RB_PAGE_ALIGN 4096
+
+/* The KV cache as residency sees it: a table of page slots. */
+typedef struct rb_residency_kv {
+    void **slots;              /* [n_layers][pages_per_layer], borrowed */
+    uint32_t n_layers;
+    uint32_t pages_per_layer;
+    size_t page_bytes;
+    rb_kvcodec_dims dims;      /* one page for the codec */
+} rb_residency_kv;
+
+typedef struct rb_residency_params {
+    rb_restore_mode restore;
+    rb_ram_codec ram_codec;    /* the compressed tier's codec */
+    double decode_bytes_per_s; /* D; 0: measured on the first trim */
+    double storage_bytes_per_s;/* R; > 0 (the caller resolves profile/measure) */
+    double storage_latency_s;  /* per I/O, for the split */
+} rb_residency_params;
+
+typedef struct rb_residency rb_residency;
+
+/* store and wcache are borrowed and may be NULL (then that tier is not
+ * used: no spill, weights never released). Starts the two restore
+ * workers. Errors: RB_E_NOMEM, RB_E_IO (threads). */
+rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_kv *kv,
+                              rb_store *store, rb_wcache *wcache, rb_residency **out,
+                              rb_error *err);
+void rb_residency_destroy(rb_residency *r);
+
+/* The context now uses pages [0, n_pages) of every layer (the session
+ * calls this after reserving pages for a feed). */
+void rb_residency_set_pages(rb_residency *r, uint32_t n_pages);
+
+/*
+ * Trim (the algorithm is in residency.c): frees at least `bytes` (level
+ * RB_TRIM_BYTES) or what the level names. *freed receives the RAM bytes
+ * freed. Must not overlap a restore (the session serialises).
+ */
+rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
+                            uint64_t *freed, rb_error *err);
+
+/*
+ * Before a feed: plans the restore of everything not resident and starts
+ * the workers (pipelined), or restores it all before returning (eager).
+ * *recompute_from receives the first position whose KV must be recomputed
+ * (DROPPED pages), or UINT32_MAX; the session re-feeds the tokens from
+ * there (after rb_residency_forget_from).
+ */
+rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from,
+                                     rb_error *err);
+
+/* Blocks until layer L's segments are resident. 0, or -1 when one of them
+ * could not be restored (the session then recomputes from
+ * rb_residency_end_restore's position). Thread: the forward pass's. */
+int rb_residency_wait_layer(rb_residency *r, uint32_t layer);
+
+/*
+ * After the feed (or when the forward pass stopped): waits for the
+ * workers. *damaged_from receives the first position of a page that
+ * failed its restore (checksum, I/O), or UINT32_MAX. RB_E_IO when weights
+ * could not be reloaded (nothing can be computed then).
+ */
+rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_error *err);
+
+/* Forgets pages >= first_page in every layer (frees buffers, frames and
+ * spill copies); the session recomputes them. */
+void rb_residency_forget_from(rb_residency *r, uint32_t first_page);
+
+/* Changes the placement and restore policy for later trims and feeds
+ * (between feeds only). RB_E_INVALID_ARG for an unknown mode or codec. */
+rb_status rb_residency_set_mode(rb_residency *r, rb_restore_mode restore,
+                                rb_ram_codec ram_codec, rb_error *err);
+
+/* The forward pass finished the feed's last layer (closes the timeline's
+ * last compute span). */
+void rb_residency_compute_done(rb_residency *r);
+
+/* Copies up to max timeline events of the last feed; returns the count. */
+size_t rb_residency_events(const rb_residency *r, rb_restore_event *out, size_t max);
+
+/* Fills the KV, weight and restore fields of a session's stats. */
+void rb_residency_stats(const rb_residency *r, rb_session_stats *out);
+
+#endif

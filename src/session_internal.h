@@ -1,0 +1,51 @@
+/*
+ * session_internal.h - the inside of an rb_session, for the tool code that
+ * drives a session's KV cache directly (rebound kvquality round-trips every
+ * resident page through the KV codec; bench_kv captures real KV pages).
+ * The public API (include/rebound.h) is the way in for everything else.
+ *
+ * Touching kv between feeds is allowed as long as the pages' geometry is
+ * kept: the forward pass reads K/V only through the page table.
+ */
+#ifndef RB_SESSION_INTERNAL_H
+#define RB_SESSION_INTERNAL_H
+
+#include "forward.h"
+#include "kvcache.h"
+#include "model.h"
+#include "rebound.h"
+#include "threadpool.h"
+
+struct rb_session {
+    rb_model *model;
+    rb_threadpool *pool;
+    rb_forward fwd;
+    rb_kvcache kv;
+    int32_t *tokens;        /* n_ctx entries */
+    size_t n_tokens;
+    float *logits;          /* n_vocab: the last token's */
+    int has_logits;
+    rb_error err;
+
+    /* the memory manager (session_memory.c) */
+    rb_session_params params;
+    struct rb_throttle *throttle;   /* the emulated device; NULL: host as is */
+    struct rb_store *store;         /* NULL: no spill tier (store_note says why) */
+    char store_note[RB_ERROR_MESSAGE_MAX + 32];
+    struct rb_wcache *wcache;       /* NULL: weights stay (mapped model) */
+    struct rb_residency *res;
+    uint32_t recomputed_tokens;     /* by the last feed */
+};
+
+/* session_memory.c: set up / tear down the memory manager of a session
+ * whose KV cache and forward state exist; the layer gate is installed. */
+rb_status rb_session_memory_init(rb_session *s, rb_error *err);
+void rb_session_memory_deinit(rb_session *s);
+/* After a successful feed: enforces the budget (trims beyond it). */
+rb_status rb_session_memory_after_feed(rb_session *s);
+
+/* The session's KV cache (pages resident for positions [0, n_tokens)). */
+static inline rb_kvcache *rb_session_kvcache(rb_session *s) { return &s->kv; }
+static inline rb_model *rb_session_model(rb_session *s) { return s->model; }
+
+#endif

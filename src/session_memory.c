@@ -1,0 +1,193 @@
+/*
+ * session_memory.c - a session's memory manager: the emulated storage
+ * device (profile + throttle), the spill store, the weight cache and the
+ * residency manager, wired to the forward pass's layer gate; and the public
+ * rb_session_trim / rb_session_get_stats.
+ *
+ * Ownership: everything here belongs to the session and dies with it; the
+ * residency manager's workers are stopped first (rb_session_memory_deinit
+ * runs before the KV cache and the forward state are freed).
+ *
+ * Failure policy: a spill directory that cannot be used is not fatal unless
+ * the caller named it (the session then runs without the storage tier and
+ * the stats say why); a memory-mapped model keeps its weights (they belong
+ * to the page cache).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "profile.h"
+#include "residency.h"
+#include "session_internal.h"
+#include "status.h"
+#include "store.h"
+#include "throttle.h"
+#include "wcache.h"
+
+static int layer_gate(void *ctx, uint32_t layer)
+{
+    rb_session *s = ctx;
+    if (layer >= s->kv.n_layers) {
+        rb_residency_compute_done(s->res);
+        return 0;
+    }
+    return rb_residency_wait_layer(s->res, layer);
+}
+
+rb_status rb_session_memory_init(rb_session *s, rb_error *err)
+{
+    const rb_session_params *p = &s->params;
+    if ((unsigned)p->restore > RB_RESTORE_RECOMPUTE)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: restore mode %d is not one of "
+                            "pipelined, eager, recompute", (int)p->restore);
+    if (!(p->decode_bytes_per_s >= 0) || !(p->storage_bytes_per_s >= 0))
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: decode (%g) and storage (%g) "
+                            "bandwidths must be >= 0 (0: measured)", p->decode_bytes_per_s,
+                            p->storage_bytes_per_s);
+    rb_profile prof;
+    rb_status st = rb_profile_get(p->device && *p->device ? p->device : "host", &prof, err);
+    if (st != RB_OK)
+        return st;
+    if (prof.is_throttled) {
+        if (!(s->throttle = calloc(1, sizeof *s->throttle)))
+            return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
+        if ((st = rb_throttle_init(s->throttle, prof.bw_bytes_per_s, prof.latency_s, err)) !=
+            RB_OK) {
+            free(s->throttle);
+            s->throttle = NULL;
+            return st;
+        }
+    }
+
+    rb_store_params sp = rb_store_default_params();
+    sp.dir = p->spill_dir;
+    sp.throttle = s->throttle;
+    rb_error serr = {0};
+    if (rb_store_open(&sp, &s->store, &serr) == RB_OK) {
+        snprintf(s->store_note, sizeof s->store_note, "%s", rb_store_io_mode(s->store));
+    } else {
+        s->store = NULL;
+        if (p->spill_dir && *p->spill_dir)
+            return rb_error_set(err, serr.status, "%s", serr.message);
+        snprintf(s->store_note, sizeof s->store_note, "no storage tier: %s", serr.message);
+    }
+
+    rb_error werr = {0};
+    if (rb_wcache_create(s->model, rb_model_path(s->model), NULL, s->throttle, &s->wcache,
+                         &werr) != RB_OK) {
+        s->wcache = NULL;
+        if (werr.status != RB_E_UNSUPPORTED) /* mapped: weights just stay */
+            return rb_error_set(err, werr.status, "%s", werr.message);
+    }
+
+    rb_residency_kv kv = {
+        .slots = (void **)s->kv.pages,
+        .n_layers = s->kv.n_layers,
+        .pages_per_layer = s->kv.pages_per_layer,
+        .page_bytes = s->kv.page_bytes,
+        .dims = {s->kv.page_tokens, s->kv.n_kv_heads, s->kv.head_dim_k, s->kv.head_dim_v},
+    };
+    rb_residency_params rp = {
+        .restore = p->restore,
+        .ram_codec = p->ram_codec,
+        .decode_bytes_per_s = p->decode_bytes_per_s,
+        .storage_bytes_per_s = p->storage_bytes_per_s > 0 ? p->storage_bytes_per_s
+                               : prof.is_throttled ? prof.bw_bytes_per_s : 0,
+        .storage_latency_s = prof.latency_s,
+    };
+    if ((st = rb_residency_create(&rp, &kv, s->store, s->wcache, &s->res, err)) != RB_OK)
+        return st;
+    s->fwd.layer_gate = layer_gate;
+    s->fwd.layer_gate_ctx = s;
+    return RB_OK;
+}
+
+void rb_session_memory_deinit(rb_session *s)
+{
+    rb_residency_destroy(s->res);
+    s->res = NULL;
+    s->fwd.layer_gate = NULL;
+    rb_wcache_destroy(s->wcache);
+    s->wcache = NULL;
+    rb_store_close(s->store);
+    s->store = NULL;
+    if (s->throttle) {
+        rb_throttle_deinit(s->throttle);
+        free(s->throttle);
+        s->throttle = NULL;
+    }
+}
+
+rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,
+                          uint64_t *freed_out)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (!s->res)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: no memory manager");
+    if (level == RB_TRIM_COMPLETE && !s->wcache)
+        return rb_error_set(&s->err, RB_E_UNSUPPORTED, "session: the model is memory-mapped: "
+                            "its weights belong to the page cache and cannot be trimmed "
+                            "(open it without mmap)");
+    uint64_t freed = 0;
+    rb_status st = rb_residency_trim(s->res, bytes, level, &freed, &s->err);
+    if (freed_out)
+        *freed_out = freed;
+    return st;
+}
+
+rb_status rb_session_get_stats(const rb_session *s, rb_session_stats *out)
+{
+    if (!s || !out)
+        return RB_E_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    rb_model_info info;
+    rb_model_get_info(s->model, &info);
+    out->weights_bytes = s->wcache ? rb_wcache_resident_bytes(s->wcache) : info.tensor_data_bytes;
+    out->weights_evicted_bytes = s->wcache ? rb_wcache_total_bytes(s->wcache) -
+                                                 out->weights_bytes : 0;
+    out->scratch_bytes = s->fwd.mem_bytes + (uint64_t)s->fwd.hp.n_vocab * sizeof(float);
+    out->other_bytes = (uint64_t)s->kv.n_ctx * sizeof(int32_t) +
+                       (uint64_t)s->kv.n_layers * s->kv.pages_per_layer * sizeof(void *);
+    if (s->res)
+        rb_residency_stats(s->res, out);
+    out->total_bytes = out->weights_bytes + out->kv_raw_bytes + out->kv_compressed_bytes +
+                       out->scratch_bytes + out->other_bytes;
+    out->budget_bytes = s->params.budget_bytes;
+    out->storage_io = s->store_note;
+    out->restore_recomputed_tokens = s->recomputed_tokens;
+    return RB_OK;
+}
+
+rb_status rb_session_memory_after_feed(rb_session *s)
+{
+    if (!s->params.budget_bytes || !s->res)
+        return RB_OK;
+    rb_session_stats st;
+    rb_session_get_stats(s, &st);
+    if (st.total_bytes <= s->params.budget_bytes)
+        return RB_OK;
+    /* over budget: give back the excess the way a trim would (last layers
+       first); what cannot go (scratch, the first layers' weights when
+       weights cannot be released) stays, and the stats show it */
+    return rb_residency_trim(s->res, st.total_bytes - s->params.budget_bytes, RB_TRIM_BYTES,
+                             NULL, &s->err);
+}
+
+rb_status rb_session_set_restore(rb_session *s, rb_restore_mode mode, rb_ram_codec codec)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    rb_status st = rb_residency_set_mode(s->res, mode, codec, &s->err);
+    if (st == RB_OK) {
+        s->params.restore = mode;
+        s->params.ram_codec = codec;
+    }
+    return st;
+}
+
+size_t rb_session_restore_events(const rb_session *s, rb_restore_event *out, size_t max)
+{
+    return s && s->res ? rb_residency_events(s->res, out, max) : 0;
+}

@@ -1,0 +1,208 @@
+/*
+ * wcache.c - release and reload of a layer's weight bytes (wcache.h).
+ *
+ * Layout: the model's weight buffer holds the file's data section at the
+ * same relative offsets (model.c), so file offset X lives at address
+ * base + X (base = data - data_offset). A layer's tensors (blk.L.*) are
+ * one contiguous file range in every GGUF writer we know of; the range is
+ * [min offset, max end) over them, so a layer whose tensors are scattered
+ * still releases correctly (it may also cover bytes of other tensors in
+ * between, which are then re-read with it: never wrong, only slower).
+ *
+ *      file:  | header | ... blk.L.* ....................... | blk.L+1 ...
+ *      RAM:   base + X  ------------------------------------
+ *                        ^ page_lo (rounded up)   page_hi ^ (rounded down)
+ *                        [-------- released / reloaded -------]
+ *
+ * Memory: two arrays of n_layers ranges and flags. The reload fd is the
+ * model file opened a second time, with O_DIRECT when the filesystem
+ * takes it and the buffer lines up with the file's blocks (model.c places
+ * it so); otherwise buffered reads after fadvise(DONTNEED), which the
+ * mode string says.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "status.h"
+#include "wcache.h"
+
+#define WC_PAGE 4096u
+#define WC_CHUNK (1u << 20) /* one read request: the phone profile's size */
+
+struct rb_wcache {
+    const rb_os *os;
+    rb_throttle *throttle;   /* may be NULL */
+    int fd;
+    int is_direct;
+    uintptr_t base;          /* address of file offset 0 */
+    uint32_t n_layers;
+    uint64_t *lo, *hi;       /* [n_layers] page-aligned file range released */
+    _Atomic uint8_t *resident;
+    uint64_t total_bytes;    /* all weight bytes (the data section) */
+    char *path;
+};
+
+rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os *os,
+                           rb_throttle *throttle, rb_wcache **out, rb_error *err)
+{
+    const rb_gguf *g = rb_model_gguf(model);
+    const rb_hparams *hp = rb_model_hparams(model);
+    if (!path || rb_gguf_n_tensors(g) == 0)
+        return rb_error_set(err, RB_E_INVALID_ARG, "wcache: a model file with tensors is needed");
+    const rb_gguf_tensor *t0 = rb_gguf_tensor_at(g, 0);
+    if (rb_gguf_tensor_data(g, t0))
+        return rb_error_set(err, RB_E_UNSUPPORTED, "wcache: %s is memory-mapped: its weight "
+                            "pages belong to the page cache, rebound cannot release them "
+                            "(open the model without mmap)", path);
+    const uint8_t *d0 = rb_model_tensor_data(model, t0);
+    if (!d0)
+        return rb_error_set(err, RB_E_INVALID_ARG, "wcache: the model's weights are not loaded");
+    rb_wcache *w = calloc(1, sizeof *w);
+    if (!w)
+        return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
+    w->os = os ? os : rb_os_default();
+    w->throttle = throttle;
+    w->fd = -1;
+    w->n_layers = hp->n_layers;
+    w->base = (uintptr_t)d0 - (uintptr_t)t0->file_offset;
+    w->total_bytes = rb_gguf_file_size(g) - rb_gguf_data_offset(g);
+    w->lo = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->lo);
+    w->hi = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->hi);
+    w->resident = calloc(w->n_layers ? w->n_layers : 1, 1);
+    w->path = strdup(path);
+    if (!w->lo || !w->hi || !w->resident || !w->path) {
+        rb_wcache_destroy(w);
+        return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
+    }
+    for (uint32_t l = 0; l < w->n_layers; l++) {
+        w->lo[l] = UINT64_MAX;
+        w->resident[l] = 1;
+    }
+    for (uint64_t i = 0; i < rb_gguf_n_tensors(g); i++) {
+        const rb_gguf_tensor *t = rb_gguf_tensor_at(g, i);
+        int64_t tl = rb_tensor_layer(t->name);
+        if (tl < 0 || tl >= w->n_layers)
+            continue;
+        uint32_t l = (uint32_t)tl;
+        if (t->file_offset < w->lo[l])
+            w->lo[l] = t->file_offset;
+        if (t->file_offset + t->n_bytes > w->hi[l])
+            w->hi[l] = t->file_offset + t->n_bytes;
+    }
+    for (uint32_t l = 0; l < w->n_layers; l++) {
+        if (w->lo[l] == UINT64_MAX) { /* a layer without tensors: nothing to release */
+            w->lo[l] = w->hi[l] = 0;
+            continue;
+        }
+        /* whole pages of RAM inside the range */
+        uintptr_t a = (w->base + w->lo[l] + WC_PAGE - 1) / WC_PAGE * WC_PAGE;
+        uintptr_t b = (w->base + w->hi[l]) / WC_PAGE * WC_PAGE;
+        w->lo[l] = a - w->base;
+        w->hi[l] = b > a ? b - w->base : w->lo[l];
+    }
+    /* A file whose writer put another tensor (the embeddings, another
+       layer's) inside a layer's range: releasing it would take bytes that
+       are read outside that layer. Such a layer is never released. */
+    for (uint64_t i = 0; i < rb_gguf_n_tensors(g); i++) {
+        const rb_gguf_tensor *t = rb_gguf_tensor_at(g, i);
+        int64_t tl = rb_tensor_layer(t->name);
+        for (uint32_t l = 0; l < w->n_layers; l++)
+            if (tl != (int64_t)l && t->file_offset < w->hi[l] &&
+                t->file_offset + t->n_bytes > w->lo[l])
+                w->hi[l] = w->lo[l];
+    }
+    /* O_DIRECT needs file offsets on block boundaries where RAM has pages */
+    if (w->base % WC_PAGE == 0)
+        w->fd = w->os->open(path, O_RDONLY | O_DIRECT | O_CLOEXEC, 0);
+    w->is_direct = w->fd >= 0;
+    if (w->fd < 0)
+        w->fd = w->os->open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (w->fd < 0) {
+        int e = errno;
+        rb_wcache_destroy(w);
+        return rb_error_set(err, RB_E_IO, "wcache: cannot reopen %s: %s", path, strerror(e));
+    }
+    *out = w;
+    return RB_OK;
+}
+
+void rb_wcache_destroy(rb_wcache *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        w->os->close(w->fd);
+    free(w->lo);
+    free(w->hi);
+    free((void *)w->resident);
+    free(w->path);
+    free(w);
+}
+
+uint32_t rb_wcache_n_layers(const rb_wcache *w) { return w->n_layers; }
+
+uint64_t rb_wcache_layer_bytes(const rb_wcache *w, uint32_t layer)
+{
+    return layer < w->n_layers ? w->hi[layer] - w->lo[layer] : 0;
+}
+
+int rb_wcache_is_resident(const rb_wcache *w, uint32_t layer)
+{
+    return layer < w->n_layers && w->resident[layer];
+}
+
+uint64_t rb_wcache_total_bytes(const rb_wcache *w) { return w->total_bytes; }
+
+uint64_t rb_wcache_resident_bytes(const rb_wcache *w)
+{
+    uint64_t b = w->total_bytes;
+    for (uint32_t l = 0; l < w->n_layers; l++)
+        if (!w->resident[l])
+            b -= w->hi[l] - w->lo[l];
+    return b;
+}
+
+void rb_wcache_release(rb_wcache *w, uint32_t layer)
+{
+    if (layer >= w->n_layers || !w->resident[layer] || w->hi[layer] == w->lo[layer])
+        return;
+    uint64_t n = w->hi[layer] - w->lo[layer];
+    /* anonymous memory: the pages go back to the OS and read as zero until
+       the reload writes them; the addresses stay valid */
+    madvise((void *)(w->base + w->lo[layer]), n, MADV_DONTNEED);
+    if (!w->is_direct) /* so that the buffered reload reads the device */
+        posix_fadvise(w->fd, (off_t)w->lo[layer], (off_t)n, POSIX_FADV_DONTNEED);
+    w->resident[layer] = 0;
+}
+
+rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_error *err)
+{
+    if (layer >= w->n_layers || w->resident[layer])
+        return RB_OK;
+    for (uint64_t off = w->lo[layer]; off < w->hi[layer];) {
+        size_t n = w->hi[layer] - off < WC_CHUNK ? (size_t)(w->hi[layer] - off) : WC_CHUNK;
+        int64_t t0 = rb_throttle_now_ns();
+        size_t got = 0;
+        int e = 0;
+        rb_status st = rb_os_read_full(w->os, w->fd, (void *)(w->base + off), n, off, &got, &e);
+        if (st != RB_OK)
+            return rb_error_set(err, st, "wcache: reloading layer %" PRIu32 " of %s at offset "
+                                "%" PRIu64 ": %s", layer, w->path, off,
+                                st == RB_E_SHORT_READ ? "file ended" : strerror(e));
+        if (w->throttle)
+            rb_throttle_io_since(w->throttle, n, t0);
+        off += n;
+    }
+    w->resident[layer] = 1;
+    return RB_OK;
+}
+
+const char *rb_wcache_io_mode(const rb_wcache *w)
+{
+    return w->is_direct ? "O_DIRECT" : "buffered + fadvise(DONTNEED)";
+}

@@ -1,0 +1,60 @@
+/*
+ * wcache.h - the weight cache: owns the release and reload of a model's
+ * weight bytes, layer by layer.
+ *
+ * Today (issue 6) it works on the weight buffer rb_model_load_weights
+ * filled: releasing layer L gives the pages of blk.L.*'s byte range back to
+ * the OS (madvise MADV_DONTNEED: RSS drops, the addresses stay valid), and
+ * reloading reads that range from the model file into the same addresses,
+ * so the forward pass's weight pointers never change and a reload is no
+ * extra copy. Reads bypass the page cache (O_DIRECT: the model buffer is
+ * placed so that its pages line up with the file's 4 KiB blocks, see
+ * model.c) and go through the storage throttle, so a reload costs what the
+ * device profile says. Issue 8 grows this into the block cache with
+ * pinning and streaming; the residency manager decides what to release.
+ *
+ * Only whole 4 KiB pages inside a layer's range are released: the pages a
+ * layer shares with its neighbours at either end stay (at most 8 KiB per
+ * layer).
+ *
+ * Threads: release/reload of distinct layers may run concurrently (the
+ * restore worker reloads while the forward pass computes other layers); the
+ * caller serialises calls for one layer.
+ */
+#ifndef RB_WCACHE_H
+#define RB_WCACHE_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "os.h"
+#include "rebound.h"
+#include "throttle.h"
+
+typedef struct rb_wcache rb_wcache;
+
+/*
+ * Over a model whose weights are loaded into RAM (not mapped: a mapped
+ * model's pages belong to the page cache; RB_E_UNSUPPORTED then).
+ * path: the model file (reopened for reloads). throttle: shared with the
+ * spill store (one device), may be NULL. os: NULL for the default.
+ */
+rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os *os,
+                           rb_throttle *throttle, rb_wcache **out, rb_error *err);
+void rb_wcache_destroy(rb_wcache *w);
+
+uint32_t rb_wcache_n_layers(const rb_wcache *w);
+/* Bytes that releasing the layer gives back (whole pages). */
+uint64_t rb_wcache_layer_bytes(const rb_wcache *w, uint32_t layer);
+int rb_wcache_is_resident(const rb_wcache *w, uint32_t layer);
+/* Resident bytes of all weights (layers and the rest). */
+uint64_t rb_wcache_resident_bytes(const rb_wcache *w);
+uint64_t rb_wcache_total_bytes(const rb_wcache *w);
+
+/* Releases a resident layer (no-op otherwise). */
+void rb_wcache_release(rb_wcache *w, uint32_t layer);
+/* Reads a released layer back (no-op if resident). RB_E_IO / RB_E_SHORT_READ
+ * name the file and offset; the layer then stays released. */
+rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_error *err);
+
+#endif

@@ -1,0 +1,336 @@
+/*
+ * test_residency.c - the memory manager through a real session on a
+ * generated model: after any sequence of trims (both tiers, weights too)
+ * the next tokens' logits are bit-identical to a session that never
+ * evicted; eager and recompute modes too; a spill that fails its checksum,
+ * vanishes or cannot be written is survived with the same logits; the
+ * accounts move as the tiers do.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "convert.h"
+#include "residency.h"
+#include "session_internal.h"
+#include "store.h"
+#include "synth.h"
+
+#define N_PROMPT 700 /* 3 pages of 256: the last one partly filled */
+#define N_STEPS 6
+
+static char model_path[512];
+
+static uint64_t rng = 12345;
+static uint32_t rnd(uint32_t n)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng >> 33) % n;
+}
+
+static void make_model(void)
+{
+    snprintf(model_path, sizeof model_path, "%s/residency.gguf", REBOUND_TEST_TMP);
+    rb_synth_shape s = *rb_synth_shape_find("tiny");
+    s.name = "custom";
+    s.n_embd = 128;
+    s.n_layers = 4;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_ff = 256;
+    s.n_vocab = 512;
+    s.n_ctx = 1024;
+    rb_synth_params sp = {s, rb_file_kind_find("q8_0"), 7, 2};
+    rb_error err;
+    CHECK_EQ_INT(rb_synth_write(model_path, &sp, NULL, &err), RB_OK);
+}
+
+static rb_session *open_session(rb_model *m, rb_restore_mode mode, rb_ram_codec codec)
+{
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = 1024;
+    p.n_threads = 2;
+    p.restore = mode;
+    p.ram_codec = codec;
+    /* equal D and R: the split sends about half of the pages each way */
+    p.decode_bytes_per_s = 1e9;
+    p.storage_bytes_per_s = 1e9;
+    rb_session *s = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    return s;
+}
+
+/* prompt, then N_STEPS single tokens; logits of each step into out */
+typedef void (*between_fn)(rb_session *s, int step);
+
+static void run(rb_session *s, const int32_t *prompt, const int32_t *steps, float *out,
+                between_fn between)
+{
+    size_t V = rb_session_n_vocab(s);
+    CHECK_EQ_INT(rb_session_feed(s, prompt, N_PROMPT, NULL), RB_OK);
+    for (int i = 0; i < N_STEPS; i++) {
+        if (between)
+            between(s, i);
+        rb_status st = rb_session_feed(s, &steps[i], 1, NULL);
+        CHECK_EQ_INT(st, RB_OK);
+        if (st != RB_OK)
+            fprintf(stderr, "feed: %s\n", rb_session_errmsg(s));
+        const float *l = rb_session_logits(s);
+        if (l)
+            memcpy(out + (size_t)i * V, l, V * sizeof(float));
+    }
+}
+
+static void trim_random(rb_session *s, int step)
+{
+    rb_session_stats st;
+    rb_session_get_stats(s, &st);
+    uint64_t freed = 0;
+    rb_trim_level level = (rb_trim_level)rnd(4);
+    if (step == N_STEPS - 1)
+        level = RB_TRIM_COMPLETE;
+    uint64_t bytes = level == RB_TRIM_BYTES ? 1 + rnd((uint32_t)(st.kv_raw_bytes + 1)) : 0;
+    CHECK_EQ_INT(rb_session_trim(s, bytes, level, &freed), RB_OK);
+    rb_session_stats after;
+    rb_session_get_stats(s, &after);
+    if (level == RB_TRIM_BYTES && after.kv_raw_bytes > 0)
+        CHECK(freed >= bytes || after.weights_evicted_bytes > 0);
+    CHECK(after.total_bytes <= st.total_bytes);
+    if (level == RB_TRIM_COMPLETE) {
+        CHECK_EQ_INT(after.kv_raw_bytes, 0);
+        CHECK(after.weights_evicted_bytes > 0);
+        CHECK(after.n_kv_pages[RB_TIER_STORED] > 0);
+        CHECK(after.n_kv_pages[RB_TIER_COMPRESSED] > 0);
+    }
+}
+
+static int same(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* ---- fault injection: a store whose reads flip a bit, or whose writes
+ *      find the disk full, swapped in for the session's own ------------- */
+
+static int fault_flip_reads, fault_enospc;
+
+static ssize_t faulty_pread(int fd, void *buf, size_t n, off_t off)
+{
+    ssize_t r = pread(fd, buf, n, off);
+    if (fault_flip_reads && r > 0)
+        ((unsigned char *)buf)[r / 2] ^= 0x10;
+    return r;
+}
+
+static ssize_t faulty_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    if (fault_enospc) {
+        errno = ENOSPC;
+        return -1;
+    }
+    return pwrite(fd, buf, n, off);
+}
+
+static rb_os faulty_os;
+
+static void swap_store(rb_session *s)
+{
+    faulty_os = *rb_os_default();
+    faulty_os.pread = faulty_pread;
+    faulty_os.pwrite = faulty_pwrite;
+    rb_store_params sp = rb_store_default_params();
+    sp.os = &faulty_os;
+    rb_store *st = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_store_open(&sp, &st, &err), RB_OK);
+    /* nothing is spilled yet; the residency manager keeps the store it was
+       created with, so it is rebuilt over the faulty one */
+    rb_residency_destroy(s->res);
+    rb_store_close(s->store);
+    s->store = st;
+    rb_residency_kv kv = {(void **)s->kv.pages, s->kv.n_layers, s->kv.pages_per_layer,
+                          s->kv.page_bytes,
+                          {s->kv.page_tokens, s->kv.n_kv_heads, s->kv.head_dim_k,
+                           s->kv.head_dim_v}};
+    rb_residency_params rp = {RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS, 1e9, 1e9, 0};
+    CHECK_EQ_INT(rb_residency_create(&rp, &kv, s->store, s->wcache, &s->res, &err), RB_OK);
+}
+
+static void trim_moderate(rb_session *s, int step)
+{
+    if (step == 2)
+        CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_MODERATE, NULL), RB_OK);
+}
+
+static void trim_then_lose_one(rb_session *s, int step)
+{
+    if (step != 2)
+        return;
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_MODERATE, NULL), RB_OK);
+    /* a spill copy disappears behind the manager's back */
+    for (uint64_t id = 0; id < (uint64_t)s->kv.n_layers * s->kv.pages_per_layer; id++)
+        if (rb_store_has(s->store, id)) {
+            rb_store_drop(s->store, id);
+            break;
+        }
+}
+
+int main(void)
+{
+    make_model();
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(model_path, NULL, &m, &err), RB_OK);
+    if (!m)
+        return check_report();
+    int32_t prompt[N_PROMPT], steps[N_STEPS];
+    for (int i = 0; i < N_PROMPT; i++)
+        prompt[i] = (int32_t)rnd(512);
+    for (int i = 0; i < N_STEPS; i++)
+        steps[i] = (int32_t)rnd(512);
+    const size_t V = 512, n_out = (size_t)N_STEPS * V;
+    float *want = calloc(n_out, sizeof(float)), *got = calloc(n_out, sizeof(float));
+
+    rb_session *ref = open_session(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS);
+    run(ref, prompt, steps, want, NULL);
+    rb_session_destroy(ref);
+
+    /* 1. random trims, pipelined, lossless: bit-identical, 3 seeds */
+    for (int seed = 0; seed < 3; seed++) {
+        rng = 1000 + (uint64_t)seed;
+        rb_session *s = open_session(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS);
+        memset(got, 0, n_out * sizeof(float));
+        run(s, prompt, steps, got, trim_random);
+        CHECK(same(got, want, n_out));
+        rb_session_stats st;
+        rb_session_get_stats(s, &st);
+        printf("pipelined seed %d: restored io %.1f ms (%llu B), decode %.1f ms (%llu B), "
+               "waited %.1f ms; spill: %s\n", seed, st.restore_io_s * 1e3,
+               (unsigned long long)st.restore_bytes_io, st.restore_decode_s * 1e3,
+               (unsigned long long)st.restore_bytes_decoded, st.restore_wait_s * 1e3,
+               st.storage_io);
+        rb_session_destroy(s);
+    }
+
+    /* 2. eager and recompute: the same logits */
+    rb_restore_mode modes[] = {RB_RESTORE_EAGER, RB_RESTORE_RECOMPUTE};
+    for (int i = 0; i < 2; i++) {
+        rb_session *s = open_session(m, modes[i], RB_RAM_CODEC_LOSSLESS);
+        memset(got, 0, n_out * sizeof(float));
+        run(s, prompt, steps, got, trim_moderate);
+        CHECK(same(got, want, n_out));
+        if (modes[i] == RB_RESTORE_RECOMPUTE) {
+            rb_session_stats st;
+            rb_session_get_stats(s, &st);
+            CHECK_EQ_INT(st.restore_recomputed_tokens, 0); /* the last feed had none */
+        }
+        rb_session_destroy(s);
+    }
+
+    /* 3. q8 RAM tier: runs, and the logits stay close (lossy) */
+    {
+        rb_session *s = open_session(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_Q8);
+        run(s, prompt, steps, got, trim_moderate);
+        double max_d = 0;
+        for (size_t i = 0; i < n_out; i++) {
+            double d = got[i] > want[i] ? got[i] - want[i] : want[i] - got[i];
+            max_d = d > max_d ? d : max_d;
+        }
+        printf("q8 RAM tier: max |logit difference| %.3g\n", max_d);
+        CHECK(max_d < 0.5);
+        rb_session_destroy(s);
+    }
+
+    /* 4. faults: bit flips on every spill read, a vanished spill, a full
+     *    disk: the same logits, and the stats count them */
+    {
+        rb_session *s = open_session(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS);
+        swap_store(s);
+        fault_flip_reads = 1;
+        run(s, prompt, steps, got, trim_moderate);
+        fault_flip_reads = 0;
+        CHECK(same(got, want, n_out));
+        rb_session_stats st;
+        rb_session_get_stats(s, &st);
+        CHECK(st.n_spill_damaged > 0);
+        printf("checksum faults: %llu pages recomputed\n", (unsigned long long)st.n_spill_damaged);
+        rb_session_destroy(s);
+    }
+    {
+        rb_session *s = open_session(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS);
+        run(s, prompt, steps, got, trim_then_lose_one);
+        CHECK(same(got, want, n_out));
+        rb_session_stats st;
+        rb_session_get_stats(s, &st);
+        CHECK(st.n_spill_damaged > 0);
+        rb_session_destroy(s);
+    }
+    {
+        rb_session *s = open_session(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS);
+        swap_store(s);
+        fault_enospc = 1;
+        run(s, prompt, steps, got, trim_moderate);
+        fault_enospc = 0;
+        CHECK(same(got, want, n_out));
+        rb_session_stats st;
+        rb_session_get_stats(s, &st);
+        CHECK(st.n_disk_full > 0);
+        rb_session_destroy(s);
+    }
+
+    /* 5. rewind and replay a turn after a trim: same logits; the timeline
+     *    shows both restore paths and the compute of every layer */
+    {
+        rb_session *s = open_session(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS);
+        CHECK_EQ_INT(rb_session_feed(s, prompt, N_PROMPT, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_feed(s, steps, 1, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_rewind(s, N_PROMPT), RB_OK);
+        CHECK_EQ_INT(rb_session_n_tokens(s), N_PROMPT);
+        CHECK(rb_session_logits(s) == NULL);
+        CHECK_EQ_INT(rb_session_rewind(s, N_PROMPT + 1), RB_E_INVALID_ARG);
+        CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_feed(s, steps, 1, NULL), RB_OK);
+        const float *l = rb_session_logits(s);
+        CHECK(l && same(l, want, V));
+        rb_restore_event ev[512];
+        size_t n_ev = rb_session_restore_events(s, ev, 512);
+        int seen[4] = {0}, bad = 0;
+        for (size_t i = 0; i < n_ev && i < 512; i++) {
+            seen[ev[i].kind]++;
+            bad += !(ev[i].start_s >= 0 && ev[i].end_s >= ev[i].start_s);
+        }
+        CHECK(seen[RB_EVENT_RESTORE_IO] > 0);
+        CHECK(seen[RB_EVENT_RESTORE_DECODE] > 0);
+        CHECK_EQ_INT(seen[RB_EVENT_COMPUTE], 4); /* one span per layer */
+        CHECK_EQ_INT(bad, 0);
+        CHECK_EQ_INT(rb_session_set_restore(s, (rb_restore_mode)9, RB_RAM_CODEC_Q8),
+                     RB_E_INVALID_ARG);
+        CHECK_EQ_INT(rb_session_set_restore(s, RB_RESTORE_EAGER, RB_RAM_CODEC_Q8), RB_OK);
+        rb_session_destroy(s);
+    }
+
+    /* 6. bad arguments */
+    {
+        rb_session_params p = rb_session_default_params();
+        p.restore = (rb_restore_mode)7;
+        rb_session *s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
+        CHECK(strstr(err.message, "restore mode") != NULL);
+        p = rb_session_default_params();
+        p.device = "toaster";
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_NOT_FOUND);
+        p = rb_session_default_params();
+        p.spill_dir = "/nonexistent/dir";
+        CHECK(rb_session_create(m, &p, &s, &err) != RB_OK);
+        CHECK(strstr(err.message, "/nonexistent/dir") != NULL);
+    }
+
+    free(want);
+    free(got);
+    rb_model_close(m);
+    unlink(model_path);
+    return check_report();
+}
