@@ -68,7 +68,8 @@ static void print_usage(FILE *f)
         "  --spill-dir DIR      where evicted KV goes on storage (default $TMPDIR or /tmp)\n"
         "commands (a line that starts with /):\n"
         "  /stats               memory by category and tier, and the context used\n"
-        "  /trim LEVEL          give memory back: background, moderate, complete, or BYTES\n"
+        "  /trim [LEVEL]        give memory back: background, moderate (default), complete,\n"
+        "                       or BYTES (K/M/G); the next turn restores what it needs\n"
         "  /reset               forget the conversation (the system prompt stays)\n"
         "  /quit                end (so does end of input)\n",
         rb_chat_template_names());
@@ -377,6 +378,8 @@ static int chat_turn(struct chat *c, const char *message)
         explain_full(c, "the reply was cut");
     if (close_reply(c))
         return 1;
+    /* the turn is complete: the point where --session will acknowledge
+       its tokens to the session file */
     if (c->verbose)
         fprintf(stderr, "rebound chat: turn %zu: %ld tokens in, %" PRId64 " out (%s), "
                 "%.2f tok/s; context %zu/%" PRIu32 "\n", c->n_turns_total, n_in, n_out, stop,
@@ -456,7 +459,8 @@ static int command(struct chat *c, char *line)
 /*
  * The session of the chat: today a new one. --session FILE will open the
  * saved conversation here (and create the file when absent), restoring the
- * tokens, sampler state and chat_history; chat_begin is then skipped.
+ * tokens and chat_history, and skip chat_begin; the sampler is created
+ * after this call, so its saved state goes back with rb_sampler_state_set.
  */
 static int open_session(struct chat *c, const char *session_path, const rb_session_params *p)
 {

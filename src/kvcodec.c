@@ -1,6 +1,6 @@
 /*
  * kvcodec.c - the KV codec's frame: header, checksum, validation and
- * dispatch to the payload coders (kvcodec_lossless.c: bit-exact;
+ * dispatch to the payload coders (kvcodec_lossless.c and _dec.c: bit-exact;
  * kvcodec_quant.c: 8/4/2-bit groups), plus the entropy bound the lossless
  * coder is measured against.
  *
@@ -8,7 +8,8 @@
  * decoded page (rb_kvcodec_hash64, both a _ref and an AVX2 form); choose
  * STORE when lossless coding would not shrink a page. Does not: decide
  * which pages to compress or when (the residency manager does), allocate,
- * or keep any state between calls.
+ * or keep any state between calls; code q8_0 KV pages (the KV cache holds
+ * f16 only so far: a q8_0 page would need its own codec id).
  *
  * Invariants: a frame that decodes without error reproduces exactly the
  * page whose hash its header carries; decode never reads past src_size or

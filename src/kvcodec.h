@@ -24,8 +24,9 @@
  *    40    4 header check: low 32 bits of rb_kvcodec_hash64(bytes 0..39)
  *    44    4 reserved (0)
  *
- * Payloads: see kvcodec_lossless.c (LOSSLESS) and kvcodec_quant.c (Q8, Q4,
- * Q2); STORE is the page bytes as they are.
+ * Payloads: see kvcodec_lossless.c (LOSSLESS; its decoder in
+ * kvcodec_lossless_dec.c) and kvcodec_quant.c (Q8, Q4, Q2); STORE is the
+ * page bytes as they are.
  *
  * Contract for every function: pure (no global state, no allocation, no
  * I/O), thread-safe on distinct buffers, writes only into the buffers the

@@ -546,7 +546,9 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
             t_comp += (double)r->kv.page_bytes / (r->D > 0 ? r->D : 1e9);
         }
     }
-    if (st == RB_OK && r->wcache && (weights || (by_bytes && freed < bytes))) {
+    /* the zram baseline compresses KV only, as the zRAM case does */
+    if (st == RB_OK && r->wcache &&
+        (weights || (by_bytes && freed < bytes && !is_zram(r->p.ram_codec)))) {
         for (uint32_t l = L; l-- > 0;) {
             if (by_bytes && !weights && freed >= bytes)
                 break;

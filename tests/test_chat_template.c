@@ -5,12 +5,18 @@
  * the text the family's own template produces (with the generation prompt
  * at the end); the rules that pick a family from a model's Jinja text,
  * vocabulary, architecture and name; names; edge cases (no system, empty
- * message, out-of-range template).
+ * message, out-of-range template); and rb_model_meta_str, the public
+ * getter the chat reads tokenizer.chat_template with, on a synthetic model
+ * given a template (llama3's, so detection by text beats the SPM vocab).
  */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "chat_template.h"
 #include "check.h"
+#include "quant_rules.h"
+#include "rebound.h"
+#include "synth.h"
 
 /* The conversation every template renders: system, a user turn, a reply,
  * a second user turn (the assistant's header is left open for the model). */
@@ -203,11 +209,114 @@ static void test_detect(void)
     CHECK_EQ_INT(rb_chat_template_detect(NULL, NULL), RB_CHAT_TEMPLATE_PLAIN);
 }
 
+/* Jinja text of llama3's kind, padded to a length that keeps the patched
+ * file's tensor data aligned (see add_chat_template). */
+#define LLAMA3_JINJA "{% for message in messages %}{{ '<|start_header_id|>' + " \
+    "message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + " \
+    "'<|eot_id|>' }}{% endfor %}"
+
+/*
+ * Inserts a string kv "tokenizer.chat_template" = jinja as the first kv of
+ * the GGUF at path. The kv takes 8 + 23 + 4 + 8 + len bytes; with len
+ * chosen so that this is a multiple of 256, every later byte moves by a
+ * multiple of any alignment up to 256, so the data stays aligned and the
+ * tensor offsets (relative to the data) stay right. Returns 0 on success.
+ */
+static int add_chat_template(const char *path, const char *jinja)
+{
+    static const char key[] = "tokenizer.chat_template";
+    uint64_t key_len = sizeof key - 1, val_len = strlen(jinja);
+    uint64_t kv_bytes = 8 + key_len + 4 + 8 + val_len;
+    uint64_t padded = (kv_bytes + 255) / 256 * 256;
+    val_len += padded - kv_bytes; /* padded with spaces, which Jinja ignores */
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *old = malloc((size_t)size);
+    size_t got = old ? fread(old, 1, (size_t)size, f) : 0;
+    fclose(f);
+    if (!old || got != (size_t)size || size < 24) {
+        free(old);
+        return -1;
+    }
+    uint64_t n_kv;
+    memcpy(&n_kv, old + 16, 8); /* magic, version u32, n_tensors u64, n_kv u64 */
+    n_kv++;
+    memcpy(old + 16, &n_kv, 8);
+    f = fopen(path, "wb");
+    int bad = !f;
+    uint32_t type_string = 8;
+    if (f) {
+        bad |= fwrite(old, 1, 24, f) != 24;
+        bad |= fwrite(&key_len, 8, 1, f) != 1 || fwrite(key, 1, key_len, f) != key_len;
+        bad |= fwrite(&type_string, 4, 1, f) != 1 || fwrite(&val_len, 8, 1, f) != 1;
+        bad |= fwrite(jinja, 1, strlen(jinja), f) != strlen(jinja);
+        for (uint64_t i = strlen(jinja); i < val_len; i++)
+            bad |= fputc(' ', f) == EOF;
+        bad |= fwrite(old + 24, 1, (size_t)size - 24, f) != (size_t)size - 24;
+        bad |= fclose(f) != 0;
+    }
+    free(old);
+    return bad ? -1 : 0;
+}
+
+static void test_model_meta(void)
+{
+    const char *path = REBOUND_TEST_TMP "/test_chat_template.gguf";
+    rb_synth_params sp = {*rb_synth_shape_find("tiny"), rb_file_kind_find("f32"), 1, 1};
+    rb_error err;
+    CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
+    rb_model *m = NULL;
+    const char *text = NULL;
+    size_t len = 0;
+    /* the synthetic file has no template */
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    if (!m)
+        return;
+    CHECK_EQ_INT(rb_model_meta_str(m, "tokenizer.chat_template", &text, &len), RB_E_NOT_FOUND);
+    CHECK(text == NULL && len == 0); /* unchanged on failure */
+    CHECK_EQ_INT(rb_model_meta_str(m, "general.architecture", &text, &len), RB_OK);
+    CHECK(len == 5 && text && memcmp(text, "llama", 5) == 0);
+    CHECK_EQ_INT(rb_model_meta_str(m, "llama.context_length", &text, &len), RB_E_FORMAT);
+    CHECK_EQ_INT(rb_model_meta_str(m, NULL, &text, &len), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_model_meta_str(NULL, "general.name", &text, &len), RB_E_INVALID_ARG);
+    rb_model_close(m);
+    m = NULL;
+
+    CHECK_EQ_INT(add_chat_template(path, LLAMA3_JINJA), 0);
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    if (!m) {
+        fprintf(stderr, "open after patch: %s\n", err.message);
+        return;
+    }
+    CHECK_EQ_INT(rb_model_meta_str(m, "tokenizer.chat_template", &text, &len), RB_OK);
+    CHECK(len >= strlen(LLAMA3_JINJA) && memcmp(text, LLAMA3_JINJA, strlen(LLAMA3_JINJA)) == 0);
+    rb_model_info mi;
+    CHECK_EQ_INT(rb_model_get_info(m, &mi), RB_OK);
+    rb_chat_template_hints h = {text, len, mi.architecture, mi.name, 0};
+    const char *why = NULL;
+    CHECK_EQ_INT(rb_chat_template_detect(&h, &why), RB_CHAT_TEMPLATE_LLAMA3);
+    CHECK_CONTAINS(why, "tokenizer.chat_template");
+    /* the patched file still runs: its tensors were found where they were */
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, NULL, &s, &err), RB_OK);
+    int32_t tok = 1;
+    if (s)
+        CHECK_EQ_INT(rb_session_feed(s, &tok, 1, NULL), RB_OK);
+    rb_session_destroy(s);
+    rb_model_close(m);
+    remove(path);
+}
+
 int main(void)
 {
     test_transcripts();
     test_render_edges();
     test_names();
     test_detect();
+    test_model_meta();
     return check_report();
 }

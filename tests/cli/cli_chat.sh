@@ -78,6 +78,12 @@ expect_line t1.err "/trim needs background, moderate, complete"
 expect_line t1.err "unknown command '/frobnicate'"
 [ "$(turn_out t1.err 2)" = 6 ] || fail "no reply after /trim"
 
+check "memory-manager flags: a budget that forces trims, the chat still answers every turn"
+chat_ok b1 $'Hello\nAgain\n/stats\n' "$REBOUND" chat -m qwen.gguf -n 6 --temp 0 -t 2 -v \
+    --mem-budget 300K --restore eager --ram-codec lossless --device host --spill-dir .
+[ "$(turn_out b1.err 2)" = 6 ] || fail "no second reply under a memory budget"
+expect_line b1.err '^memory: .* \(budget 300.00 KiB\)'
+
 check "--template overrides the detection"
 chat_ok z1 $'Hi\n' "$REBOUND" chat -m qwen.gguf -n 4 --temp 0 --template zephyr
 expect_line z1.err '^rebound chat: template zephyr \(--template\)'

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# cli_switch.sh - `rebound switch` end to end on a small generated model:
+# every strategy runs and reports, the exact strategies give logits
+# identical to the warm turn, the JSON and SVG are written, the cgroup
+# pressure mode either runs with the kernel's signals or says why not, and
+# a user's mistakes get clear errors.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+check "a small KV-heavy model: 4 layers, 8 KV heads of 64"
+run_ok mk "$REBOUND" make-model --shape tiny --type q8_0 --arch qwen3 --dim 256 --layers 4 \
+    --heads 8 --kv-heads 8 --head-dim 64 --ffn 512 --ctx 1024 -o sw.gguf
+
+check "every strategy at 50% of the KV, phone profile"
+run_ok sw "$REBOUND" switch -m sw.gguf -c 600 --turn 4 -t 2 \
+    --strategies kill,recompute,zram,storage,rebound,rebound-q8 --json sw.json --plot sw.svg
+for s in kill recompute storage rebound rebound-q8; do
+    expect_line sw.out "^$s +[0-9]+\.[0-9]"
+done
+expect_line sw.out '^zram-lz4 '
+expect_line sw.out '^zram-zstd '
+for s in recompute storage rebound; do
+    grep -E "^$s .*logits identical to warm" sw.out >/dev/null ||
+        fail "$s: the turn's logits differ from the warm turn's"
+done
+expect_line sw.out '^rebound-q8 .*top-1 [0-9]+/4'
+expect_line sw.out 'warm TTFT [0-9.]+ ms'
+grep -q '"name": "rebound"' sw.json || fail "sw.json lacks the rebound strategy"
+grep -q '"restore_bytes_io"' sw.json || fail "sw.json lacks restore figures"
+head -c 200 sw.svg | grep -q '<svg' || fail "sw.svg is not an SVG"
+tail -c 20 sw.svg | grep -q '</svg>' || fail "sw.svg is truncated"
+grep -q 'fill="#4e79a7"' sw.svg || fail "sw.svg has no storage-restore spans"
+
+check "levels, bytes and the complete level (weights too)"
+run_ok lv "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --trim complete \
+    --strategies rebound --device watch
+grep -E "^rebound .*logits identical to warm" lv.out >/dev/null || fail "complete trim: logits differ"
+run_ok by "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --trim 1M --strategies storage \
+    --device host
+expect_line by.out '^storage +[0-9]'
+
+check "--pressure cgroup: the kernel's signals, or why not"
+run_ok pr "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies rebound \
+    --pressure cgroup
+if grep -q 'real pressure: cgroup' pr.out; then
+    expect_line pr.out '^what the kernel did'
+    grep -E "^rebound +[0-9]+ +[0-9]+ " pr.out >/dev/null || fail "no kernel/trim row"
+    grep -E "^rebound .*logits identical to warm" pr.out >/dev/null ||
+        fail "after real pressure the logits differ"
+else
+    expect_line pr.err 'explicit trim instead'
+fi
+
+check "errors: bad trim, strategy, device, pressure mode; no model"
+run_fails e1 1 "--trim '150%'" "$REBOUND" switch -m sw.gguf --trim 150%
+run_fails e2 1 "unknown strategy 'teleport'" "$REBOUND" switch -m sw.gguf -c 64 --strategies teleport
+run_fails e3 1 "toaster" "$REBOUND" switch -m sw.gguf --device toaster
+run_fails e4 1 "--pressure is explicit or cgroup" "$REBOUND" switch -m sw.gguf --pressure magic
+run_fails e5 1 "no model" "$REBOUND" switch
+passed
