@@ -79,6 +79,13 @@ const char *rb_chat_template_marker(rb_chat_template t)
     return (unsigned)t < RB_CHAT_TEMPLATE_COUNT ? formats[t].marker : NULL;
 }
 
+const char *rb_chat_template_first_user_skip(rb_chat_template t)
+{
+    if ((unsigned)t >= RB_CHAT_TEMPLATE_COUNT || !formats[t].system_opens_first_user)
+        return NULL;
+    return formats[t].user_prefix;
+}
+
 int rb_chat_template_from_name(const char *name)
 {
     for (int i = 0; name && i < RB_CHAT_TEMPLATE_COUNT; i++)

@@ -84,6 +84,13 @@ rb_chat_template rb_chat_template_detect(const rb_chat_template_hints *hints, co
  * it and the marker would be fed as plain text; NULL for plain. */
 const char *rb_chat_template_marker(rb_chat_template t);
 
+/* What a user turn loses when it comes right after the system block
+ * (llama2's "[INST] ", which that block already opened), or NULL for
+ * templates whose turns stand alone. A context shift that keeps the system
+ * prompt but drops the turns before a kept one removes this prefix from
+ * the kept turn, so the context reads as if that turn had been the first. */
+const char *rb_chat_template_first_user_skip(rb_chat_template t);
+
 /* A growing text buffer, always NUL-terminated once anything was appended.
  * Zero-initialise it; rb_chat_text_free releases it. */
 typedef struct rb_chat_text {

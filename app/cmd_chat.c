@@ -9,7 +9,8 @@
  * an end-of-generation token or -n tokens, close the reply as the template
  * does, and answer /stats, /trim, /reset, /quit. When the context is full:
  * a message, or with --ctx-shift the oldest turns are dropped (rewind to
- * the end of the system prompt, re-feed the kept turns).
+ * the end of the system prompt, re-feed the kept turns; for llama2 the
+ * first kept turn loses its "[INST]", which the system block opened).
  * Does not (yet): save or restore a session file (--session is refused;
  * the hook is open_session() and struct chat_history), stop on text such
  * as "\nUser:" for the plain template, or handle Ctrl-C mid-reply.
@@ -113,6 +114,12 @@ struct chat {
     size_t n_turns_total;     /* turns since start, for --verbose */
 };
 
+/* 1 when a non-empty system block was fed after the BOS. */
+static int has_system(const struct chat *c)
+{
+    return c->hist.n_system_tokens > (c->bos >= 0 ? 1u : 0u);
+}
+
 /* Result of making room in the context. */
 enum room { ROOM_OK = 0, ROOM_FULL = 1, ROOM_ERROR = 2 };
 
@@ -176,11 +183,12 @@ static int push_turn_start(struct chat_history *h, size_t pos)
 /*
  * Drops the oldest turns so that `need` more tokens fit, keeping the system
  * prompt and the newest n_locked turns (the turn being answered). It drops
- * whole turns until the context is at most half full after the system
- * prompt (as llama.cpp's shift halves it), so a long reply does not pay a
- * re-feed for every token; fewer when only fewer can go. The kept tokens
- * are re-fed: rb_session_rewind forgets everything from a position on, and
- * positions must stay contiguous for RoPE.
+ * the fewest whole turns that leave the space after the system prompt at
+ * most half full (as llama.cpp's shift halves it), so a long reply does not
+ * pay a re-feed for every token; when no choice gets there, all the turns
+ * it may drop. The kept tokens are re-fed: rb_session_rewind forgets
+ * everything from a position on, and positions must stay contiguous for
+ * RoPE.
  */
 static enum room shift_context(struct chat *c, size_t need, size_t n_locked)
 {
@@ -200,22 +208,45 @@ static enum room shift_context(struct chat *c, size_t need, size_t n_locked)
     if (n_drop == 0)
         return ROOM_FULL;
     size_t cut = n_drop < h->n_turns ? h->turn_starts[n_drop] : n;
-    size_t n_keep = n - cut;
+    /* llama2: the system block opened the first [INST]; the first kept
+       turn, now right after it, must not open another. Each turn was
+       tokenized alone, so its tokens start with the prefix's; the
+       prefix's trailing space is left out, as tokenizers join it to the
+       next word (which then reads as a first turn's would). */
+    size_t n_skip = 0;
+    const char *skip = rb_chat_template_first_user_skip(c->tmpl);
+    if (skip && n_drop < h->n_turns && has_system(c)) {
+        int32_t prefix[16];
+        size_t skip_len = strlen(skip);
+        while (skip_len > 0 && skip[skip_len - 1] == ' ')
+            skip_len--;
+        long n_prefix = tokenize_piece(c, skip, skip_len, 0);
+        if (n_prefix < 0)
+            return ROOM_ERROR;
+        if ((size_t)n_prefix <= sizeof prefix / sizeof prefix[0] && (size_t)n_prefix <= n - cut) {
+            memcpy(prefix, c->tokens, (size_t)n_prefix * sizeof *prefix);
+            if (!memcmp(prefix, rb_session_tokens(c->session) + cut,
+                        (size_t)n_prefix * sizeof *prefix))
+                n_skip = (size_t)n_prefix;
+        }
+    }
+    size_t n_keep = n - cut - n_skip;
     if (grow_tokens(c, n_keep + 1)) {
         rb_cli_fail(CMD, "out of memory", NULL);
         return ROOM_ERROR;
     }
-    memcpy(c->tokens, rb_session_tokens(c->session) + cut, n_keep * sizeof *c->tokens);
+    memcpy(c->tokens, rb_session_tokens(c->session) + cut + n_skip, n_keep * sizeof *c->tokens);
     fprintf(stderr, "rebound chat: context full (%zu of %zu tokens): dropped the %zu oldest "
-            "turn%s (%zu tokens), re-feeding %zu\n", n, n_ctx, n_drop, n_drop == 1 ? "" : "s",
-            cut - sys, n_keep);
+            "turn%s (%zu tokens), re-feeding %zu%s\n", n, n_ctx, n_drop, n_drop == 1 ? "" : "s",
+            cut - sys, n_keep, n_skip ? " (the first kept turn continues the system block)" : "");
     if (rb_session_rewind(c->session, sys) != RB_OK ||
         (n_keep && rb_session_feed(c->session, c->tokens, n_keep, NULL) != RB_OK)) {
         rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
         return ROOM_ERROR;
     }
+    size_t moved = cut + n_skip - sys;
     for (size_t i = n_drop; i < h->n_turns; i++)
-        h->turn_starts[i - n_drop] = h->turn_starts[i] - (cut - sys);
+        h->turn_starts[i - n_drop] = h->turn_starts[i] - (i == n_drop ? cut - sys : moved);
     h->n_turns -= n_drop;
     return ROOM_OK;
 }
@@ -300,8 +331,7 @@ static int close_reply(struct chat *c)
 static int chat_turn(struct chat *c, const char *message)
 {
     rb_chat_text_clear(&c->text);
-    int has_system = c->hist.n_system_tokens > (c->bos >= 0 ? 1u : 0u);
-    if (rb_chat_render_user(c->tmpl, message, c->hist.n_turns == 0, has_system, &c->text))
+    if (rb_chat_render_user(c->tmpl, message, c->hist.n_turns == 0, has_system(c), &c->text))
         return rb_cli_fail(CMD, "out of memory", NULL);
     long n_in = tokenize_piece(c, c->text.ptr, c->text.len, 0);
     if (n_in < 0)
@@ -318,7 +348,12 @@ static int chat_turn(struct chat *c, const char *message)
         explain_full(c, what);
         return 0;
     }
-    /* a shift reuses c->tokens: tokenize again after it */
+    /* render and tokenize again: a shift reuses c->tokens, and when it
+       dropped every turn this one is now the first (llama2 renders that
+       one differently) */
+    rb_chat_text_clear(&c->text);
+    if (rb_chat_render_user(c->tmpl, message, c->hist.n_turns == 0, has_system(c), &c->text))
+        return rb_cli_fail(CMD, "out of memory", NULL);
     n_in = tokenize_piece(c, c->text.ptr, c->text.len, 0);
     if (n_in < 0)
         return 1;

@@ -129,6 +129,11 @@ static void test_names(void)
     CHECK_STR_EQ(rb_chat_template_marker(RB_CHAT_TEMPLATE_CHATML), "<|im_start|>");
     CHECK_STR_EQ(rb_chat_template_marker(RB_CHAT_TEMPLATE_LLAMA3), "<|eot_id|>");
     CHECK(rb_chat_template_marker(RB_CHAT_TEMPLATE_PLAIN) == NULL);
+    /* only llama2's first turn continues the system block */
+    CHECK_STR_EQ(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_LLAMA2), "[INST] ");
+    CHECK(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_CHATML) == NULL);
+    CHECK(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_PLAIN) == NULL);
+    CHECK(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_COUNT) == NULL);
     CHECK_STR_EQ(rb_chat_vocab_probe[RB_CHAT_VOCAB_IM_START], "<|im_start|>");
 }
 

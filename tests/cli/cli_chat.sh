@@ -106,6 +106,12 @@ done
 sys=$(sed -n 's/^context: .*(system \([0-9]*\),.*/\1/p' f2.err)
 [ "$sys" -gt 1 ] || fail "the system prompt was not kept (system $sys tokens)"
 
+check "--ctx-shift with llama2: the first kept turn continues the system block's [INST]"
+chat_ok f3 $'one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\n' "$REBOUND" chat -m tiny.gguf \
+    --template llama2 -c 200 -n 4 --temp 0 -t 2 -v --system "Be brief." --ctx-shift
+expect_line f3.err 'dropped the [0-9]+ oldest turns? .*\(the first kept turn continues the system block\)'
+[ "$(turn_out f3.err 8)" = 4 ] || fail "turn 8 was not answered after the shift"
+
 check "errors: bad --template, --session not yet supported, no model, bad -n"
 run_fails e1 1 "unknown --template 'foo'" "$REBOUND" chat -m tiny.gguf --template foo
 expect_line e1.err 'hint: known templates: chatml, llama3, llama2, zephyr, plain'
