@@ -11,8 +11,9 @@
  * a message, or with --ctx-shift the oldest turns are dropped (rewind to
  * the end of the system prompt, re-feed the kept turns; for llama2 the
  * first kept turn loses its "[INST]", which the system block opened).
- * Does not (yet): save or restore a session file (--session is refused;
- * the hook is open_session() and struct chat_history), stop on text such
+ * --session FILE: the conversation (tokens, KV pages, turn boundaries,
+ * sampler state) is saved after every turn and resumed on the next start.
+ * Does not: stop on text such
  * as "\nUser:" for the plain template, or handle Ctrl-C mid-reply.
  *
  * Output contract: stdout holds the replies, each followed by one newline,
@@ -59,7 +60,8 @@ static void print_usage(FILE *f)
         "  -t, --threads N      threads (default: all cores)\n"
         "  --temp T             temperature (default 0.8; 0: greedy)\n"
         "  --top-k N  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N  --seed S\n"
-        "  --session FILE       keep the conversation in FILE across restarts (not yet supported)\n"
+        "  --session FILE       keep the conversation in FILE: resumed when it exists, saved\n"
+        "                       after every turn (a kill loses at most the turn in progress)\n"
         "  --mmap               map the model file instead of reading it\n"
         "  -v, --verbose        one line per turn on stderr: tokens in and out, speed, context\n"
         "  --device D           storage profile for the memory manager: phone, watch, host\n"
@@ -107,12 +109,17 @@ struct chat {
     int64_t n_predict;        /* -1: until end of generation */
     size_t n_reply_end_tokens;/* room kept free so a reply can always be closed */
     struct chat_history hist;
+    const char *session_path; /* --session: saved after every turn */
+    rb_sampler_state saved_state;
+    int has_saved_state;
     rb_chat_text text;        /* the piece being rendered */
     int32_t *tokens;          /* the piece tokenized; also the shift's copy */
     size_t cap_tokens;
     char *piece;              /* one detokenizer push */
     size_t n_turns_total;     /* turns since start, for --verbose */
 };
+
+static int save_chat(struct chat *c);
 
 /* 1 when a non-empty system block was fed after the BOS. */
 static int has_system(const struct chat *c)
@@ -413,8 +420,10 @@ static int chat_turn(struct chat *c, const char *message)
         explain_full(c, "the reply was cut");
     if (close_reply(c))
         return 1;
-    /* the turn is complete: the point where --session will acknowledge
-       its tokens to the session file */
+    /* the turn is complete: --session saves it (tokens, the last page,
+       the turn boundaries, the sampler) */
+    if (save_chat(c))
+        return 1;
     if (c->verbose)
         fprintf(stderr, "rebound chat: turn %zu: %ld tokens in, %" PRId64 " out (%s), "
                 "%.2f tok/s; context %zu/%" PRIu32 "\n", c->n_turns_total, n_in, n_out, stop,
@@ -497,19 +506,94 @@ static int command(struct chat *c, char *line)
  * tokens and chat_history, and skip chat_begin; the sampler is created
  * after this call, so its saved state goes back with rb_sampler_state_set.
  */
+/*
+ * The session file's blob for a chat: "RBCH" | u32 version 1 | u64
+ * n_system_tokens | u64 n_turns | u64 turn_starts[n_turns] | the sampler
+ * state (rb_sampler_state, host order). Everything else (the tokens, the
+ * KV) is the session file's own.
+ */
+static int save_chat(struct chat *c)
+{
+    if (!c->session_path)
+        return 0;
+    size_t n = 24 + 8 * c->hist.n_turns + sizeof(rb_sampler_state);
+    uint8_t *b = malloc(n), *q = b;
+    if (!b)
+        return rb_cli_fail(CMD, "out of memory", NULL);
+    uint32_t ver = 1;
+    uint64_t ns = c->hist.n_system_tokens, nt = c->hist.n_turns;
+    memcpy(q, "RBCH", 4), q += 4;
+    memcpy(q, &ver, 4), q += 4;
+    memcpy(q, &ns, 8), q += 8;
+    memcpy(q, &nt, 8), q += 8;
+    for (size_t i = 0; i < c->hist.n_turns; i++, q += 8) {
+        uint64_t v = c->hist.turn_starts[i];
+        memcpy(q, &v, 8);
+    }
+    rb_sampler_state st;
+    if (c->sampler)
+        rb_sampler_state_get(c->sampler, &st);
+    else
+        memset(&st, 0, sizeof st);
+    memcpy(q, &st, sizeof st);
+    rb_status rs = rb_session_set_blob(c->session, b, n);
+    free(b);
+    if (rs == RB_OK)
+        rs = rb_session_save(c->session, c->session_path, 0);
+    if (rs != RB_OK) /* a full disk: the chat goes on in RAM */
+        fprintf(stderr, "rebound chat: warning: the conversation was not saved: %s\n",
+                rb_session_errmsg(c->session));
+    return 0;
+}
+
+/* Restores the turn boundaries and, once the sampler exists, its state. */
+static int load_chat(struct chat *c, rb_sampler_state *st, int *has_state)
+{
+    size_t n = 0;
+    const uint8_t *b = rb_session_get_blob(c->session, &n);
+    *has_state = 0;
+    uint64_t ns, nt;
+    if (n < 24 || memcmp(b, "RBCH", 4) != 0)
+        return -1;
+    memcpy(&ns, b + 8, 8);
+    memcpy(&nt, b + 16, 8);
+    if (nt > (n - 24) / 8 || ns > rb_session_n_tokens(c->session))
+        return -1;
+    c->hist.n_system_tokens = (size_t)ns;
+    c->hist.n_turns = 0;
+    for (uint64_t i = 0; i < nt; i++) {
+        uint64_t v;
+        memcpy(&v, b + 24 + 8 * i, 8);
+        if (push_turn_start(&c->hist, (size_t)v))
+            return -1;
+    }
+    if (n >= 24 + 8 * nt + sizeof *st) {
+        memcpy(st, b + 24 + 8 * nt, sizeof *st);
+        *has_state = 1;
+    }
+    return 0;
+}
+
 static int open_session(struct chat *c, const char *session_path, const rb_session_params *p)
 {
-    if (session_path) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "--session %s: session files are not yet supported (%s)",
-                 session_path, rb_status_name(RB_E_UNSUPPORTED));
-        return rb_cli_fail(CMD, msg, "run without --session: the conversation then lasts as "
-                           "long as the process");
-    }
     rb_error err;
+    c->session_path = session_path;
+    if (session_path && access(session_path, F_OK) == 0) {
+        if (rb_session_open_saved(c->model, p, session_path, &c->session, &err) != RB_OK)
+            return rb_cli_fail(CMD, err.message, err.status == RB_E_UNSUPPORTED
+                               ? "give the -c the conversation was saved with" : NULL);
+        if (load_chat(c, &c->saved_state, &c->has_saved_state) != 0)
+            return rb_cli_fail(CMD, "the session file holds no chat (was it saved by "
+                               "`rebound run`?)", session_path);
+        fprintf(stderr, "rebound chat: resumed %s: %zu tokens, %zu turns\n", session_path,
+                rb_session_n_tokens(c->session), c->hist.n_turns);
+        return 0;
+    }
     if (rb_session_create(c->model, p, &c->session, &err) != RB_OK)
         return rb_cli_fail(CMD, err.message, NULL);
-    return chat_begin(c);
+    if (chat_begin(c))
+        return 1;
+    return save_chat(c);
 }
 
 /* Chooses the template (named, or detected) and says which and why. */
@@ -715,6 +799,8 @@ int rb_cmd_chat(int argc, char **argv)
         rb_cli_fail(CMD, err.message, NULL);
         goto done;
     }
+    if (c.has_saved_state) /* sampling goes on where it stopped */
+        rb_sampler_state_set(c.sampler, &c.saved_state);
     {
         rb_detokenizer *d = NULL;
         if (rb_detokenizer_create(c.model, &d, &err) != RB_OK) {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "rebound.h"
@@ -31,6 +32,9 @@ static void print_usage(FILE *f)
         "  --mmap               map the model file instead of reading it\n"
         "  --dump-logits FILE   write the logits of every position fed (f32 [positions][n_vocab])\n"
         "  --stats              print the session's memory by category and tier at the end\n"
+        "  --session FILE       continue the session saved in FILE (the prompt is appended),\n"
+        "                       or start it; saved there at the end (and after every feed)\n"
+        "  --report-ttft        print the CLOCK_MONOTONIC time of the first token (stderr)\n"
         "  --device D           storage profile for the memory manager: phone, watch, host\n"
         "  --mem-budget BYTES   RAM the session may hold (K/M/G); beyond it, it trims itself\n"
         "  --restore MODE       pipelined (default), eager, recompute\n"
@@ -96,6 +100,8 @@ int rb_cmd_run(int argc, char **argv)
     uint64_t n_predict = 64, n_ctx = 0, n_batch = 0, n_threads = 0;
     rb_sampler_params sp = rb_sampler_default_params();
     int use_mmap = 0, show_stats = 0, restore = RB_RESTORE_PIPELINED, ram_codec = 0;
+    int report_ttft = 0;
+    const char *session_path = NULL;
     const char *device = NULL, *spill_dir = NULL;
     uint64_t mem_budget = 0;
     for (int i = 1; i < argc; i++) {
@@ -141,6 +147,10 @@ int rb_cmd_run(int argc, char **argv)
             use_mmap = 1;
         } else if (!strcmp(o, "--stats")) {
             show_stats = 1;
+        } else if (!strcmp(o, "--report-ttft")) {
+            report_ttft = 1;
+        } else if (!strcmp(o, "--session")) {
+            bad = !v, session_path = v, i++;
         } else if (!strcmp(o, "--device")) {
             bad = !v, device = v, i++;
         } else if (!strcmp(o, "--spill-dir")) {
@@ -200,8 +210,13 @@ int rb_cmd_run(int argc, char **argv)
     float *dump = NULL;
     char *piece = NULL;
     int rc = 1;
-    if (rb_session_create(model, &p, &s, &err) != RB_OK) {
-        rb_cli_fail("run", err.message, NULL);
+    /* --session: resume the file when it exists (the prompt continues it),
+       else start one; saved again at the end */
+    int resumed = session_path && access(session_path, F_OK) == 0;
+    if (resumed ? rb_session_open_saved(model, &p, session_path, &s, &err) != RB_OK
+                : rb_session_create(model, &p, &s, &err) != RB_OK) {
+        rb_cli_fail("run", err.message, resumed && err.status == RB_E_UNSUPPORTED
+                    ? "give the -c the session was saved with" : NULL);
         goto done;
     }
     if (rb_sampler_create(&sp, rb_session_n_vocab(s), &sampler, &err) != RB_OK ||
@@ -238,10 +253,11 @@ int rb_cmd_run(int argc, char **argv)
         rb_cli_fail("run", "the prompt has no tokens", NULL);
         goto done;
     }
-    if (n_prompt > rb_session_n_ctx(s)) {
+    if (n_prompt > rb_session_n_ctx(s) - rb_session_n_tokens(s)) {
         char msg[160];
-        snprintf(msg, sizeof msg, "the prompt has %zu tokens but the context holds %" PRIu32,
-                 n_prompt, rb_session_n_ctx(s));
+        snprintf(msg, sizeof msg, "the prompt has %zu tokens but the context holds %" PRIu32
+                 "%s", n_prompt, rb_session_n_ctx(s) - (uint32_t)rb_session_n_tokens(s),
+                 resumed ? " more (after the saved session)" : "");
         rb_cli_fail("run", msg, "raise -c");
         goto done;
     }
@@ -269,6 +285,12 @@ int rb_cmd_run(int argc, char **argv)
                                          rb_session_n_tokens(s));
         if (rb_model_token_is_eog(model, next))
             break;
+        if (n_gen == 0 && report_ttft) { /* for `switch`: CLOCK_MONOTONIC is system-wide */
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            fprintf(stderr, "rebound run: first token at monotonic %.6f\n",
+                    (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+        }
         emit(detok, piece, &next, 1);
         n_gen++;
         if (n_gen == n_predict)
@@ -284,6 +306,10 @@ int rb_cmd_run(int argc, char **argv)
         fflush(stdout);
     }
     double t_end = now_s();
+    if (session_path && rb_session_save(s, session_path, 0) != RB_OK) {
+        rb_cli_fail("run", rb_session_errmsg(s), NULL);
+        goto done;
+    }
     if (dump_path) {
         FILE *f = fopen(dump_path, "wb");
         size_t n = n_prompt * rb_session_n_vocab(s);

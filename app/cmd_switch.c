@@ -12,6 +12,9 @@
  *   kill        a fresh process (exec'd) loads the model and recomputes the
  *               context and the turn: what a phone does after the
  *               low-memory killer
+ *   kill+session  the same fresh process, but the conversation was kept in a
+ *               session file: it reads weights and KV in layer order while it
+ *               computes, and only the turn is new
  *   recompute   weights kept, the trimmed KV dropped and rebuilt from tokens
  *   zram        (zram-lz4, zram-zstd) the KV compressed in RAM by a general
  *               codec, as the kernel's zRAM would, decompressed before
@@ -42,7 +45,8 @@
 #include "rebound.h"
 #include "switch.h"
 
-static const char *ALL_STRATEGIES = "kill,recompute,zram,storage,rebound,rebound-q8";
+static const char *ALL_STRATEGIES =
+    "kill,kill+session,recompute,zram,storage,rebound,rebound-q8";
 
 /* A conversation to fill the context with: prompt and turns as text,
  * repeated until the context is full. */
@@ -203,10 +207,14 @@ static int32_t *build_context_tokens(rb_model *m, uint32_t n)
     return out;
 }
 
-/* The kill strategy: a fresh `rebound run` on context + turn, one token,
- * timed from fork to exit. */
-static double run_fresh_process(const sw_opts *o, const int32_t *toks, size_t n, char *note,
-                                size_t note_n)
+/* The kill strategies: a fresh `rebound run` (exec'd) that answers with one
+ * token, timed from the fork to its first token (it reports the
+ * system-wide monotonic time of that token). kill: it loads the model and
+ * recomputes context + turn; kill+session (session != NULL): it opens the
+ * session file (weights and KV read in layer order as it computes) and
+ * feeds the turn only. */
+static double run_fresh_process(const sw_opts *o, const int32_t *toks, size_t n,
+                                const char *session, uint32_t n_ctx, char *note, size_t note_n)
 {
     char path[] = "/tmp/rebound-switch-XXXXXX";
     int fd = mkstemp(path);
@@ -219,21 +227,31 @@ static double run_fresh_process(const sw_opts *o, const int32_t *toks, size_t n,
         fprintf(f, "%" PRId32 "\n", toks[i]);
     if (f)
         fclose(f);
-    char ctx[32], thr[32];
-    snprintf(ctx, sizeof ctx, "%zu", n + 16);
+    char ctx[32], thr[32], errpath[64];
+    snprintf(ctx, sizeof ctx, "%" PRIu32, n_ctx);
     snprintf(thr, sizeof thr, "%d", o->n_threads);
-    char *args[] = {"rebound", "run", "-m", (char *)o->model, "--tokens", path, "-n", "1",
-                    "-c", ctx, "--temp", "0", "-t", thr, NULL};
-    if (o->n_threads <= 0)
-        args[12] = NULL;
+    snprintf(errpath, sizeof errpath, "%s.err", path);
+    char *args[24] = {"rebound", "run", "-m", (char *)o->model, "--tokens", path, "-n", "1",
+                      "-c", ctx, "--temp", "0", "--report-ttft", "--device", (char *)o->device};
+    int k = 15;
+    if (session) {
+        args[k++] = "--session";
+        args[k++] = (char *)session;
+    }
+    if (o->n_threads > 0) {
+        args[k++] = "-t";
+        args[k++] = thr;
+    }
+    args[k] = NULL;
     double t0 = now_s();
     pid_t pid = fork();
     if (pid == 0) {
         int dn = open("/dev/null", O_WRONLY);
-        if (dn >= 0) {
+        int ef = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (dn >= 0)
             dup2(dn, 1);
-            dup2(dn, 2);
-        }
+        if (ef >= 0)
+            dup2(ef, 2);
         execv("/proc/self/exe", args);
         _exit(127);
     }
@@ -241,16 +259,34 @@ static double run_fresh_process(const sw_opts *o, const int32_t *toks, size_t n,
     if (pid < 0 || waitpid(pid, &status, 0) < 0) {
         snprintf(note, note_n, "cannot start a process: %s", strerror(errno));
         unlink(path);
+        unlink(errpath);
         return -1;
     }
-    double t = now_s() - t0;
+    double t_exit = now_s(), t_first = -1;
+    FILE *ef = fopen(errpath, "r");
+    char line[512], last[512] = "";
+    while (ef && fgets(line, sizeof line, ef)) {
+        double v;
+        if (sscanf(line, "rebound run: first token at monotonic %lf", &v) == 1)
+            t_first = v;
+        if (strstr(line, "error"))
+            snprintf(last, sizeof last, "%s", line);
+    }
+    if (ef)
+        fclose(ef);
     unlink(path);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        snprintf(note, note_n, "the fresh process failed (status %d)", status);
+    unlink(errpath);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || t_first < 0) {
+        last[strcspn(last, "\n")] = 0;
+        snprintf(note, note_n, "the fresh process failed (status %d) %s", status, last);
         return -1;
     }
-    snprintf(note, note_n, "fresh process: load + %zu tokens recomputed", n);
-    return t;
+    if (session)
+        snprintf(note, note_n, "fresh process: opens the session file, feeds the turn; "
+                 "exit %.0f ms later", (t_exit - t_first) * 1e3);
+    else
+        snprintf(note, note_n, "fresh process: load + %zu tokens recomputed", n);
+    return t_first - t0;
 }
 
 /* Feeds the turn, times it to its first token, keeps the logits of every
@@ -299,7 +335,7 @@ int rb_cmd_switch(int argc, char **argv)
         uint64_t kv_tokens = ((uint64_t)o.n_ctx + o.n_turn + 16 + 255) / 256 * 256;
         uint64_t limit = info.tensor_data_bytes + info.kv_bytes_per_token * kv_tokens +
                          (uint64_t)V * o.n_turn * sizeof(float) * 2 + (160ull << 20);
-        int n_hogs = 1;
+        int n_hogs = 2; /* one per strategy ("zram" is two) */
         for (const char *c = o.strategies; *c; c++)
             n_hogs += *c == ',';
         if (sw_pressure_setup(&pressure, limit, n_hogs, pressure_note,
@@ -319,8 +355,9 @@ int rb_cmd_switch(int argc, char **argv)
                            err.status == RB_E_NOT_FOUND ? "devices: phone, watch, host" : NULL);
     }
 
-    sw_result res[8];
+    sw_result res[12];
     int n_res = 0;
+    char snapshot[600] = "", snapshot_err[RB_ERROR_MESSAGE_MAX] = "";
     sw_setup su;
     memset(&su, 0, sizeof su);
     su.model_path = o.model;
@@ -369,6 +406,17 @@ int rb_cmd_switch(int argc, char **argv)
     rb_session_stats st0;
     rb_session_get_stats(s, &st0);
     su.kv_bytes = st0.kv_raw_bytes;
+    /* the context as a session file, for kill+session (a copy: this session
+       stays unbound) */
+    if (strstr(o.strategies, "kill+session")) {
+        snprintf(snapshot, sizeof snapshot, "%s/rebound-switch-%d.session",
+                 o.spill_dir ? o.spill_dir : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp"),
+                 (int)getpid());
+        if (rb_session_save(s, snapshot, RB_SAVE_SNAPSHOT) != RB_OK) {
+            snprintf(snapshot_err, sizeof snapshot_err, "%s", rb_session_errmsg(s));
+            snapshot[0] = 0;
+        }
+    }
     snprintf(su.storage_io, sizeof su.storage_io, "%s", st0.storage_io ? st0.storage_io : "");
 
     /* 2. warm: the median of 3 */
@@ -400,7 +448,7 @@ int rb_cmd_switch(int argc, char **argv)
             list[k + 1] = 0;
         }
     }
-    for (char *save = NULL, *name = strtok_r(list, ",", &save); name && n_res < 8;
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name && n_res < 12;
          name = strtok_r(NULL, ",", &save)) {
         sw_result *r = &res[n_res++];
         memset(r, 0, sizeof *r);
@@ -410,10 +458,20 @@ int rb_cmd_switch(int argc, char **argv)
         if (!strcmp(name, "kill")) {
             fprintf(stderr, "rebound switch: kill: a fresh process recomputes %" PRIu32
                     " tokens...\n", o.n_ctx + o.n_turn);
-            r->ttft_s = run_fresh_process(&o, all, (size_t)o.n_ctx + o.n_turn, r->note,
-                                          sizeof r->note);
+            r->ttft_s = run_fresh_process(&o, all, (size_t)o.n_ctx + o.n_turn, NULL,
+                                          sp.n_ctx, r->note, sizeof r->note);
             r->ran = r->ttft_s >= 0;
             r->freed_bytes = st0.total_bytes; /* the whole process */
+            continue;
+        } else if (!strcmp(name, "kill+session")) {
+            fprintf(stderr, "rebound switch: kill+session: a fresh process restores the "
+                    "session file...\n");
+            r->ttft_s = snapshot[0] ? run_fresh_process(&o, turn, o.n_turn, snapshot, sp.n_ctx,
+                                                        r->note, sizeof r->note) : -1;
+            if (!snapshot[0])
+                snprintf(r->note, sizeof r->note, "no session file: %s", snapshot_err);
+            r->ran = r->ttft_s >= 0;
+            r->freed_bytes = st0.total_bytes;
             continue;
         } else if (!strcmp(name, "recompute")) {
             mode = RB_RESTORE_RECOMPUTE;
@@ -496,6 +554,8 @@ int rb_cmd_switch(int argc, char **argv)
         }
     }
 done:
+    if (snapshot[0])
+        unlink(snapshot);
     for (int i = 0; i < n_res; i++)
         free(res[i].ev);
     sw_pressure_teardown(pressure); /* moves rebound back out of the cgroup */

@@ -31,7 +31,7 @@
 #include "pressure.h"
 #include "switch.h"
 
-#define MAX_HOGS 8
+#define MAX_HOGS 12
 
 struct sw_pressure {
     rb_cgroup *cg;

@@ -304,6 +304,11 @@ typedef struct rb_session_stats {
     uint64_t restore_bytes_io;
     uint64_t restore_bytes_decoded;
     uint32_t restore_recomputed_tokens;
+    /* the session file, when bound */
+    uint64_t file_commits;
+    uint64_t file_pages_written;
+    double file_commit_s;            /* time spent committing, in all */
+    rb_status file_status;           /* the last commit's */
 } rb_session_stats;
 
 RB_API rb_status rb_session_get_stats(const rb_session *session, rb_session_stats *out);
@@ -325,6 +330,48 @@ RB_API rb_status rb_session_set_restore(rb_session *session, rb_restore_mode mod
  * Errors: RB_E_INVALID_ARG (n_tokens beyond the current count).
  */
 RB_API rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
+
+/* ---- session files ----------------------------------------------------- */
+
+/*
+ * Saves the session to path (created, or replaced when the session is not
+ * yet bound to it) and binds it there: from now on every feed appends the
+ * pages that filled up and the tokens (not the partly filled last page:
+ * its positions are recomputed on open if it was never saved), so a kill
+ * at any instant leaves the file at the last feed (or the one before).
+ * An explicit call also writes the last page. The file holds the tokens,
+ * the blob (rb_session_set_blob), the model's fingerprint and every KV page
+ * with a checksum. flags: RB_SAVE_FSYNC, RB_SAVE_SNAPSHOT (below).
+ * Errors: RB_E_IO (the message names the path; a full disk leaves the
+ * file's previous state and the session in RAM as it was).
+ */
+enum {
+    RB_SAVE_FSYNC = 1,    /* fdatasync each commit: survives a power cut too */
+    RB_SAVE_SNAPSHOT = 2  /* write a copy of the session now and stay as before
+                             (not bound to path, no commits after feeds) */
+};
+RB_API rb_status rb_session_save(rb_session *session, const char *path, unsigned flags);
+
+/*
+ * Opens a session saved by rb_session_save on the same model (its
+ * fingerprint must match) with these params (n_ctx must be the saved
+ * one). Cold restore: nothing is read now but the file's catalog and the
+ * model's non-layer tensors; the first feed reads each layer's weights and
+ * KV pages in layer order while the earlier layers compute. Pages that
+ * fail their checksum, or that the file does not have, are recomputed from
+ * the tokens. The session stays bound to path.
+ * Errors: RB_E_NOT_FOUND (no file), RB_E_FORMAT (not a session file, or
+ * damaged beyond its tokens), RB_E_INVALID_ARG (another model),
+ * RB_E_UNSUPPORTED (another context length), and rb_session_create's.
+ */
+RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
+                                       const char *path, rb_session **out, rb_error *err);
+
+/* The caller's bytes saved with the session (sampler state, chat history):
+ * copied; at most 256 KiB. The getter's pointer lives until the next
+ * set_blob or open. RB_E_INVALID_ARG when too large. */
+RB_API rb_status rb_session_set_blob(rb_session *session, const void *data, size_t n);
+RB_API const void *rb_session_get_blob(const rb_session *session, size_t *n);
 
 /* One span of the last feed's timeline (rb_session_restore_events): what
  * ran for which layer, in seconds from the feed's start. */

@@ -130,8 +130,12 @@ static const char *read_desc(hdrrd *r, dtable *t, int *single)
         return "code with no sign present";
     if (lo + cnt > 32)
         return "exponent range beyond 31";
+    /* symbols bucketed by length; the 8 bucket counts packed 8 bits each in
+     * one register, so that a field does not wait on the previous field's
+     * count store (perf put a quarter of this function's samples there;
+     * whole-decode speed moved within the machine's noise, +-5%) */
     uint8_t bucket[MAXLEN + 1][NSYM];
-    uint32_t nb[MAXLEN + 1] = {0}, kraft = 0;
+    uint64_t nb = 0;
     for (uint32_t sg = 0; sg < 2; sg++) {
         if (!(signs >> sg & 1))
             continue;
@@ -141,24 +145,26 @@ static const char *read_desc(hdrrd *r, dtable *t, int *single)
             get_slow_or_fill(r, 3 * k);
             uint64_t a = r->acc;
             for (uint32_t i = 0; i < k; i++, e++, a >>= 3) {
-                uint32_t l = (uint32_t)(a & 7); /* <= 7 = MAXLEN */
-                bucket[l][nb[l]++] = (uint8_t)(sg << 5 | e);
-                kraft += (1u << MAXLEN) >> l;
+                const uint32_t l = (uint32_t)(a & 7); /* <= 7 = MAXLEN */
+                bucket[l][nb >> (8 * l) & 255] = (uint8_t)(sg << 5 | e);
+                nb += 1ull << (8 * l);
             }
             r->acc = a;
             r->n -= 3 * k;
         }
     }
-    kraft -= nb[0] << MAXLEN; /* length 0: unused symbols, counted above */
     if (r->overrun)
         return "descriptor truncated";
+    uint32_t kraft = 0;
+    for (uint32_t l = 1; l <= MAXLEN; l++)
+        kraft += (uint32_t)(nb >> (8 * l) & 255) << (MAXLEN - l);
     if (kraft != (1u << MAXLEN)) /* (complete with lengths >= 1: 2 symbols or more) */
         return "code lengths do not form a complete prefix code";
     /* runs in table order: a run may spill past its end (fill_run), the
      * next run overwrites the spill */
     uint32_t pos = 0;
     for (uint32_t l = 1; l <= MAXLEN; l++)
-        for (uint32_t i = 0; i < nb[l]; i++) {
+        for (uint32_t i = 0, n_l = (uint32_t)(nb >> (8 * l) & 255); i < n_l; i++) {
             fill_run(t->e + pos, 1u << (MAXLEN - l), (uint16_t)(bucket[l][i] << 10 | l));
             pos += 1u << (MAXLEN - l);
         }

@@ -32,6 +32,7 @@ struct rb_model {
     uint8_t *data;          /* the data section, when read (not mapped) */
     void *data_alloc;       /* the allocation data points into */
     char *path;             /* as given to rb_model_open */
+    int is_layers_unread;   /* lazily loaded: blk.* bytes not read yet */
     rb_tokenizer *tokenizer; /* built on first use */
     struct rb_trace_writer *trace; /* borrowed; NULL: not traced */
     uint32_t trace_file;    /* this file's id in the trace */
@@ -307,10 +308,51 @@ rb_status rb_model_tensor_info(rb_model *m, uint64_t index, rb_tensor_info *out)
 const rb_gguf *rb_model_gguf(const rb_model *model) { return model->gguf; }
 const rb_hparams *rb_model_hparams(const rb_model *model) { return &model->hp; }
 
-rb_status rb_model_load_weights(rb_model *m)
+static rb_status rb_model_load_weights_impl(rb_model *m, int skip_layers);
+
+/* Reads the tensors of the data section into m->data: all of them, or
+ * (skip_layers) all but the blk.* ones, which a cold restore reads layer by
+ * layer while the first layers compute. */
+static rb_status load_tensors(rb_model *m, int skip_layers)
+{
+    for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
+        const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
+        if (skip_layers && rb_tensor_layer(t->name) >= 0)
+            continue;
+        if (m->trace)
+            rb_trace_writer_access(m->trace, m->trace_file, t->file_offset, t->n_bytes);
+        rb_status st = rb_gguf_read(m->gguf, t, 0, m->data + t->offset, t->n_bytes, &m->err);
+        if (st != RB_OK)
+            return st;
+    }
+    m->is_layers_unread = skip_layers;
+    return RB_OK;
+}
+
+rb_status rb_model_load_weights_lazy(rb_model *m)
 {
     if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
         return RB_OK;
+    if (rb_gguf_tensor_data(m->gguf, rb_gguf_tensor_at(m->gguf, 0)))
+        return RB_OK; /* mapped: the page cache loads it on use */
+    return rb_model_load_weights_impl(m, 1);
+}
+
+int rb_model_layers_unread(const rb_model *m) { return m->is_layers_unread; }
+
+void rb_model_set_layers_read(rb_model *m) { m->is_layers_unread = 0; }
+
+rb_status rb_model_load_weights(rb_model *m)
+{
+    if (m->data && m->is_layers_unread) /* a lazy load before: read the rest */
+        return load_tensors(m, 0);
+    if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
+        return RB_OK;
+    return rb_model_load_weights_impl(m, 0);
+}
+
+static rb_status rb_model_load_weights_impl(rb_model *m, int skip_layers)
+{
     const rb_gguf_tensor *first = rb_gguf_tensor_at(m->gguf, 0);
     if (rb_gguf_tensor_data(m->gguf, first))
         return RB_OK; /* mapped */
@@ -328,19 +370,13 @@ rb_status rb_model_load_weights(rb_model *m)
                             "model: out of memory for %" PRIu64 " bytes of weights", n);
     m->data = (uint8_t *)m->data_alloc + shift;
     /* read tensor by tensor: the reader checks every range against the file */
-    for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
-        const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
-        if (m->trace)
-            rb_trace_writer_access(m->trace, m->trace_file, t->file_offset, t->n_bytes);
-        rb_status st = rb_gguf_read(m->gguf, t, 0, m->data + t->offset, t->n_bytes, &m->err);
-        if (st != RB_OK) {
-            free(m->data_alloc);
-            m->data_alloc = NULL;
-            m->data = NULL;
-            return st;
-        }
+    rb_status st = load_tensors(m, skip_layers);
+    if (st != RB_OK) {
+        free(m->data_alloc);
+        m->data_alloc = NULL;
+        m->data = NULL;
     }
-    return RB_OK;
+    return st;
 }
 
 const void *rb_model_tensor_data(const rb_model *m, const rb_gguf_tensor *t)

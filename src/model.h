@@ -55,6 +55,13 @@ int64_t rb_tensor_layer(const char *name);
  * Errors: RB_E_NOMEM, RB_E_IO, RB_E_SHORT_READ (message on the model).
  */
 rb_status rb_model_load_weights(rb_model *model);
+/* The same without the blk.* tensors (their buffer space is reserved, not
+ * read): a cold restore reads each layer while earlier layers compute (the
+ * weight cache does, then calls rb_model_set_layers_read). A later
+ * rb_model_load_weights reads the rest. */
+rb_status rb_model_load_weights_lazy(rb_model *model);
+int rb_model_layers_unread(const rb_model *model);
+void rb_model_set_layers_read(rb_model *model);
 
 /* Bytes of tensor t; NULL before rb_model_load_weights succeeded. */
 const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t);

@@ -50,6 +50,8 @@ typedef struct kv_seg {
     uint8_t tier;        /* rb_tier */
     uint8_t failed;      /* its restore failed: recompute from here */
     uint8_t is_zram;     /* the frame is an lz4/zstd one (zram.h), else kvcodec */
+    uint8_t saved;       /* an identical copy is at the saved source */
+    uint8_t from_saved;  /* STORED at the saved source, not in the spill */
     uint32_t frame_bytes;
     void *frame;         /* COMPRESSED only */
 } kv_seg;
@@ -59,6 +61,8 @@ struct rb_residency {
     rb_residency_kv kv;
     rb_store *store;     /* may be NULL */
     rb_wcache *wcache;   /* may be NULL */
+    rb_residency_read_fn saved_read; /* the session file, or NULL */
+    void *saved_ctx;
     uint32_t n_kv_segs;
     uint32_t n_pages;    /* pages in use per layer */
     kv_seg *segs;
@@ -177,7 +181,10 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
         return -1;
     }
     rb_status st;
-    if (is_io)
+    if (is_io && s->from_saved)
+        st = r->saved_read(r->saved_ctx, id / r->kv.pages_per_layer, id % r->kv.pages_per_layer,
+                           buf, err) == 0 ? RB_OK : (err->status ? err->status : RB_E_IO);
+    else if (is_io)
         st = rb_store_get(r->store, id, buf, r->kv.page_bytes, err);
     else
         st = decode_page(r, s->is_zram, s->frame, s->frame_bytes, buf, err);
@@ -187,7 +194,9 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
     }
     pthread_mutex_lock(&r->mu);
     r->kv.slots[id] = buf;
-    if (is_io) {
+    if (is_io && s->from_saved) {
+        s->from_saved = 0; /* the copy stays in the file */
+    } else if (is_io) {
         rb_store_drop(r->store, id);
     } else {
         free(s->frame);
@@ -232,8 +241,9 @@ static void worker_loop(rb_residency *r, int is_io)
                     free(r->segs[id].frame);
                     r->segs[id].frame = NULL;
                 }
-                if (is_io)
+                if (is_io && !r->segs[id].from_saved)
                     rb_store_drop(r->store, id);
+                r->segs[id].from_saved = r->segs[id].saved = 0;
                 r->n_damaged++;
             }
             r->layer_failed[layer] = 1;
@@ -361,7 +371,7 @@ void rb_residency_destroy(rb_residency *r)
     }
     for (uint32_t i = 0; r->segs && i < r->n_kv_segs; i++) {
         free(r->segs[i].frame);
-        if (r->segs[i].tier == RB_TIER_STORED && r->store)
+        if (r->segs[i].tier == RB_TIER_STORED && r->store && !r->segs[i].from_saved)
             rb_store_drop(r->store, i);
     }
     free(r->segs);
@@ -510,6 +520,17 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
                 freed += r->kv.page_bytes;
                 continue;
             }
+            if (s->saved && r->saved_read && !is_zram(r->p.ram_codec)) {
+                /* already on storage, identical: nothing to write */
+                free(r->kv.slots[id]);
+                r->kv.slots[id] = NULL;
+                s->tier = RB_TIER_STORED;
+                s->from_saved = 1;
+                freed += r->kv.page_bytes;
+                t_store += (double)r->kv.page_bytes / (r->R > 0 ? r->R : 1e9) +
+                           r->p.storage_latency_s;
+                continue;
+            }
             /* zram (the baseline) keeps everything in RAM, as the kernel's does */
             int to_store = r->store != NULL && !is_zram(r->p.ram_codec);
             if (r->store && r->R <= 0)
@@ -578,10 +599,10 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
             free(s->frame);
             s->frame = NULL;
             s->frame_bytes = 0;
-            if (s->tier == RB_TIER_STORED && r->store)
+            if (s->tier == RB_TIER_STORED && r->store && !s->from_saved)
                 rb_store_drop(r->store, id);
             s->tier = RB_TIER_RESIDENT;
-            s->failed = 0;
+            s->failed = s->saved = s->from_saved = 0;
         }
     if (r->n_pages > first_page)
         r->n_pages = first_page;
@@ -744,6 +765,52 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
     r->n_io = r->io_next = r->n_dec = r->dec_next = 0;
     pthread_mutex_unlock(&r->mu);
     return st;
+}
+
+/* ---- the saved source (a session file) ------------------------------------------ */
+
+void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read, void *ctx)
+{
+    pthread_mutex_lock(&r->mu);
+    r->saved_read = read;
+    r->saved_ctx = ctx;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rb_residency_mark_saved(rb_residency *r, uint32_t layer, uint32_t page, int saved)
+{
+    if (layer >= r->kv.n_layers || page >= r->kv.pages_per_layer)
+        return;
+    pthread_mutex_lock(&r->mu);
+    kv_seg *s = &r->segs[layer * r->kv.pages_per_layer + page];
+    if (!s->from_saved)
+        s->saved = (uint8_t)(saved != 0);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, int is_clean)
+{
+    if (layer >= r->kv.n_layers || page >= r->kv.pages_per_layer)
+        return;
+    pthread_mutex_lock(&r->mu);
+    uint32_t id = layer * r->kv.pages_per_layer + page;
+    kv_seg *s = &r->segs[id];
+    free(r->kv.slots[id]);
+    r->kv.slots[id] = NULL;
+    s->tier = RB_TIER_STORED;
+    s->from_saved = 1;
+    s->saved = (uint8_t)(is_clean != 0);
+    if (page + 1 > r->n_pages)
+        r->n_pages = page + 1;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rb_residency_weights_pending(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t l = 0; r->wcache && l < r->kv.n_layers; l++)
+        r->w_evicted[l] = !rb_wcache_is_resident(r->wcache, l);
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- accounts ------------------------------------------------------------------ */

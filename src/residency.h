@@ -108,6 +108,24 @@ void rb_residency_compute_done(rb_residency *r);
 /* Copies up to max timeline events of the last feed; returns the count. */
 size_t rb_residency_events(const rb_residency *r, rb_restore_event *out, size_t max);
 
+/*
+ * A second home for KV pages besides the spill store: the session file.
+ * read() fills a page buffer from it (checksum checked). A page marked
+ * saved (a full page whose copy there is identical: positions below the
+ * context's end never change) is trimmed to the STORED tier without any
+ * write, and restored by read().
+ */
+typedef int (*rb_residency_read_fn)(void *ctx, uint32_t layer, uint32_t page, void *buf,
+                                    rb_error *err);
+void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read, void *ctx);
+/* The page has (1) or no longer has (0) an identical copy at the source. */
+void rb_residency_mark_saved(rb_residency *r, uint32_t layer, uint32_t page, int saved);
+/* A page not in RAM whose data is at the source (a session opened from a
+ * file): STORED there; is_clean as for mark_saved. */
+void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, int is_clean);
+/* Every layer's weights are to be read before use (a cold start). */
+void rb_residency_weights_pending(rb_residency *r);
+
 /* Fills the KV, weight and restore fields of a session's stats. */
 void rb_residency_stats(const rb_residency *r, rb_session_stats *out);
 

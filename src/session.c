@@ -44,6 +44,12 @@ rb_session_params rb_session_default_params(void)
 rb_status rb_session_create(rb_model *model, const rb_session_params *params,
                             rb_session **out, rb_error *err)
 {
+    return rb_session_create_impl(model, params, 0, out, err);
+}
+
+rb_status rb_session_create_impl(rb_model *model, const rb_session_params *params,
+                                 int is_lazy_weights, rb_session **out, rb_error *err)
+{
     if (!model || !out)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: model and out are required");
     rb_session_params p = params ? *params : rb_session_default_params();
@@ -66,7 +72,8 @@ rb_status rb_session_create(rb_model *model, const rb_session_params *params,
     s->model = model;
     s->params = p;
     rb_status st;
-    if ((st = rb_model_load_weights(model)) != RB_OK) {
+    if ((st = is_lazy_weights ? rb_model_load_weights_lazy(model)
+                              : rb_model_load_weights(model)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
     }
@@ -83,7 +90,8 @@ rb_status rb_session_create(rb_model *model, const rb_session_params *params,
         st = rb_error_set(err, RB_E_NOMEM, "session: out of memory");
         goto fail;
     }
-    if ((st = rb_session_memory_init(s, err)) != RB_OK)
+    if ((st = rb_session_memory_init(s, is_lazy_weights && rb_model_layers_unread(model), err)) !=
+        RB_OK)
         goto fail;
     *out = s;
     return RB_OK;
@@ -97,6 +105,7 @@ void rb_session_destroy(rb_session *s)
     if (!s)
         return;
     rb_session_memory_deinit(s); /* stops the restore workers first */
+    rb_session_file_close(s);
     rb_forward_deinit(&s->fwd);
     rb_kvcache_deinit(&s->kv);
     rb_threadpool_destroy(s->pool);
@@ -161,7 +170,9 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
                             "session: %zu more tokens exceed the context: %zu of %" PRIu32
                             " positions are used", n, s->n_tokens, s->kv.n_ctx);
     uint32_t damaged = UINT32_MAX;
-    size_t kv_valid = s->n_tokens; /* positions whose K/V can be restored */
+    /* positions whose K/V exists in some tier: all of them, except after a
+       session was opened from a file that did not hold every page */
+    size_t kv_valid = s->n_kv_valid < s->n_tokens ? s->n_kv_valid : s->n_tokens;
     s->recomputed_tokens = 0;
     /* A restore that finds a damaged page (checksum, I/O) recomputes from
        that page on; a second damaged restore of the same feed is not
@@ -195,7 +206,9 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
             s->recomputed_tokens = (uint32_t)(s->n_tokens - kv_valid);
             memcpy(s->tokens + s->n_tokens, tokens, n * sizeof *tokens);
             s->n_tokens += n;
+            s->n_kv_valid = s->n_tokens;
             s->has_logits = 1;
+            rb_session_file_after_feed(s); /* never fails the feed */
             return rb_session_memory_after_feed(s);
         }
         if (damaged != UINT32_MAX) {
@@ -221,7 +234,10 @@ rb_status rb_session_rewind(rb_session *s, size_t n_tokens)
         rb_residency_forget_from(s->res, keep_pages);
     rb_kvcache_truncate(&s->kv, keep_pages);
     s->n_tokens = n_tokens;
+    if (s->n_kv_valid > n_tokens)
+        s->n_kv_valid = n_tokens;
     s->has_logits = 0;
+    rb_session_file_rewound(s);
     return RB_OK;
 }
 

@@ -35,11 +35,33 @@ struct rb_session {
     struct rb_wcache *wcache;       /* NULL: weights stay (mapped model) */
     struct rb_residency *res;
     uint32_t recomputed_tokens;     /* by the last feed */
+    size_t n_kv_valid;              /* positions with K/V in some tier (<= n_tokens) */
+
+    /* the session file (session_file.c) */
+    struct rb_sessfile *file;       /* NULL: not bound to a file */
+    char *file_path;
+    uint8_t *blob;                  /* the caller's blob, saved with the tokens */
+    size_t blob_n;
+    int file_fsync;
+    rb_status file_status;          /* the last commit's (a full disk: RB_E_IO) */
+    char file_note[RB_ERROR_MESSAGE_MAX];
+    uint64_t file_commits, file_pages_written;
+    double file_commit_s;
 };
 
+rb_status rb_session_create_impl(rb_model *model, const rb_session_params *params,
+                                 int is_lazy_weights, rb_session **out, rb_error *err);
+/* session_file.c: after a feed (commits new full pages and the tokens when
+ * bound; a failure is recorded, never returned), after a rewind, at destroy */
+void rb_session_file_after_feed(rb_session *s);
+void rb_session_file_rewound(rb_session *s);
+void rb_session_file_close(rb_session *s);
+
 /* session_memory.c: set up / tear down the memory manager of a session
- * whose KV cache and forward state exist; the layer gate is installed. */
-rb_status rb_session_memory_init(rb_session *s, rb_error *err);
+ * whose KV cache and forward state exist; the layer gate is installed.
+ * is_cold: the model's layers are not read yet (a session opened from a
+ * file): they are read in layer order by the first feed's restore. */
+rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err);
 void rb_session_memory_deinit(rb_session *s);
 /* After a successful feed: enforces the budget (trims beyond it). */
 rb_status rb_session_memory_after_feed(rb_session *s);

@@ -35,7 +35,7 @@ static int layer_gate(void *ctx, uint32_t layer)
     return rb_residency_wait_layer(s->res, layer);
 }
 
-rb_status rb_session_memory_init(rb_session *s, rb_error *err)
+rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
 {
     const rb_session_params *p = &s->params;
     if ((unsigned)p->restore > RB_RESTORE_RECOMPUTE)
@@ -96,8 +96,15 @@ rb_status rb_session_memory_init(rb_session *s, rb_error *err)
                                : prof.is_throttled ? prof.bw_bytes_per_s : 0,
         .storage_latency_s = prof.latency_s,
     };
+    if (is_cold && !s->wcache)
+        return rb_error_set(err, RB_E_UNSUPPORTED, "session: a cold start needs the weight "
+                            "cache (%s)", werr.message);
+    if (is_cold && (st = rb_wcache_mark_unread(s->wcache, err)) != RB_OK)
+        return st;
     if ((st = rb_residency_create(&rp, &kv, s->store, s->wcache, &s->res, err)) != RB_OK)
         return st;
+    if (is_cold)
+        rb_residency_weights_pending(s->res);
     s->fwd.layer_gate = layer_gate;
     s->fwd.layer_gate_ctx = s;
     return RB_OK;
@@ -157,6 +164,10 @@ rb_status rb_session_get_stats(const rb_session *s, rb_session_stats *out)
     out->budget_bytes = s->params.budget_bytes;
     out->storage_io = s->store_note;
     out->restore_recomputed_tokens = s->recomputed_tokens;
+    out->file_commits = s->file_commits;
+    out->file_pages_written = s->file_pages_written;
+    out->file_commit_s = s->file_commit_s;
+    out->file_status = s->file_status;
     return RB_OK;
 }
 

@@ -42,6 +42,7 @@ struct rb_wcache {
     uintptr_t base;          /* address of file offset 0 */
     uint32_t n_layers;
     uint64_t *lo, *hi;       /* [n_layers] page-aligned file range released */
+    uint64_t *tlo, *thi;     /* [n_layers] the layer's whole file range */
     _Atomic uint8_t *resident;
     uint64_t total_bytes;    /* all weight bytes (the data section) */
     char *path;
@@ -74,8 +75,10 @@ rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os 
     w->lo = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->lo);
     w->hi = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->hi);
     w->resident = calloc(w->n_layers ? w->n_layers : 1, 1);
+    w->tlo = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->tlo);
+    w->thi = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->thi);
     w->path = strdup(path);
-    if (!w->lo || !w->hi || !w->resident || !w->path) {
+    if (!w->lo || !w->hi || !w->resident || !w->path || !w->tlo || !w->thi) {
         rb_wcache_destroy(w);
         return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
     }
@@ -99,6 +102,8 @@ rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os 
             w->lo[l] = w->hi[l] = 0;
             continue;
         }
+        w->tlo[l] = w->lo[l];
+        w->thi[l] = w->hi[l];
         /* whole pages of RAM inside the range */
         uintptr_t a = (w->base + w->lo[l] + WC_PAGE - 1) / WC_PAGE * WC_PAGE;
         uintptr_t b = (w->base + w->hi[l]) / WC_PAGE * WC_PAGE;
@@ -139,6 +144,8 @@ void rb_wcache_destroy(rb_wcache *w)
         w->os->close(w->fd);
     free(w->lo);
     free(w->hi);
+    free(w->tlo);
+    free(w->thi);
     free((void *)w->resident);
     free(w->path);
     free(w);
@@ -165,6 +172,41 @@ uint64_t rb_wcache_resident_bytes(const rb_wcache *w)
         if (!w->resident[l])
             b -= w->hi[l] - w->lo[l];
     return b;
+}
+
+/* Reads [a, b) of the file into place, buffered (any alignment). */
+static rb_status read_span(rb_wcache *w, uint64_t a, uint64_t b, rb_error *err)
+{
+    if (b <= a)
+        return RB_OK;
+    int fd = w->os->open(w->path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0)
+        return rb_error_set(err, RB_E_IO, "wcache: cannot reopen %s: %s", w->path,
+                            strerror(errno));
+    int e = 0;
+    rb_status st = rb_os_read_full(w->os, fd, (void *)(w->base + a), (size_t)(b - a), a, NULL, &e);
+    w->os->close(fd);
+    if (st != RB_OK)
+        return rb_error_set(err, st, "wcache: reading %s at %" PRIu64 ": %s", w->path, a,
+                            st == RB_E_SHORT_READ ? "file ended" : strerror(e));
+    return RB_OK;
+}
+
+rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err)
+{
+    for (uint32_t l = 0; l < w->n_layers; l++) {
+        /* the bytes a layer shares with its neighbours' pages (and a whole
+           layer that cannot be released) are read now: a few KiB */
+        rb_status st;
+        if (w->hi[l] == w->lo[l])
+            st = read_span(w, w->tlo[l], w->thi[l], err);
+        else if ((st = read_span(w, w->tlo[l], w->lo[l], err)) == RB_OK)
+            st = read_span(w, w->hi[l], w->thi[l], err);
+        if (st != RB_OK)
+            return st;
+        w->resident[l] = w->hi[l] == w->lo[l];
+    }
+    return RB_OK;
 }
 
 void rb_wcache_release(rb_wcache *w, uint32_t layer)

@@ -51,6 +51,11 @@ int rb_wcache_is_resident(const rb_wcache *w, uint32_t layer);
 uint64_t rb_wcache_resident_bytes(const rb_wcache *w);
 uint64_t rb_wcache_total_bytes(const rb_wcache *w);
 
+/* A lazily loaded model (rb_model_load_weights_lazy): reads the few bytes
+ * of each layer outside its whole pages now, and marks the layers released,
+ * to be read by rb_wcache_reload. RB_E_IO / RB_E_SHORT_READ name the file. */
+rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err);
+
 /* Releases a resident layer (no-op otherwise). */
 void rb_wcache_release(rb_wcache *w, uint32_t layer);
 /* Reads a released layer back (no-op if resident). RB_E_IO / RB_E_SHORT_READ

@@ -5,7 +5,7 @@
 # SentencePiece llama, chatml with <|im_start|> as one special token for a
 # qwen3 with a BPE vocab), /stats /trim /reset /quit and unknown commands,
 # a full context with and without --ctx-shift, and the errors a user can
-# cause (bad --template, --session not yet supported). On the reference
+# cause (bad --template, a session file of another model). On the reference
 # parity-qwen3 model (when present): chatml chosen from the architecture.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -112,12 +112,25 @@ chat_ok f3 $'one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\n' "$REBOUND" chat -
 expect_line f3.err 'dropped the [0-9]+ oldest turns? .*\(the first kept turn continues the system block\)'
 [ "$(turn_out f3.err 8)" = 4 ] || fail "turn 8 was not answered after the shift"
 
-check "errors: bad --template, --session not yet supported, no model, bad -n"
+check "--session: a conversation stopped after 2 turns and resumed answers turn 3 as an unbroken one"
+chat_ok whole $'first\nsecond\nthird\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 --seed 5 -c 512
+chat_ok part1 $'first\nsecond\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 --seed 5 -c 512 \
+    --session conv.rbs
+[ -s conv.rbs ] || fail "--session wrote no file"
+chat_ok part2 $'third\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 --seed 5 -c 512 \
+    --session conv.rbs
+expect_line part2.err 'resumed conv.rbs: [0-9]+ tokens, 2 turns'
+[ "$(sed -n 3p whole.out)" = "$(sed -n 1p part2.out)" ] ||
+    fail "resumed turn 3 '$(sed -n 1p part2.out)' differs from '$(sed -n 3p whole.out)'"
+
+check "errors: bad --template, a session of another model or context, no model, bad -n"
 run_fails e1 1 "unknown --template 'foo'" "$REBOUND" chat -m tiny.gguf --template foo
 expect_line e1.err 'hint: known templates: chatml, llama3, llama2, zephyr, plain'
-run_fails e2 1 "session files are not yet supported \(RB_E_UNSUPPORTED\)" \
-    "$REBOUND" chat -m tiny.gguf --session conv.rbs
-[ -e conv.rbs ] && fail "--session created a file although unsupported"
+run_ok mk2 "$REBOUND" make-model --shape tiny --type q8_0 --seed 9 -o other.gguf
+run_fails e2 1 "written for another model" "$REBOUND" chat -m other.gguf -c 512 --session conv.rbs
+run_fails e2b 1 "holds a context of" "$REBOUND" chat -m tiny.gguf -c 256 --session conv.rbs
+printf 'not a session' > junk.rbs
+run_fails e2c 1 "not a rebound session file" "$REBOUND" chat -m tiny.gguf --session junk.rbs
 run_fails e3 1 "no model given" "$REBOUND" chat
 run_fails e4 1 "option -n needs a valid value" "$REBOUND" chat -m tiny.gguf -n many
 run_fails e5 1 "cannot open 'nope.gguf'" "$REBOUND" chat -m nope.gguf

@@ -1,0 +1,111 @@
+/*
+ * sessfile.h - the session file: a conversation that survives the process.
+ *
+ * Holds the tokens, a caller blob (sampler state, chat history), the
+ * model's fingerprint, and the KV pages of every layer, each with a
+ * checksum. Crash-consistent without a journal: two superblocks and two
+ * catalog areas alternate, so a commit writes the new catalog where the old
+ * one is not, then the superblock that points to it; a kill -9 at any
+ * instant leaves the previous or the new state, never a mix.
+ *
+ * File layout (little-endian; A = 4 KiB):
+ *
+ *   0        superblock slot 0 (A)   \ the one with the higher sequence
+ *   A        superblock slot 1 (A)   / and a good checksum wins
+ *   2A       catalog area 0 (C bytes, C a multiple of A)
+ *   2A + C   catalog area 1 (C)
+ *   2A + 2C  page records, appended, each page_alloc bytes (A-aligned)
+ *
+ *   superblock: "RBSESS01" | u64 seq | u64 model fingerprint | u32 n_layers
+ *     | u32 n_kv_heads | u32 head_dim_k | u32 head_dim_v | u32 page_tokens
+ *     | u32 pages_per_layer | u64 page_bytes | u64 catalog area bytes C
+ *     | u32 active area | u32 0 | u64 catalog bytes | u64 catalog hash
+ *     | u64 data end | u64 hash of the bytes before it
+ *   catalog: u64 n_tokens | i32 tokens[n_tokens] | per (layer, page):
+ *     u64 offset (0: none) | u64 hash | u32 tokens held | u32 0 |
+ *     u32 blob bytes | blob
+ *
+ * Page records are written with O_DIRECT straight from the page buffers
+ * (bypassing the page cache, as the spill store) and read back the same
+ * way through the storage throttle; superblocks and catalogs go through
+ * the page cache (small, and kill -9 cannot lose what pwrite returned).
+ * fsync only on request (power-loss durability; its cost is measured in
+ * the README). A page that has been saved full never changes (positions
+ * below the context's end are immutable), so it is written once; the
+ * partly filled last page is written when a save asks for it, and an older
+ * copy becomes garbage (no compaction yet).
+ *
+ * Threads: one thread at a time per handle, except rb_sessfile_read_page,
+ * which the restore worker calls concurrently with nothing else writing.
+ */
+#ifndef RB_SESSFILE_H
+#define RB_SESSFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "os.h"
+#include "rebound.h"
+#include "throttle.h"
+
+typedef struct rb_sessfile_geom {
+    uint32_t n_layers, n_kv_heads, head_dim_k, head_dim_v, page_tokens, pages_per_layer;
+    uint64_t page_bytes;     /* K+V of one page */
+    uint64_t page_alloc;     /* its buffer size (4 KiB multiple) */
+    uint32_t max_blob;       /* room for the caller blob */
+} rb_sessfile_geom;
+
+typedef struct rb_sessfile rb_sessfile;
+
+/* Creates (or truncates) path for a model of this fingerprint and
+ * geometry, empty. throttle may be NULL; os NULL for the default.
+ * Errors: RB_E_IO naming the path. */
+rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_sessfile_geom *g,
+                             const rb_os *os, rb_throttle *throttle, rb_sessfile **out,
+                             rb_error *err);
+
+/*
+ * Opens an existing session file: picks the newest superblock whose
+ * checksum, catalog and bounds check out (a damaged newest one falls back
+ * to the other). Errors: RB_E_NOT_FOUND (no file), RB_E_FORMAT (not a
+ * session file, or both states damaged: the message says what), RB_E_UNSUPPORTED
+ * (another geometry or a newer version), RB_E_INVALID_ARG (written for
+ * another model: fingerprints in the message).
+ */
+rb_status rb_sessfile_open(const char *path, uint64_t fingerprint, const rb_sessfile_geom *g,
+                           const rb_os *os, rb_throttle *throttle, rb_sessfile **out,
+                           rb_error *err);
+void rb_sessfile_close(rb_sessfile *f);
+
+/* The committed state. Tokens and blob live until the next commit. */
+size_t rb_sessfile_n_tokens(const rb_sessfile *f);
+const int32_t *rb_sessfile_tokens(const rb_sessfile *f);
+const void *rb_sessfile_blob(const rb_sessfile *f, size_t *n);
+/* Tokens a saved page holds (0: not saved). */
+uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t page);
+
+/* Reads a saved page into buf (page_alloc bytes, 4 KiB aligned) and
+ * checks its checksum. RB_E_NOT_FOUND (not saved), RB_E_FORMAT (checksum,
+ * naming layer and page), RB_E_IO / RB_E_SHORT_READ (file cut short). */
+rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
+                                rb_error *err);
+
+/*
+ * Commits: writes every page of slots ([n_layers][pages_per_layer], NULL
+ * = not in RAM now: left as it was) that holds more tokens than its saved
+ * copy - full pages always, the last partial page only when with_tail -
+ * then the tokens and blob into the inactive catalog area, then the
+ * superblock. fsync: fdatasync before and after the superblock.
+ * *pages_written receives the pages written (may be NULL).
+ * Errors: RB_E_IO (disk full: the previous state stays the file's state),
+ * RB_E_INVALID_ARG (more tokens than the catalog holds, blob too large).
+ */
+rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
+                             void *const *slots, int with_tail, const void *blob,
+                             size_t blob_n, int fsync, uint32_t *pages_written, rb_error *err);
+
+/* Forgets saved pages holding positions >= n_tokens (a rewind): they are
+ * rewritten by later commits. The file changes at the next commit. */
+void rb_sessfile_truncate(rb_sessfile *f, size_t n_tokens);
+
+#endif
