@@ -55,7 +55,7 @@ void sw_print_table(const sw_setup *su, const sw_result *r, int n)
         if (x->st.restore_bytes_decoded)
             snprintf(dec, sizeof dec, "%s %.0f ms", rb_cli_bytes(x->st.restore_bytes_decoded,
                      b3, sizeof b3), x->st.restore_decode_s * 1e3);
-        char note[300];
+        char note[700];
         if (x->n_compared && x->max_logit_diff > 0)
             snprintf(note, sizeof note, "top-1 %d/%d of the turn as warm, max |dlogit| %.3g",
                      x->n_agree, x->n_compared, x->max_logit_diff);

@@ -431,9 +431,10 @@ rb_status rb_cgroup_create(const char *label, uint64_t limit_bytes, rb_cgroup **
             snprintf(cg->name, sizeof cg->name, "rebound-%ld-%u", (long)getpid(), n);
         int w = snprintf(cg->path, sizeof cg->path, "%s/%s", cg->root, cg->name);
         if (w < 0 || (size_t)w >= sizeof cg->path) {
+            rb_status st = rb_error_set(err, RB_E_INVALID_ARG, "cgroup: path under %s too long",
+                                        cg->root);
             free(cg);
-            return rb_error_set(err, RB_E_INVALID_ARG, "cgroup: path under %s too long",
-                                cg->root);
+            return st;
         }
         if (mkdir(cg->path, 0755) == 0) break;
         int e = errno;
