@@ -3,16 +3,54 @@
  *
  * Memory: the page-pointer table (n_layers x pages_per_layer pointers,
  * allocated at init) and one block per resident page, allocated on first
- * use with aligned_alloc(RB_KV_PAGE_ALIGN) and freed with free(): the
- * residency manager frees and refills slots with the same allocator. Does
+ * use with rb_kvpage_alloc and freed with rb_kvpage_free (a mapping per
+ * page, see kvcache.h): the residency manager frees and refills slots with
+ * the same allocator. Does
  * not decide what to evict: the residency manager does.
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+
 #include "kvcache.h"
 #include "status.h"
+
+void *rb_kvpage_alloc(size_t n)
+{
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+int rb_kvpage_alloc_batch(size_t n, size_t n_pages, void **out)
+{
+    if (n_pages == 0)
+        return 0;
+    uint8_t *p = mmap(NULL, n * n_pages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    for (size_t i = 0; i < n_pages; i++)
+        out[i] = p + i * n; /* munmap of a part of a mapping is allowed */
+    return 0;
+}
+
+void rb_kvpage_populate(void *page, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+    madvise(page, n, MADV_POPULATE_WRITE); /* Linux 5.14; else faults on touch */
+#else
+    (void)page;
+    (void)n;
+#endif
+}
+
+void rb_kvpage_free(void *page, size_t n)
+{
+    if (page)
+        munmap(page, n);
+}
 
 rb_status rb_kvcache_init(rb_kvcache *kv, uint32_t n_layers, uint32_t n_kv_heads,
                           uint32_t head_dim_k, uint32_t head_dim_v, uint32_t n_ctx,
@@ -41,7 +79,7 @@ void rb_kvcache_deinit(rb_kvcache *kv)
     if (!kv->pages)
         return;
     for (size_t i = 0; i < (size_t)kv->n_layers * kv->pages_per_layer; i++)
-        free(kv->pages[i]);
+        rb_kvpage_free(kv->pages[i], rb_kvcache_page_alloc_bytes(kv));
     free(kv->pages);
     memset(kv, 0, sizeof *kv);
 }
@@ -60,7 +98,7 @@ rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err)
             rb_f16 **slot = &kv->pages[(size_t)l * kv->pages_per_layer + p];
             if (*slot)
                 continue;
-            *slot = aligned_alloc(RB_KV_PAGE_ALIGN, rb_kvcache_page_alloc_bytes(kv));
+            *slot = rb_kvpage_alloc(rb_kvcache_page_alloc_bytes(kv));
             if (!*slot)
                 return rb_error_set(err, RB_E_NOMEM,
                                     "kvcache: out of memory for page %" PRIu32 " of layer %" PRIu32
@@ -76,7 +114,7 @@ void rb_kvcache_truncate(rb_kvcache *kv, uint32_t first_page)
     for (uint32_t l = 0; l < kv->n_layers; l++)
         for (uint32_t p = first_page; p < kv->pages_per_layer; p++) {
             rb_f16 **slot = &kv->pages[(size_t)l * kv->pages_per_layer + p];
-            free(*slot);
+            rb_kvpage_free(*slot, rb_kvcache_page_alloc_bytes(kv));
             *slot = NULL;
         }
     if (kv->n_pages_reserved > first_page)

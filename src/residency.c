@@ -13,8 +13,9 @@
  *   segs[layer][page]   kv_seg: tier, failed flag, the compressed frame
  *                       (malloc'd to its exact size, owned here)
  *   slots[layer][page]  borrowed from the KV cache: NULL or a page buffer
- *                       (aligned_alloc(RB_PAGE_ALIGN)); a restore fills
- *                       the slot with a new buffer, a trim frees it
+ *                       (rb_kvpage_alloc: a mapping of its own); a restore
+ *                       fills the slot from the plan's batch mapping, a
+ *                       trim unmaps it
  *   jobs                the restore plan: segment ids in layer order, one
  *                       array per worker, sized for every segment at create
  *   enc_buf             one frame of rb_kvcodec_bound() for trims
@@ -40,6 +41,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "residency.h"
@@ -80,6 +82,10 @@ struct rb_residency {
     uint8_t *layer_failed;   /* [n_layers] */
     uint32_t *io_jobs, n_io, io_next;
     uint32_t *dec_jobs, n_dec, dec_next;
+    void **batch;            /* page buffers mapped for this plan */
+    uint32_t batch_n, batch_next;
+    void **dead_frames;      /* decoded frames, freed at end_restore */
+    uint32_t n_dead;
     int n_busy;              /* workers inside a job */
     int stop;
     int n_threads_started;
@@ -169,13 +175,28 @@ static rb_status decode_page(const rb_residency *r, int zram, const void *frame,
 
 /* ---- workers ------------------------------------------------------------ */
 
+/* A page buffer for a restore: the next of the batch begin_restore mapped
+ * for this plan (one mmap), or a single mapping when the batch could not be
+ * made; faulted in with one call. Called without mu. */
+static void *alloc_page(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    void *buf = r->batch_next < r->batch_n ? r->batch[r->batch_next++] : NULL;
+    pthread_mutex_unlock(&r->mu);
+    if (!buf)
+        buf = rb_kvpage_alloc(page_alloc_bytes(r));
+    if (buf) /* the worker takes the page faults, not the forward pass */
+        rb_kvpage_populate(buf, page_alloc_bytes(r));
+    return buf;
+}
+
 /* Restores one segment; called without mu. Returns 0 or -1. */
 static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
 {
     if (id >= r->n_kv_segs)
         return rb_wcache_reload(r->wcache, id - r->n_kv_segs, err) == RB_OK ? 0 : -1;
     kv_seg *s = &r->segs[id];
-    void *buf = aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
+    void *buf = alloc_page(r);
     if (!buf) {
         rb_error_set(err, RB_E_NOMEM, "residency: out of memory restoring a KV page");
         return -1;
@@ -189,7 +210,7 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
     else
         st = decode_page(r, s->is_zram, s->frame, s->frame_bytes, buf, err);
     if (st != RB_OK) {
-        free(buf);
+        rb_kvpage_free(buf, page_alloc_bytes(r));
         return -1;
     }
     pthread_mutex_lock(&r->mu);
@@ -199,7 +220,9 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
     } else if (is_io) {
         rb_store_drop(r->store, id);
     } else {
-        free(s->frame);
+        /* freed after the forward pass (end_restore): a large free is a
+           munmap, whose TLB shootdown interrupts the computing threads */
+        r->dead_frames[r->n_dead++] = s->frame;
         s->frame = NULL;
         s->frame_bytes = 0;
     }
@@ -314,6 +337,8 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
     r->layer_failed = calloc(kv->n_layers, 1);
     r->io_jobs = malloc(n_all * sizeof *r->io_jobs);
     r->dec_jobs = malloc(n_all * sizeof *r->dec_jobs);
+    r->batch = malloc(n_all * sizeof *r->batch);
+    r->dead_frames = malloc(n_all * sizeof *r->dead_frames);
     /* room for any codec rb_residency_set_mode may switch to */
     r->enc_cap = 0;
     for (int c = RB_KVCODEC_LOSSLESS; c <= RB_KVCODEC_Q4; c++) {
@@ -328,7 +353,7 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
     r->ev = malloc(MAX_EVENTS * sizeof *r->ev);
     r->cur_layer = -1;
     if (!r->segs || !r->w_evicted || !r->pending || !r->layer_failed || !r->io_jobs ||
-        !r->dec_jobs || !r->enc_buf || !r->ev) {
+        !r->dec_jobs || !r->enc_buf || !r->ev || !r->batch || !r->dead_frames) {
         rb_residency_destroy(r);
         return rb_error_set(err, RB_E_NOMEM, "residency: out of memory");
     }
@@ -380,6 +405,13 @@ void rb_residency_destroy(rb_residency *r)
     free(r->layer_failed);
     free(r->io_jobs);
     free(r->dec_jobs);
+    for (uint32_t i = 0; r->batch && i < r->batch_n; i++)
+        if (i >= r->batch_next)
+            rb_kvpage_free(r->batch[i], page_alloc_bytes(r));
+    for (uint32_t i = 0; r->dead_frames && i < r->n_dead; i++)
+        free(r->dead_frames[i]);
+    free(r->batch);
+    free(r->dead_frames);
     free(r->enc_buf);
     free(r->ev);
     free(r);
@@ -455,7 +487,7 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
         return 0;
     }
     memcpy(frame, r->enc_buf, n);
-    free(r->kv.slots[id]);
+    rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
     r->kv.slots[id] = NULL;
     r->segs[id].frame = frame;
     r->segs[id].frame_bytes = (uint32_t)n;
@@ -514,7 +546,7 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
             if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
                 continue;
             if (r->p.restore == RB_RESTORE_RECOMPUTE) {
-                free(r->kv.slots[id]);
+                rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
                 r->kv.slots[id] = NULL;
                 s->tier = RB_TIER_DROPPED;
                 freed += r->kv.page_bytes;
@@ -522,7 +554,7 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
             }
             if (s->saved && r->saved_read && !is_zram(r->p.ram_codec)) {
                 /* already on storage, identical: nothing to write */
-                free(r->kv.slots[id]);
+                rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
                 r->kv.slots[id] = NULL;
                 s->tier = RB_TIER_STORED;
                 s->from_saved = 1;
@@ -547,7 +579,7 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
                 rb_error werr = {0};
                 if (rb_store_put(r->store, id, r->kv.slots[id], r->kv.page_bytes, &werr) ==
                     RB_OK) {
-                    free(r->kv.slots[id]);
+                    rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
                     r->kv.slots[id] = NULL;
                     s->tier = RB_TIER_STORED;
                     freed += r->kv.page_bytes;
@@ -594,7 +626,7 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
         for (uint32_t pg = first_page; pg < r->kv.pages_per_layer; pg++) {
             uint32_t id = l * r->kv.pages_per_layer + pg;
             kv_seg *s = &r->segs[id];
-            free(r->kv.slots[id]);
+            rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
             r->kv.slots[id] = NULL;
             free(s->frame);
             s->frame = NULL;
@@ -666,6 +698,13 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
             }
         }
     }
+    /* every KV page of the plan in one mapping (the workers fault them in) */
+    uint32_t n_kv_jobs = r->n_dec;
+    for (uint32_t i = 0; i < r->n_io; i++)
+        n_kv_jobs += r->io_jobs[i] < r->n_kv_segs;
+    r->batch_n = r->batch_next = 0;
+    if (n_kv_jobs && rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, r->batch) == 0)
+        r->batch_n = n_kv_jobs;
     r->restoring = r->n_io + r->n_dec > 0;
     if (r->restoring)
         pthread_cond_broadcast(&r->cv_work);
@@ -763,6 +802,12 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
         r->D = r->D > 0 ? 0.5 * r->D + 0.5 * seen : seen;
     }
     r->n_io = r->io_next = r->n_dec = r->dec_next = 0;
+    for (uint32_t i = r->batch_next; i < r->batch_n; i++) /* pages of failed reads */
+        rb_kvpage_free(r->batch[i], page_alloc_bytes(r));
+    r->batch_n = r->batch_next = 0;
+    for (uint32_t i = 0; i < r->n_dead; i++)
+        free(r->dead_frames[i]);
+    r->n_dead = 0;
     pthread_mutex_unlock(&r->mu);
     return st;
 }
@@ -795,7 +840,7 @@ void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, in
     pthread_mutex_lock(&r->mu);
     uint32_t id = layer * r->kv.pages_per_layer + page;
     kv_seg *s = &r->segs[id];
-    free(r->kv.slots[id]);
+    rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
     r->kv.slots[id] = NULL;
     s->tier = RB_TIER_STORED;
     s->from_saved = 1;

@@ -19,15 +19,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvcache.h"
 #include "kvcodec.h"
 #include "rebound.h"
 #include "store.h"
 #include "wcache.h"
 
-/* KV page buffers: aligned_alloc(RB_PAGE_ALIGN, rounded size), freed with
- * free(): the KV cache and residency both allocate and free slots. 4 KiB
- * so that a page can be written to and read from storage with O_DIRECT
- * straight from / into the buffer compute reads. */
+/* KV page buffers: rb_kvpage_alloc / rb_kvpage_free (kvcache.h), page
+ * aligned (RB_PAGE_ALIGN) so that a page can be written to and read from
+ * storage with O_DIRECT straight from / into the buffer compute reads: the
+ * KV cache and residency both allocate and free slots. */
 #define RB_PAGE_ALIGN 4096
 
 /* The KV cache as residency sees it: a table of page slots. */

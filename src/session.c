@@ -188,6 +188,7 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
         if (recompute_from < kv_valid) {
             rb_kvcache_truncate(&s->kv, recompute_from / s->kv.page_tokens);
             kv_valid = recompute_from;
+            s->n_kv_valid = kv_valid; /* if this feed fails, the next recomputes */
         }
         int stopped = 0;
         st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
@@ -216,6 +217,7 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
             rb_kvcache_truncate(&s->kv, damaged / s->kv.page_tokens);
             if (damaged < kv_valid)
                 kv_valid = damaged;
+            s->n_kv_valid = kv_valid;
         }
     }
     return rb_error_set(&s->err, RB_E_IO, "session: the evicted context could not be "
