@@ -78,9 +78,10 @@ static void print_usage(FILE *f)
         "  -m, --model F         GGUF model (read into RAM, not mapped)\n"
         "  -c, --ctx-size N      tokens of conversation before the turn (default 2048)\n"
         "  --turn N              tokens of the returning user turn (default 8)\n"
-        "  --trim SPEC           memory taken away: P%% of the KV bytes (default 50%%), a byte\n"
+        "  --trim SPEC[,SPEC..]  memory taken away: P%% of the KV bytes (default 50%%), a byte\n"
         "                        count (K/M/G), or a level: background, moderate, complete\n"
-        "                        (complete also evicts every layer's weights)\n"
+        "                        (complete also evicts every layer's weights); up to 4\n"
+        "                        amounts on one context, a table (and files) for each\n"
         "  --device D            storage profile: phone, watch, host (default phone)\n"
         "  --strategies LIST     comma-separated, of %s\n"
         "  --json FILE           every figure as JSON\n"
@@ -302,21 +303,165 @@ static rb_status timed_turn(rb_session *s, const int32_t *turn, uint32_t n, floa
     return st;
 }
 
+static int is_known_strategy(const char *name)
+{
+    static const char *known[] = {"kill", "kill+session", "recompute", "zram-lz4", "zram-zstd",
+                                  "storage", "rebound", "rebound-q8"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(name, known[i]))
+            return 1;
+    return 0;
+}
+
+/* base "sw.json" + spec "25%" -> "sw-25pct.json" when there are several */
+static const char *spec_path(char *out, size_t n, const char *base, const char *spec,
+                             int n_specs)
+{
+    if (n_specs <= 1) {
+        snprintf(out, n, "%s", base);
+        return out;
+    }
+    char tag[64];
+    size_t k = 0;
+    for (const char *c = spec; *c && k + 4 < sizeof tag; c++) {
+        if (*c == '%') {
+            memcpy(tag + k, "pct", 3);
+            k += 3;
+        } else {
+            tag[k++] = *c;
+        }
+    }
+    tag[k] = 0;
+    const char *dot = strrchr(base, '.');
+    if (!dot || strchr(dot, '/'))
+        snprintf(out, n, "%s-%s", base, tag);
+    else
+        snprintf(out, n, "%.*s-%s%s", (int)(dot - base), base, tag, dot);
+    return out;
+}
+
+/* What one strategy needs of the experiment. */
+typedef struct sw_ctx {
+    const sw_opts *o;
+    rb_session *s;
+    const int32_t *all, *turn;
+    float *logits, *warm_logits;
+    uint32_t V, n_ctx_session;
+    const char *snapshot, *snapshot_err;
+    uint64_t total_bytes;
+    sw_pressure *pressure;
+    int *hog_next;
+} sw_ctx;
+
+static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_free,
+                         rb_trim_level level, sw_result *r)
+{
+    const sw_opts *o = x->o;
+    rb_session *s = x->s;
+    rb_restore_mode mode;
+    rb_ram_codec codec = RB_RAM_CODEC_LOSSLESS;
+    if (!strcmp(name, "kill") || !strcmp(name, "kill+session")) {
+        int with_session = name[4] == '+';
+        if (with_session && !x->snapshot[0]) {
+            snprintf(r->note, sizeof r->note, "no session file: %s", x->snapshot_err);
+            return;
+        }
+        r->ttft_s = with_session
+                        ? run_fresh_process(o, x->turn, o->n_turn, x->snapshot, x->n_ctx_session,
+                                            r->note, sizeof r->note)
+                        : run_fresh_process(o, x->all, (size_t)o->n_ctx + o->n_turn, NULL,
+                                            x->n_ctx_session, r->note, sizeof r->note);
+        r->ran = r->ttft_s >= 0;
+        r->freed_bytes = x->total_bytes; /* the whole process */
+        return;
+    }
+    if (!strcmp(name, "recompute")) {
+        mode = RB_RESTORE_RECOMPUTE;
+    } else if (!strcmp(name, "storage")) {
+        mode = RB_RESTORE_EAGER;
+    } else if (!strcmp(name, "rebound")) {
+        mode = RB_RESTORE_PIPELINED;
+    } else if (!strcmp(name, "rebound-q8")) {
+        mode = RB_RESTORE_PIPELINED;
+        codec = RB_RAM_CODEC_Q8;
+    } else {
+        /* zram-lz4 / zram-zstd: what the kernel's zRAM does: compress in
+           RAM, decompress all before use; frees only what a general codec
+           saves on fp16 */
+        mode = RB_RESTORE_EAGER;
+        codec = !strcmp(name, "zram-lz4") ? RB_RAM_CODEC_LZ4 : RB_RAM_CODEC_ZSTD;
+    }
+    if (rb_session_set_restore(s, mode, codec) != RB_OK) {
+        /* a baseline this build lacks (lz4/zstd) is a row that says so */
+        snprintf(r->note, sizeof r->note, "%s", rb_session_errmsg(s));
+        return;
+    }
+    if (x->pressure) {
+        if (sw_pressure_run(x->pressure, (*x->hog_next)++, s, r) != 0)
+            return;
+    } else {
+        double ts = now_s();
+        rb_status tst = rb_session_trim(s, bytes_to_free, level, &r->freed_bytes);
+        r->trim_s = now_s() - ts;
+        if (tst != RB_OK) {
+            snprintf(r->note, sizeof r->note, "trim failed: %s", rb_session_errmsg(s));
+            return;
+        }
+    }
+    rb_session_stats held;
+    rb_session_get_stats(s, &held);
+    r->held_bytes = held.total_bytes;
+    if (timed_turn(s, x->turn, o->n_turn, x->logits, &r->ttft_s) != RB_OK) {
+        snprintf(r->note, sizeof r->note, "turn failed: %s", rb_session_errmsg(s));
+        rb_session_rewind(s, o->n_ctx);
+        return;
+    }
+    r->ran = 1;
+    rb_session_get_stats(s, &r->st);
+    r->ev = malloc(8192 * sizeof *r->ev);
+    r->n_ev = r->ev ? rb_session_restore_events(s, r->ev, 8192) : 0;
+    if (r->n_ev > 8192)
+        r->n_ev = 8192;
+    for (uint32_t i = 0; i < o->n_turn; i++) {
+        const float *a = x->logits + (size_t)i * x->V, *w = x->warm_logits + (size_t)i * x->V;
+        r->n_agree += argmax(a, x->V) == argmax(w, x->V);
+        r->n_compared++;
+        for (uint32_t j = 0; j < x->V; j++) {
+            double d = fabs((double)a[j] - w[j]);
+            r->max_logit_diff = d > r->max_logit_diff ? d : r->max_logit_diff;
+        }
+    }
+    rb_session_rewind(s, o->n_ctx);
+}
+
 int rb_cmd_switch(int argc, char **argv)
 {
     sw_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc)
         return rc == 2 ? 0 : 1;
-    double trim_fraction;
-    rb_trim_level level;
-    uint64_t trim_bytes;
-    if (parse_trim(o.trim, &trim_fraction, &level, &trim_bytes) != 0) {
-        char msg[200];
-        snprintf(msg, sizeof msg, "--trim '%s' is not a percentage (1%%..100%%), a byte count "
-                 "or one of background, moderate, complete", o.trim);
-        return rb_cli_fail("switch", msg, NULL);
+    /* --trim A[,B...]: several amounts on one context */
+    char trim_list[256], *specs[4];
+    double spec_fraction[4];
+    rb_trim_level spec_level[4];
+    uint64_t spec_bytes[4];
+    int n_specs = 0;
+    snprintf(trim_list, sizeof trim_list, "%s", o.trim);
+    for (char *save = NULL, *t = strtok_r(trim_list, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+        if (n_specs == 4)
+            return rb_cli_fail("switch", "--trim takes at most 4 amounts", o.trim);
+        if (parse_trim(t, &spec_fraction[n_specs], &spec_level[n_specs],
+                       &spec_bytes[n_specs]) != 0) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "--trim '%s' is not a percentage (1%%..100%%), a byte "
+                     "count or one of background, moderate, complete", t);
+            return rb_cli_fail("switch", msg, NULL);
+        }
+        specs[n_specs++] = t;
     }
+    if (n_specs == 0)
+        return rb_cli_fail("switch", "--trim is empty", NULL);
 
     rb_error err;
     rb_model *m = NULL;
@@ -335,9 +480,11 @@ int rb_cmd_switch(int argc, char **argv)
         uint64_t kv_tokens = ((uint64_t)o.n_ctx + o.n_turn + 16 + 255) / 256 * 256;
         uint64_t limit = info.tensor_data_bytes + info.kv_bytes_per_token * kv_tokens +
                          (uint64_t)V * o.n_turn * sizeof(float) * 2 + (160ull << 20);
-        int n_hogs = 2; /* one per strategy ("zram" is two) */
+        int n_hogs = 2; /* one per strategy ("zram" is two), per amount */
         for (const char *c = o.strategies; *c; c++)
             n_hogs += *c == ',';
+        for (const char *c = o.trim; *c; c++)
+            n_hogs += (*c == ',') * 8;
         if (sw_pressure_setup(&pressure, limit, n_hogs, pressure_note,
                               sizeof pressure_note) != 0)
             fprintf(stderr, "rebound switch: %s\n", pressure_note);
@@ -355,8 +502,8 @@ int rb_cmd_switch(int argc, char **argv)
                            err.status == RB_E_NOT_FOUND ? "devices: phone, watch, host" : NULL);
     }
 
-    sw_result res[12];
-    int n_res = 0;
+    static sw_result res[4][12]; /* [trim amount][strategy] */
+    memset(res, 0, sizeof res);
     char snapshot[600] = "", snapshot_err[RB_ERROR_MESSAGE_MAX] = "";
     sw_setup su;
     memset(&su, 0, sizeof su);
@@ -430,8 +577,9 @@ int rb_cmd_switch(int argc, char **argv)
     }
     double a = warm[0], b = warm[1], c = warm[2];
     su.warm_ttft_s = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
-    uint64_t bytes_to_free = trim_fraction > 0 ? (uint64_t)(trim_fraction * (double)su.kv_bytes)
-                                               : trim_bytes;
+    int hog_next = 0;
+    sw_ctx x = {&o, s, all, turn, logits, warm_logits, V, sp.n_ctx, snapshot, snapshot_err,
+                st0.total_bytes, pressure, &hog_next};
 
     /* 3. the strategies, in the order given (rebound-q8 changes the KV:
           it runs where it is listed, so list it last) */
@@ -448,116 +596,71 @@ int rb_cmd_switch(int argc, char **argv)
             list[k + 1] = 0;
         }
     }
-    for (char *save = NULL, *name = strtok_r(list, ",", &save); name && n_res < 12;
-         name = strtok_r(NULL, ",", &save)) {
-        sw_result *r = &res[n_res++];
-        memset(r, 0, sizeof *r);
-        snprintf(r->name, sizeof r->name, "%s", name);
-        rb_restore_mode mode;
-        rb_ram_codec codec = RB_RAM_CODEC_LOSSLESS;
-        if (!strcmp(name, "kill")) {
-            fprintf(stderr, "rebound switch: kill: a fresh process recomputes %" PRIu32
-                    " tokens...\n", o.n_ctx + o.n_turn);
-            r->ttft_s = run_fresh_process(&o, all, (size_t)o.n_ctx + o.n_turn, NULL,
-                                          sp.n_ctx, r->note, sizeof r->note);
-            r->ran = r->ttft_s >= 0;
-            r->freed_bytes = st0.total_bytes; /* the whole process */
-            continue;
-        } else if (!strcmp(name, "kill+session")) {
-            fprintf(stderr, "rebound switch: kill+session: a fresh process restores the "
-                    "session file...\n");
-            r->ttft_s = snapshot[0] ? run_fresh_process(&o, turn, o.n_turn, snapshot, sp.n_ctx,
-                                                        r->note, sizeof r->note) : -1;
-            if (!snapshot[0])
-                snprintf(r->note, sizeof r->note, "no session file: %s", snapshot_err);
-            r->ran = r->ttft_s >= 0;
-            r->freed_bytes = st0.total_bytes;
-            continue;
-        } else if (!strcmp(name, "recompute")) {
-            mode = RB_RESTORE_RECOMPUTE;
-        } else if (!strcmp(name, "storage")) {
-            mode = RB_RESTORE_EAGER;
-        } else if (!strcmp(name, "rebound")) {
-            mode = RB_RESTORE_PIPELINED;
-        } else if (!strcmp(name, "rebound-q8")) {
-            mode = RB_RESTORE_PIPELINED;
-            codec = RB_RAM_CODEC_Q8;
-        } else if (!strcmp(name, "zram-lz4") || !strcmp(name, "zram-zstd")) {
-            /* what the kernel's zRAM does: compress in RAM, decompress all
-               before use; frees only what a general codec saves on fp16 */
-            mode = RB_RESTORE_EAGER;
-            codec = !strcmp(name, "zram-lz4") ? RB_RAM_CODEC_LZ4 : RB_RAM_CODEC_ZSTD;
-        } else {
-            char msg[160];
-            snprintf(msg, sizeof msg, "unknown strategy '%s' (of %s)", name, ALL_STRATEGIES);
+    /* Several trim amounts share the context: kill, kill+session and
+       recompute do not depend on the amount (they run for the first only);
+       rebound-q8 changes the context's KV (lossy), so it runs after every
+       other strategy of every amount. */
+    char *names[12];
+    int n_names = 0;
+    for (char *save = NULL, *name = strtok_r(list, ",", &save); name && n_names < 12;
+         name = strtok_r(NULL, ",", &save))
+        names[n_names++] = name;
+    for (int i = 0; i < n_names; i++)
+        if (!is_known_strategy(names[i])) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "unknown strategy '%s' (of %s)", names[i], ALL_STRATEGIES);
             rc = rb_cli_fail("switch", msg, NULL);
             goto done;
         }
-        fprintf(stderr, "rebound switch: %s...\n", name);
-        if (rb_session_set_restore(s, mode, codec) != RB_OK) {
-            /* a baseline this build lacks (lz4/zstd) is a row that says so */
-            snprintf(r->note, sizeof r->note, "%s", rb_session_errmsg(s));
-            continue;
-        }
-        if (pressure) {
-            if (sw_pressure_run(pressure, n_res - 1, s, r) != 0)
-                continue;
-        } else {
-            double ts = now_s();
-            rb_status tst = rb_session_trim(s, bytes_to_free, level, &r->freed_bytes);
-            r->trim_s = now_s() - ts;
-            if (tst != RB_OK) {
-                snprintf(r->note, sizeof r->note, "trim failed: %s", rb_session_errmsg(s));
-                continue;
+    for (int phase = 0; phase < 2; phase++)
+        for (int k = 0; k < n_specs; k++)
+            for (int i = 0; i < n_names; i++) {
+                int is_q8 = !strcmp(names[i], "rebound-q8");
+                if (is_q8 != phase)
+                    continue;
+                sw_result *r = &res[k][i];
+                snprintf(r->name, sizeof r->name, "%s", names[i]);
+                if (k > 0 && (!strcmp(names[i], "kill") || !strcmp(names[i], "kill+session") ||
+                              !strcmp(names[i], "recompute"))) {
+                    snprintf(r->note, sizeof r->note, "as with --trim %s: it does not depend "
+                             "on the amount", specs[0]);
+                    continue;
+                }
+                uint64_t bytes = spec_fraction[k] > 0
+                                     ? (uint64_t)(spec_fraction[k] * (double)su.kv_bytes)
+                                     : spec_bytes[k];
+                fprintf(stderr, "rebound switch: --trim %s: %s...\n", specs[k], names[i]);
+                run_strategy(&x, names[i], bytes, spec_level[k], r);
             }
-        }
-        rb_session_stats held;
-        rb_session_get_stats(s, &held);
-        r->held_bytes = held.total_bytes;
-        if (timed_turn(s, turn, o.n_turn, logits, &r->ttft_s) != RB_OK) {
-            snprintf(r->note, sizeof r->note, "turn failed: %s", rb_session_errmsg(s));
-            rb_session_rewind(s, o.n_ctx);
-            continue;
-        }
-        r->ran = 1;
-        rb_session_get_stats(s, &r->st);
-        r->ev = malloc(8192 * sizeof *r->ev);
-        r->n_ev = r->ev ? rb_session_restore_events(s, r->ev, 8192) : 0;
-        if (r->n_ev > 8192)
-            r->n_ev = 8192;
-        for (uint32_t i = 0; i < o.n_turn; i++) {
-            const float *x = logits + (size_t)i * V, *w = warm_logits + (size_t)i * V;
-            r->n_agree += argmax(x, V) == argmax(w, V);
-            r->n_compared++;
-            for (uint32_t j = 0; j < V; j++) {
-                double d = fabs((double)x[j] - w[j]);
-                r->max_logit_diff = d > r->max_logit_diff ? d : r->max_logit_diff;
-            }
-        }
-        rb_session_rewind(s, o.n_ctx);
-    }
 
-    /* 4. the reports */
-    sw_print_table(&su, res, n_res);
-    if (o.json && sw_write_json(o.json, &su, res, n_res) != 0) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "cannot write %s: %s", o.json, strerror(errno));
-        rc = rb_cli_fail("switch", msg, NULL);
-    }
-    if (o.plot) {
-        if (sw_write_svg(o.plot, &su, res, n_res) != 0) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "cannot write %s: %s", o.plot, strerror(errno));
+    /* 4. the reports, one per trim amount */
+    for (int k = 0; k < n_specs; k++) {
+        su.trim_spec = specs[k];
+        sw_print_table(&su, res[k], n_names);
+        char path[700];
+        if (o.json && sw_write_json(spec_path(path, sizeof path, o.json, specs[k], n_specs),
+                                    &su, res[k], n_names) != 0) {
+            char msg[800];
+            snprintf(msg, sizeof msg, "cannot write %s: %s", path, strerror(errno));
             rc = rb_cli_fail("switch", msg, NULL);
-        } else {
-            printf("timeline picture: %s\n", o.plot);
+        }
+        if (o.plot) {
+            spec_path(path, sizeof path, o.plot, specs[k], n_specs);
+            if (sw_write_svg(path, &su, res[k], n_names) != 0) {
+                char msg[800];
+                snprintf(msg, sizeof msg, "cannot write %s: %s", path, strerror(errno));
+                rc = rb_cli_fail("switch", msg, NULL);
+            } else {
+                printf("timeline picture: %s\n", path);
+            }
         }
     }
 done:
     if (snapshot[0])
         unlink(snapshot);
-    for (int i = 0; i < n_res; i++)
-        free(res[i].ev);
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 12; i++)
+            free(res[k][i].ev);
     sw_pressure_teardown(pressure); /* moves rebound back out of the cgroup */
     free(ctx);
     free(turn);
