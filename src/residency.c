@@ -231,18 +231,23 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
     return 0;
 }
 
-static void worker_loop(rb_residency *r, int is_io)
+/*
+ * A worker takes its own queue's next job; the decode worker, when its
+ * queue is empty, also takes storage reads (a second request in flight:
+ * the virtual disk here reads faster at queue depth 2, and a cold restore
+ * from a session file has nothing to decode). The I/O worker never
+ * decodes: decoding is CPU the forward pass needs.
+ */
+static void worker_loop(rb_residency *r, int own_is_io)
 {
-    uint32_t *jobs = is_io ? r->io_jobs : r->dec_jobs;
-    uint32_t *next = is_io ? &r->io_next : &r->dec_next;
-    uint32_t *n = is_io ? &r->n_io : &r->n_dec;
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        while (!r->stop && *next == *n)
+        while (!r->stop && r->io_next == r->n_io && (own_is_io || r->dec_next == r->n_dec))
             pthread_cond_wait(&r->cv_work, &r->mu);
         if (r->stop)
             break;
-        uint32_t id = jobs[(*next)++];
+        int is_io = own_is_io || r->dec_next == r->n_dec;
+        uint32_t id = is_io ? r->io_jobs[r->io_next++] : r->dec_jobs[r->dec_next++];
         r->n_busy++;
         pthread_mutex_unlock(&r->mu);
 
