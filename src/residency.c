@@ -72,6 +72,7 @@ struct rb_residency {
     void *enc_buf;
     size_t enc_cap;
     double D;            /* codec decode bytes/s (0 until measured) */
+    double frame_frac;   /* frame bytes / page bytes of the RAM codec, running */
     double R;            /* storage read bytes/s (0 until measured) */
 
     pthread_mutex_t mu;
@@ -436,6 +437,7 @@ static void measure_decode(rb_residency *r, const void *page)
     size_t n = 0;
     if (encode_page(r, r->p.ram_codec, page, &n, NULL) != RB_OK)
         return;
+    r->frame_frac = (double)n / (double)r->kv.page_bytes;
     void *probe = aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
     if (!probe)
         return;
@@ -448,7 +450,7 @@ static void measure_decode(rb_residency *r, const void *page)
         best = (i == 0 || t < best) ? t : best;
     }
     free(probe);
-    if (best > 0)
+    if (best > 0 && r->p.decode_bytes_per_s <= 0)
         r->D = (double)r->kv.page_bytes / best;
 }
 
@@ -497,6 +499,7 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
     r->segs[id].frame = frame;
     r->segs[id].frame_bytes = (uint32_t)n;
     r->segs[id].is_zram = (uint8_t)is_zram(c);
+    r->frame_frac = 0.9 * r->frame_frac + 0.1 * (double)n / (double)r->kv.page_bytes;
     r->segs[id].tier = RB_TIER_COMPRESSED;
     return r->kv.page_bytes > n ? r->kv.page_bytes - n : 0;
 }
@@ -510,10 +513,16 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
  *     and the forward pass starts on layer 0, so the last layers have the
  *     longest time to come back.
  *  3. For each resident page: recompute mode drops it; eager mode stores
- *     it; otherwise it goes to the path whose predicted finish time, with
- *     this page added, is smaller: compressed (bytes / D) or storage
- *     (bytes / R + per-I/O latency). The two paths so finish together, the
- *     split D/(D+R) of issue 6.
+ *     it; a page already in the session file is dropped (no write);
+ *     otherwise, for a level, it goes to the path whose predicted finish
+ *     time with this page is smaller: compressed (bytes / D) or storage
+ *     (bytes / R + per-I/O latency), so the two paths finish together (the
+ *     split D/(D+R)); for a byte count, to the path with the smaller
+ *     predicted restore time (the later of the two paths) per byte freed:
+ *     a compressed page frees only what the codec saves (lossless at
+ *     1.25x frees 20% of a page: at 2 GB/s of decode against 1 GiB/s of
+ *     storage that is 2.7x the restore time per freed byte), and every
+ *     byte it does not free takes a page of an earlier layer.
  *  4. A store write that fails (a full disk) keeps the page: it is
  *     compressed instead and counted (n_disk_full).
  *  5. If the KV was not enough (bytes) or the level is complete, the
@@ -574,11 +583,24 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
                 measure_storage(r, r->kv.slots[id]);
             const double R = r->R > 0 ? r->R : 1e9;
             if (to_store && r->p.restore == RB_RESTORE_PIPELINED) {
-                if (r->D <= 0)
+                if (r->D <= 0 || r->frame_frac <= 0)
                     measure_decode(r, r->kv.slots[id]);
                 double D = r->D > 0 ? r->D : R;
                 double pb = (double)r->kv.page_bytes;
-                to_store = t_store + pb / R + r->p.storage_latency_s < t_comp + pb / D;
+                double end_c = t_comp + pb / D, end_s = t_store + pb / R + r->p.storage_latency_s;
+                if (!by_bytes) {
+                    /* a level names the pages: the two paths finish together */
+                    to_store = end_s < end_c;
+                } else {
+                    /* a byte count: the pages are the last layers' until
+                       enough is freed, and a compressed page frees only what
+                       the codec saves - so the choice is the smaller predicted
+                       restore time (both paths in parallel) per byte freed */
+                    double fc = pb * (1.0 - r->frame_frac);
+                    double ms_c = end_c > t_store ? end_c : t_store;
+                    double ms_s = end_s > t_comp ? end_s : t_comp;
+                    to_store = fc <= 0 || ms_s * ((double)freed + fc) < ms_c * ((double)freed + pb);
+                }
             }
             if (to_store) {
                 rb_error werr = {0};
@@ -772,6 +794,8 @@ rb_status rb_residency_set_mode(rb_residency *r, rb_restore_mode restore,
     pthread_mutex_lock(&r->mu);
     if (ram_codec != r->p.ram_codec && r->p.decode_bytes_per_s <= 0)
         r->D = 0; /* another codec decodes at another speed: measure again */
+    if (ram_codec != r->p.ram_codec)
+        r->frame_frac = 0; /* and shrinks by another ratio */
     r->p.restore = restore;
     r->p.ram_codec = ram_codec;
     pthread_mutex_unlock(&r->mu);
