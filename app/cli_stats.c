@@ -39,6 +39,11 @@ void rb_cli_print_stats(FILE *f, const rb_session_stats *s)
     if (s->decode_bytes_per_s > 0 || s->storage_bytes_per_s > 0)
         fprintf(f, "  tier split by decode %.2f GB/s vs storage %.2f GB/s\n",
                 s->decode_bytes_per_s / 1e9, s->storage_bytes_per_s / 1e9);
+    if (s->file_commits)
+        fprintf(f, "  session file: %" PRIu64 " commits, %" PRIu64 " pages written, %.1f ms "
+                "committing%s\n", s->file_commits, s->file_pages_written,
+                s->file_commit_s * 1e3,
+                s->file_status != RB_OK ? " (the last one failed: not saved since)" : "");
     if (s->n_disk_full || s->n_spill_damaged)
         fprintf(f, "  %" PRIu64 " pages kept in RAM (disk full), %" PRIu64 " spilled pages "
                 "damaged and recomputed\n", s->n_disk_full, s->n_spill_damaged);

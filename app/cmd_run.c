@@ -219,6 +219,12 @@ int rb_cmd_run(int argc, char **argv)
                     ? "give the -c the session was saved with" : NULL);
         goto done;
     }
+    /* a new session file is bound now, so every feed below is committed
+       (a kill loses at most the token in flight) */
+    if (session_path && !resumed && rb_session_save(s, session_path, 0) != RB_OK) {
+        rb_cli_fail("run", rb_session_errmsg(s), NULL);
+        goto done;
+    }
     if (rb_sampler_create(&sp, rb_session_n_vocab(s), &sampler, &err) != RB_OK ||
         rb_detokenizer_create(model, &detok, &err) != RB_OK) {
         rb_cli_fail("run", err.message, NULL);
