@@ -48,9 +48,19 @@ int rb_cli_parse_u64(const char *s, uint64_t *out);
  * (cli_stats.c). */
 #include <stdio.h>
 void rb_cli_print_stats(FILE *f, const rb_session_stats *stats);
-/* "pipelined|eager|recompute" and "lossless|q8"; -1 when unknown. */
+/* cli_opts.c. "pipelined|eager|recompute" and "lossless|q8|lz4|zstd";
+ * -1 when unknown. */
 int rb_cli_parse_restore(const char *s);
 int rb_cli_parse_ram_codec(const char *s);
+/* The flags run and chat share: each returns 1 when o is one of its flags
+ * (v is its value: the caller skips it; *bad is set when v is not valid),
+ * 0 otherwise. session: -c -b -t --device --spill-dir --mem-budget
+ * --restore --ram-codec into p; sampler: --temp --top-k --top-p --min-p
+ * --repeat-penalty --repeat-last-n --seed into sp. */
+int rb_cli_session_opt(const char *o, const char *v, rb_session_params *p, int *bad);
+int rb_cli_sampler_opt(const char *o, const char *v, rb_sampler_params *sp, int *bad);
+/* Warns on stderr when n_ctx exceeds the model's trained context. */
+void rb_cli_warn_ctx(const char *cmd, rb_model *model, uint32_t n_ctx);
 
 /* "1.23 GiB" style, into buf. */
 const char *rb_cli_bytes(uint64_t bytes, char *buf, int size);

@@ -48,24 +48,3 @@ void rb_cli_print_stats(FILE *f, const rb_session_stats *s)
         fprintf(f, "  %" PRIu64 " pages kept in RAM (disk full), %" PRIu64 " spilled pages "
                 "damaged and recomputed\n", s->n_disk_full, s->n_spill_damaged);
 }
-
-/* "pipelined" / "eager" / "recompute" -> mode; -1 when unknown */
-int rb_cli_parse_restore(const char *s)
-{
-    if (!s) return -1;
-    if (!strcmp(s, "pipelined")) return RB_RESTORE_PIPELINED;
-    if (!strcmp(s, "eager")) return RB_RESTORE_EAGER;
-    if (!strcmp(s, "recompute")) return RB_RESTORE_RECOMPUTE;
-    return -1;
-}
-
-/* "lossless" / "q8" / "lz4" / "zstd" -> codec; -1 when unknown */
-int rb_cli_parse_ram_codec(const char *s)
-{
-    if (!s) return -1;
-    if (!strcmp(s, "lossless")) return RB_RAM_CODEC_LOSSLESS;
-    if (!strcmp(s, "q8")) return RB_RAM_CODEC_Q8;
-    if (!strcmp(s, "lz4")) return RB_RAM_CODEC_LZ4;
-    if (!strcmp(s, "zstd")) return RB_RAM_CODEC_ZSTD;
-    return -1;
-}

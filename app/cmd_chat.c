@@ -658,11 +658,11 @@ static long read_line(char **line, size_t *cap)
 int rb_cmd_chat(int argc, char **argv)
 {
     const char *model_path = NULL, *template_name = NULL, *session_path = NULL;
-    const char *system = NULL, *device = NULL, *spill_dir = NULL;
-    uint64_t n_ctx = 0, n_batch = 0, n_threads = 0, mem_budget = 0;
+    const char *system = NULL;
     int64_t n_predict = -1;
     rb_sampler_params sp = rb_sampler_default_params();
-    int use_mmap = 0, ctx_shift = 0, verbose = 0, restore = RB_RESTORE_PIPELINED, ram_codec = 0;
+    rb_session_params p = rb_session_default_params();
+    int use_mmap = 0, ctx_shift = 0, verbose = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -684,43 +684,14 @@ int rb_cmd_chat(int argc, char **argv)
             else
                 bad = rb_cli_parse_u64(v, &n) || n > INT64_MAX, n_predict = (int64_t)n;
             i++;
-        } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
-            bad = rb_cli_parse_u64(v, &n_ctx) || n_ctx > UINT32_MAX, i++;
-        } else if (!strcmp(o, "-b") || !strcmp(o, "--batch-size")) {
-            bad = rb_cli_parse_u64(v, &n_batch) || n_batch > 65536, i++;
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            bad = rb_cli_parse_u64(v, &n_threads) || n_threads > 256, i++;
-        } else if (!strcmp(o, "--temp")) {
-            bad = !v || sscanf(v, "%f", &sp.temp) != 1, i++;
-        } else if (!strcmp(o, "--top-k")) {
-            bad = !v || sscanf(v, "%d", &sp.top_k) != 1, i++;
-        } else if (!strcmp(o, "--top-p")) {
-            bad = !v || sscanf(v, "%f", &sp.top_p) != 1, i++;
-        } else if (!strcmp(o, "--min-p")) {
-            bad = !v || sscanf(v, "%f", &sp.min_p) != 1, i++;
-        } else if (!strcmp(o, "--repeat-penalty")) {
-            bad = !v || sscanf(v, "%f", &sp.repeat_penalty) != 1, i++;
-        } else if (!strcmp(o, "--repeat-last-n")) {
-            bad = !v || sscanf(v, "%d", &sp.repeat_last_n) != 1, i++;
-        } else if (!strcmp(o, "--seed")) {
-            uint64_t seed;
-            bad = rb_cli_parse_u64(v, &seed), sp.seed = seed, i++;
         } else if (!strcmp(o, "--ctx-shift")) {
             ctx_shift = 1;
         } else if (!strcmp(o, "--mmap")) {
             use_mmap = 1;
         } else if (!strcmp(o, "-v") || !strcmp(o, "--verbose")) {
             verbose = 1;
-        } else if (!strcmp(o, "--device")) {
-            bad = !v, device = v, i++;
-        } else if (!strcmp(o, "--spill-dir")) {
-            bad = !v, spill_dir = v, i++;
-        } else if (!strcmp(o, "--mem-budget")) {
-            bad = rb_cli_parse_u64(v, &mem_budget) || mem_budget == 0, i++;
-        } else if (!strcmp(o, "--restore")) {
-            bad = (restore = rb_cli_parse_restore(v)) < 0, i++;
-        } else if (!strcmp(o, "--ram-codec")) {
-            bad = (ram_codec = rb_cli_parse_ram_codec(v)) < 0, i++;
+        } else if (rb_cli_session_opt(o, v, &p, &bad) || rb_cli_sampler_opt(o, v, &sp, &bad)) {
+            i++;
         } else {
             print_usage(stderr);
             return rb_cli_fail(CMD, "unknown option", o);
@@ -753,21 +724,7 @@ int rb_cmd_chat(int argc, char **argv)
     mp.use_mmap = use_mmap;
     if (rb_model_open(model_path, &mp, &c.model, &err) != RB_OK)
         return rb_cli_fail(CMD, err.message, NULL);
-    rb_session_params p = rb_session_default_params();
-    p.n_ctx = (uint32_t)n_ctx;
-    if (n_batch)
-        p.n_batch = (uint32_t)n_batch;
-    p.n_threads = (int)n_threads;
-    p.device = device;
-    p.spill_dir = spill_dir;
-    p.budget_bytes = mem_budget;
-    p.restore = (rb_restore_mode)restore;
-    p.ram_codec = (rb_ram_codec)ram_codec;
-    rb_model_info mi;
-    rb_model_get_info(c.model, &mi);
-    if (n_ctx > mi.n_ctx_train && mi.n_ctx_train > 0)
-        fprintf(stderr, "rebound chat: warning: context %" PRIu64 " exceeds the model's trained "
-                "context %" PRIu32 "; quality may degrade\n", n_ctx, mi.n_ctx_train);
+    rb_cli_warn_ctx("chat", c.model, p.n_ctx);
 
     char *line = NULL;
     size_t line_cap = 0;

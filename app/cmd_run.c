@@ -97,13 +97,11 @@ int rb_cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *tokens_path = NULL, *dump_path = NULL;
     const char *trace_path = NULL;
-    uint64_t n_predict = 64, n_ctx = 0, n_batch = 0, n_threads = 0;
+    uint64_t n_predict = 64;
     rb_sampler_params sp = rb_sampler_default_params();
-    int use_mmap = 0, show_stats = 0, restore = RB_RESTORE_PIPELINED, ram_codec = 0;
-    int report_ttft = 0;
+    rb_session_params p = rb_session_default_params();
+    int use_mmap = 0, show_stats = 0, report_ttft = 0;
     const char *session_path = NULL;
-    const char *device = NULL, *spill_dir = NULL;
-    uint64_t mem_budget = 0;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -122,27 +120,6 @@ int rb_cmd_run(int argc, char **argv)
             bad = !v, dump_path = v, i++;
         } else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
             bad = rb_cli_parse_u64(v, &n_predict), i++;
-        } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
-            bad = rb_cli_parse_u64(v, &n_ctx) || n_ctx > UINT32_MAX, i++;
-        } else if (!strcmp(o, "-b") || !strcmp(o, "--batch-size")) {
-            bad = rb_cli_parse_u64(v, &n_batch) || n_batch > 65536, i++;
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            bad = rb_cli_parse_u64(v, &n_threads) || n_threads > 256, i++;
-        } else if (!strcmp(o, "--temp")) {
-            bad = !v || sscanf(v, "%f", &sp.temp) != 1, i++;
-        } else if (!strcmp(o, "--top-k")) {
-            bad = !v || sscanf(v, "%d", &sp.top_k) != 1, i++;
-        } else if (!strcmp(o, "--top-p")) {
-            bad = !v || sscanf(v, "%f", &sp.top_p) != 1, i++;
-        } else if (!strcmp(o, "--min-p")) {
-            bad = !v || sscanf(v, "%f", &sp.min_p) != 1, i++;
-        } else if (!strcmp(o, "--repeat-penalty")) {
-            bad = !v || sscanf(v, "%f", &sp.repeat_penalty) != 1, i++;
-        } else if (!strcmp(o, "--repeat-last-n")) {
-            bad = !v || sscanf(v, "%d", &sp.repeat_last_n) != 1, i++;
-        } else if (!strcmp(o, "--seed")) {
-            uint64_t seed;
-            bad = rb_cli_parse_u64(v, &seed), sp.seed = seed, i++;
         } else if (!strcmp(o, "--mmap")) {
             use_mmap = 1;
         } else if (!strcmp(o, "--stats")) {
@@ -151,16 +128,8 @@ int rb_cmd_run(int argc, char **argv)
             report_ttft = 1;
         } else if (!strcmp(o, "--session")) {
             bad = !v, session_path = v, i++;
-        } else if (!strcmp(o, "--device")) {
-            bad = !v, device = v, i++;
-        } else if (!strcmp(o, "--spill-dir")) {
-            bad = !v, spill_dir = v, i++;
-        } else if (!strcmp(o, "--mem-budget")) {
-            bad = rb_cli_parse_u64(v, &mem_budget) || mem_budget == 0, i++;
-        } else if (!strcmp(o, "--restore")) {
-            bad = (restore = rb_cli_parse_restore(v)) < 0, i++;
-        } else if (!strcmp(o, "--ram-codec")) {
-            bad = (ram_codec = rb_cli_parse_ram_codec(v)) < 0, i++;
+        } else if (rb_cli_session_opt(o, v, &p, &bad) || rb_cli_sampler_opt(o, v, &sp, &bad)) {
+            i++;
         } else {
             print_usage(stderr);
             return rb_cli_fail("run", "unknown option", o);
@@ -183,21 +152,7 @@ int rb_cmd_run(int argc, char **argv)
     rb_model *model = NULL;
     if (rb_model_open(model_path, &mp, &model, &err) != RB_OK)
         return rb_cli_fail("run", err.message, NULL);
-    rb_session_params p = rb_session_default_params();
-    p.n_ctx = (uint32_t)n_ctx;
-    if (n_batch)
-        p.n_batch = (uint32_t)n_batch;
-    p.n_threads = (int)n_threads;
-    p.device = device;
-    p.spill_dir = spill_dir;
-    p.budget_bytes = mem_budget;
-    p.restore = (rb_restore_mode)restore;
-    p.ram_codec = (rb_ram_codec)ram_codec;
-    rb_model_info mi;
-    rb_model_get_info(model, &mi);
-    if (n_ctx > mi.n_ctx_train && mi.n_ctx_train > 0)
-        fprintf(stderr, "rebound run: warning: context %" PRIu64 " exceeds the model's trained "
-                "context %" PRIu32 "; quality may degrade\n", n_ctx, mi.n_ctx_train);
+    rb_cli_warn_ctx("run", model, p.n_ctx);
     struct rb_trace_writer *trace = NULL;
     if (trace_path && rb_cli_trace_attach("run", model, model_path, trace_path, &trace)) {
         rb_model_close(model);
