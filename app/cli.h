@@ -36,6 +36,9 @@ struct rb_block_stream;
 int rb_cli_load_trace(const char *cmd, const char *path, struct rb_trace *t,
                       struct rb_block_stream *s);
 
+/* CLOCK_MONOTONIC in seconds (main.c). */
+double rb_cli_now_s(void);
+
 /* Prints "rebound <cmd>: error: <msg>" (and "hint: <hint>" when given) to
  * stderr; returns the exit status for errors (1). */
 int rb_cli_fail(const char *cmd, const char *msg, const char *hint);

@@ -16,13 +16,6 @@
 #include "cli.h"
 #include "rebound.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -37,7 +30,7 @@ static int run_once(rb_model *model, const rb_session_params *p, const int32_t *
     rb_error err;
     if (rb_session_create(model, p, &s, &err) != RB_OK)
         return rb_cli_fail("bench", err.message, NULL);
-    double t0 = now_s();
+    double t0 = rb_cli_now_s();
     rb_status st = RB_OK;
     if (is_tg) {
         for (uint32_t i = 0; i < n && st == RB_OK; i++)
@@ -45,7 +38,7 @@ static int run_once(rb_model *model, const rb_session_params *p, const int32_t *
     } else {
         st = rb_session_feed(s, tokens, n, NULL);
     }
-    double t1 = now_s();
+    double t1 = rb_cli_now_s();
     if (st != RB_OK) {
         rb_cli_fail("bench", rb_session_errmsg(s), NULL);
         rb_session_destroy(s);

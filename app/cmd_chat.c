@@ -78,13 +78,6 @@ static void print_usage(FILE *f)
         rb_chat_template_names());
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /*
  * Where the turns lie in the session's tokens: what a context shift needs
  * to cut at turn boundaries. This (with the tokens and the sampler state)
@@ -377,7 +370,7 @@ static int chat_turn(struct chat *c, const char *message)
     size_t cap = rb_detokenizer_max_bytes(detok);
     const char *stop = "limit";
     int64_t n_out = 0;
-    double t0 = now_s();
+    double t0 = rb_cli_now_s();
     int rc = 0;
     while (c->n_predict < 0 || n_out < c->n_predict) {
         int32_t next = rb_sampler_sample(c->sampler, rb_session_logits(c->session),
@@ -413,7 +406,7 @@ static int chat_turn(struct chat *c, const char *message)
     fputc('\n', stdout);
     fflush(stdout);
     rb_detokenizer_destroy(detok);
-    double dt = now_s() - t0;
+    double dt = rb_cli_now_s() - t0;
     if (rc)
         return rc;
     if (!strcmp(stop, "context full"))

@@ -44,13 +44,6 @@ static void print_usage(FILE *f)
         "                       ranges read) for `rebound classify|sim` (format: src/trace.h)\n");
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int32_t *read_token_file(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "r");
@@ -145,7 +138,7 @@ int rb_cmd_run(int argc, char **argv)
     if (!!prompt == !!tokens_path)
         return rb_cli_fail("run", "give exactly one of -p PROMPT and --tokens FILE", NULL);
 
-    double t0 = now_s();
+    double t0 = rb_cli_now_s();
     rb_error err;
     rb_model_params mp = rb_model_default_params();
     mp.use_mmap = use_mmap;
@@ -190,7 +183,7 @@ int rb_cmd_run(int argc, char **argv)
         rb_cli_fail("run", "out of memory", NULL);
         goto done;
     }
-    double t_loaded = now_s();
+    double t_loaded = rb_cli_now_s();
 
     size_t n_prompt = 0;
     if (tokens_path) {
@@ -230,12 +223,12 @@ int rb_cmd_run(int argc, char **argv)
         }
     }
     emit(detok, piece, tokens, n_prompt);
-    double t_pp0 = now_s();
+    double t_pp0 = rb_cli_now_s();
     if (rb_session_feed(s, tokens, n_prompt, dump) != RB_OK) {
         rb_cli_fail("run", rb_session_errmsg(s), NULL);
         goto done;
     }
-    double t_pp1 = now_s();
+    double t_pp1 = rb_cli_now_s();
     uint64_t n_gen = 0;
     while (n_gen < n_predict) {
         if (rb_session_n_tokens(s) >= rb_session_n_ctx(s)) {
@@ -266,7 +259,7 @@ int rb_cmd_run(int argc, char **argv)
         fwrite(piece, 1, k, stdout); /* no newline: stdout is exactly the text */
         fflush(stdout);
     }
-    double t_end = now_s();
+    double t_end = rb_cli_now_s();
     if (session_path && rb_session_save(s, session_path, 0) != RB_OK) {
         rb_cli_fail("run", rb_session_errmsg(s), NULL);
         goto done;

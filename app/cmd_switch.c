@@ -38,7 +38,6 @@
 #include <string.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -63,13 +62,6 @@ static const char *CONVERSATION =
 
 static const char *TURN = "\nUser: Thanks! One more question: which map should I buy for the "
                           "northern ridge?\nAssistant:";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void print_usage(FILE *f)
 {
@@ -244,7 +236,7 @@ static double run_fresh_process(const sw_opts *o, const int32_t *toks, size_t n,
         args[k++] = thr;
     }
     args[k] = NULL;
-    double t0 = now_s();
+    double t0 = rb_cli_now_s();
     pid_t pid = fork();
     if (pid == 0) {
         int dn = open("/dev/null", O_WRONLY);
@@ -263,7 +255,7 @@ static double run_fresh_process(const sw_opts *o, const int32_t *toks, size_t n,
         unlink(errpath);
         return -1;
     }
-    double t_exit = now_s(), t_first = -1;
+    double t_exit = rb_cli_now_s(), t_first = -1;
     FILE *ef = fopen(errpath, "r");
     char line[512], last[512] = "";
     while (ef && fgets(line, sizeof line, ef)) {
@@ -295,11 +287,11 @@ static double run_fresh_process(const sw_opts *o, const int32_t *toks, size_t n,
 static rb_status timed_turn(rb_session *s, const int32_t *turn, uint32_t n, float *logits,
                             double *ttft)
 {
-    double t0 = now_s();
+    double t0 = rb_cli_now_s();
     rb_status st = rb_session_feed(s, turn, n, logits);
     if (st == RB_OK)
         (void)argmax(logits + (size_t)(n - 1) * rb_session_n_vocab(s), rb_session_n_vocab(s));
-    *ttft = now_s() - t0;
+    *ttft = rb_cli_now_s() - t0;
     return st;
 }
 
@@ -400,9 +392,9 @@ static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_fr
         if (sw_pressure_run(x->pressure, (*x->hog_next)++, s, r) != 0)
             return;
     } else {
-        double ts = now_s();
+        double ts = rb_cli_now_s();
         rb_status tst = rb_session_trim(s, bytes_to_free, level, &r->freed_bytes);
-        r->trim_s = now_s() - ts;
+        r->trim_s = rb_cli_now_s() - ts;
         if (tst != RB_OK) {
             snprintf(r->note, sizeof r->note, "trim failed: %s", rb_session_errmsg(s));
             return;
@@ -544,12 +536,12 @@ int rb_cmd_switch(int argc, char **argv)
 
     fprintf(stderr, "rebound switch: building a context of %" PRIu32 " tokens on %s...\n",
             o.n_ctx, o.model);
-    double t0 = now_s();
+    double t0 = rb_cli_now_s();
     if (rb_session_feed(s, ctx, o.n_ctx, NULL) != RB_OK) {
         rc = rb_cli_fail("switch", rb_session_errmsg(s), "a smaller -c");
         goto done;
     }
-    su.build_s = now_s() - t0;
+    su.build_s = rb_cli_now_s() - t0;
     rb_session_stats st0;
     rb_session_get_stats(s, &st0);
     su.kv_bytes = st0.kv_raw_bytes;

@@ -24,9 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cgroup.h"
+#include "cli.h"
 #include "memhog.h"
 #include "pressure.h"
 #include "switch.h"
@@ -107,13 +107,6 @@ int sw_pressure_setup(sw_pressure **out, uint64_t limit_bytes, int n_hogs, char 
     return 0;
 }
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int sw_pressure_run(sw_pressure *p, int i, rb_session *s, sw_result *r)
 {
     if (i >= p->n_hogs)
@@ -129,18 +122,18 @@ int sw_pressure_run(sw_pressure *p, int i, rb_session *s, sw_result *r)
     }
     /* the user is away: react to every signal until the hog holds its
        memory, is killed, or 20 s pass */
-    double t0 = mono_s();
+    double t0 = rb_cli_now_s();
     rb_memhog_state state = RB_MEMHOG_GROWING;
-    while (mono_s() - t0 < 20) {
+    while (rb_cli_now_s() - t0 < 20) {
         int level = atomic_exchange(&p->level, 0);
         if (level > 0) {
             uint64_t freed = 0;
-            double ts = mono_s();
+            double ts = rb_cli_now_s();
             rb_trim_level tl = rb_pressure_trim_level((rb_pressure_level)level);
             if (rb_session_trim(s, 0, tl, &freed) == RB_OK) {
                 r->freed_bytes += freed;
                 r->n_trims++;
-                r->trim_s += mono_s() - ts;
+                r->trim_s += rb_cli_now_s() - ts;
                 if ((int)tl > r->max_trim_level)
                     r->max_trim_level = (int)tl;
             }

@@ -107,12 +107,8 @@ struct rb_residency {
     int restoring;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+/* the throttle's clock (CLOCK_MONOTONIC), in seconds */
+static double now_s(void) { return (double)rb_throttle_now_ns() * 1e-9; }
 
 #define MAX_EVENTS 8192
 

@@ -32,12 +32,8 @@
 
 #define MAX_BLOB (256u << 10)
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+/* the throttle's clock (CLOCK_MONOTONIC), in seconds */
+static double now_s(void) { return (double)rb_throttle_now_ns() * 1e-9; }
 
 /* The model's identity: a hash of its header (metadata and tensor index:
  * every tensor's type, shape and place) and of the first 64 bytes of every
