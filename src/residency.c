@@ -103,8 +103,6 @@ struct rb_residency {
     /* stats (mu) */
     double t_begin, io_busy_s, dec_busy_s, wait_s, t_last_done;
     uint64_t bytes_io, bytes_dec, n_disk_full, n_damaged;
-    uint32_t recomputed_tokens;
-    int restoring;
 };
 
 /* the throttle's clock (CLOCK_MONOTONIC), in seconds */
@@ -728,8 +726,7 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     r->batch_n = r->batch_next = 0;
     if (n_kv_jobs && rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, r->batch) == 0)
         r->batch_n = n_kv_jobs;
-    r->restoring = r->n_io + r->n_dec > 0;
-    if (r->restoring)
+    if (r->n_io + r->n_dec > 0)
         pthread_cond_broadcast(&r->cv_work);
     if (r->p.restore == RB_RESTORE_EAGER)
         while (r->io_next < r->n_io || r->dec_next < r->n_dec || r->n_busy > 0)
