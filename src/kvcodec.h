@@ -192,14 +192,14 @@ void rb_kvcodec_dequant_avx2(const uint8_t *q, size_t n, int bits, const float *
                              const float *s, int per_elem, rb_f16 *out);
 #endif
 
-/* Lossless mantissa merge: out[i] = (out[i] & 0xfc00) | hi2(i) << 8 | lo8[i]
- * over n values
- * (hi2 packing in kvcodec_lossless.c), absorbing the result into h. */
-void rb_kvcodec_merge_ref(rb_f16 *out, const uint8_t *lo8, const uint8_t *hi2, size_t n,
-                          rb_kvcodec_hash *h);
+/* Lossless mantissa merge: out[i] = (top[i] & 0xfc00) | hi2(i) << 8 | lo8[i]
+ * over n values (top may be out: in place; hi2 packing in
+ * kvcodec_lossless.c), absorbing the result into h. */
+void rb_kvcodec_merge_ref(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
+                          size_t n, rb_kvcodec_hash *h);
 #if defined(__AVX2__)
-void rb_kvcodec_merge_avx2(rb_f16 *out, const uint8_t *lo8, const uint8_t *hi2, size_t n,
-                           rb_kvcodec_hash *h);
+void rb_kvcodec_merge_avx2(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
+                           size_t n, rb_kvcodec_hash *h);
 #endif
 
 /* encode/decode with the _ref kernels only: the tests check that they give

@@ -17,8 +17,8 @@ typedef struct rb_kvcodec_kernels {
     void (*hash_stripes)(uint64_t acc[4], uint64_t first, const uint8_t *p, size_t count);
     void (*dequant)(const uint8_t *q, size_t n, int bits, const float *m, const float *s,
                     int per_elem, rb_f16 *out);
-    void (*merge)(rb_f16 *out, const uint8_t *lo8, const uint8_t *hi2, size_t n,
-                  rb_kvcodec_hash *h);
+    void (*merge)(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
+                  size_t n, rb_kvcodec_hash *h);
 } rb_kvcodec_kernels;
 
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_best;
