@@ -1,7 +1,7 @@
 /*
  * cli_opts.c - the flags `run` and `chat` share, parsed in one place: the
  * session's shape and memory manager (-c -b -t --device --spill-dir
- * --mem-budget --restore --ram-codec) and the sampler (--temp --top-k
+ * --mem-budget --weights-budget --policy --restore --ram-codec) and the sampler (--temp --top-k
  * --top-p --min-p --repeat-penalty --repeat-last-n --seed).
  */
 #include <stdio.h>
@@ -50,6 +50,10 @@ int rb_cli_session_opt(const char *o, const char *v, rb_session_params *p, int *
         *bad = !v, p->spill_dir = v;
     } else if (!strcmp(o, "--mem-budget")) {
         *bad = rb_cli_parse_u64(v, &p->budget_bytes) || p->budget_bytes == 0;
+    } else if (!strcmp(o, "--weights-budget")) {
+        *bad = rb_cli_parse_u64(v, &p->weights_budget_bytes) || p->weights_budget_bytes == 0;
+    } else if (!strcmp(o, "--policy")) {
+        *bad = !v, p->weights_policy = v;
     } else if (!strcmp(o, "--restore")) {
         *bad = (r = rb_cli_parse_restore(v)) < 0;
         p->restore = (rb_restore_mode)(r < 0 ? 0 : r);

@@ -17,6 +17,27 @@ void rb_cli_print_stats(FILE *f, const rb_session_stats *s)
     fprintf(f, "\n  weights      %s resident, %s evicted (%" PRIu32 " layers, in the model file)\n",
             rb_cli_bytes(s->weights_bytes, a, sizeof a),
             rb_cli_bytes(s->weights_evicted_bytes, b, sizeof b), s->n_layers_weights_evicted);
+    if (s->weights_streaming) {
+        char e[32], g[32];
+        fprintf(f, "  weights stream (%s): budget %s (min %s), loop N %s per token, pinned "
+                "S %s, window %s, most held %s\n", s->weights_policy,
+                rb_cli_bytes(s->weights_budget_bytes, a, sizeof a),
+                rb_cli_bytes(s->weights_min_budget_bytes, b, sizeof b),
+                rb_cli_bytes(s->weights_loop_bytes, c, sizeof c),
+                rb_cli_bytes(s->weights_pinned_loop_bytes, d, sizeof d),
+                rb_cli_bytes(s->weights_window_bytes, e, sizeof e),
+                rb_cli_bytes(s->weights_max_resident_bytes, g, sizeof g));
+        double per = s->weights_passes ? (double)s->weights_read_bytes / s->weights_passes : 0;
+        fprintf(f, "    read %s in %" PRIu64 " requests over %" PRIu64 " passes (%s per pass), "
+                "hits %" PRIu64 " misses %" PRIu64 ", reading %.1f ms, forward pass waited "
+                "%.1f ms\n", rb_cli_bytes(s->weights_read_bytes, a, sizeof a), s->weights_reads,
+                s->weights_passes, rb_cli_bytes((uint64_t)per, b, sizeof b), s->weights_hits,
+                s->weights_misses, s->weights_io_s * 1e3, s->weights_wait_s * 1e3);
+        if (s->weights_rebalances)
+            fprintf(f, "    re-balanced %" PRIu64 " times for KV: the weights gave up %s of "
+                    "cache (the loop prefix shrinks, more streams per token)\n",
+                    s->weights_rebalances, rb_cli_bytes(s->weights_given_up_bytes, a, sizeof a));
+    }
     fprintf(f, "  KV raw       %s (%" PRIu32 " pages)\n", rb_cli_bytes(s->kv_raw_bytes, a, sizeof a),
             s->n_kv_pages[RB_TIER_RESIDENT]);
     fprintf(f, "  KV compressed %s holding %s (%" PRIu32 " pages)\n",

@@ -209,6 +209,17 @@ typedef struct rb_session_params {
     double decode_bytes_per_s; /* D of the tier split; 0: measured */
     double storage_bytes_per_s;/* R of the tier split; 0: the profile's
                                   bandwidth, or measured on "host" */
+    /* weight streaming: the weights are read through rebound's own block
+       cache (bypassing the page cache) instead of being loaded whole; the
+       hot set and a loop prefix stay, the rest streams from storage every
+       token with read-ahead. On when weights_budget_bytes > 0, or when
+       budget_bytes cannot hold the weights and the run state; then
+       budget_bytes covers everything and the weights give up cache to KV
+       as the context grows. One streaming session per model. */
+    uint64_t weights_budget_bytes; /* 0: none (or from budget_bytes) */
+    const char *weights_policy;    /* "class" (NULL: class), or "lru" (the page
+                                      cache's policy), fifo, clock, 2q, arc,
+                                      lirs, mru */
 } rb_session_params;
 
 RB_API rb_session_params rb_session_default_params(void);
@@ -309,6 +320,23 @@ typedef struct rb_session_stats {
     uint64_t file_pages_written;
     double file_commit_s;            /* time spent committing, in all */
     rb_status file_status;           /* the last commit's */
+    /* weight streaming, when on (weights_streaming 1) */
+    int weights_streaming;
+    const char *weights_policy;
+    uint64_t weights_budget_bytes;       /* the cache's capacity now */
+    uint64_t weights_min_budget_bytes;   /* the least that works */
+    uint64_t weights_loop_bytes;         /* N: read per token */
+    uint64_t weights_pinned_loop_bytes;  /* S: kept (the rest streams) */
+    uint64_t weights_window_bytes;       /* stream window */
+    uint64_t weights_max_resident_bytes; /* the most the cache held */
+    uint64_t weights_read_bytes;         /* from storage, since the session began */
+    uint64_t weights_reads;              /* read requests */
+    uint64_t weights_hits, weights_misses;   /* block fetches */
+    uint64_t weights_passes;             /* forward passes (tokens in decode) */
+    uint64_t weights_rebalances;         /* budget changes as KV grew */
+    uint64_t weights_given_up_bytes;     /* cache given to KV since the start */
+    double weights_io_s;                 /* read time (throttle included) */
+    double weights_wait_s;               /* forward pass blocked on weights */
 } rb_session_stats;
 
 RB_API rb_status rb_session_get_stats(const rb_session *session, rb_session_stats *out);

@@ -417,6 +417,8 @@ int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint3
     uint32_t E = hp->n_embd;
     const rb_type_traits *et = rb_type_get_traits(f->token_embd.type);
     size_t row_bytes = rb_type_row_bytes(f->token_embd.type, E);
+    if (f->rows_gate && f->rows_gate(f->rows_gate_ctx, tokens, n) != 0)
+        return -1;
     if (f->trace) /* the weight ranges this batch reads, for the I/O analysis */
         rb_trace_forward_begin(f->trace, tokens, n, pos0);
     for (uint32_t t = 0; t < n; t++)
@@ -435,8 +437,9 @@ int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint3
     }
     if (f->trace)
         rb_trace_forward_end(f->trace);
-    if (f->layer_gate) /* "all layers done": closes the last layer's span */
-        f->layer_gate(f->layer_gate_ctx, hp->n_layers);
+    /* "all layers done": closes the last layer's span; the output's weights */
+    if (f->layer_gate && f->layer_gate(f->layer_gate_ctx, hp->n_layers) != 0)
+        return -1;
     uint32_t first = all_logits ? 0 : n - 1, m = n - first;
     for (uint32_t t = first; t < n; t++)
         rb_rmsnorm(f->xb + (size_t)(t - first) * E, f->x + (size_t)t * E, f->output_norm, E,

@@ -49,10 +49,15 @@ typedef struct rb_forward {
     rb_threadpool *pool;     /* borrowed */
     /* asked before each layer is computed: nonzero stops the pass (the
        memory manager could not bring the layer back); called once more
-       with layer == n_layers when the layers are done (its result is
-       ignored); NULL: never asked */
+       with layer == n_layers when the layers are done, before the output
+       norm and matrix are read (nonzero stops the pass too); NULL: never
+       asked */
     int (*layer_gate)(void *ctx, uint32_t layer);
     void *layer_gate_ctx;
+    /* asked before the embedding rows of a batch's tokens are read
+       (weight streaming fetches them); nonzero stops the pass; NULL: never */
+    int (*rows_gate)(void *ctx, const int32_t *tokens, uint32_t n);
+    void *rows_gate_ctx;
     size_t mem_bytes;        /* run state bytes (the scratch account) */
     struct rb_trace_writer *trace; /* borrowed from the model; NULL: not traced */
 

@@ -33,6 +33,7 @@ struct rb_model {
     void *data_alloc;       /* the allocation data points into */
     char *path;             /* as given to rb_model_open */
     int is_layers_unread;   /* lazily loaded: blk.* bytes not read yet */
+    int is_all_unread;      /* reserved: no tensor read yet (weight streaming) */
     rb_tokenizer *tokenizer; /* built on first use */
     struct rb_trace_writer *trace; /* borrowed; NULL: not traced */
     uint32_t trace_file;    /* this file's id in the trace */
@@ -311,10 +312,15 @@ const rb_hparams *rb_model_hparams(const rb_model *model) { return &model->hp; }
 static rb_status rb_model_load_weights_impl(rb_model *m, int skip_layers);
 
 /* Reads the tensors of the data section into m->data: all of them, or
- * (skip_layers) all but the blk.* ones, which a cold restore reads layer by
- * layer while the first layers compute. */
+ * (skip_layers 1) all but the blk.* ones, which a cold restore reads layer
+ * by layer while the first layers compute, or (2) none: weight streaming
+ * reads blocks on use. */
 static rb_status load_tensors(rb_model *m, int skip_layers)
 {
+    m->is_all_unread = skip_layers == 2;
+    m->is_layers_unread = skip_layers != 0;
+    if (skip_layers == 2)
+        return RB_OK;
     for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
         const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
         if (skip_layers && rb_tensor_layer(t->name) >= 0)
@@ -322,15 +328,19 @@ static rb_status load_tensors(rb_model *m, int skip_layers)
         if (m->trace)
             rb_trace_writer_access(m->trace, m->trace_file, t->file_offset, t->n_bytes);
         rb_status st = rb_gguf_read(m->gguf, t, 0, m->data + t->offset, t->n_bytes, &m->err);
-        if (st != RB_OK)
+        if (st != RB_OK) {
+            m->is_all_unread = 1; /* partly read: read it all again next time */
+            m->is_layers_unread = 1;
             return st;
+        }
     }
-    m->is_layers_unread = skip_layers;
     return RB_OK;
 }
 
 rb_status rb_model_load_weights_lazy(rb_model *m)
 {
+    if (m->data && m->is_all_unread) /* reserved for streaming before */
+        return load_tensors(m, 1);
     if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
         return RB_OK;
     if (rb_gguf_tensor_data(m->gguf, rb_gguf_tensor_at(m->gguf, 0)))
@@ -340,11 +350,28 @@ rb_status rb_model_load_weights_lazy(rb_model *m)
 
 int rb_model_layers_unread(const rb_model *m) { return m->is_layers_unread; }
 
+rb_status rb_model_reserve_weights(rb_model *m)
+{
+    if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
+        return RB_OK;
+    if (rb_gguf_tensor_data(m->gguf, rb_gguf_tensor_at(m->gguf, 0)))
+        return RB_OK; /* mapped */
+    return rb_model_load_weights_impl(m, 2);
+}
+
+void rb_model_set_weights_unread(rb_model *m)
+{
+    if (m->data) {
+        m->is_all_unread = 1;
+        m->is_layers_unread = 1;
+    }
+}
+
 void rb_model_set_layers_read(rb_model *m) { m->is_layers_unread = 0; }
 
 rb_status rb_model_load_weights(rb_model *m)
 {
-    if (m->data && m->is_layers_unread) /* a lazy load before: read the rest */
+    if (m->data && (m->is_layers_unread || m->is_all_unread)) /* lazy or reserved before */
         return load_tensors(m, 0);
     if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
         return RB_OK;

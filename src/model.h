@@ -62,6 +62,13 @@ rb_status rb_model_load_weights(rb_model *model);
 rb_status rb_model_load_weights_lazy(rb_model *model);
 int rb_model_layers_unread(const rb_model *model);
 void rb_model_set_layers_read(rb_model *model);
+/* The weight buffer without reading anything (weight streaming reads
+ * blocks on use: wcache_stream.h). A later rb_model_load_weights(_lazy)
+ * reads what it needs. */
+rb_status rb_model_reserve_weights(rb_model *model);
+/* The buffer's contents are no longer the file's (a streaming cache gave
+ * its pages back): the next load reads every tensor again. */
+void rb_model_set_weights_unread(rb_model *model);
 
 /* Bytes of tensor t; NULL before rb_model_load_weights succeeded. */
 const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t);

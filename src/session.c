@@ -72,8 +72,11 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     s->model = model;
     s->params = p;
     rb_status st;
-    if ((st = is_lazy_weights ? rb_model_load_weights_lazy(model)
-                              : rb_model_load_weights(model)) != RB_OK) {
+    /* streamed weights are read on use; a cold start reads the layers in
+       the first feed's restore */
+    if ((st = rb_session_wants_streaming(model, &p) ? rb_model_reserve_weights(model)
+              : is_lazy_weights ? rb_model_load_weights_lazy(model)
+                                : rb_model_load_weights(model)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
     }
@@ -127,6 +130,8 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
     const uint32_t n_vocab = s->fwd.hp.n_vocab;
     if (n == 0)
         return RB_OK;
+    rb_session_memory_before_feed(s, (pos0 + (uint32_t)n + s->kv.page_tokens - 1) /
+                                         s->kv.page_tokens);
     rb_status st = rb_kvcache_reserve(&s->kv, pos0 + (uint32_t)n, &s->err);
     if (st != RB_OK)
         return st;
@@ -203,6 +208,8 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
             return st;
         if (rst != RB_OK)
             return rst; /* weights could not be re-read: nothing computes */
+        if (stopped && (st = rb_session_memory_stream_error(s)) != RB_OK)
+            return st;  /* streamed weights could not be read: the same */
         if (!stopped && damaged == UINT32_MAX) {
             s->recomputed_tokens = (uint32_t)(s->n_tokens - kv_valid);
             memcpy(s->tokens + s->n_tokens, tokens, n * sizeof *tokens);

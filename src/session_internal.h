@@ -32,7 +32,8 @@ struct rb_session {
     struct rb_throttle *throttle;   /* the emulated device; NULL: host as is */
     struct rb_store *store;         /* NULL: no spill tier (store_note says why) */
     char store_note[RB_ERROR_MESSAGE_MAX + 32];
-    struct rb_wcache *wcache;       /* NULL: weights stay (mapped model) */
+    struct rb_wcache *wcache;       /* NULL: weights stay (mapped model) or stream */
+    struct rb_wcache_stream *wstream; /* weight streaming under a budget; NULL: off */
     struct rb_residency *res;
     uint32_t recomputed_tokens;     /* by the last feed */
     size_t n_kv_valid;              /* positions with K/V in some tier (<= n_tokens) */
@@ -71,3 +72,13 @@ static inline rb_kvcache *rb_session_kvcache(rb_session *s) { return &s->kv; }
 static inline rb_model *rb_session_model(rb_session *s) { return s->model; }
 
 #endif
+/* Weights stream under a budget (rb_session_params.weights_budget_bytes,
+ * or a memory budget below the model's weight bytes). */
+int rb_session_wants_streaming(const rb_model *model, const rb_session_params *p);
+/* Before a feed that grows the KV cache to n_pages_after pages per layer:
+ * under a memory budget, the streaming weight cache gives up what the new
+ * KV will take (down to its minimum; below that the KV is trimmed). */
+void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after);
+/* A forward pass stopped by the weight stream's I/O error: copies it into
+ * the session's error and returns it; RB_OK when the stream is fine. */
+rb_status rb_session_memory_stream_error(rb_session *s);

@@ -24,15 +24,85 @@
 #include "store.h"
 #include "throttle.h"
 #include "wcache.h"
+#include "wcache_stream.h"
 
 static int layer_gate(void *ctx, uint32_t layer)
 {
     rb_session *s = ctx;
+    /* weights first: the unit's blocks (layer L, or the output at
+       n_layers), then the layer's KV */
+    if (s->wstream && rb_wcache_stream_acquire(s->wstream, layer) != 0)
+        return -1;
     if (layer >= s->kv.n_layers) {
         rb_residency_compute_done(s->res);
         return 0;
     }
     return rb_residency_wait_layer(s->res, layer);
+}
+
+static int rows_gate(void *ctx, const int32_t *tokens, uint32_t n)
+{
+    rb_session *s = ctx;
+    return rb_wcache_stream_rows(s->wstream, tokens, n);
+}
+
+int rb_session_wants_streaming(const rb_model *model, const rb_session_params *p)
+{
+    if (p->weights_budget_bytes)
+        return 1;
+    if (!p->budget_bytes)
+        return 0;
+    rb_model_info info;
+    rb_model_get_info(model, &info);
+    return p->budget_bytes < info.tensor_data_bytes;
+}
+
+/* RAM the session holds besides weights and KV (the stats' categories). */
+static uint64_t fixed_bytes(const rb_session *s)
+{
+    return s->fwd.mem_bytes + (uint64_t)s->fwd.hp.n_vocab * sizeof(float) +
+           (uint64_t)s->kv.n_ctx * sizeof(int32_t) +
+           (uint64_t)s->kv.n_layers * s->kv.pages_per_layer * sizeof(void *);
+}
+
+/* The weight cache's share: its own budget, and what a memory budget
+ * leaves after the run state and kv_bytes of KV (0: nothing left). */
+static uint64_t weights_share(const rb_session *s, uint64_t kv_bytes)
+{
+    const rb_session_params *p = &s->params;
+    uint64_t cap = p->weights_budget_bytes ? p->weights_budget_bytes : UINT64_MAX;
+    if (p->budget_bytes) {
+        uint64_t rest = fixed_bytes(s) + kv_bytes;
+        uint64_t left = p->budget_bytes > rest ? p->budget_bytes - rest : 0;
+        cap = left < cap ? left : cap;
+    }
+    return cap;
+}
+
+static double mib(uint64_t b) { return (double)b / 1048576.0; }
+
+static rb_status stream_init(rb_session *s, rb_error *err)
+{
+    const rb_session_params *p = &s->params;
+    rb_wcache_stream_params wp = {.budget_bytes = weights_share(s, 0),
+                                  .policy = p->weights_policy};
+    if (wp.budget_bytes == 0)
+        return rb_error_set(err, RB_E_BUDGET, "session: a memory budget of %.1f MiB leaves "
+                            "nothing for weights after the run state (%.1f MiB)",
+                            mib(p->budget_bytes), mib(fixed_bytes(s)));
+    rb_error e = {0};
+    rb_status st = rb_wcache_stream_create(s->model, rb_model_path(s->model), NULL, s->throttle,
+                                           &wp, &s->wstream, &e);
+    if (st == RB_E_BUDGET && !p->weights_budget_bytes) /* in the budget the caller gave */
+        return rb_error_set(err, st, "session: a memory budget of %.1f MiB leaves %.1f MiB for "
+                            "weights after the run state (%.1f MiB): %s; the memory budget "
+                            "must add the run state to that", mib(p->budget_bytes),
+                            mib(wp.budget_bytes), mib(fixed_bytes(s)), e.message);
+    if (st != RB_OK)
+        return rb_error_set(err, st, "%s", e.message);
+    s->fwd.rows_gate = rows_gate;
+    s->fwd.rows_gate_ctx = s;
+    return RB_OK;
 }
 
 rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
@@ -74,8 +144,12 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
     }
 
     rb_error werr = {0};
-    if (rb_wcache_create(s->model, rb_model_path(s->model), NULL, s->throttle, &s->wcache,
-                         &werr) != RB_OK) {
+    if (rb_session_wants_streaming(s->model, p)) {
+        if ((st = stream_init(s, err)) != RB_OK)
+            return st;
+        is_cold = 0; /* the stream reads every block on use */
+    } else if (rb_wcache_create(s->model, rb_model_path(s->model), NULL, s->throttle,
+                                &s->wcache, &werr) != RB_OK) {
         s->wcache = NULL;
         if (werr.status != RB_E_UNSUPPORTED) /* mapped: weights just stay */
             return rb_error_set(err, werr.status, "%s", werr.message);
@@ -96,7 +170,7 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
                                : prof.is_throttled ? prof.bw_bytes_per_s : 0,
         .storage_latency_s = prof.latency_s,
     };
-    if (is_cold && !s->wcache)
+    if (is_cold && !s->wcache && !s->wstream)
         return rb_error_set(err, RB_E_UNSUPPORTED, "session: a cold start needs the weight "
                             "cache (%s)", werr.message);
     if (is_cold && (st = rb_wcache_mark_unread(s->wcache, err)) != RB_OK)
@@ -115,6 +189,9 @@ void rb_session_memory_deinit(rb_session *s)
     rb_residency_destroy(s->res);
     s->res = NULL;
     s->fwd.layer_gate = NULL;
+    s->fwd.rows_gate = NULL;
+    rb_wcache_stream_destroy(s->wstream);
+    s->wstream = NULL;
     rb_wcache_destroy(s->wcache);
     s->wcache = NULL;
     rb_store_close(s->store);
@@ -139,6 +216,11 @@ rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,
                             "(open it without mmap)");
     uint64_t freed = 0;
     rb_status st = rb_residency_trim(s->res, bytes, level, &freed, &s->err);
+    /* streamed weights: a complete trim, or bytes the KV could not give,
+       come out of the block cache (they stream back on use) */
+    if (st == RB_OK && s->wstream && (level == RB_TRIM_COMPLETE ||
+                                      (level == RB_TRIM_BYTES && freed < bytes)))
+        freed += rb_wcache_stream_drop(s->wstream);
     if (freed_out)
         *freed_out = freed;
     return st;
@@ -154,6 +236,30 @@ rb_status rb_session_get_stats(const rb_session *s, rb_session_stats *out)
     out->weights_bytes = s->wcache ? rb_wcache_resident_bytes(s->wcache) : info.tensor_data_bytes;
     out->weights_evicted_bytes = s->wcache ? rb_wcache_total_bytes(s->wcache) -
                                                  out->weights_bytes : 0;
+    if (s->wstream) {
+        rb_wcache_stream_stats ws;
+        rb_wcache_stream_get_stats(s->wstream, &ws);
+        out->weights_bytes = ws.resident_bytes;
+        out->weights_evicted_bytes = info.tensor_data_bytes > ws.resident_bytes
+                                         ? info.tensor_data_bytes - ws.resident_bytes : 0;
+        out->weights_streaming = 1;
+        out->weights_policy = ws.policy;
+        out->weights_budget_bytes = ws.budget_bytes;
+        out->weights_min_budget_bytes = ws.min_budget_bytes;
+        out->weights_loop_bytes = ws.loop_bytes;
+        out->weights_pinned_loop_bytes = ws.pinned_loop_bytes;
+        out->weights_window_bytes = ws.window_bytes;
+        out->weights_max_resident_bytes = ws.max_resident_bytes;
+        out->weights_read_bytes = ws.read_bytes;
+        out->weights_reads = ws.n_reads;
+        out->weights_hits = ws.n_hits;
+        out->weights_misses = ws.n_misses;
+        out->weights_passes = ws.n_passes;
+        out->weights_rebalances = ws.n_rebalances;
+        out->weights_given_up_bytes = ws.budget_given_up_bytes;
+        out->weights_io_s = ws.io_s;
+        out->weights_wait_s = ws.wait_s;
+    }
     out->scratch_bytes = s->fwd.mem_bytes + (uint64_t)s->fwd.hp.n_vocab * sizeof(float);
     out->other_bytes = (uint64_t)s->kv.n_ctx * sizeof(int32_t) +
                        (uint64_t)s->kv.n_layers * s->kv.pages_per_layer * sizeof(void *);
@@ -184,6 +290,35 @@ rb_status rb_session_memory_after_feed(rb_session *s)
        weights cannot be released) stays, and the stats show it */
     return rb_residency_trim(s->res, st.total_bytes - s->params.budget_bytes, RB_TRIM_BYTES,
                              NULL, &s->err);
+}
+
+void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
+{
+    if (!s->wstream || !s->params.budget_bytes)
+        return;
+    rb_session_stats st;
+    rb_session_get_stats(s, &st);
+    uint64_t kv = st.kv_raw_bytes + st.kv_compressed_bytes;
+    if (n_pages_after > s->kv.n_pages_reserved)
+        kv += (uint64_t)(n_pages_after - s->kv.n_pages_reserved) * s->kv.n_layers *
+              rb_kvcache_page_alloc_bytes(&s->kv);
+    uint64_t share = weights_share(s, kv), min = rb_wcache_stream_min_budget(s->wstream);
+    if (share < min) {
+        /* the weights are at their floor: the KV gives the rest (last
+           layers first, as a trim); what it cannot give shows in the stats */
+        uint64_t excess = min - share;
+        rb_residency_trim(s->res, excess, RB_TRIM_BYTES, NULL, &s->err);
+        share = min;
+    }
+    /* block granularity: the KV grows a page at a time, so this changes
+       the cache (and drops its read-ahead) only when a page is added */
+    if (share / 65536 != st.weights_budget_bytes / 65536)
+        rb_wcache_stream_set_budget(s->wstream, share, &s->err);
+}
+
+rb_status rb_session_memory_stream_error(rb_session *s)
+{
+    return s->wstream ? rb_wcache_stream_error(s->wstream, &s->err) : RB_OK;
 }
 
 rb_status rb_session_set_restore(rb_session *s, rb_restore_mode mode, rb_ram_codec codec)
