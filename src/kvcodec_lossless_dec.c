@@ -460,8 +460,8 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
      * in the page: the page's first touch is then the merge's sequential
      * stores instead of the symbol loops' strided ones, which waited on
      * the destination's cache misses (qwen3-0.6b shape, 64 KiB heads,
-     * thread CPU time: 1.73 -> 2.0x GB/s; the entries written to a
-     * resident buffer alone gave 2.02-2.06) */
+     * 64 MiB of pages, thread CPU time: 1.72-1.75 -> 1.90-1.96 GB/s;
+     * stories260K's 2 KiB heads: no change) */
     rb_f16 top[SCRATCH] RB_KV_ALIGN32;
     const char *why;
     for (int half = 0; half < 2; half++) {
