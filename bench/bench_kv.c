@@ -223,6 +223,7 @@ static int bench_general(bench_set *b, int which)
             const uint8_t *src = b->raw + u * b->unit_bytes;
             uint8_t *dst = frames + u * slot;
             size_t n = 0;
+            (void)src, (void)dst; /* unused when neither library is built in */
 #ifdef REBOUND_HAVE_LZ4
             if (which == GP_LZ4)
                 n = (size_t)LZ4_compress_default((const char *)src, (char *)dst,
@@ -245,6 +246,7 @@ static int bench_general(bench_set *b, int which)
         for (size_t u = 0; u < b->n_units; u++) {
             uint8_t *dst = b->out + u * b->unit_bytes;
             size_t n = 0;
+            (void)dst;
 #ifdef REBOUND_HAVE_LZ4
             if (which == GP_LZ4)
                 n = (size_t)LZ4_decompress_safe((const char *)frames + u * slot, (char *)dst,
