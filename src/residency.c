@@ -31,6 +31,15 @@
  * Trim runs only between feeds (no restore in flight): the session
  * serialises them.
  *
+ * Pins (the session file's storage worker, which writes pages while the
+ * session goes on): a pinned page is RESIDENT and its slot's buffer stays
+ * as it is until unpinned - a trim by bytes skips it (it may run inside a
+ * feed: the budget), a trim by level and a forget wait for the unpin on
+ * cv_pin. `epoch` counts forgets: a pin taken for an epoch that has passed
+ * fails, so the writer never reads a slot that the KV cache refills (the
+ * cache writes slots without mu, but only after a forget). Pins, epoch and
+ * n_pinned are guarded by mu.
+ *
  * Invariants: a page below n_pages is in exactly one tier; RESIDENT means
  * its slot holds the data; COMPRESSED means frame != NULL and slot NULL;
  * STORED means the store has its id and slot NULL; DROPPED means nothing
@@ -54,6 +63,7 @@ typedef struct kv_seg {
     uint8_t is_zram;     /* the frame is an lz4/zstd one (zram.h), else kvcodec */
     uint8_t saved;       /* an identical copy is at the saved source */
     uint8_t from_saved;  /* STORED at the saved source, not in the spill */
+    uint8_t pins;        /* the session file's writer is reading the slot */
     uint32_t frame_bytes;
     void *frame;         /* COMPRESSED only */
 } kv_seg;
@@ -79,6 +89,10 @@ struct rb_residency {
     pthread_cond_t cv_work;
     pthread_cond_t cv_layer;
     pthread_cond_t cv_idle;
+    pthread_cond_t cv_pin;   /* a page was unpinned */
+    uint64_t epoch;          /* forgets so far */
+    uint32_t n_pinned;
+    uint64_t n_pin_waits, n_pin_skips, n_pin_stale; /* races with the writer, counted */
     uint32_t *pending;       /* [n_layers] */
     uint8_t *layer_failed;   /* [n_layers] */
     uint32_t *io_jobs, n_io, io_next;
@@ -361,6 +375,7 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
     pthread_cond_init(&r->cv_work, NULL);
     pthread_cond_init(&r->cv_layer, NULL);
     pthread_cond_init(&r->cv_idle, NULL);
+    pthread_cond_init(&r->cv_pin, NULL);
     r->n_threads_started = -1; /* the sync objects exist */
     if (pthread_create(&r->io_thread, NULL, io_worker, r) != 0) {
         rb_residency_destroy(r);
@@ -393,6 +408,7 @@ void rb_residency_destroy(rb_residency *r)
         pthread_cond_destroy(&r->cv_work);
         pthread_cond_destroy(&r->cv_layer);
         pthread_cond_destroy(&r->cv_idle);
+        pthread_cond_destroy(&r->cv_pin);
     }
     for (uint32_t i = 0; r->segs && i < r->n_kv_segs; i++) {
         free(r->segs[i].frame);
@@ -551,6 +567,13 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
                 break;
             uint32_t id = l * r->kv.pages_per_layer + pg;
             kv_seg *s = &r->segs[id];
+            if (s->pins && by_bytes) {
+                r->n_pin_skips++;
+                continue; /* being saved: other pages go first, never a wait */
+            }
+            r->n_pin_waits += s->pins != 0;
+            while (s->pins)
+                pthread_cond_wait(&r->cv_pin, &r->mu);
             if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
                 continue;
             if (r->p.restore == RB_RESTORE_RECOMPUTE) {
@@ -641,8 +664,24 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
 
 /* ---- restore ---------------------------------------------------------------- */
 
+/* mu held */
+static int pinned_from(const rb_residency *r, uint32_t first_page)
+{
+    for (uint32_t l = 0; r->n_pinned && l < r->kv.n_layers; l++)
+        for (uint32_t pg = first_page; pg < r->kv.pages_per_layer; pg++)
+            if (r->segs[l * r->kv.pages_per_layer + pg].pins)
+                return 1;
+    return 0;
+}
+
 static void forget_locked(rb_residency *r, uint32_t first_page)
 {
+    if (pinned_from(r, first_page)) {
+        r->n_pin_waits++;
+        while (pinned_from(r, first_page))
+            pthread_cond_wait(&r->cv_pin, &r->mu);
+    }
+    r->epoch++; /* pins for the old contents fail from here on */
     for (uint32_t l = 0; l < r->kv.n_layers; l++)
         for (uint32_t pg = first_page; pg < r->kv.pages_per_layer; pg++) {
             uint32_t id = l * r->kv.pages_per_layer + pg;
@@ -844,14 +883,64 @@ void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read, v
     pthread_mutex_unlock(&r->mu);
 }
 
-void rb_residency_mark_saved(rb_residency *r, uint32_t layer, uint32_t page, int saved)
+void rb_residency_mark_saved(rb_residency *r, uint32_t layer, uint32_t page, int saved,
+                             uint64_t epoch)
 {
     if (layer >= r->kv.n_layers || page >= r->kv.pages_per_layer)
         return;
     pthread_mutex_lock(&r->mu);
     kv_seg *s = &r->segs[layer * r->kv.pages_per_layer + page];
-    if (!s->from_saved)
+    if (!s->from_saved && epoch == r->epoch)
         s->saved = (uint8_t)(saved != 0);
+    pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t rb_residency_epoch(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t e = r->epoch;
+    pthread_mutex_unlock(&r->mu);
+    return e;
+}
+
+const void *rb_residency_pin(rb_residency *r, uint32_t layer, uint32_t page, uint64_t epoch)
+{
+    if (layer >= r->kv.n_layers || page >= r->kv.pages_per_layer)
+        return NULL;
+    const uint32_t id = layer * r->kv.pages_per_layer + page;
+    const void *buf = NULL;
+    pthread_mutex_lock(&r->mu);
+    kv_seg *s = &r->segs[id];
+    if (epoch != r->epoch) {
+        r->n_pin_stale++;
+    } else if (s->tier == RB_TIER_RESIDENT && r->kv.slots[id] && s->pins < 255) {
+        s->pins++;
+        r->n_pinned++;
+        buf = r->kv.slots[id];
+    }
+    pthread_mutex_unlock(&r->mu);
+    return buf;
+}
+
+void rb_residency_pin_counts(rb_residency *r, uint64_t *waits, uint64_t *skips,
+                             uint64_t *stale)
+{
+    pthread_mutex_lock(&r->mu);
+    *waits = r->n_pin_waits;
+    *skips = r->n_pin_skips;
+    *stale = r->n_pin_stale;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rb_residency_unpin(rb_residency *r, uint32_t layer, uint32_t page)
+{
+    pthread_mutex_lock(&r->mu);
+    kv_seg *s = &r->segs[layer * r->kv.pages_per_layer + page];
+    if (s->pins) {
+        s->pins--;
+        r->n_pinned--;
+    }
+    pthread_cond_broadcast(&r->cv_pin);
     pthread_mutex_unlock(&r->mu);
 }
 

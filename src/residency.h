@@ -119,8 +119,27 @@ size_t rb_residency_events(const rb_residency *r, rb_restore_event *out, size_t 
 typedef int (*rb_residency_read_fn)(void *ctx, uint32_t layer, uint32_t page, void *buf,
                                     rb_error *err);
 void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read, void *ctx);
-/* The page has (1) or no longer has (0) an identical copy at the source. */
-void rb_residency_mark_saved(rb_residency *r, uint32_t layer, uint32_t page, int saved);
+/* The page has (1) or no longer has (0) an identical copy at the source;
+ * ignored when a forget happened since epoch (rb_residency_epoch): the
+ * page's contents are being recomputed. */
+void rb_residency_mark_saved(rb_residency *r, uint32_t layer, uint32_t page, int saved,
+                             uint64_t epoch);
+
+/*
+ * For the session file's storage worker, which writes pages while the
+ * session goes on (any thread). rb_residency_epoch: the count of forgets
+ * so far. rb_residency_pin: the buffer of a RESIDENT page, unchanged until
+ * rb_residency_unpin (a trim by bytes skips the page, a trim by level and
+ * a forget wait for the unpin: one page write); NULL when the page is not
+ * resident or a forget happened since epoch.
+ */
+uint64_t rb_residency_epoch(rb_residency *r);
+const void *rb_residency_pin(rb_residency *r, uint32_t layer, uint32_t page, uint64_t epoch);
+void rb_residency_unpin(rb_residency *r, uint32_t layer, uint32_t page);
+/* How often a trim or forget waited for a pin, a trim by bytes skipped a
+ * pinned page, and a pin failed for a passed epoch (tests). */
+void rb_residency_pin_counts(rb_residency *r, uint64_t *waits, uint64_t *skips,
+                             uint64_t *stale);
 /* A page not in RAM whose data is at the source (a session opened from a
  * file): STORED there; is_clean as for mark_saved. */
 void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, int is_clean);

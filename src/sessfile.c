@@ -371,8 +371,25 @@ static rb_status write_all(rb_sessfile *f, int fd, const void *p, size_t n, uint
     return RB_OK;
 }
 
+static const void *slot_get(void *ctx, uint32_t layer, uint32_t page)
+{
+    const rb_sessfile_slot_table *t = ctx;
+    return t->slots[(size_t)layer * t->pages_per_layer + page];
+}
+
+static void slot_put(void *ctx, uint32_t layer, uint32_t page)
+{
+    (void)ctx, (void)layer, (void)page;
+}
+
+rb_sessfile_source rb_sessfile_slots(const rb_sessfile_slot_table *t)
+{
+    rb_sessfile_source s = {slot_get, slot_put, (void *)t};
+    return s;
+}
+
 rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
-                             void *const *slots, int with_tail, const void *blob,
+                             const rb_sessfile_source *src, int with_tail, const void *blob,
                              size_t blob_n, int do_fsync, uint32_t *pages_written,
                              rb_error *err)
 {
@@ -391,26 +408,33 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
     const uint32_t P = f->g.page_tokens;
 
     /* 1. pages holding more than their saved copy (data region, appended) */
-    for (uint32_t l = 0; slots && l < f->g.n_layers && st == RB_OK; l++)
+    for (uint32_t l = 0; src && l < f->g.n_layers && st == RB_OK; l++)
         for (uint32_t p = 0; p < f->g.pages_per_layer; p++) {
             uint64_t first = (uint64_t)p * P;
             if (first >= n_tokens)
                 break;
             uint32_t held = n_tokens - first >= P ? P : (uint32_t)(n_tokens - first);
             size_t i = (size_t)l * f->g.pages_per_layer + p;
-            if (!slots[i] || (held < P && !with_tail) || f->pages[i].tokens >= held)
+            if ((held < P && !with_tail) || f->pages[i].tokens >= held)
+                continue;
+            const void *buf = src->get(src->ctx, l, p);
+            if (!buf)
                 continue;
             int64_t t0 = rb_throttle_now_ns();
-            if ((st = write_all(f, f->fd_direct, slots[i], f->g.page_alloc, f->sb.data_end, err,
-                                "a KV page")) != RB_OK)
+            st = write_all(f, f->fd_direct, buf, f->g.page_alloc, f->sb.data_end, err,
+                           "a KV page");
+            if (st == RB_OK) {
+                if (f->throttle)
+                    rb_throttle_io_since(f->throttle, f->g.page_alloc, t0);
+                f->pages[i].off = f->sb.data_end;
+                f->pages[i].hash = rb_kvcodec_hash64(buf, f->g.page_bytes);
+                f->pages[i].tokens = held;
+                f->sb.data_end += f->g.page_alloc;
+                written++;
+            }
+            src->put(src->ctx, l, p);
+            if (st != RB_OK)
                 break;
-            if (f->throttle)
-                rb_throttle_io_since(f->throttle, f->g.page_alloc, t0);
-            f->pages[i].off = f->sb.data_end;
-            f->pages[i].hash = rb_kvcodec_hash64(slots[i], f->g.page_bytes);
-            f->pages[i].tokens = held;
-            f->sb.data_end += f->g.page_alloc;
-            written++;
         }
     /* pages of positions beyond the new end (a rewind) are dropped */
     for (size_t i = 0; st == RB_OK && i < n_entries(f); i++) {
@@ -461,7 +485,11 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
     }
     if (st != RB_OK) {
         f->sb = old_sb;
-        memcpy(f->pages, old_pages, n_entries(f) * sizeof *old_pages);
+        /* only the entries this commit changed: a restore may be reading
+           the others (rb_sessfile_read_page) */
+        for (size_t i = 0; i < n_entries(f); i++)
+            if (f->pages[i].off != old_pages[i].off || f->pages[i].tokens != old_pages[i].tokens)
+                f->pages[i] = old_pages[i];
     } else {
         if (n_tokens && tokens != f->tokens)
             memcpy(f->tokens, tokens, 4 * n_tokens);

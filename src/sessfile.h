@@ -36,7 +36,10 @@
  * copy becomes garbage (no compaction yet).
  *
  * Threads: one thread at a time per handle, except rb_sessfile_read_page,
- * which the restore worker calls concurrently with nothing else writing.
+ * which a restore worker calls concurrently, for saved pages only, with
+ * at most a commit running (which writes other pages and entries: a saved
+ * page's entry changes only at a rewind's truncate, which waits for the
+ * commit and runs between feeds).
  */
 #ifndef RB_SESSFILE_H
 #define RB_SESSFILE_H
@@ -91,17 +94,40 @@ rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, v
                                 rb_error *err);
 
 /*
- * Commits: writes every page of slots ([n_layers][pages_per_layer], NULL
- * = not in RAM now: left as it was) that holds more tokens than its saved
- * copy - full pages always, the last partial page only when with_tail -
- * then the tokens and blob into the inactive catalog area, then the
- * superblock. fsync: fdatasync before and after the superblock.
+ * Where a commit takes page contents from. get() returns the buffer of
+ * (layer, page) (page_alloc bytes, 4 KiB aligned) and keeps it unchanged
+ * until the matching put(), or NULL when the page is not in RAM now (its
+ * saved copy is left as it was). get and put run on the committing thread;
+ * NULL source: no pages are written.
+ */
+typedef struct rb_sessfile_source {
+    const void *(*get)(void *ctx, uint32_t layer, uint32_t page);
+    void (*put)(void *ctx, uint32_t layer, uint32_t page);
+    void *ctx;
+} rb_sessfile_source;
+
+/* A source over a plain slot table ([n_layers][pages_per_layer], NULL = not
+ * in RAM) that nothing changes during the commit; the table struct must
+ * outlive the commit. */
+typedef struct rb_sessfile_slot_table {
+    void *const *slots;
+    uint32_t pages_per_layer;
+} rb_sessfile_slot_table;
+rb_sessfile_source rb_sessfile_slots(const rb_sessfile_slot_table *t);
+
+/*
+ * Commits: writes every page the source has that holds more tokens than
+ * its saved copy - full pages always, the last partial page only when
+ * with_tail - then the tokens and blob into the inactive catalog area,
+ * then the superblock. fsync: fdatasync before and after the superblock.
  * *pages_written receives the pages written (may be NULL).
  * Errors: RB_E_IO (disk full: the previous state stays the file's state),
  * RB_E_INVALID_ARG (more tokens than the catalog holds, blob too large).
+ * Threads: the caller's, or the session's storage worker; concurrent with
+ * rb_sessfile_read_page of pages it does not write (a restore).
  */
 rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
-                             void *const *slots, int with_tail, const void *blob,
+                             const rb_sessfile_source *src, int with_tail, const void *blob,
                              size_t blob_n, int fsync, uint32_t *pages_written, rb_error *err);
 
 /* Forgets saved pages holding positions >= n_tokens (a rewind): they are

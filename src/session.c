@@ -107,8 +107,8 @@ void rb_session_destroy(rb_session *s)
 {
     if (!s)
         return;
+    rb_session_file_close(s);    /* its storage worker pins pages: before residency */
     rb_session_memory_deinit(s); /* stops the restore workers first */
-    rb_session_file_close(s);
     rb_forward_deinit(&s->fwd);
     rb_kvcache_deinit(&s->kv);
     rb_threadpool_destroy(s->pool);

@@ -9,6 +9,28 @@
  * residency manager as saved: a later trim drops it from RAM without
  * writing anything, and a restore reads it from this file.
  *
+ * Write-behind: a feed hands its commit to the storage worker
+ * (session_writer.h) and returns; the worker runs one commit at a time and
+ * a newer one replaces a commit still pending. What the worker reads while
+ * the session goes on, and why it stays valid:
+ *   - tokens [0, n): a feed only appends beyond them; a rewind, the only
+ *     thing that changes them, waits for the worker (rb_session_file_rewound
+ *     runs before the rewind returns, and the file changes at the next
+ *     commit anyway);
+ *   - the blob: copied when the commit is handed over;
+ *   - page buffers: pinned one at a time at the residency manager, which
+ *     makes a trim by bytes skip the page (no wait inside a feed's budget
+ *     trim) and a trim by level or a forget wait for the unpin; a pin fails
+ *     once a forget happened since the commit was handed over (the page is
+ *     being recomputed), so that commit writes fewer pages - still a
+ *     consistent state, the next commit writes them;
+ *   - the session file handle: the worker's alone while a commit runs; an
+ *     explicit save, a rewind and close wait for the worker first, and a
+ *     restore reads only saved pages, whose entries a commit does not touch.
+ * Acknowledged means committed: rb_session_save waits for the worker and
+ * commits on the caller's thread (durable on return; fsync on request);
+ * file_tokens_committed is the state a kill -9 leaves.
+ *
  * A cold open reads only the catalog and the model's non-layer tensors;
  * every layer's weights and every saved page are left for the first feed's
  * restore plan (layer order, pipelined with compute). Positions the file
@@ -28,6 +50,7 @@
 #include "residency.h"
 #include "sessfile.h"
 #include "session_internal.h"
+#include "session_writer.h"
 #include "status.h"
 
 #define MAX_BLOB (256u << 10)
@@ -90,38 +113,157 @@ static int read_saved(void *ctx, uint32_t layer, uint32_t page, void *buf, rb_er
     return rb_sessfile_read_page(ctx, layer, page, buf, err) == RB_OK ? 0 : -1;
 }
 
-/* Tells the residency manager which full pages the file now holds. */
-static void mark_saved_pages(rb_session *s)
+/* The pages of a commit, pinned at the residency manager one at a time;
+ * put records the ones written, marked saved once the commit succeeded. */
+static const void *pin_get(void *ctx, uint32_t layer, uint32_t page)
 {
-    for (uint32_t l = 0; l < s->kv.n_layers; l++)
-        for (uint32_t p = 0; p < s->kv.n_pages_reserved; p++)
-            if (rb_sessfile_page_tokens(s->file, l, p) == s->kv.page_tokens)
-                rb_residency_mark_saved(s->res, l, p, 1);
+    rb_session *s = ctx;
+    if (!s->res)
+        return s->kv.pages[(size_t)layer * s->kv.pages_per_layer + page];
+    return rb_residency_pin(s->res, layer, page, s->file_epoch);
 }
 
-static rb_status commit(rb_session *s, int with_tail)
+static void pin_put(void *ctx, uint32_t layer, uint32_t page)
+{
+    rb_session *s = ctx;
+    if (s->res)
+        rb_residency_unpin(s->res, layer, page);
+    s->file_pinned[s->file_n_pinned++] = layer * s->kv.pages_per_layer + page;
+}
+
+/* Runs one commit: on the storage worker, or on the caller once the worker
+ * is idle. Only this thread touches s->file and the file_pinned fields. */
+static rb_status run_commit(rb_session *s, const rb_commit_job *job, int with_tail,
+                            rb_error *err)
 {
     double t0 = now_s();
     uint32_t written = 0;
-    rb_error err = {0};
-    /* every token; pages whose positions are not computed yet have no slot */
-    rb_status st = rb_sessfile_commit(s->file, s->tokens, s->n_tokens, (void *const *)s->kv.pages,
-                                      with_tail, s->blob, s->blob_n, s->file_fsync, &written,
-                                      &err);
-    s->file_commit_s += now_s() - t0;
+    s->file_n_pinned = 0;
+    s->file_epoch = job->epoch;
+    rb_sessfile_source src = {pin_get, pin_put, s};
+    rb_status st = rb_sessfile_commit(s->file, s->tokens, job->n_tokens, &src, with_tail,
+                                      job->blob, job->blob_n, job->fsync, &written, err);
+    s->file_commit_s = s->file_commit_s + (now_s() - t0); /* one committer at a time */
     s->file_status = st;
-    if (st != RB_OK) {
-        snprintf(s->file_note, sizeof s->file_note, "%s", err.message);
-        return rb_error_set(&s->err, st, "%s", err.message);
-    }
+    if (st != RB_OK)
+        return st;
     s->file_commits++;
     s->file_pages_written += written;
-    mark_saved_pages(s);
+    s->file_tokens_committed = job->n_tokens;
+    /* a full page whose copy is in the file: a trim drops it without a write */
+    for (uint32_t i = 0; s->res && i < s->file_n_pinned; i++) {
+        uint32_t l = s->file_pinned[i] / s->kv.pages_per_layer;
+        uint32_t p = s->file_pinned[i] % s->kv.pages_per_layer;
+        if (rb_sessfile_page_tokens(s->file, l, p) == s->kv.page_tokens)
+            rb_residency_mark_saved(s->res, l, p, 1, job->epoch);
+    }
+    return RB_OK;
+}
+
+/* A snapshot into another file pins too (the worker may be writing). */
+typedef struct snap_pins {
+    rb_residency *res;
+    uint64_t epoch;
+} snap_pins;
+
+static const void *snap_get(void *ctx, uint32_t layer, uint32_t page)
+{
+    const snap_pins *sp = ctx;
+    return rb_residency_pin(sp->res, layer, page, sp->epoch);
+}
+
+static void snap_put(void *ctx, uint32_t layer, uint32_t page)
+{
+    const snap_pins *sp = ctx;
+    rb_residency_unpin(sp->res, layer, page);
+}
+
+static rb_status worker_commit(void *ctx, const rb_commit_job *job, rb_error *err)
+{
+    return run_commit(ctx, job, 0, err);
+}
+
+static void note_failure(rb_session *s, const rb_error *err)
+{
+    snprintf(s->file_note, sizeof s->file_note, "%s", err->message);
+    rb_error_set(&s->err, err->status ? err->status : RB_E_IO, "%s", err->message);
+}
+
+/* Reports a failure of a background commit (in the stats at once; in the
+ * session's message from here). Caller's thread. */
+static void take_worker_error(rb_session *s)
+{
+    rb_error err = {0};
+    if (s->file_writer && rb_session_writer_take_error(s->file_writer, &err))
+        note_failure(s, &err);
+}
+
+/* Waits until the worker is idle (a pending commit dropped: the caller
+ * commits a newer state, or the state changes). */
+static void wait_worker(rb_session *s, int drop_pending)
+{
+    if (s->file_writer) {
+        rb_session_writer_wait(s->file_writer, drop_pending);
+        take_worker_error(s);
+    }
+}
+
+static rb_commit_job current_job(rb_session *s)
+{
+    rb_commit_job j = {s->n_tokens, s->res ? rb_residency_epoch(s->res) : 0, s->file_fsync,
+                       s->blob, s->blob_n};
+    return j;
+}
+
+/* A synchronous commit on the caller's thread. */
+static rb_status commit_now(rb_session *s, int with_tail)
+{
+    wait_worker(s, 1);
+    rb_error err = {0};
+    rb_commit_job job = current_job(s);
+    rb_status st = run_commit(s, &job, with_tail, &err);
+    if (st != RB_OK) {
+        note_failure(s, &err);
+        return st;
+    }
+    return RB_OK;
+}
+
+static void close_file(rb_session *s);
+
+/* Binds f in place of the current file (its storage worker starts; without
+ * a thread, commits run in the caller as before). On failure nothing
+ * changes and f stays the caller's. */
+static rb_status bind_file(rb_session *s, rb_sessfile *f, const char *path, rb_error *err)
+{
+    char *p = strdup(path);
+    uint32_t *pinned = malloc(((size_t)s->kv.n_layers * s->kv.pages_per_layer + 1) *
+                              sizeof *pinned);
+    if (!p || !pinned) {
+        free(p);
+        free(pinned);
+        return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
+    }
+    wait_worker(s, 1); /* a newer state is committed next, into f */
+    close_file(s);
+    s->file = f;
+    s->file_path = p;
+    s->file_pinned = pinned;
+    s->file_tokens_committed = rb_sessfile_n_tokens(f);
+    rb_residency_set_saved_source(s->res, read_saved, f);
+    rb_error werr = {0};
+    if (rb_session_writer_create(worker_commit, s, &s->file_writer, &werr) != RB_OK)
+        s->file_writer = NULL; /* commits run synchronously */
     return RB_OK;
 }
 
 static void close_file(rb_session *s)
 {
+    rb_session_writer_destroy(s->file_writer); /* the pending commit runs first */
+    s->file_writer = NULL;
+    take_worker_error(s);
+    free(s->file_pinned);
+    s->file_pinned = NULL;
     if (s->res)
         rb_residency_set_saved_source(s->res, NULL, NULL);
     rb_sessfile_close(s->file);
@@ -144,28 +286,28 @@ rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
         geometry(s, &g);
         rb_sessfile *f = NULL;
         rb_error err;
-        if ((st = rb_sessfile_create(path, fp, &g, NULL, s->throttle, &f, &err)) != RB_OK)
+        if ((st = rb_sessfile_create(path, fp, &g, s->file_os, s->throttle, &f, &err)) != RB_OK)
             return rb_error_set(&s->err, st, "%s", err.message);
         if (flags & RB_SAVE_SNAPSHOT) {
             /* resident pages only: a copy of an evicted page would need it
                back first; its positions are recomputed by the opener */
-            st = rb_sessfile_commit(f, s->tokens, s->n_tokens, (void *const *)s->kv.pages, 1,
-                                    s->blob, s->blob_n, fsync, NULL, &err);
+            snap_pins sp = {s->res, s->res ? rb_residency_epoch(s->res) : 0};
+            rb_sessfile_slot_table tab = {(void *const *)s->kv.pages, s->kv.pages_per_layer};
+            rb_sessfile_source src = rb_sessfile_slots(&tab);
+            if (s->res) /* the storage worker may be reading pages too: pins */
+                src = (rb_sessfile_source){snap_get, snap_put, &sp};
+            st = rb_sessfile_commit(f, s->tokens, s->n_tokens, &src, 1, s->blob, s->blob_n,
+                                    fsync, NULL, &err);
             rb_sessfile_close(f);
             return st == RB_OK ? RB_OK : rb_error_set(&s->err, st, "%s", err.message);
         }
-        char *p = strdup(path);
-        if (!p) {
+        if ((st = bind_file(s, f, path, &s->err)) != RB_OK) {
             rb_sessfile_close(f);
-            return rb_error_set(&s->err, RB_E_NOMEM, "session: out of memory");
+            return st;
         }
-        close_file(s);
-        s->file = f;
-        s->file_path = p;
-        rb_residency_set_saved_source(s->res, read_saved, f);
     }
     s->file_fsync = fsync;
-    return commit(s, 1);
+    return commit_now(s, 1);
 }
 
 rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
@@ -226,23 +368,49 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
     s->kv.n_pages_reserved = pages;
     rb_residency_set_pages(s->res, pages);
     s->n_kv_valid = covered;
-    s->file = f;
-    s->file_path = strdup(path);
-    rb_residency_set_saved_source(s->res, read_saved, f);
+    if ((st = bind_file(s, f, path, err)) != RB_OK) {
+        rb_sessfile_close(f);
+        rb_session_destroy(s);
+        return st;
+    }
     *out = s;
     return RB_OK;
 }
 
+/* A failure is in the stats and the errmsg, never the feed's. */
 void rb_session_file_after_feed(rb_session *s)
 {
-    if (s->file)
-        commit(s, 0); /* a failure is in the stats and the errmsg, not the feed */
+    if (!s->file)
+        return;
+    double t0 = now_s();
+    take_worker_error(s); /* the previous commit's, if it failed */
+    rb_commit_job job = current_job(s);
+    if (!s->file_writer || rb_session_writer_submit(s->file_writer, &job) != RB_OK) {
+        rb_error err = {0};
+        wait_worker(s, 1);
+        if (run_commit(s, &job, 0, &err) != RB_OK)
+            note_failure(s, &err);
+    }
+    double dt = now_s() - t0;
+    s->file_n_handover++;
+    s->file_handover_s += dt;
+    if (dt > s->file_handover_max_s)
+        s->file_handover_max_s = dt;
 }
 
 void rb_session_file_rewound(rb_session *s)
 {
-    if (s->file)
-        rb_sessfile_truncate(s->file, s->n_tokens);
+    if (!s->file)
+        return;
+    wait_worker(s, 1); /* the tokens change; the next feed commits the new state */
+    rb_sessfile_truncate(s->file, s->n_tokens);
+}
+
+void rb_session_file_writer_stats(rb_session *s, rb_session_writer_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s->file_writer)
+        rb_session_writer_get_stats(s->file_writer, out);
 }
 
 void rb_session_file_close(rb_session *s)

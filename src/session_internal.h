@@ -44,19 +44,37 @@ struct rb_session {
     uint8_t *blob;                  /* the caller's blob, saved with the tokens */
     size_t blob_n;
     int file_fsync;
-    rb_status file_status;          /* the last commit's (a full disk: RB_E_IO) */
-    char file_note[RB_ERROR_MESSAGE_MAX];
-    uint64_t file_commits, file_pages_written;
-    double file_commit_s;
+    char file_note[RB_ERROR_MESSAGE_MAX]; /* the last failed commit's message */
+    const struct rb_os *file_os;    /* the file's syscalls; NULL: the default (tests
+                                       slow or fail them) */
+    uint64_t file_n_handover;       /* feeds that handed a commit over */
+    double file_handover_s, file_handover_max_s; /* their cost to the feed */
+    /* commits run on the storage worker (write-behind), or on the caller
+       after it waited for the worker: the four fields below belong to the
+       thread that runs the commit; the counters are atomic because
+       rb_session_get_stats reads them at any time */
+    struct rb_session_writer *file_writer; /* NULL: commits run in the caller */
+    uint32_t *file_pinned;          /* ids of the pages the running commit wrote */
+    uint32_t file_n_pinned;
+    uint64_t file_epoch;            /* the residency epoch of the running commit */
+    _Atomic(rb_status) file_status; /* the last commit's (a full disk: RB_E_IO) */
+    _Atomic(uint64_t) file_commits, file_pages_written;
+    _Atomic(double) file_commit_s;
+    _Atomic(size_t) file_tokens_committed; /* tokens of the file's state */
 };
 
 rb_status rb_session_create_impl(rb_model *model, const rb_session_params *params,
                                  int is_lazy_weights, rb_session **out, rb_error *err);
-/* session_file.c: after a feed (commits new full pages and the tokens when
- * bound; a failure is recorded, never returned), after a rewind, at destroy */
+/* session_file.c: after a feed (hands the commit of the new full pages and
+ * the tokens to the storage worker when bound, and returns; a failure is
+ * recorded, never returned), after a rewind (waits for a running commit),
+ * at destroy (the pending commit runs; before the memory manager goes) */
 void rb_session_file_after_feed(rb_session *s);
 void rb_session_file_rewound(rb_session *s);
 void rb_session_file_close(rb_session *s);
+/* The storage worker's counters (zeros when none runs), for tests. */
+struct rb_session_writer_stats;
+void rb_session_file_writer_stats(rb_session *s, struct rb_session_writer_stats *out);
 
 /* session_memory.c: set up / tear down the memory manager of a session
  * whose KV cache and forward state exist; the layer gate is installed.

@@ -243,9 +243,11 @@ static void full_disk(void)
     int32_t toks[40];
     for (int i = 0; i < 40; i++)
         toks[i] = i;
-    CHECK_EQ_INT(rb_sessfile_commit(f, toks, 20, pages, 1, "ab", 2, 0, NULL, &err), RB_OK);
+    rb_sessfile_slot_table tab = {pages, 4};
+    rb_sessfile_source src = rb_sessfile_slots(&tab);
+    CHECK_EQ_INT(rb_sessfile_commit(f, toks, 20, &src, 1, "ab", 2, 0, NULL, &err), RB_OK);
     fail_writes = 1;
-    CHECK_EQ_INT(rb_sessfile_commit(f, toks, 40, pages, 1, "abcd", 4, 0, NULL, &err), RB_E_IO);
+    CHECK_EQ_INT(rb_sessfile_commit(f, toks, 40, &src, 1, "abcd", 4, 0, NULL, &err), RB_E_IO);
     CHECK(strstr(err.message, "No space left") != NULL);
     fail_writes = 0;
     rb_sessfile_close(f);
