@@ -18,11 +18,17 @@
  *                equals sum (q - 8) * a exactly, without the sign trick.
  *   Q8_0: |w| times sign(a, w) (ggml's trick).
  *   Q4_K: maddubs of the nibbles, then madd with the 6-bit scale (int16).
- *   Q6_K: maddubs of the unsigned 6-bit codes minus maddubs(32, a) in
- *         int16 (ggml's AVX2 form), then madd with the scales: every int32
- *         lane holds exactly the integer of ggml's lane, so the per-lane
- *         float FMA and the final hsum round as llama.cpp's do.
- *   F32 / F16: ggml_vec_dot_f32/_f16's order (fp_dot.h), per (r, t).
+ *   Q6_K: maddubs of the unsigned 6-bit codes, madd with the scales, minus
+ *         32 * scale * bsum per lane (ggml's AVX2 form since llama.cpp PR
+ *         22345): every int32 lane holds exactly the integer of ggml's
+ *         lane, so the per-lane float FMA and the final hsum round as
+ *         llama.cpp's do.
+ * Float order (the golden build, llama.cpp 34af94cd9, AVX2): Q4_0 and Q4_K
+ * matrices are repacked at load there and run ggml_gemv_*_8x8, one float
+ * chain per output (rb_chains below); Q5_0, Q8_0, Q6_K run ggml_vec_dot_*
+ * (8 float lanes, hsum at the end); F32 / F16 ggml_vec_dot_f32/_f16's order
+ * (fp_dot.h), per (r, t). With these, every reference file's logits are
+ * llama.cpp's bit for bit (test_golden).
  * Prefetch: each row prefetches the same block of the row R rows further
  * on (the next tile): with only the hardware prefetcher a core streamed
  * 2048-column Q4_0 rows from DRAM at ~7 GB/s, with it ~12 GB/s (1 thread)
@@ -34,6 +40,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "fp_dot.h"
@@ -77,11 +84,33 @@ RB_INLINE float rb_hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-RB_INLINE float rb_hsum4(__m128 s)
+/* exact integer sums of the lanes */
+RB_INLINE int32_t rb_hsum_i32x4(__m128i v)
 {
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
+    v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(v);
+}
+
+RB_INLINE int32_t rb_hsum_i32x8(__m256i v)
+{
+    return rb_hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1)));
+}
+
+/* lane k = exact sum of the int32 lanes of vk */
+RB_INLINE __m128i rb_hsum4x_i32x8(__m256i v0, __m256i v1, __m256i v2, __m256i v3)
+{
+    /* a 4 x 4 transpose-and-add per 128-bit half, then the halves: 2.5%
+     * faster than three vphaddd (Q4_0 decode tile, EPYC) */
+    const __m256i a01 = _mm256_add_epi32(_mm256_unpacklo_epi32(v0, v1), _mm256_unpackhi_epi32(v0, v1));
+    const __m256i a23 = _mm256_add_epi32(_mm256_unpacklo_epi32(v2, v3), _mm256_unpackhi_epi32(v2, v3));
+    const __m256i h = _mm256_add_epi32(_mm256_unpacklo_epi64(a01, a23), _mm256_unpackhi_epi64(a01, a23));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+RB_INLINE __m128i rb_hsum4x_i32x4(__m128i v0, __m128i v1, __m128i v2, __m128i v3)
+{
+    return _mm_hadd_epi32(_mm_hadd_epi32(v0, v1), _mm_hadd_epi32(v2, v3));
 }
 
 RB_INLINE float rb_h2f(rb_f16 h) { return _cvtsh_ss(h); }
@@ -246,17 +275,105 @@ static void rb_quantize_act_f32_avx2(const float *x, void *dst, int64_t n)
 #define RB_FOR(i, n) _Pragma("GCC unroll 4") for (int i = 0; i < (n); i++)
 #define RB_FOR8(i, n) _Pragma("GCC unroll 8") for (int i = 0; i < (n); i++)
 
-/* Q4_0 (nib=1, off 8) and Q5_0 (nib=0, off 16) against Q8_0 */
+/*
+ * Scalar chains: on AVX2 llama.cpp repacks Q4_0 and Q4_K matrices whose row
+ * count is a multiple of 8 (ggml-cpu/repack.cpp, q4_0_8x8 / q4_K_8x8) and
+ * decodes with ggml_gemv_*_8x8 (one token per call is always a gemv), which
+ * keeps ONE float per output row: per block, the block's exact integer dot
+ * product is converted and fused-multiply-added,
+ *     acc = fma((float)isum_block, dw * da, acc).
+ * Four such chains share a vector here: lanes = tokens when T == 4 (prefill
+ * tiles), rows when R == 4 (decode tiles), otherwise one scalar per (r, t).
+ * Each lane does the scalar's operations, so the grouping (and hence tile
+ * shape, chunking and thread count) never changes a bit. The horizontal
+ * integer sums of 4 (r, t) pairs are done together (3 hadds).
+ */
+typedef struct rb_chains {
+    __m128 v[RB_TILE_MAX];                /* T == 4: v[r], lane t; R == 4: v[t], lane r */
+    float s[RB_TILE_MAX][RB_TILE_MAX];    /* otherwise */
+} rb_chains;
+
+RB_INLINE void rb_chains_zero(rb_chains *c, const int R, const int T)
+{
+    RB_FOR(i, RB_TILE_MAX) c->v[i] = _mm_setzero_ps();
+    RB_FOR(r, R) RB_FOR(t, T) c->s[r][t] = 0.0f;
+}
+
+/* one block: the integer sums are the int32 lanes of p[r][t] (8 lanes, or 4
+ * when p4 is used), the scale dw[r] * dy[t]; dyv holds dy[0..3] when T == 4,
+ * dwv holds dw[0..3] when R == 4 (built by the caller from the blocks:
+ * assembling them from the scalars cost a store-forwarding stall per block) */
+RB_INLINE void rb_chains_step(rb_chains *c, const __m256i p[RB_TILE_MAX][RB_TILE_MAX],
+                              const __m128i p4[RB_TILE_MAX][RB_TILE_MAX], const float *dw,
+                              const float *dy, __m128 dwv, __m128 dyv, const int R, const int T)
+{
+#define RB_ISUM4(a, b, cc, d) (p4 ? rb_hsum4x_i32x4(p4 a, p4 b, p4 cc, p4 d) \
+                                  : rb_hsum4x_i32x8(p a, p b, p cc, p d))
+    if (T == 4) {
+        RB_FOR(r, R) {
+            const __m128i is = RB_ISUM4([r][0], [r][1], [r][2], [r][3]);
+            c->v[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(is), _mm_mul_ps(_mm_set1_ps(dw[r]), dyv), c->v[r]);
+        }
+    } else if (R == 4) {
+        RB_FOR(t, T) {
+            const __m128i is = RB_ISUM4([0][t], [1][t], [2][t], [3][t]);
+            c->v[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(is), _mm_mul_ps(dwv, _mm_set1_ps(dy[t])), c->v[t]);
+        }
+    } else {
+        RB_FOR(r, R) RB_FOR(t, T) {
+            const int32_t is = p4 ? rb_hsum_i32x4(p4[r][t]) : rb_hsum_i32x8(p[r][t]);
+            c->s[r][t] = fmaf((float)is, dw[r] * dy[t], c->s[r][t]);
+        }
+    }
+#undef RB_ISUM4
+}
+
+/* four f16 at p, p + stride, ... as floats */
+RB_INLINE __m128 rb_h2f_x4(const char *p, size_t stride)
+{
+    rb_f16 h[4];
+    RB_FOR(k, 4) memcpy(&h[k], p + k * stride, sizeof h[k]);
+    return _mm_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], 0, 0, 0, 0));
+}
+
+RB_INLINE void rb_chains_get(const rb_chains *c, float out[RB_TILE_MAX][RB_TILE_MAX], const int R,
+                             const int T)
+{
+    float l[RB_TILE_MAX][4];
+    RB_FOR(i, RB_TILE_MAX) _mm_storeu_ps(l[i], c->v[i]);
+    RB_FOR(r, R) RB_FOR(t, T) out[r][t] = T == 4 ? l[r][t] : R == 4 ? l[t][r] : c->s[r][t];
+}
+
+/* Q4_0 (off 8) and Q5_0 (off 16) against Q8_0. Q4_0 in the chains of
+ * llama.cpp's repacked gemv (above); Q5_0, which llama.cpp does not repack
+ * on AVX2, in ggml_vec_dot_q5_0_q8_0's 8 float lanes and hsum.
+ * Decode tiles (T == 1) reduce block b - 2 after loading block b: the
+ * reduction of a block waits for all R rows, and with weights streaming
+ * from DRAM that join stalled the loads behind it (Q4_0 decode from DRAM
+ * at 0.89x of the 8-lane kernel; lag 1: ~0.96x; lag 2: ~1.0-1.06x; EPYC,
+ * one thread). Prefill tiles have the registers for no lag (lag 2 there:
+ * 0.82x from spills). */
 RB_INLINE void rb_tile_q4_5_0(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
                               float *y, int64_t ys, const int R, const int T, const int is_q5)
 {
     __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
     RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
+    rb_chains ch;
+    rb_chains_zero(&ch, R, T);
+    const int lag = T == 1 ? 2 : 0;
+    /* blocks b - 1 (1) and b - 2 (2) waiting for their reduction */
+    __m256i p1[RB_TILE_MAX][RB_TILE_MAX], p2[RB_TILE_MAX][RB_TILE_MAX];
+    float dw1[RB_TILE_MAX] = {0}, dw2[RB_TILE_MAX] = {0}, dy1[RB_TILE_MAX] = {0},
+          dy2[RB_TILE_MAX] = {0};
+    RB_FOR(r, R) RB_FOR(t, T) p1[r][t] = p2[r][t] = _mm256_setzero_si256();
+    __m128 dwv1 = _mm_setzero_ps(), dwv2 = _mm_setzero_ps();
+    const __m128 z = _mm_setzero_ps();
     const __m256i koff = _mm256_set1_epi8(is_q5 ? 16 : 8);
     const size_t wbb = is_q5 ? sizeof(rb_block_q5_0) : sizeof(rb_block_q4_0);
-    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
-        __m256i ya[RB_TILE_MAX], nc[RB_TILE_MAX];
-        float dy[RB_TILE_MAX];
+    const int64_t nb = n / RB_QK8_0;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i ya[RB_TILE_MAX], nc[RB_TILE_MAX], p[RB_TILE_MAX][RB_TILE_MAX];
+        float dy[RB_TILE_MAX], dw[RB_TILE_MAX];
         RB_FOR(t, T) {
             const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
             ya[t] = _mm256_loadu_si256((const __m256i *)ab->qs);
@@ -271,23 +388,61 @@ RB_INLINE void rb_tile_q4_5_0(int64_t n, const char *w, size_t wrb, const char *
              * alone gave 7 GB/s on one core for 2048-column rows) */
             _mm_prefetch(wb + R * wrb, _MM_HINT_T0);
             __m256i q;
-            float dw;
             if (is_q5) {
                 const rb_block_q5_0 *x = (const rb_block_q5_0 *)wb;
                 q = _mm256_or_si256(rb_nibbles32(x->qs), rb_bits32_x16(x->qh));
-                dw = rb_h2f(x->d);
+                dw[r] = rb_h2f(x->d);
             } else {
                 const rb_block_q4_0 *x = (const rb_block_q4_0 *)wb;
                 q = rb_nibbles32(x->qs);
-                dw = rb_h2f(x->d);
+                dw[r] = rb_h2f(x->d);
             }
             RB_FOR(t, T) {
-                __m256i p = rb_dot_u8s8(nc[t], q, ya[t]);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy[t]), _mm256_cvtepi32_ps(p), acc[r][t]);
+                p[r][t] = rb_dot_u8s8(nc[t], q, ya[t]);
+                if (is_q5)
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dy[t]),
+                                                _mm256_cvtepi32_ps(p[r][t]), acc[r][t]);
             }
         }
+        if (is_q5)
+            continue;
+        const __m128 dyv = T == 4 ? rb_h2f_x4(a + b * sizeof(rb_block_q8_0), arb) : z;
+        const __m128 dwv = R == 4 ? rb_h2f_x4(w + b * wbb, wrb) : z;
+        if (lag == 0) {
+            rb_chains_step(&ch, p, NULL, dw, dy, dwv, dyv, R, T);
+            continue;
+        }
+        /* lag 2 (T == 1, so dyv is unused) */
+        if (b >= 2)
+            rb_chains_step(&ch, p2, NULL, dw2, dy2, dwv2, z, R, T);
+        RB_FOR(r, R) {
+            dw2[r] = dw1[r];
+            dw1[r] = dw[r];
+            RB_FOR(t, T) {
+                p2[r][t] = p1[r][t];
+                p1[r][t] = p[r][t];
+            }
+        }
+        RB_FOR(t, T) {
+            dy2[t] = dy1[t];
+            dy1[t] = dy[t];
+        }
+        dwv2 = dwv1;
+        dwv1 = dwv;
     }
-    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]);
+    if (is_q5) {
+        RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]);
+        return;
+    }
+    if (lag == 2) { /* the last two blocks, in order */
+        if (nb >= 2)
+            rb_chains_step(&ch, p2, NULL, dw2, dy2, dwv2, z, R, T);
+        if (nb >= 1)
+            rb_chains_step(&ch, p1, NULL, dw1, dy1, dwv1, z, R, T);
+    }
+    float out[RB_TILE_MAX][RB_TILE_MAX];
+    rb_chains_get(&ch, out, R, T);
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = out[r][t];
 }
 
 RB_INLINE void rb_tile_q8_0(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
@@ -322,14 +477,24 @@ RB_INLINE void rb_tile_q8_0(int64_t n, const char *w, size_t wrb, const char *a,
 RB_INLINE void rb_tile_q4_K(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
                             float *y, int64_t ys, const int R, const int T)
 {
-    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
-    __m128 accm[RB_TILE_MAX][RB_TILE_MAX];
-    RB_FOR(r, R) RB_FOR(t, T) {
-        acc[r][t] = _mm256_setzero_ps();
-        accm[r][t] = _mm_setzero_ps();
-    }
+    /* ggml_gemv_q4_K_8x8_q8_K's order (the chains above): per super-block
+     * the exact integers sum(scale * q * a) and sum(min * bsum) go into two
+     * chains, with d * da and dmin * da; the output is their difference */
+    rb_chains acc, accm;
+    rb_chains_zero(&acc, R, T);
+    rb_chains_zero(&accm, R, T);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        __m256i sumi[RB_TILE_MAX][RB_TILE_MAX];
+        __m128i prod[RB_TILE_MAX][RB_TILE_MAX], bs[RB_TILE_MAX];
+        float dy[RB_TILE_MAX], dw[RB_TILE_MAX], dwm[RB_TILE_MAX];
+        RB_FOR(t, T) {
+            const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+            /* the 8 sub-block sums of 32 */
+            bs[t] = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                   _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+            dy[t] = ab->d;
+        }
         RB_FOR(r, R) {
             const rb_block_q4_K *x = (const rb_block_q4_K *)(w + r * wrb) + b;
             RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
@@ -353,26 +518,36 @@ RB_INLINE void rb_tile_q4_K(int64_t n, const char *w, size_t wrb, const char *a,
                 lo[g] = _mm256_and_si256(raw, m4);
                 hi[g] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
             }
-            const float d = rb_h2f(x->d), dmin = rb_h2f(x->dmin);
+            dw[r] = rb_h2f(x->d);
+            dwm[r] = rb_h2f(x->dmin);
             RB_FOR(t, T) {
                 const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
-                __m256i sumi = _mm256_setzero_si256();
+                __m256i si = _mm256_setzero_si256();
                 RB_FOR8(g, 4) {
                     __m256i p0 = _mm256_maddubs_epi16(lo[g], _mm256_loadu_si256((const __m256i *)(ab->qs + 64 * g)));
                     __m256i p1 = _mm256_maddubs_epi16(hi[g], _mm256_loadu_si256((const __m256i *)(ab->qs + 64 * g + 32)));
-                    sumi = rb_madd16_acc(sumi, p0, scv[2 * g]);
-                    sumi = rb_madd16_acc(sumi, p1, scv[2 * g + 1]);
+                    si = rb_madd16_acc(si, p0, scv[2 * g]);
+                    si = rb_madd16_acc(si, p1, scv[2 * g + 1]);
                 }
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab->d), _mm256_cvtepi32_ps(sumi), acc[r][t]);
-                __m128i bs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
-                                            _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
-                __m128i prod = _mm_madd_epi16(mins16, bs);
-                accm[r][t] = _mm_fmadd_ps(_mm_set1_ps(-ab->d * dmin), _mm_cvtepi32_ps(prod), accm[r][t]);
+                sumi[r][t] = si;
+                prod[r][t] = _mm_madd_epi16(mins16, bs[t]);
             }
         }
+        const rb_block_q8_K *a0 = (const rb_block_q8_K *)a + b;
+        const __m128 dyv = T == 4 ? _mm_setr_ps(a0->d, ((const rb_block_q8_K *)(a + arb) + b)->d,
+                                                ((const rb_block_q8_K *)(a + 2 * arb) + b)->d,
+                                                ((const rb_block_q8_K *)(a + 3 * arb) + b)->d)
+                                  : _mm_setzero_ps();
+        const char *x0 = w + b * sizeof(rb_block_q4_K);
+        const __m128 dwv = R == 4 ? rb_h2f_x4(x0 + offsetof(rb_block_q4_K, d), wrb) : _mm_setzero_ps();
+        const __m128 dwmv = R == 4 ? rb_h2f_x4(x0 + offsetof(rb_block_q4_K, dmin), wrb) : _mm_setzero_ps();
+        rb_chains_step(&acc, sumi, NULL, dw, dy, dwv, dyv, R, T);
+        rb_chains_step(&accm, NULL, prod, dwm, dy, dwmv, dyv, R, T);
     }
-    /* ggml's order: hsum_float_8(acc) + hsum of the (negated) min terms */
-    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]) + rb_hsum4(accm[r][t]);
+    float s[RB_TILE_MAX][RB_TILE_MAX], m[RB_TILE_MAX][RB_TILE_MAX];
+    rb_chains_get(&acc, s, R, T);
+    rb_chains_get(&accm, m, R, T);
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = s[r][t] - m[r][t];
 }
 
 RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
@@ -381,7 +556,6 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
     __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
     RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x30);
-    const __m256i m32 = _mm256_set1_epi8(32);
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
         RB_FOR(r, R) {
             const rb_block_q6_K *x = (const rb_block_q6_K *)(w + r * wrb) + b;
@@ -416,16 +590,19 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
             const float d = rb_h2f(x->d);
             RB_FOR(t, T) {
                 const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
-                /* ggml's lanes: int32 lane i holds elements 4i..4i+3 of every
-                 * 32-chunk, the -32 offset subtracted in int16 per pair
-                 * (maddubs(32, a)), so each lane's integer (and hence its
-                 * float rounding) is llama.cpp's */
-                __m256i sumi = _mm256_setzero_si256();
+                /* ggml's lanes (arch/x86/quants.c since llama.cpp PR 22345):
+                 * int32 lane i holds sum(scale * q * a) over elements
+                 * 4i..4i+3 of every 32-chunk with the unsigned codes q + 32,
+                 * minus 32 * (scale * bsum) of sub-blocks 2i and 2i+1 (the
+                 * offset, from the activation's bsums). The total is the same
+                 * integer as any other grouping, but each lane's integer, and
+                 * so its float rounding, is llama.cpp's */
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
+                __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                                _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
                 RB_FOR8(k, 8) {
                     const __m256i ya = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * k));
-                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], ya),
-                                                 _mm256_maddubs_epi16(m32, ya));
-                    sumi = rb_madd16_acc(sumi, p, scv[k]);
+                    sumi = rb_madd16_acc(sumi, _mm256_maddubs_epi16(q[k], ya), scv[k]);
                 }
                 acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab->d), _mm256_cvtepi32_ps(sumi), acc[r][t]);
             }

@@ -77,7 +77,9 @@ float rb_vec_dot_q4_0_q8_0_ref(int64_t n, const void *w, const void *a)
             sumi += ((x[b].qs[j] & 0x0f) - 8) * y[b].qs[j];
             sumi += ((x[b].qs[j] >> 4) - 8) * y[b].qs[j + RB_QK4_0 / 2];
         }
-        sumf += (float)sumi * (rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+        /* llama.cpp's order on AVX2 (the repacked q4_0_8x8 gemv): one fused
+         * multiply-add per block */
+        sumf = fmaf((float)sumi, rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d), sumf);
     }
     return sumf;
 }
@@ -129,40 +131,40 @@ static float rb_hsum8_ref(const float v[8])
     return rb_hsum4_ref(h);
 }
 
-/* The K-quant dots follow ggml's AVX2 lanes (arch/x86/quants.c): 8 int32
- * lanes, lane i holding elements 4i..4i+3 of each 32-element chunk (times
- * the chunk's sub-block scale); per super-block each lane is converted to
- * float and fused-multiply-added with d = da * dw into a float lane
- * accumulator; the 8 lanes are reduced at the end by hsum_float_8. */
+/* The K-quant dots in llama.cpp's AVX2 order:
+ *   Q4_K (repacked q4_K_8x8 gemv, matrices with a multiple of 8 rows): per
+ *     super-block the exact integers sum(scale * q * a) and sum(min * bsum)
+ *     are each fused-multiply-added into one float chain (d * da, dmin *
+ *     da); the result is the first chain minus the second.
+ *   Q6_K (ggml_vec_dot_q6_K_q8_K): 8 int32 lanes, lane i holding elements
+ *     4i..4i+3 of each 32-element chunk (times the sub-block scale) with the
+ *     unsigned codes q + 32, minus 32 * scale * bsum of sub-blocks 2i and
+ *     2i+1; per super-block each lane is converted to float and
+ *     fused-multiply-added with d = da * dw into a float lane accumulator;
+ *     the 8 lanes are reduced at the end by hsum_float_8. */
 float rb_vec_dot_q4_K_q8_K_ref(int64_t n, const void *w, const void *a)
 {
     const rb_block_q4_K *x = w;
     const rb_block_q8_K *y = a;
-    float acc[8] = {0}, accm[4] = {0};
+    float acc = 0.0f, accm = 0.0f;
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
         uint8_t sc[8], m[8];
         rb_k4_scales_mins(x[b].scales, sc, m);
-        int32_t lane[8] = {0};
+        int32_t isum = 0, imin = 0;
         for (int j = 0; j < 8; j++) {
             const uint8_t *q = x[b].qs + 32 * (j / 2);
             const int8_t *yq = y[b].qs + 32 * j;
             const int shift = (j & 1) ? 4 : 0;
+            int32_t s = 0;
             for (int l = 0; l < 32; l++)
-                lane[l / 4] += sc[j] * (((q[l] >> shift) & 0x0f) * yq[l]);
+                s += ((q[l] >> shift) & 0x0f) * yq[l];
+            isum += sc[j] * s;
+            imin += m[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
         }
-        const float d = y[b].d * rb_fp16_to_fp32(x[b].d);
-        const float dmin = -y[b].d * rb_fp16_to_fp32(x[b].dmin);
-        for (int i = 0; i < 8; i++)
-            acc[i] = fmaf(d, (float)lane[i], acc[i]);
-        /* the min terms: 4 lanes, lane k = pairs 2k and 2k+1 of the 8 mins */
-        for (int k = 0; k < 4; k++) {
-            int32_t p = 0;
-            for (int u = 2 * k; u < 2 * k + 2; u++)
-                p += m[u] * (y[b].bsums[2 * u] + y[b].bsums[2 * u + 1]);
-            accm[k] = fmaf(dmin, (float)p, accm[k]);
-        }
+        acc = fmaf((float)isum, rb_fp16_to_fp32(x[b].d) * y[b].d, acc);
+        accm = fmaf((float)imin, rb_fp16_to_fp32(x[b].dmin) * y[b].d, accm);
     }
-    return rb_hsum8_ref(acc) + rb_hsum4_ref(accm);
+    return acc - accm;
 }
 
 float rb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a)
@@ -180,11 +182,14 @@ float rb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a)
             for (int k = 0; k < 4; k++) {
                 for (int l = 0; l < 32; l++) {
                     int lo = (k & 2) ? (ql[l + 32 * (k & 1)] >> 4) : (ql[l + 32 * (k & 1)] & 0x0f);
-                    int q = (lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+                    int q = lo | (((qh[l] >> (2 * k)) & 3) << 4); /* 0..63: the code + 32 */
                     lane[l / 4] += sc[2 * k + l / 16] * (q * yq[32 * k + l]);
                 }
             }
         }
+        for (int i = 0; i < 8; i++)
+            lane[i] -= 32 * (x[b].scales[2 * i] * y[b].bsums[2 * i] +
+                             x[b].scales[2 * i + 1] * y[b].bsums[2 * i + 1]);
         const float d = y[b].d * rb_fp16_to_fp32(x[b].d);
         for (int i = 0; i < 8; i++)
             acc[i] = fmaf(d, (float)lane[i], acc[i]);

@@ -5,6 +5,8 @@
  *      _ref (ties, zero blocks, equal +-max magnitudes included);
  *   2. tiles: every ISA variant against the _ref vec_dot, every tile shape,
  *      several n_cols; and every shape bit-identical to the 1 x 1 tile;
+ *      AVX2 Q4_0 / Q4_K / Q6_K bit-identical to _ref (both in llama.cpp's
+ *      AVX2 order, see matmul_ref.c);
  *   3. rb_matmul against a naive double-precision product of dequantized
  *      weights and dequantized (already rounded) activations; 1, 2 and 3
  *      threads and decode-vs-prefill bit-identical;
@@ -210,6 +212,13 @@ static void test_act_converters(void)
 
 /* ---- 2. tiles ------------------------------------------------------------------- */
 
+#ifdef RB_MATMUL_HAVE_AVX2
+static int same_bits_as_ref(uint32_t wt)
+{
+    return wt == RB_TYPE_Q4_0 || wt == RB_TYPE_Q4_K || wt == RB_TYPE_Q6_K;
+}
+#endif
+
 static void test_tiles(void)
 {
     static const int64_t sizes_k[] = {256, 512, 2048};
@@ -262,6 +271,20 @@ static void test_tiles(void)
                                     tr->name, (long long)n, r, t);
                         CHECK_NEAR(one[r][t], ref[r][t], tol);
                     }
+#ifdef RB_MATMUL_HAVE_AVX2
+                /* the types whose _ref is written in llama.cpp's AVX2 order
+                 * (the golden logits' arithmetic) give the same bits */
+                if (isas[k] == &rb_matmul_isa_avx2 && same_bits_as_ref(wt)) {
+                    int diff = 0;
+                    for (int r = 0; r < RB_TILE_MAX; r++)
+                        for (int t = 0; t < RB_TILE_MAX; t++)
+                            diff += memcmp(&one[r][t], &ref[r][t], sizeof(float)) != 0;
+                    if (diff)
+                        fprintf(stderr, "avx2 %s n %lld: %d results differ from _ref in bits\n",
+                                tr->name, (long long)n, diff);
+                    CHECK_EQ_INT(diff, 0);
+                }
+#endif
                 int mismatches = 0;
                 for (int nr = 1; nr <= RB_TILE_MAX; nr++)
                     for (int nt = 1; nt <= RB_TILE_MAX; nt++) {
