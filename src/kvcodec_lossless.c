@@ -50,11 +50,13 @@
  * table load, shift: ~7 cycles a symbol); with four channels it ran at
  * 1.3 GB/s, with eight 1.5 (then 1.9 with the descriptor and shift work
  * below trimmed). Each symbol lands as entry in a stack scratch (heads
- * up to 32768 values; larger ones in the page itself); a second pass
+ * of 8192 to 32768 values; others in the page itself); a second pass
  * keeps its top 6 bits, ORs in the mantissa, writes the page and hashes
- * it from the registers (the page written once, in order: 1.73 -> 1.9
+ * it from the registers (the page written once, in order: 1.7 -> 1.85-1.9
  * GB/s on the qwen3-0.6b shape; stories260K stays at 1.7, where the
- * SHARED heads' 4-stream loop and the table builds dominate). Reads may run past a stream's own bytes (never past the
+ * SHARED heads' 4-stream loop and the table builds dominate: ~240
+ * cycles a table with its descriptor cached, ~60 of them reading the
+ * fields). Reads may run past a stream's own bytes (never past the
  * payload): each stream's consumed bits must afterwards equal its
  * declared bytes.
  *

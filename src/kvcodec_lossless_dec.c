@@ -25,9 +25,13 @@
 #define MAXLEN RB_KVLL_MAXLEN
 #define ROUND (56 / MAXLEN) /* symbols per round: 57 bits from one load */
 #define NSYM RB_KVLL_NSYM
-/* values of the largest head whose symbols are decoded apart from the page
- * (64 KiB of stack: a qwen3-0.6b head of 256 tokens x 128 dims) */
+/* Heads of SCRATCH_MIN..SCRATCH values have their symbols decoded apart
+ * from the page (64 KiB of stack: a qwen3-0.6b head of 256 tokens x 128
+ * dims). Smaller heads stay in place: their region is cache-friendly
+ * already, and with the scratch stories260K's 2 KiB heads decoded ~1.5%
+ * slower (thread CPU time, 64 MiB of pages). */
 #define SCRATCH 32768
+#define SCRATCH_MIN 8192
 #define bit_width rb_kvll_bit_width
 enum { MODE_PER_CHANNEL = RB_KVLL_PER_CHANNEL, MODE_SHARED = RB_KVLL_SHARED };
 
@@ -456,19 +460,19 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
     const uint8_t *p = src, *end = src + size;
     rb_f16 *x = page;
     dtable tabs[8];
-    /* the symbol entries of a head of up to SCRATCH values land here, not
-     * in the page: the page's first touch is then the merge's sequential
-     * stores instead of the symbol loops' strided ones, which waited on
-     * the destination's cache misses (qwen3-0.6b shape, 64 KiB heads,
-     * 64 MiB of pages, thread CPU time: 1.72-1.75 -> 1.90-1.96 GB/s;
-     * stories260K's 2 KiB heads: no change) */
+    /* the symbol entries of a head of SCRATCH_MIN..SCRATCH values land
+     * here, not in the page: the page's first touch is then the merge's
+     * sequential stores instead of the symbol loops' strided ones, which
+     * waited on the destination's cache misses (qwen3-0.6b shape, 64 KiB
+     * heads, 64 MiB of pages, thread CPU time, bench_kv -r 5: 1.69-1.72
+     * -> 1.84-1.91 GB/s) */
     rb_f16 top[SCRATCH] RB_KV_ALIGN32;
     const char *why;
     for (int half = 0; half < 2; half++) {
         const uint32_t hd = half ? d->head_dim_v : d->head_dim_k;
         const char *hn = half ? "V" : "K";
         const size_t n = (size_t)P * hd, q = n / 4;
-        rb_f16 *const y = n <= SCRATCH ? top : NULL; /* else in place */
+        rb_f16 *const y = n >= SCRATCH_MIN && n <= SCRATCH ? top : NULL; /* else in place */
         for (uint32_t h = 0; h < d->n_kv_heads; h++, x += n) {
             rb_f16 *const t = y ? y : x;
             if (p >= end)
