@@ -5,8 +5,9 @@
  * Input: one control byte, then a frame. Random bytes almost never carry a
  * valid header check, which would leave the payload decoders unexplored,
  * so control bit 0 "reseals" the header first: magic, version and reserved
- * fields set, dims folded into small ranges (tokens 1-96, heads 1-4, head
- * dims 1-80), codec folded into the known ids, the header check recomputed;
+ * fields set, dims folded into small ranges (tokens 1-128, heads 1-4, head
+ * dims 1-80: heads of 8192 values or more take the lossless decoder's
+ * scratch path), codec folded into the known ids, the header check recomputed;
  * bit 1 also sets payload_bytes to the bytes actually given. The frame is
  * then decoded against its own dims (or fixed ones when the header does not
  * parse) from an exact-size copy into an exact-size page, so ASan sees any
@@ -44,7 +45,7 @@ static void reseal(uint8_t *f, size_t size, int set_payload)
     f[4] = RB_KVCODEC_VERSION;
     f[5] = (uint8_t)(f[5] % RB_KVCODEC_COUNT);
     f[6] = f[7] = 0;
-    wr32(f + 8, 1 + rd32(f + 8) % 96);
+    wr32(f + 8, 1 + rd32(f + 8) % 128);
     wr32(f + 12, 1 + rd32(f + 12) % 4);
     wr32(f + 16, 1 + rd32(f + 16) % 80);
     wr32(f + 20, 1 + rd32(f + 20) % 80);
