@@ -51,8 +51,9 @@ typedef struct rb_residency_params {
 typedef struct rb_residency rb_residency;
 
 /* store and wcache are borrowed and may be NULL (then that tier is not
- * used: no spill, weights never released). Starts the two restore
- * workers. Errors: RB_E_NOMEM, RB_E_IO (threads). */
+ * used: no spill, weights never released). Starts the restore workers
+ * (two for storage reads, one for decodes). Errors: RB_E_NOMEM, RB_E_IO
+ * (threads). */
 rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_kv *kv,
                               rb_store *store, rb_wcache *wcache, rb_residency **out,
                               rb_error *err);
