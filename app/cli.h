@@ -12,6 +12,8 @@ int rb_cmd_quantize(int argc, char **argv);
 int rb_cmd_run(int argc, char **argv);
 int rb_cmd_chat(int argc, char **argv);
 int rb_cmd_bench(int argc, char **argv);
+/* bench --weights-budget ...: decode under a weight budget (cmd_bench_stream.c) */
+int rb_cmd_bench_stream(int argc, char **argv);
 int rb_cmd_switch(int argc, char **argv);
 int rb_cmd_demo(int argc, char **argv);
 int rb_cmd_trace(int argc, char **argv);

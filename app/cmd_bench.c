@@ -54,11 +54,15 @@ int rb_cmd_bench(int argc, char **argv)
     const char *model_path = NULL, *trace_path = NULL;
     uint64_t n_pp = 512, n_tg = 128, n_threads = 0, reps = 3, n_batch = 0;
     int use_mmap = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--weights-budget"))
+            return rb_cmd_bench_stream(argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
         if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            printf("usage: rebound bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [-b BATCH] [--mmap] [--trace FILE]\n");
+            printf("usage: rebound bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [-b BATCH] [--mmap] [--trace FILE]\n"
+                   "       rebound bench -m MODEL --weights-budget 25%%,50%%,75%% [--policy class,lru] [--device phone|watch|host] [-n 16] [-t THREADS] [--no-cgroup]\n");
             return 0;
         } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
             bad = !v, model_path = v, i++;

@@ -213,7 +213,8 @@ typedef struct rb_session_params {
        cache (bypassing the page cache) instead of being loaded whole; the
        hot set and a loop prefix stay, the rest streams from storage every
        token with read-ahead. On when weights_budget_bytes > 0, or when
-       budget_bytes cannot hold the weights and the run state; then
+       budget_bytes cannot hold the weights, the run state and a full
+       context's KV (n_ctx tokens); then
        budget_bytes covers everything and the weights give up cache to KV
        as the context grows. One streaming session per model. */
     uint64_t weights_budget_bytes; /* 0: none (or from budget_bytes) */

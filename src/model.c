@@ -34,6 +34,8 @@ struct rb_model {
     char *path;             /* as given to rb_model_open */
     int is_layers_unread;   /* lazily loaded: blk.* bytes not read yet */
     int is_all_unread;      /* reserved: no tensor read yet (weight streaming) */
+    int n_weight_users;     /* sessions computing from the buffer as loaded */
+    int is_streamed;        /* a streaming session owns the buffer */
     rb_tokenizer *tokenizer; /* built on first use */
     struct rb_trace_writer *trace; /* borrowed; NULL: not traced */
     uint32_t trace_file;    /* this file's id in the trace */
@@ -357,6 +359,34 @@ rb_status rb_model_reserve_weights(rb_model *m)
     if (rb_gguf_tensor_data(m->gguf, rb_gguf_tensor_at(m->gguf, 0)))
         return RB_OK; /* mapped */
     return rb_model_load_weights_impl(m, 2);
+}
+
+int rb_model_is_mapped(const rb_model *m)
+{
+    return rb_gguf_n_tensors(m->gguf) > 0 &&
+           rb_gguf_tensor_data(m->gguf, rb_gguf_tensor_at(m->gguf, 0)) != NULL;
+}
+
+rb_status rb_model_claim_weights(rb_model *m, int is_streaming, rb_error *err)
+{
+    if (m->is_streamed || (is_streaming && m->n_weight_users > 0))
+        return rb_error_set(err, RB_E_INVALID_ARG, "model: %s: a streaming session owns its "
+                            "weight buffer alone (%s); close the other session first", m->path,
+                            m->is_streamed ? "one streams from it now"
+                                           : "another session computes from it now");
+    if (is_streaming)
+        m->is_streamed = 1;
+    else
+        m->n_weight_users++;
+    return RB_OK;
+}
+
+void rb_model_unclaim_weights(rb_model *m, int is_streaming)
+{
+    if (is_streaming)
+        m->is_streamed = 0;
+    else if (m->n_weight_users > 0)
+        m->n_weight_users--;
 }
 
 void rb_model_set_weights_unread(rb_model *m)

@@ -151,13 +151,23 @@ static uint32_t window_victim(rb_policy *p, class_state *s)
     return v;
 }
 
+static uint32_t pinned_end(rb_policy *p, class_state *s, const rb_plist *l);
+
 /* A free frame: none needed below capacity, else a stream block (SEQ and
- * streamed blocks are evicted first). 0 when all are in use. */
+ * streamed blocks are evicted first), else, while the pinned area is over
+ * its size (the capacity shrank: set_capacity only evicts down to the new
+ * capacity, so the stream may be left with no frame at all), the loop
+ * prefix's end, then the hot set's. 0 when all are in use. */
 static int make_room(rb_policy *p, class_state *s, uint32_t *victim)
 {
     if (p->n_resident < p->cfg.capacity)
         return 1;
     uint32_t v = window_victim(p, s);
+    if (v == RB_PKEY_NONE && n_pinned(s) > s->pin_cap) {
+        v = pinned_end(p, s, &s->loop);
+        if (v == RB_PKEY_NONE)
+            v = pinned_end(p, s, &s->hot);
+    }
     if (v == RB_PKEY_NONE)
         return 0;
     leave(s, v);

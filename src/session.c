@@ -72,11 +72,9 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     s->model = model;
     s->params = p;
     rb_status st;
-    /* streamed weights are read on use; a cold start reads the layers in
-       the first feed's restore */
-    if ((st = rb_session_wants_streaming(model, &p) ? rb_model_reserve_weights(model)
-              : is_lazy_weights ? rb_model_load_weights_lazy(model)
-                                : rb_model_load_weights(model)) != RB_OK) {
+    /* the weight buffer first (nothing read): the forward pass binds its
+       addresses, and only then is it known whether the weights fit */
+    if ((st = rb_model_reserve_weights(model)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
     }
@@ -91,6 +89,17 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     s->logits = malloc((size_t)hp->n_vocab * sizeof *s->logits);
     if (!s->tokens || !s->logits) {
         st = rb_error_set(err, RB_E_NOMEM, "session: out of memory");
+        goto fail;
+    }
+    /* streamed weights are read on use; a cold start reads the layers in
+       the first feed's restore; else everything now */
+    int is_streaming = rb_session_wants_streaming(s);
+    if ((st = rb_model_claim_weights(model, is_streaming, err)) != RB_OK)
+        goto fail;
+    s->weights_claim = is_streaming ? 2 : 1;
+    if (!is_streaming && (st = is_lazy_weights ? rb_model_load_weights_lazy(model)
+                                               : rb_model_load_weights(model)) != RB_OK) {
+        rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
     }
     if ((st = rb_session_memory_init(s, is_lazy_weights && rb_model_layers_unread(model), err)) !=
@@ -109,6 +118,8 @@ void rb_session_destroy(rb_session *s)
         return;
     rb_session_file_close(s);    /* its storage worker pins pages: before residency */
     rb_session_memory_deinit(s); /* stops the restore workers first */
+    if (s->weights_claim)
+        rb_model_unclaim_weights(s->model, s->weights_claim == 2);
     rb_forward_deinit(&s->fwd);
     rb_kvcache_deinit(&s->kv);
     rb_threadpool_destroy(s->pool);
@@ -130,8 +141,6 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
     const uint32_t n_vocab = s->fwd.hp.n_vocab;
     if (n == 0)
         return RB_OK;
-    rb_session_memory_before_feed(s, (pos0 + (uint32_t)n + s->kv.page_tokens - 1) /
-                                         s->kv.page_tokens);
     rb_status st = rb_kvcache_reserve(&s->kv, pos0 + (uint32_t)n, &s->err);
     if (st != RB_OK)
         return st;
@@ -174,6 +183,9 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
         return rb_error_set(&s->err, RB_E_BUDGET,
                             "session: %zu more tokens exceed the context: %zu of %" PRIu32
                             " positions are used", n, s->n_tokens, s->kv.n_ctx);
+    /* before any restore is planned: a re-balance may trim KV */
+    rb_session_memory_before_feed(s, (uint32_t)((s->n_tokens + n + s->kv.page_tokens - 1) /
+                                                s->kv.page_tokens));
     uint32_t damaged = UINT32_MAX;
     /* positions whose K/V exists in some tier: all of them, except after a
        session was opened from a file that did not hold every page */

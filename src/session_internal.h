@@ -34,6 +34,7 @@ struct rb_session {
     char store_note[RB_ERROR_MESSAGE_MAX + 32];
     struct rb_wcache *wcache;       /* NULL: weights stay (mapped model) or stream */
     struct rb_wcache_stream *wstream; /* weight streaming under a budget; NULL: off */
+    int weights_claim;              /* on the model's weights: 0 none, 1 shared, 2 streaming */
     struct rb_residency *res;
     uint32_t recomputed_tokens;     /* by the last feed */
     size_t n_kv_valid;              /* positions with K/V in some tier (<= n_tokens) */
@@ -84,15 +85,10 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err);
 void rb_session_memory_deinit(rb_session *s);
 /* After a successful feed: enforces the budget (trims beyond it). */
 rb_status rb_session_memory_after_feed(rb_session *s);
-
-/* The session's KV cache (pages resident for positions [0, n_tokens)). */
-static inline rb_kvcache *rb_session_kvcache(rb_session *s) { return &s->kv; }
-static inline rb_model *rb_session_model(rb_session *s) { return s->model; }
-
-#endif
 /* Weights stream under a budget (rb_session_params.weights_budget_bytes,
- * or a memory budget below the model's weight bytes). */
-int rb_session_wants_streaming(const rb_model *model, const rb_session_params *p);
+ * or a memory budget below the weights + the run state + a full context's
+ * KV; the forward state and the KV cache must exist). */
+int rb_session_wants_streaming(const rb_session *s);
 /* Before a feed that grows the KV cache to n_pages_after pages per layer:
  * under a memory budget, the streaming weight cache gives up what the new
  * KV will take (down to its minimum; below that the KV is trimmed). */
@@ -100,3 +96,9 @@ void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after);
 /* A forward pass stopped by the weight stream's I/O error: copies it into
  * the session's error and returns it; RB_OK when the stream is fine. */
 rb_status rb_session_memory_stream_error(rb_session *s);
+
+/* The session's KV cache (pages resident for positions [0, n_tokens)). */
+static inline rb_kvcache *rb_session_kvcache(rb_session *s) { return &s->kv; }
+static inline rb_model *rb_session_model(rb_session *s) { return s->model; }
+
+#endif

@@ -46,17 +46,6 @@ static int rows_gate(void *ctx, const int32_t *tokens, uint32_t n)
     return rb_wcache_stream_rows(s->wstream, tokens, n);
 }
 
-int rb_session_wants_streaming(const rb_model *model, const rb_session_params *p)
-{
-    if (p->weights_budget_bytes)
-        return 1;
-    if (!p->budget_bytes)
-        return 0;
-    rb_model_info info;
-    rb_model_get_info(model, &info);
-    return p->budget_bytes < info.tensor_data_bytes;
-}
-
 /* RAM the session holds besides weights and KV (the stats' categories). */
 static uint64_t fixed_bytes(const rb_session *s)
 {
@@ -65,14 +54,32 @@ static uint64_t fixed_bytes(const rb_session *s)
            (uint64_t)s->kv.n_layers * s->kv.pages_per_layer * sizeof(void *);
 }
 
+int rb_session_wants_streaming(const rb_session *s)
+{
+    const rb_session_params *p = &s->params;
+    if (p->weights_budget_bytes)
+        return 1;
+    if (!p->budget_bytes || rb_model_is_mapped(s->model))
+        return 0; /* a mapped model's weights belong to the page cache */
+    /* the weights stream when they and a full context's KV do not fit:
+       spilled KV would be read back by every token just the same, and the
+       weights are the part that streams in layer order with read-ahead */
+    rb_model_info info;
+    rb_model_get_info(s->model, &info);
+    uint64_t kv_full = (uint64_t)s->kv.n_layers * s->kv.pages_per_layer *
+                       rb_kvcache_page_alloc_bytes(&s->kv);
+    return p->budget_bytes < info.tensor_data_bytes + fixed_bytes(s) + kv_full;
+}
+
 /* The weight cache's share: its own budget, and what a memory budget
- * leaves after the run state and kv_bytes of KV (0: nothing left). */
-static uint64_t weights_share(const rb_session *s, uint64_t kv_bytes)
+ * leaves after `fixed` bytes of run state and tables and kv_bytes of KV
+ * (0: nothing left). */
+static uint64_t weights_share(const rb_session *s, uint64_t fixed, uint64_t kv_bytes)
 {
     const rb_session_params *p = &s->params;
     uint64_t cap = p->weights_budget_bytes ? p->weights_budget_bytes : UINT64_MAX;
     if (p->budget_bytes) {
-        uint64_t rest = fixed_bytes(s) + kv_bytes;
+        uint64_t rest = fixed + kv_bytes;
         uint64_t left = p->budget_bytes > rest ? p->budget_bytes - rest : 0;
         cap = left < cap ? left : cap;
     }
@@ -84,20 +91,22 @@ static double mib(uint64_t b) { return (double)b / 1048576.0; }
 static rb_status stream_init(rb_session *s, rb_error *err)
 {
     const rb_session_params *p = &s->params;
-    rb_wcache_stream_params wp = {.budget_bytes = weights_share(s, 0),
-                                  .policy = p->weights_policy};
+    /* before the memory manager exists: its tables are not counted yet;
+       the first feed re-balances with the real figures before any read */
+    uint64_t min = 0;
+    rb_wcache_stream_params wp = {.budget_bytes = weights_share(s, fixed_bytes(s), 0),
+                                  .policy = p->weights_policy, .min_budget_out = &min};
     if (wp.budget_bytes == 0)
-        return rb_error_set(err, RB_E_BUDGET, "session: a memory budget of %.1f MiB leaves "
-                            "nothing for weights after the run state (%.1f MiB)",
-                            mib(p->budget_bytes), mib(fixed_bytes(s)));
+        wp.budget_bytes = 1; /* nothing left: the error below names the minimum */
     rb_error e = {0};
     rb_status st = rb_wcache_stream_create(s->model, rb_model_path(s->model), NULL, s->throttle,
                                            &wp, &s->wstream, &e);
     if (st == RB_E_BUDGET && !p->weights_budget_bytes) /* in the budget the caller gave */
-        return rb_error_set(err, st, "session: a memory budget of %.1f MiB leaves %.1f MiB for "
-                            "weights after the run state (%.1f MiB): %s; the memory budget "
-                            "must add the run state to that", mib(p->budget_bytes),
-                            mib(wp.budget_bytes), mib(fixed_bytes(s)), e.message);
+        return rb_error_set(err, st, "session: a memory budget of %.2f MiB leaves %.2f MiB for "
+                            "weights after the run state (%.2f MiB), below the weights' minimum "
+                            "of %.2f MiB: it needs at least %.2f MiB (%s)", mib(p->budget_bytes),
+                            mib(wp.budget_bytes), mib(fixed_bytes(s)), mib(min),
+                            mib(min + fixed_bytes(s)), e.message);
     if (st != RB_OK)
         return rb_error_set(err, st, "%s", e.message);
     s->fwd.rows_gate = rows_gate;
@@ -144,7 +153,7 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
     }
 
     rb_error werr = {0};
-    if (rb_session_wants_streaming(s->model, p)) {
+    if (rb_session_wants_streaming(s)) {
         if ((st = stream_init(s, err)) != RB_OK)
             return st;
         is_cold = 0; /* the stream reads every block on use */
@@ -210,7 +219,7 @@ rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,
         return RB_E_INVALID_ARG;
     if (!s->res)
         return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: no memory manager");
-    if (level == RB_TRIM_COMPLETE && !s->wcache)
+    if (level == RB_TRIM_COMPLETE && !s->wcache && !s->wstream)
         return rb_error_set(&s->err, RB_E_UNSUPPORTED, "session: the model is memory-mapped: "
                             "its weights belong to the page cache and cannot be trimmed "
                             "(open it without mmap)");
@@ -302,7 +311,7 @@ void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
     if (n_pages_after > s->kv.n_pages_reserved)
         kv += (uint64_t)(n_pages_after - s->kv.n_pages_reserved) * s->kv.n_layers *
               rb_kvcache_page_alloc_bytes(&s->kv);
-    uint64_t share = weights_share(s, kv), min = rb_wcache_stream_min_budget(s->wstream);
+    uint64_t share = weights_share(s, st.scratch_bytes + st.other_bytes, kv), min = rb_wcache_stream_min_budget(s->wstream);
     if (share < min) {
         /* the weights are at their floor: the KV gives the rest (last
            layers first, as a trim); what it cannot give shows in the stats */
@@ -312,7 +321,9 @@ void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
     }
     /* block granularity: the KV grows a page at a time, so this changes
        the cache (and drops its read-ahead) only when a page is added */
-    if (share / 65536 != st.weights_budget_bytes / 65536)
+    rb_wcache_stream_stats ws;
+    rb_wcache_stream_get_stats(s->wstream, &ws);
+    if (share / ws.block_bytes != ws.budget_bytes / ws.block_bytes)
         rb_wcache_stream_set_budget(s->wstream, share, &s->err);
 }
 

@@ -59,7 +59,9 @@ enum { K_ABSENT = 0, K_LOADING = 1, K_READY = 2, K_TRANSIENT = 3 };
 enum { U_NONE = 0, U_LOADING = 1, U_READY = 2 };
 
 typedef struct ws_unit {
-    uint32_t klo, khi;        /* keys [klo, khi) */
+    uint32_t *keys;           /* ascending: the blocks of the unit's tensors (the
+                                 output unit's two tensors may lie far apart) */
+    uint32_t n;
 } ws_unit;
 
 struct rb_wcache_stream {
@@ -94,6 +96,7 @@ struct rb_wcache_stream {
     uint8_t *held;            /* [n_units] U_* */
     int32_t cur;              /* the unit the forward pass holds, -1: none */
     int io_busy;              /* the worker is inside load_keys */
+    int cancel;               /* quiesce: the worker gives up the unit it loads */
     int stop;
     uint32_t *rows;           /* keys held for the embedding rows of the last call */
     uint32_t n_rows, cap_rows;
@@ -231,21 +234,20 @@ static rb_status flush(rb_wcache_stream *ws, uint32_t *q, uint32_t *nq, rb_error
 }
 
 /*
- * Holds keys [klo, khi) (or the list `list` of n keys when list != NULL):
- * every one resident and pinned once, by steps 1-3 above. allow_transient:
+ * Holds the n keys of `list` (ascending): every one resident and pinned
+ * once, by steps 1-3 above. allow_transient:
  * a bypassed key is read in place outside the cache (embedding rows: the
  * caller cannot wait for a release). *n_done: the keys taken (pinned, or
  * TRANSIENT), from the first; on error they stay so and the caller lets
  * go of them. mu held.
  */
-static rb_status load_keys(rb_wcache_stream *ws, const uint32_t *list, uint32_t klo,
-                           uint32_t khi, int allow_transient, uint32_t *q, uint32_t *n_done,
-                           rb_error *err)
+static rb_status load_keys(rb_wcache_stream *ws, const uint32_t *list, uint32_t n,
+                           int allow_transient, uint32_t *q, uint32_t *n_done, rb_error *err)
 {
-    uint32_t n = list ? khi : khi - klo, nq = 0;
+    uint32_t nq = 0;
     *n_done = 0;
-    for (uint32_t i = 0; i < n && !ws->stop;) {
-        uint32_t k = list ? list[i] : klo + i, victim = RB_PKEY_NONE;
+    for (uint32_t i = 0; i < n && !ws->stop && !ws->cancel;) {
+        uint32_t k = list[i], victim = RB_PKEY_NONE;
         if (ws->kstate[k] == K_TRANSIENT) {
             /* an embedding row read outside the cache that the forward pass
                may be reading now: its next acquire drops it */
@@ -311,24 +313,24 @@ static rb_status load_keys(rb_wcache_stream *ws, const uint32_t *list, uint32_t 
     if (st != RB_OK)
         return st;
     /* 3. blocks another thread was reading */
-    for (uint32_t i = 0; i < n && !ws->stop; i++) {
-        uint32_t k = list ? list[i] : klo + i;
-        while (ws->kstate[k] == K_LOADING && !ws->stop)
+    for (uint32_t i = 0; i < n && !ws->stop && !ws->cancel; i++) {
+        uint32_t k = list[i];
+        while (ws->kstate[k] == K_LOADING && !ws->stop && !ws->cancel)
             pthread_cond_wait(&ws->cv, &ws->mu);
     }
     return RB_OK;
 }
 
-static void unpin_range(rb_wcache_stream *ws, uint32_t klo, uint32_t khi)
+static void unpin_list(rb_wcache_stream *ws, const uint32_t *keys, uint32_t n)
 {
-    for (uint32_t k = klo; k < khi; k++)
-        rb_policy_unpin(ws->pol, k);
+    for (uint32_t i = 0; i < n; i++)
+        rb_policy_unpin(ws->pol, keys[i]);
 }
 
 static void release_unit(rb_wcache_stream *ws, uint32_t u)
 {
     if (ws->held[u] == U_READY)
-        unpin_range(ws, ws->units[u].klo, ws->units[u].khi);
+        unpin_list(ws, ws->units[u].keys, ws->units[u].n);
     ws->held[u] = U_NONE;
 }
 
@@ -344,12 +346,17 @@ static void release_rows(rb_wcache_stream *ws)
     ws->n_rows = 0;
 }
 
-/* Lets go of every unit hold (the worker idle first). mu held. */
+/* Lets go of every unit hold; the worker gives up the unit it is loading
+ * (it may be waiting for a release that only the caller could make). mu
+ * held. */
 static void quiesce(rb_wcache_stream *ws)
 {
     ws->cur = -1;
+    ws->cancel = 1;
+    pthread_cond_broadcast(&ws->cv);
     while (ws->io_busy)
         pthread_cond_wait(&ws->cv, &ws->mu);
+    ws->cancel = 0;
     for (uint32_t u = 0; u < ws->n_units; u++)
         release_unit(ws, u);
     release_rows(ws);
@@ -385,12 +392,12 @@ static void *io_main(void *arg)
         ws->io_busy = 1;
         uint32_t n_pinned = 0;
         rb_error e = {0};
-        rb_status st = load_keys(ws, NULL, ws->units[u].klo, ws->units[u].khi, 0, ws->io_list,
+        rb_status st = load_keys(ws, ws->units[u].keys, ws->units[u].n, 0, ws->io_list,
                                  &n_pinned, &e);
-        if (st == RB_OK && !ws->stop) {
+        if (st == RB_OK && !ws->stop && !ws->cancel) {
             ws->held[u] = U_READY;
         } else {
-            unpin_range(ws, ws->units[u].klo, ws->units[u].klo + n_pinned);
+            unpin_list(ws, ws->units[u].keys, n_pinned);
             ws->held[u] = U_NONE;
             if (st != RB_OK) {
                 ws->io_status = st;
@@ -470,7 +477,7 @@ int rb_wcache_stream_rows(rb_wcache_stream *ws, const int32_t *tokens, uint32_t 
     uint32_t *q = malloc((size_t)(d ? d : 1) * sizeof *q);
     rb_error e = {0};
     uint32_t n_pinned = 0;
-    rb_status st = q ? load_keys(ws, ws->rows, 0, d, 1, q, &n_pinned, &e)
+    rb_status st = q ? load_keys(ws, ws->rows, d, 1, q, &n_pinned, &e)
                      : rb_error_set(&e, RB_E_NOMEM, "wcache: out of memory");
     free(q);
     ws->n_rows = n_pinned; /* pinned and transient ones, let go of at the next call or acquire */
@@ -489,6 +496,9 @@ int rb_wcache_stream_rows(rb_wcache_stream *ws, const int32_t *tokens, uint32_t 
  * never more than the capacity (class pins capacity - window). */
 static uint32_t window_for(const rb_wcache_stream *ws, uint32_t cap)
 {
+    if (cap >= ws->n_keys) /* everything fits: pin it all (a stream would only
+                              make the hot set evict the loop prefix) */
+        return 1;
     uint32_t w = ws->hot_blocks + ws->pair_blocks + 2 <= cap ? ws->pair_blocks + 2
                                                                : ws->max_unit_blocks + 2;
     return w < cap ? w : cap;
@@ -499,11 +509,11 @@ static uint32_t window_for(const rb_wcache_stream *ws, uint32_t cap)
 static rb_status set_capacity(rb_wcache_stream *ws, uint32_t cap, uint32_t window,
                               rb_error *err)
 {
-    uint32_t old_window = ws->pol->cfg.window, nv = 0;
-    ws->pol->cfg.window = window;
+    uint32_t old_window = ws->pol->window_req, nv = 0;
+    ws->pol->window_req = window; /* the policy derives cfg.window from it */
     rb_status st = rb_policy_set_capacity(ws->pol, cap, ws->victims, &nv, err);
     if (st != RB_OK)
-        ws->pol->cfg.window = old_window;
+        ws->pol->window_req = old_window;
     for (uint32_t i = 0; i < nv; i++)
         drop_key(ws, ws->victims[i]);
     return st;
@@ -537,7 +547,7 @@ uint64_t rb_wcache_stream_drop(rb_wcache_stream *ws)
     pthread_mutex_lock(&ws->mu);
     quiesce(ws);
     uint64_t before = ws->resident_bytes;
-    uint32_t cap = ws->pol->cfg.capacity, window = ws->pol->cfg.window;
+    uint32_t cap = ws->pol->cfg.capacity, window = ws->pol->window_req;
     rb_error e = {0};
     /* shrink to the keys held for good, then grow back: the policy's own
        eviction order, and it keeps its sizes */
@@ -586,7 +596,10 @@ void rb_wcache_stream_get_stats(const rb_wcache_stream *ws, rb_wcache_stream_sta
     o->window_bytes = (uint64_t)ws->pol->cfg.window * ws->blk;
     uint64_t pinned = 0;
     if (ws->is_class) { /* the plan: what the pinned area leaves for the loop */
-        uint32_t pin_cap = ws->pol->cfg.capacity - ws->pol->cfg.window;
+        /* with room for everything the stream is never evicted either */
+        uint32_t cap = ws->pol->cfg.capacity;
+        uint32_t pin_cap = cap >= ws->hot_blocks + ws->loop_blocks ? cap
+                                                                    : cap - ws->pol->cfg.window;
         uint64_t s = pin_cap > ws->hot_blocks ? pin_cap - ws->hot_blocks : 0;
         pinned = s > ws->loop_blocks ? ws->loop_blocks : s;
         o->pinned_loop_bytes = pinned * ws->blk;
@@ -615,17 +628,48 @@ void rb_wcache_stream_get_stats(const rb_wcache_stream *ws, rb_wcache_stream_sta
 
 /* ---- create ---------------------------------------------------------------- */
 
-/* Keys of file range [a, b) into [*klo, *khi) (union with what is there). */
-static void widen(const rb_wcache_stream *ws, uint64_t a, uint64_t b, uint32_t *klo,
-                  uint32_t *khi)
+/* The unit a tensor belongs to: its layer, the output unit, or -1. */
+static int64_t unit_of(const rb_wcache_stream *ws, const rb_gguf_tensor *t, int is_tied)
 {
-    if (b <= a)
-        return;
-    uint32_t lo = (uint32_t)(a / ws->blk), hi = (uint32_t)((b + ws->blk - 1) / ws->blk);
-    if (*khi == 0 || lo < *klo)
-        *klo = lo;
-    if (hi > *khi)
-        *khi = hi;
+    int64_t l = rb_tensor_layer(t->name);
+    if (l >= 0)
+        return l < ws->n_units - 1 ? l : -1;
+    if (!strcmp(t->name, "output.weight") || !strcmp(t->name, "output_norm.weight") ||
+        (is_tied && !strcmp(t->name, "token_embd.weight")))
+        return ws->n_units - 1;
+    return -1;
+}
+
+/* Each unit's key list: the blocks its tensors touch, ascending. */
+static rb_status build_units(rb_wcache_stream *ws, int is_tied, rb_error *err)
+{
+    const rb_gguf *g = rb_model_gguf(ws->model);
+    uint8_t *mark = calloc(ws->n_keys, 1);
+    if (!mark)
+        return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
+    for (uint32_t u = 0; u < ws->n_units; u++) {
+        memset(mark, 0, ws->n_keys);
+        uint32_t n = 0;
+        for (uint64_t i = 0; i < rb_gguf_n_tensors(g); i++) {
+            const rb_gguf_tensor *t = rb_gguf_tensor_at(g, i);
+            if (unit_of(ws, t, is_tied) != (int64_t)u || t->n_bytes == 0)
+                continue;
+            for (uint64_t k = t->file_offset / ws->blk; k * ws->blk < t->file_offset + t->n_bytes;
+                 k++)
+                if (!mark[k])
+                    mark[k] = 1, n++;
+        }
+        ws->units[u].keys = malloc((size_t)(n ? n : 1) * sizeof(uint32_t));
+        if (!ws->units[u].keys) {
+            free(mark);
+            return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
+        }
+        for (uint32_t k = 0; k < ws->n_keys; k++)
+            if (mark[k])
+                ws->units[u].keys[ws->units[u].n++] = k;
+    }
+    free(mark);
+    return RB_OK;
 }
 
 static void label_range(rb_wcache_stream *ws, uint64_t a, uint64_t b, uint8_t cls)
@@ -641,7 +685,6 @@ static void label_range(rb_wcache_stream *ws, uint64_t a, uint64_t b, uint8_t cl
 static rb_status map_layout(rb_wcache_stream *ws, rb_error *err)
 {
     const rb_gguf *g = rb_model_gguf(ws->model);
-    const rb_hparams *hp = rb_model_hparams(ws->model);
     const rb_gguf_tensor *embd = rb_gguf_find_tensor(g, "token_embd.weight");
     if (!embd || embd->n_dims < 2 || embd->dims[1] == 0)
         return rb_error_set(err, RB_E_FORMAT, "wcache: token_embd.weight is missing or not a "
@@ -649,19 +692,14 @@ static rb_status map_layout(rb_wcache_stream *ws, rb_error *err)
     int is_tied = rb_gguf_find_tensor(g, "output.weight") == NULL;
     ws->embd_off = embd->file_offset;
     ws->embd_row_bytes = embd->n_bytes / embd->dims[1];
-    uint32_t out_u = hp->n_layers;
+    rb_status st = build_units(ws, is_tied, err);
+    if (st != RB_OK)
+        return st;
     for (uint64_t i = 0; i < rb_gguf_n_tensors(g); i++) {
         const rb_gguf_tensor *t = rb_gguf_tensor_at(g, i);
         uint64_t a = t->file_offset, b = t->file_offset + t->n_bytes;
-        int64_t l = rb_tensor_layer(t->name);
         int is_small = t->n_dims == 1;
-        int is_output = !strcmp(t->name, "output.weight") || !strcmp(t->name,
-                        "output_norm.weight") || (is_tied && t == embd);
-        if (l >= 0 && l < hp->n_layers)
-            widen(ws, a, b, &ws->units[l].klo, &ws->units[l].khi);
-        else if (is_output)
-            widen(ws, a, b, &ws->units[out_u].klo, &ws->units[out_u].khi);
-        if (l >= 0 || is_output)
+        if (unit_of(ws, t, is_tied) >= 0)
             label_range(ws, a, b, is_small ? RB_CLASS_HOT : RB_CLASS_LOOP);
         else if (t == embd || is_small) /* rows as used; rope factors */
             label_range(ws, a, b, RB_CLASS_HOT);
@@ -676,8 +714,7 @@ static rb_status map_layout(rb_wcache_stream *ws, rb_error *err)
     }
     uint32_t pair = 0;
     for (uint32_t u = 0; u < ws->n_units; u++) {
-        const ws_unit *a = &ws->units[u], *b = &ws->units[(u + 1) % ws->n_units];
-        uint32_t na = a->khi - a->klo, nb = b->khi - b->klo;
+        uint32_t na = ws->units[u].n, nb = ws->units[(u + 1) % ws->n_units].n;
         if (na > ws->max_unit_blocks)
             ws->max_unit_blocks = na;
         if (na + nb > pair)
@@ -723,7 +760,15 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
         return rb_error_set(err, RB_E_NOT_FOUND, "wcache: policy '%s' %s (class, lru, fifo, "
                             "clock, 2q, arc, lirs, mru)", pname,
                             m ? "needs the future: simulator only" : "is unknown");
-    uint32_t blk = p->block_bytes ? p->block_bytes : WS_BLOCK_DEFAULT;
+    uint32_t blk = p->block_bytes;
+    if (!blk) { /* 64 KiB, or less for a small model: a layer spans >= 16 blocks */
+        uint64_t largest = 0;
+        for (uint32_t l = 0; l < rb_model_hparams(model)->n_layers; l++)
+            if (rb_model_layer_bytes(model, l) > largest)
+                largest = rb_model_layer_bytes(model, l);
+        for (blk = WS_BLOCK_DEFAULT; blk > WS_PAGE && (uint64_t)blk * 16 > largest; blk /= 2)
+            ;
+    }
     if (blk % WS_PAGE != 0)
         return rb_error_set(err, RB_E_INVALID_ARG, "wcache: block size %" PRIu32 " is not a "
                             "multiple of 4 KiB", blk);
@@ -763,6 +808,8 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
                                               sizeof *ws->io_list)))
         st = rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
     uint64_t cap = p->budget_bytes / blk;
+    if (st == RB_OK && p->min_budget_out)
+        *p->min_budget_out = (uint64_t)ws->min_blocks * blk;
     if (st == RB_OK && cap < ws->min_blocks)
         st = rb_error_set(err, RB_E_BUDGET, "wcache: a weight budget of %" PRIu64 " bytes is "
                           "below the minimum of %" PRIu64 " bytes (%.1f MiB: the hot set %.1f "
@@ -813,7 +860,7 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
     if (ws->n_glob) {
         uint32_t *q = malloc((size_t)ws->n_glob * sizeof *q), n_pinned = 0;
         pthread_mutex_lock(&ws->mu);
-        st = q ? load_keys(ws, ws->glob, 0, ws->n_glob, 0, q, &n_pinned, err)
+        st = q ? load_keys(ws, ws->glob, ws->n_glob, 0, q, &n_pinned, err)
                : rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
         pthread_mutex_unlock(&ws->mu);
         free(q);
@@ -856,6 +903,8 @@ void rb_wcache_stream_destroy(rb_wcache_stream *ws)
     free(ws->path);
     free(ws->label);
     free(ws->kstate);
+    for (uint32_t u = 0; ws->units && u < ws->n_units; u++)
+        free(ws->units[u].keys);
     free(ws->units);
     free(ws->held);
     free(ws->victims);

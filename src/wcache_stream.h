@@ -60,8 +60,12 @@ typedef struct rb_wcache_stream_params {
     uint64_t budget_bytes;   /* weight bytes the cache may hold (> 0) */
     const char *policy;      /* "class" (NULL: class) or any runtime policy of
                                 policy.h: lru, fifo, clock, 2q, arc, lirs, mru */
-    uint32_t block_bytes;    /* 0: 64 KiB; a multiple of 4 KiB */
+    uint32_t block_bytes;    /* 0: 64 KiB, or less (down to 4 KiB) so that a
+                                layer spans at least 16 blocks; else a
+                                multiple of 4 KiB */
     uint32_t max_request_bytes; /* reads merged up to this; 0: 1 MiB */
+    uint64_t *min_budget_out;   /* optional: receives the minimum budget (also
+                                   when create fails with RB_E_BUDGET) */
 } rb_wcache_stream_params;
 
 typedef struct rb_wcache_stream_stats {

@@ -78,11 +78,17 @@ expect_line t1.err "/trim needs background, moderate, complete"
 expect_line t1.err "unknown command '/frobnicate'"
 [ "$(turn_out t1.err 2)" = 6 ] || fail "no reply after /trim"
 
-check "memory-manager flags: a budget that forces trims, the chat still answers every turn"
+check "memory-manager flags: a budget below the model, the weights stream, every turn answered"
 chat_ok b1 $'Hello\nAgain\n/stats\n' "$REBOUND" chat -m qwen.gguf -n 6 --temp 0 -t 2 -v \
-    --mem-budget 300K --restore eager --ram-codec lossless --device host --spill-dir .
+    --mem-budget 700K --restore eager --ram-codec lossless --device host --spill-dir .
 [ "$(turn_out b1.err 2)" = 6 ] || fail "no second reply under a memory budget"
-expect_line b1.err '^memory: .* \(budget 300.00 KiB\)'
+expect_line b1.err '^memory: .* \(budget 700.00 KiB\)'
+expect_line b1.err '^  weights stream \(class\): budget'
+
+check "an impossible memory budget is refused, naming the least that works"
+printf 'Hello\n' | "$REBOUND" chat -m qwen.gguf -n 6 --temp 0 -t 2 --mem-budget 300K > b2.out 2> b2.err &&
+    fail "chat ran under a 300 KiB budget"
+expect_line b2.err 'memory budget of 0.29 MiB .* at least [0-9.]+ MiB'
 
 check "--template overrides the detection"
 chat_ok z1 $'Hi\n' "$REBOUND" chat -m qwen.gguf -n 4 --temp 0 --template zephyr

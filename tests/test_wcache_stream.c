@@ -1,0 +1,338 @@
+/*
+ * test_wcache_stream.c - weight streaming under a budget, through real
+ * sessions on generated models (separate and tied output):
+ *   - logits bit-identical to a session with every weight in RAM, for
+ *     class and lru, budgets from the minimum to more than the model,
+ *     prefill in batches of 7 and single-token decode;
+ *   - the cache never holds more than its budget; class reads about N - S
+ *     per token and lru about N (the loop is larger than the cache);
+ *   - a budget below the minimum fails with RB_E_BUDGET naming it;
+ *   - under a memory budget the weights give up cache to the growing KV
+ *     (re-balanced, still exact);
+ *   - a complete trim drops the cache, the next token streams it back;
+ *   - a model file that shrinks under the session fails the feed with an
+ *     error naming the file, the tokens stay, and once the file is whole
+ *     again the same feed gives the right logits.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "convert.h"
+#include "session_internal.h"
+#include "synth.h"
+
+#define N_PROMPT 40
+#define N_STEPS 8
+#define V 512
+
+static int32_t prompt[600], steps[N_STEPS];
+
+static void make_model(const char *path, int tied)
+{
+    rb_synth_shape s = *rb_synth_shape_find("tiny");
+    s.name = "custom";
+    s.n_embd = 128;
+    s.n_layers = 4;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.n_ff = 384;
+    s.n_vocab = V;
+    s.n_ctx = 1024;
+    s.is_tied_output = tied;
+    rb_synth_params sp = {s, rb_file_kind_find("q8_0"), 11, 2};
+    rb_error err;
+    CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
+}
+
+static rb_session_params params(uint64_t weights_budget, const char *policy)
+{
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = 1024;
+    p.n_threads = 2;
+    p.n_batch = 7;
+    p.weights_budget_bytes = weights_budget;
+    p.weights_policy = policy;
+    return p;
+}
+
+/* prompt (N_PROMPT) then N_STEPS single tokens; each step's logits into out.
+ * Returns the session (for its stats) or NULL when creation failed. */
+static rb_session *run(rb_model *m, const rb_session_params *p, float *out, rb_error *err)
+{
+    rb_session *s = NULL;
+    if (rb_session_create(m, p, &s, err) != RB_OK)
+        return NULL;
+    CHECK_EQ_INT(rb_session_feed(s, prompt, N_PROMPT, NULL), RB_OK);
+    for (int i = 0; i < N_STEPS; i++) {
+        rb_status st = rb_session_feed(s, &steps[i], 1, NULL);
+        CHECK_EQ_INT(st, RB_OK);
+        if (st != RB_OK) {
+            fprintf(stderr, "feed: %s\n", rb_session_errmsg(s));
+            break;
+        }
+        memcpy(out + (size_t)i * V, rb_session_logits(s), V * sizeof(float));
+    }
+    return s;
+}
+
+static uint64_t weight_bytes(rb_model *m)
+{
+    rb_model_info mi;
+    rb_model_get_info(m, &mi);
+    return mi.tensor_data_bytes;
+}
+
+static void test_exact_and_reads(const char *path)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    rb_model_params mp = rb_model_default_params();
+    CHECK_EQ_INT(rb_model_open(path, &mp, &m, &err), RB_OK);
+    if (!m)
+        return;
+    uint64_t W = weight_bytes(m);
+    float *ref = malloc(sizeof(float) * V * N_STEPS), *got = malloc(sizeof(float) * V * N_STEPS);
+    rb_session_params p0 = params(0, NULL);
+    rb_session *s = run(m, &p0, ref, &err);
+    CHECK(s != NULL);
+    rb_session_destroy(s);
+
+    /* the minimum: ask for 1 byte, read it back from the error */
+    rb_session_params tiny = params(1, "class");
+    CHECK_EQ_INT(rb_session_create(m, &tiny, &s, &err), RB_E_BUDGET);
+    CHECK(strstr(err.message, "minimum") != NULL);
+    const char *mn = strstr(err.message, "minimum of ");
+    uint64_t min = mn ? strtoull(mn + 11, NULL, 10) : 0;
+    CHECK(min > 0 && min < W);
+    fprintf(stderr, "weights %llu bytes, minimum budget %llu: %s\n", (unsigned long long)W,
+            (unsigned long long)min, err.message);
+    rb_session_params below = params(min - 4096, "lru");
+    CHECK_EQ_INT(rb_session_create(m, &below, &s, &err), RB_E_BUDGET);
+
+    const char *policies[] = {"class", "lru"};
+    uint64_t budgets[] = {min, W / 2 > min ? W / 2 : min + 8192, W * 3 / 4, W * 2};
+    double per_token[2][4] = {{0}};
+    for (int pi = 0; pi < 2; pi++)
+        for (int bi = 0; bi < 4; bi++) {
+            rb_session_params p = params(budgets[bi], policies[pi]);
+            memset(got, 0, sizeof(float) * V * N_STEPS);
+            s = run(m, &p, got, &err);
+            CHECK(s != NULL);
+            if (!s) {
+                fprintf(stderr, "%s at %llu: %s\n", policies[pi],
+                        (unsigned long long)budgets[bi], err.message);
+                continue;
+            }
+            CHECK(memcmp(ref, got, sizeof(float) * V * N_STEPS) == 0);
+            rb_session_stats st;
+            rb_session_get_stats(s, &st);
+            CHECK_EQ_INT(st.weights_streaming, 1);
+            CHECK(st.weights_max_resident_bytes <= st.weights_budget_bytes);
+            CHECK(st.weights_bytes <= st.weights_budget_bytes);
+            CHECK(st.weights_loop_bytes > 0 && st.weights_loop_bytes <= W);
+            /* the steps' reads (the prompt's batches read the loop too) */
+            uint64_t passes = st.weights_passes;
+            per_token[pi][bi] = passes ? (double)st.weights_read_bytes / passes : 0;
+            fprintf(stderr, "%s budget %llu: S %llu, N %llu, read %.0f per pass (%llu passes), "
+                    "most held %llu\n", policies[pi], (unsigned long long)budgets[bi],
+                    (unsigned long long)st.weights_pinned_loop_bytes,
+                    (unsigned long long)st.weights_loop_bytes, per_token[pi][bi],
+                    (unsigned long long)passes,
+                    (unsigned long long)st.weights_max_resident_bytes);
+            if (budgets[bi] < st.weights_loop_bytes) {
+                double n = (double)st.weights_loop_bytes;
+                if (pi == 0) /* class: N - S, with a little for shared boundary blocks */
+                    CHECK(per_token[pi][bi] <= 1.1 * (n - (double)st.weights_pinned_loop_bytes));
+                else /* lru: the whole loop, every token */
+                    CHECK(per_token[pi][bi] >= 0.9 * n);
+            }
+            if (budgets[bi] >= W) { /* everything fits: nothing is read twice */
+                rb_model_info mi;
+                rb_model_get_info(m, &mi);
+                CHECK(st.weights_read_bytes <= mi.file_bytes);
+                if (st.weights_read_bytes > mi.file_bytes)
+                    fprintf(stderr, "read %llu of a %llu-byte file, %llu reads, misses %llu\n", (unsigned long long)st.weights_read_bytes, (unsigned long long)mi.file_bytes, (unsigned long long)st.weights_reads, (unsigned long long)st.weights_misses);
+                CHECK_EQ_U64(st.weights_pinned_loop_bytes, st.weights_loop_bytes);
+            }
+            rb_session_destroy(s);
+        }
+    CHECK(per_token[0][1] < per_token[1][1]); /* at half the model class reads less */
+
+    /* a complete trim drops the cache; the next tokens stream it back */
+    rb_session_params p = params(W / 2 > min ? W / 2 : min, "class");
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s, prompt, N_PROMPT, NULL), RB_OK);
+    for (int i = 0; i < N_STEPS && s; i++) {
+        if (i == 3) {
+            rb_session_stats a, b;
+            rb_session_get_stats(s, &a);
+            uint64_t freed = 0;
+            CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, &freed), RB_OK);
+            rb_session_get_stats(s, &b);
+            CHECK(b.weights_bytes < a.weights_bytes / 4);
+            CHECK(freed >= a.weights_bytes - b.weights_bytes);
+        }
+        CHECK_EQ_INT(rb_session_feed(s, &steps[i], 1, NULL), RB_OK);
+        CHECK(memcmp(rb_session_logits(s), ref + (size_t)i * V, V * sizeof(float)) == 0);
+    }
+    rb_session_destroy(s);
+
+    /* a non-streaming session after the streaming ones reads the weights again */
+    s = run(m, &p0, got, &err);
+    CHECK(s != NULL);
+    CHECK(memcmp(ref, got, sizeof(float) * V * N_STEPS) == 0);
+    rb_session_destroy(s);
+    free(ref);
+    free(got);
+    rb_model_close(m);
+}
+
+/* A memory budget below the weights: streaming, and the KV's growth over
+ * 600 tokens (3 pages) takes cache from the weights. */
+static void test_mem_budget(const char *path)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    rb_model_params mp = rb_model_default_params();
+    CHECK_EQ_INT(rb_model_open(path, &mp, &m, &err), RB_OK);
+    if (!m)
+        return;
+    uint64_t W = weight_bytes(m);
+    rb_session_params p = params(0, NULL);
+    p.n_batch = 128;
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s, prompt, 600, NULL), RB_OK);
+    float *ref = malloc(V * sizeof(float));
+    memcpy(ref, rb_session_logits(s), V * sizeof(float));
+    rb_session_stats full;
+    rb_session_get_stats(s, &full);
+    rb_session_destroy(s);
+
+    /* room for 90% of the weights beside the run state at the start; the
+       3 pages of KV then take most of it, down to the weights' minimum
+       plus 64 KiB */
+    p.budget_bytes = full.scratch_bytes + full.other_bytes + W * 9 / 10;
+    rb_session_params q = params(1, NULL);
+    CHECK_EQ_INT(rb_session_create(m, &q, &s, &err), RB_E_BUDGET);
+    const char *mn = strstr(err.message, "minimum of ");
+    uint64_t min = mn ? strtoull(mn + 11, NULL, 10) : 0;
+    if (full.kv_raw_bytes + min + 65536 > W * 9 / 10)
+        p.budget_bytes = full.scratch_bytes + full.other_bytes + full.kv_raw_bytes + min + 65536;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (!s) {
+        fprintf(stderr, "mem budget: %s\n", err.message);
+        free(ref);
+        rb_model_close(m);
+        return;
+    }
+    rb_session_stats a, b;
+    rb_session_get_stats(s, &a);
+    CHECK_EQ_INT(a.weights_streaming, 1);
+    for (int i = 0; i < 600; i += 100) {
+        CHECK_EQ_INT(rb_session_feed(s, prompt + i, 100, NULL), RB_OK);
+        rb_session_stats c;
+        rb_session_get_stats(s, &c);
+        fprintf(stderr, "  after %d tokens: weights %llu of %llu, KV %llu, total %llu\n", i + 100,
+                (unsigned long long)c.weights_bytes, (unsigned long long)c.weights_budget_bytes,
+                (unsigned long long)c.kv_raw_bytes, (unsigned long long)c.total_bytes);
+    }
+    CHECK(memcmp(rb_session_logits(s), ref, V * sizeof(float)) == 0);
+    rb_session_get_stats(s, &b);
+    fprintf(stderr, "mem budget %llu: weights budget %llu -> %llu (%llu rebalances), KV %llu, "
+            "total %llu\n", (unsigned long long)p.budget_bytes,
+            (unsigned long long)a.weights_budget_bytes, (unsigned long long)b.weights_budget_bytes,
+            (unsigned long long)b.weights_rebalances, (unsigned long long)b.kv_raw_bytes,
+            (unsigned long long)b.total_bytes);
+    CHECK(b.weights_rebalances >= 1);
+    CHECK(b.weights_budget_bytes < a.weights_budget_bytes);
+    CHECK(b.weights_given_up_bytes > 0);
+    CHECK(b.total_bytes <= p.budget_bytes + p.budget_bytes / 20);
+    CHECK(b.weights_budget_bytes >= min);
+    CHECK_EQ_U64(b.kv_raw_bytes, full.kv_raw_bytes); /* the KV fit: nothing trimmed */
+    rb_session_destroy(s);
+    free(ref);
+    rb_model_close(m);
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    char buf[65536];
+    size_t n;
+    int ok = a && b;
+    while (ok && (n = fread(buf, 1, sizeof buf, a)) > 0)
+        ok = fwrite(buf, 1, n, b) == n;
+    if (a)
+        fclose(a);
+    if (b && fclose(b) != 0)
+        ok = 0;
+    return ok ? 0 : -1;
+}
+
+/* The model file loses its second half under a streaming session. */
+static void test_file_shrinks(const char *path)
+{
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s.copy", path);
+    CHECK_EQ_INT(copy_file(path, copy), 0);
+    rb_model *m = NULL;
+    rb_error err;
+    rb_model_params mp = rb_model_default_params();
+    CHECK_EQ_INT(rb_model_open(copy, &mp, &m, &err), RB_OK);
+    if (!m)
+        return;
+    uint64_t W = weight_bytes(m);
+    float *ref = malloc(sizeof(float) * V * N_STEPS);
+    rb_session_params p0 = params(0, NULL);
+    rb_session *s = run(m, &p0, ref, &err);
+    rb_session_destroy(s);
+
+    rb_session_params p = params(W / 2, "class");
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s, prompt, N_PROMPT, NULL), RB_OK);
+    off_t size = 0;
+    FILE *f = fopen(copy, "rb");
+    if (f) {
+        fseek(f, 0, SEEK_END);
+        size = ftell(f);
+        fclose(f);
+    }
+    CHECK_EQ_INT(truncate(copy, size / 2), 0);
+    rb_status st = rb_session_feed(s, &steps[0], 1, NULL);
+    CHECK(st == RB_E_SHORT_READ || st == RB_E_IO);
+    CHECK(strstr(rb_session_errmsg(s), copy) != NULL);
+    fprintf(stderr, "file cut: %s\n", rb_session_errmsg(s));
+    CHECK_EQ_INT(rb_session_n_tokens(s), N_PROMPT); /* nothing was fed */
+    CHECK_EQ_INT(copy_file(path, copy), 0);
+    for (int i = 0; i < N_STEPS; i++) {
+        CHECK_EQ_INT(rb_session_feed(s, &steps[i], 1, NULL), RB_OK);
+        CHECK(memcmp(rb_session_logits(s), ref + (size_t)i * V, V * sizeof(float)) == 0);
+    }
+    rb_session_destroy(s);
+    free(ref);
+    rb_model_close(m);
+    unlink(copy);
+}
+
+int main(void)
+{
+    for (int i = 0; i < 600; i++)
+        prompt[i] = (int32_t)((i * 7919u + 3) % V);
+    for (int i = 0; i < N_STEPS; i++)
+        steps[i] = (int32_t)((i * 104729u + 11) % V);
+    char sep[512], tied[512];
+    snprintf(sep, sizeof sep, "%s/wstream-sep.gguf", REBOUND_TEST_TMP);
+    snprintf(tied, sizeof tied, "%s/wstream-tied.gguf", REBOUND_TEST_TMP);
+    make_model(sep, 0);
+    make_model(tied, 1);
+    test_exact_and_reads(sep);
+    test_exact_and_reads(tied);
+    test_mem_budget(sep);
+    test_file_shrinks(sep);
+    unlink(sep);
+    unlink(tied);
+    return check_report();
+}
