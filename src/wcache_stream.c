@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -107,6 +108,8 @@ struct rb_wcache_stream {
     rb_status io_status;
     rb_error io_err;
     uint32_t *victims;        /* [n_keys] scratch for set_capacity */
+
+    struct ws_reader *reader; /* the second reader (NULL: none) */
 
     /* the worker's own */
     pthread_t thread;
@@ -185,23 +188,111 @@ static rb_status read_range(rb_wcache_stream *ws, uint64_t a, uint64_t b, rb_err
     return RB_OK;
 }
 
-/* Step 2: the queued keys (ascending), in merged requests. */
+/* A second reader: storage requests of one flush are shared between the
+ * thread that flushes and this one (queue depth 2). The modelled device's
+ * bandwidth stays shared through the throttle; the real disk here reads
+ * faster with two requests in flight (its per-request latency overlaps),
+ * which the session's restore workers measured too (residency.c). */
+typedef struct ws_reader {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int has_thread, stop, busy;     /* busy: a job is posted and not finished */
+    const uint64_t *req;            /* [n][2] file ranges of the job */
+    uint32_t n;
+    _Atomic uint32_t next;          /* the next request to take */
+    rb_status st;                   /* the helper's first failure */
+    rb_error err;
+    uint32_t helper_done;           /* 1 when the helper finished the job */
+} ws_reader;
+
+/* Takes requests of the posted job until none is left; the first failure. */
+static rb_status take_requests(rb_wcache_stream *ws, ws_reader *r, rb_error *err)
+{
+    rb_status st = RB_OK;
+    for (;;) {
+        uint32_t i = atomic_fetch_add(&r->next, 1);
+        if (i >= r->n)
+            return st;
+        if (st == RB_OK)
+            st = read_range(ws, r->req[2 * i], r->req[2 * i + 1], err);
+    }
+}
+
+static void *reader_main(void *arg)
+{
+    rb_wcache_stream *ws = arg;
+    ws_reader *r = ws->reader;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->stop && (!r->busy || r->helper_done))
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->stop)
+            break;
+        pthread_mutex_unlock(&r->mu);
+        rb_error e = {0};
+        rb_status st = take_requests(ws, r, &e);
+        pthread_mutex_lock(&r->mu);
+        if (st != RB_OK && r->st == RB_OK)
+            r->st = st, r->err = e;
+        r->helper_done = 1;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Step 2: the queued keys (ascending), in merged requests, two at a time
+ * when the second reader is free. */
 static rb_status read_keys(rb_wcache_stream *ws, const uint32_t *keys, uint32_t n,
                            uint64_t *bytes, uint64_t *n_req, rb_error *err)
 {
+    uint64_t one[2], *req = n > 1 ? malloc(2 * sizeof(uint64_t) * n) : one;
+    if (!req)
+        return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
+    rb_status st = RB_OK;
+    uint32_t m = 0;
     for (uint32_t i = 0; i < n;) {
         uint32_t j = i + 1;
         uint64_t a = key_lo(ws, keys[i]), b = key_hi(ws, keys[i]);
         while (j < n && keys[j] == keys[j - 1] + 1 && key_hi(ws, keys[j]) - a <= ws->max_req)
             b = key_hi(ws, keys[j++]);
-        rb_status st = read_range(ws, a, b, err);
-        if (st != RB_OK)
-            return st;
+        req[2 * m] = a, req[2 * m + 1] = b, m++;
         *bytes += b - a;
-        (*n_req)++;
         i = j;
     }
-    return RB_OK;
+    *n_req += m;
+    ws_reader *r = ws->reader;
+    int shared = 0;
+    if (m >= 2 && r && r->has_thread) {
+        pthread_mutex_lock(&r->mu);
+        if (!r->busy) {
+            r->busy = 1, r->helper_done = 0, r->req = req, r->n = m, r->st = RB_OK;
+            atomic_store(&r->next, 0);
+            shared = 1;
+            pthread_cond_broadcast(&r->cv);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (!shared) {
+        for (uint32_t i = 0; i < m && st == RB_OK; i++)
+            st = read_range(ws, req[2 * i], req[2 * i + 1], err);
+    } else {
+        st = take_requests(ws, r, err);
+        pthread_mutex_lock(&r->mu);
+        while (!r->helper_done)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (st == RB_OK && r->st != RB_OK) {
+            st = r->st;
+            if (err)
+                *err = r->err;
+        }
+        r->busy = 0;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (req != one)
+        free(req);
+    return st;
 }
 
 /* ---- fetching -------------------------------------------------------------- */
@@ -869,6 +960,11 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
             return st;
         }
     }
+    if ((ws->reader = calloc(1, sizeof *ws->reader)) != NULL) {
+        pthread_mutex_init(&ws->reader->mu, NULL);
+        pthread_cond_init(&ws->reader->cv, NULL);
+        ws->reader->has_thread = pthread_create(&ws->reader->thread, NULL, reader_main, ws) == 0;
+    } /* without it, reads go one at a time */
     if (pthread_create(&ws->thread, NULL, io_main, ws) != 0) {
         rb_wcache_stream_destroy(ws);
         return rb_error_set(err, RB_E_IO, "wcache: cannot start the I/O worker");
@@ -888,6 +984,19 @@ void rb_wcache_stream_destroy(rb_wcache_stream *ws)
         pthread_cond_broadcast(&ws->cv);
         pthread_mutex_unlock(&ws->mu);
         pthread_join(ws->thread, NULL);
+    }
+    if (ws->reader) {
+        ws_reader *r = ws->reader;
+        if (r->has_thread) {
+            pthread_mutex_lock(&r->mu);
+            r->stop = 1;
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+            pthread_join(r->thread, NULL);
+        }
+        pthread_cond_destroy(&r->cv);
+        pthread_mutex_destroy(&r->mu);
+        free(r);
     }
     /* the weights read so far leave RAM with the cache (the model says
        they are unread, so a later session reads them again) */
