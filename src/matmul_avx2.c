@@ -286,7 +286,11 @@ static void rb_quantize_act_f32_avx2(const float *x, void *dst, int64_t n)
  * tiles), rows when R == 4 (decode tiles), otherwise one scalar per (r, t).
  * Each lane does the scalar's operations, so the grouping (and hence tile
  * shape, chunking and thread count) never changes a bit. The horizontal
- * integer sums of 4 (r, t) pairs are done together (3 hadds).
+ * integer sums of 4 (r, t) pairs are done together (rb_hsum4x_*).
+ * A matrix whose row count is not a multiple of 8 is not repacked by
+ * llama.cpp and keeps ggml_vec_dot's 8-lane order there; rebound uses the
+ * chains for every Q4_0 / Q4_K matrix (no model of the shapes we know has
+ * such a matrix).
  */
 typedef struct rb_chains {
     __m128 v[RB_TILE_MAX];                /* T == 4: v[r], lane t; R == 4: v[t], lane r */
@@ -301,8 +305,10 @@ RB_INLINE void rb_chains_zero(rb_chains *c, const int R, const int T)
 
 /* one block: the integer sums are the int32 lanes of p[r][t] (8 lanes, or 4
  * when p4 is used), the scale dw[r] * dy[t]; dyv holds dy[0..3] when T == 4,
- * dwv holds dw[0..3] when R == 4 (built by the caller from the blocks:
- * assembling them from the scalars cost a store-forwarding stall per block) */
+ * dwv holds dw[0..3] when R == 4 (built by the caller from the blocks'
+ * f16 fields: loading them as a vector from the scalars just stored made
+ * the Q4_0 decode tile 1.9x slower, a store-forwarding stall by the look of
+ * it) */
 RB_INLINE void rb_chains_step(rb_chains *c, const __m256i p[RB_TILE_MAX][RB_TILE_MAX],
                               const __m128i p4[RB_TILE_MAX][RB_TILE_MAX], const float *dw,
                               const float *dy, __m128 dwv, __m128 dyv, const int R, const int T)
