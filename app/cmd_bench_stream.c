@@ -70,7 +70,7 @@ static void *sample_main(void *arg)
 }
 
 typedef struct stream_run {
-    double tok_s, bytes_per_token, bw, wait_ms_per_token;
+    double tok_s, bytes_per_token, bw, wait_ms_per_token, io_frac, room_frac, idle_frac;
     uint64_t max_rss, rss0, session_bytes;
     rb_session_stats st;
 } stream_run;
@@ -120,6 +120,10 @@ static int decode_run(rb_model *model, const rb_session_params *p, const int32_t
         out->bw = io > 0 ? bytes / io : 0;
         out->wait_ms_per_token = passes ? (b.weights_wait_s - a.weights_wait_s) * 1e3 / passes
                                         : 0;
+        double wall = t1 - t0;
+        out->io_frac = io / wall;
+        out->room_frac = (b.weights_room_wait_s - a.weights_room_wait_s) / wall;
+        out->idle_frac = (b.weights_idle_s - a.weights_idle_s) / wall;
     }
     rb_session_destroy(s);
     return 0;
@@ -349,11 +353,12 @@ int rb_cmd_bench_stream(int argc, char **argv)
                     "compute_tok_s=%.3f "
                     "read_bytes_per_token=%.0f bw_bytes_per_s=%.0f loop_bytes=%" PRIu64
                     " pinned_bytes=%" PRIu64 " max_rss_bytes=%" PRIu64 " rss_before_bytes=%"
-                    PRIu64 " session_budget_bytes=%" PRIu64 "\n", name, budgets[bi],
+                    PRIu64 " session_budget_bytes=%" PRIu64 " reader_reading=%.3f "
+                    "reader_waiting_window=%.3f reader_idle=%.3f\n", name, budgets[bi],
                     policies[pi], device, r.tok_s, pred, pred_real, full.tok_s, r.bytes_per_token,
                     r.bw,
                     s->weights_loop_bytes, s->weights_pinned_loop_bytes, r.max_rss, r.rss0,
-                    r.session_bytes);
+                    r.session_bytes, r.io_frac, r.room_frac, r.idle_frac);
         }
         if (class_tok_s > 0 && lru_tok_s > 0)
             printf("|  | class / lru (target: N/(N-S) x 0.9) | | | | | %.2f x 0.9 = %.2f | | %.2f "

@@ -338,6 +338,8 @@ typedef struct rb_session_stats {
     uint64_t weights_given_up_bytes;     /* cache given to KV since the start */
     double weights_io_s;                 /* read time (throttle included) */
     double weights_wait_s;               /* forward pass blocked on weights */
+    double weights_room_wait_s;          /* read-ahead waited for the window */
+    double weights_idle_s;               /* read-ahead had nothing to read */
 } rb_session_stats;
 
 RB_API rb_status rb_session_get_stats(const rb_session *session, rb_session_stats *out);

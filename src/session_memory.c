@@ -268,6 +268,8 @@ rb_status rb_session_get_stats(const rb_session *s, rb_session_stats *out)
         out->weights_given_up_bytes = ws.budget_given_up_bytes;
         out->weights_io_s = ws.io_s;
         out->weights_wait_s = ws.wait_s;
+        out->weights_room_wait_s = ws.room_wait_s;
+        out->weights_idle_s = ws.idle_s;
     }
     out->scratch_bytes = s->fwd.mem_bytes + (uint64_t)s->fwd.hp.n_vocab * sizeof(float);
     out->other_bytes = (uint64_t)s->kv.n_ctx * sizeof(int32_t) +

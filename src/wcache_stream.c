@@ -13,6 +13,11 @@
  * Block states (kstate, guarded by mu):
  *      ABSENT --fetch MISS--> LOADING --read done--> READY --victim--> ABSENT
  *      ABSENT --BYPASS (rows only)--> TRANSIENT --next acquire--> ABSENT
+ *      READY --victim of a fetch--> DROPPING --next flush--> ABSENT
+ * A fetch's victims are given back by the next flush, unlocked and merged
+ * into ranges (one madvise per run of blocks instead of one per block:
+ * each call is a TLB shootdown into the computing threads); a fetch that
+ * finds a block DROPPING drains the list first.
  * A LOADING block is held (pinned in use) by the thread reading it, so it
  * is never a victim; a thread that finds a block LOADING waits for READY.
  *
@@ -56,7 +61,7 @@
                                         607 MiB model) cheap to fetch every token */
 #define WS_REQUEST_DEFAULT (1u << 20) /* the phone profile's request size */
 
-enum { K_ABSENT = 0, K_LOADING = 1, K_READY = 2, K_TRANSIENT = 3 };
+enum { K_ABSENT = 0, K_LOADING = 1, K_READY = 2, K_TRANSIENT = 3, K_DROPPING = 4 };
 enum { U_NONE = 0, U_LOADING = 1, U_READY = 2 };
 
 typedef struct ws_unit {
@@ -105,9 +110,11 @@ struct rb_wcache_stream {
     uint64_t resident_bytes, max_resident_bytes, cap0_bytes;
     uint64_t read_bytes, n_reads, n_hits, n_misses, n_passes, n_rebalances;
     double io_s, wait_s;
+    double room_wait_s, idle_s; /* the worker: waiting for a frame, for work */
     rb_status io_status;
     rb_error io_err;
     uint32_t *victims;        /* [n_keys] scratch for set_capacity */
+    uint32_t *dq, n_dq;       /* [n_keys] victims DROPPING, for the next flush */
 
     struct ws_reader *reader; /* the second reader (NULL: none) */
 
@@ -146,6 +153,41 @@ static void drop_key(rb_wcache_stream *ws, uint32_t k)
     if (ws->kstate[k] == K_LOADING || ws->kstate[k] == K_READY)
         ws->resident_bytes -= n;
     ws->kstate[k] = K_ABSENT;
+}
+
+/* A fetch's victim: out of the accounts now, its RAM back at the next
+ * flush (mu held). */
+static void queue_drop(rb_wcache_stream *ws, uint32_t k)
+{
+    if (ws->kstate[k] != K_READY && ws->kstate[k] != K_LOADING) {
+        ws->kstate[k] = K_ABSENT; /* nothing in RAM to give back */
+        return;
+    }
+    ws->resident_bytes -= key_bytes(ws, k);
+    ws->kstate[k] = K_DROPPING;
+    ws->dq[ws->n_dq++] = k;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* madvise(DONTNEED) over runs of consecutive keys (unlocked: DROPPING
+ * keys are nobody's until they are ABSENT). */
+static void give_back(rb_wcache_stream *ws, uint32_t *keys, uint32_t n)
+{
+    qsort(keys, n, sizeof *keys, cmp_u32);
+    for (uint32_t i = 0; i < n;) {
+        uint32_t j = i + 1;
+        while (j < n && keys[j] == keys[j - 1] + 1)
+            j++;
+        uint64_t a = key_lo(ws, keys[i]), b = key_hi(ws, keys[j - 1]);
+        if (b > a)
+            madvise((void *)(ws->base + a), b - a, MADV_DONTNEED);
+        i = j;
+    }
 }
 
 static void note_resident(rb_wcache_stream *ws, uint32_t k)
@@ -300,14 +342,27 @@ static rb_status read_keys(rb_wcache_stream *ws, const uint32_t *keys, uint32_t 
 /* The reads queued by load_keys so far (mu held on entry and exit). */
 static rb_status flush(rb_wcache_stream *ws, uint32_t *q, uint32_t *nq, rb_error *err)
 {
-    if (*nq == 0)
+    if (*nq == 0 && ws->n_dq == 0)
         return RB_OK;
+    /* the victims queued so far (by any thread) are ours to give back */
+    uint32_t n_drop = ws->n_dq, *drop = n_drop ? malloc(n_drop * sizeof *drop) : NULL;
+    if (drop)
+        memcpy(drop, ws->dq, n_drop * sizeof *drop);
+    else
+        while (ws->n_dq) /* no memory for the copy: one by one, locked */
+            drop_key(ws, ws->dq[--ws->n_dq]);
+    ws->n_dq = 0;
     pthread_mutex_unlock(&ws->mu);
+    if (drop)
+        give_back(ws, drop, n_drop);
     uint64_t bytes = 0, n_req = 0;
     int64_t t0 = rb_throttle_now_ns();
-    rb_status st = read_keys(ws, q, *nq, &bytes, &n_req, err);
+    rb_status st = *nq ? read_keys(ws, q, *nq, &bytes, &n_req, err) : RB_OK;
     double dt = (double)(rb_throttle_now_ns() - t0) * 1e-9;
     pthread_mutex_lock(&ws->mu);
+    for (uint32_t i = 0; drop && i < n_drop; i++)
+        ws->kstate[drop[i]] = K_ABSENT;
+    free(drop);
     ws->io_s += dt;
     ws->read_bytes += bytes;
     ws->n_reads += n_req;
@@ -346,9 +401,19 @@ static rb_status load_keys(rb_wcache_stream *ws, const uint32_t *list, uint32_t 
             continue;
         }
         /* 1. */
+        if (ws->kstate[k] == K_DROPPING) { /* its RAM is on its way back to the OS */
+            if (nq > 0 || ws->n_dq > 0) {
+                rb_status st = flush(ws, q, &nq, err);
+                if (st != RB_OK)
+                    return st;
+            } else { /* another thread is giving it back now */
+                pthread_cond_wait(&ws->cv, &ws->mu);
+            }
+            continue;
+        }
         int r = rb_policy_fetch(ws->pol, k, ws->now++, &victim);
         if (victim != RB_PKEY_NONE)
-            drop_key(ws, victim);
+            queue_drop(ws, victim);
         if (r == RB_FETCH_HIT && ws->kstate[k] == K_ABSENT) { /* its read had failed */
             ws->n_misses++;
             rb_policy_pin(ws->pol, k);
@@ -387,13 +452,15 @@ static rb_status load_keys(rb_wcache_stream *ws, const uint32_t *list, uint32_t 
                wait for the forward pass to let go of a unit. A flush
                unlocks: a release may have come meanwhile, so fetch again
                first; without one, fetch and wait are under one lock hold */
-            if (nq > 0) {
+            if (nq > 0 || ws->n_dq > 0) {
                 rb_status st = flush(ws, q, &nq, err);
                 if (st != RB_OK)
                     return st;
                 continue;
             }
+            int64_t t0 = rb_throttle_now_ns();
             pthread_cond_wait(&ws->cv, &ws->mu);
+            ws->room_wait_s += (double)(rb_throttle_now_ns() - t0) * 1e-9;
             continue;
         }
         (*n_done)++;
@@ -476,7 +543,9 @@ static void *io_main(void *arg)
     while (!ws->stop) {
         int32_t u = ws->io_status == RB_OK ? next_unit(ws) : -1;
         if (u < 0) {
+            int64_t t0 = rb_throttle_now_ns();
             pthread_cond_wait(&ws->cv, &ws->mu);
+            ws->idle_s += (double)(rb_throttle_now_ns() - t0) * 1e-9;
             continue;
         }
         ws->held[u] = U_LOADING;
@@ -713,6 +782,8 @@ void rb_wcache_stream_get_stats(const rb_wcache_stream *ws, rb_wcache_stream_sta
                                                                       o->budget_bytes : 0;
     o->io_s = ws->io_s;
     o->wait_s = ws->wait_s;
+    o->room_wait_s = ws->room_wait_s;
+    o->idle_s = ws->idle_s;
     o->io_mode = ws->is_direct ? "O_DIRECT" : "buffered + fadvise(DONTNEED)";
     pthread_mutex_unlock(mu);
 }
@@ -890,8 +961,10 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
     ws->units = calloc(ws->n_units, sizeof *ws->units);
     ws->held = calloc(ws->n_units, 1);
     ws->victims = malloc((size_t)ws->n_keys * sizeof *ws->victims);
+    ws->dq = malloc((size_t)ws->n_keys * sizeof *ws->dq);
     rb_status st = RB_OK;
-    if (!ws->path || !ws->label || !ws->kstate || !ws->units || !ws->held || !ws->victims)
+    if (!ws->path || !ws->label || !ws->kstate || !ws->units || !ws->held || !ws->victims ||
+        !ws->dq)
         st = rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
     if (st == RB_OK)
         st = map_layout(ws, err);
@@ -1017,6 +1090,7 @@ void rb_wcache_stream_destroy(rb_wcache_stream *ws)
     free(ws->units);
     free(ws->held);
     free(ws->victims);
+    free(ws->dq);
     free(ws->io_list);
     free(ws->rows);
     free(ws->glob);

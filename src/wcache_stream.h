@@ -88,6 +88,8 @@ typedef struct rb_wcache_stream_stats {
     uint64_t budget_given_up_bytes; /* initial budget - current (KV took it) */
     double io_s;                 /* the worker's time in reads (throttle incl.) */
     double wait_s;               /* the forward pass blocked on a unit */
+    double room_wait_s;          /* the worker waited for a frame (window full) */
+    double idle_s;               /* the worker had nothing to read ahead */
     const char *io_mode;         /* "O_DIRECT" or the fallback */
 } rb_wcache_stream_stats;
 
