@@ -35,6 +35,26 @@ expect_line b.out '\| pp16 \|'
 expect_line b.out '\| tg4 \|'
 expect_line b.err '^result bench=tg4 .*tok_s_median='
 
+check "weight streaming: the same text under a weight budget (class and lru), stats, bench, too small a budget"
+run_ok wm "$REBOUND" make-model --dim 128 --layers 4 --heads 4 --kv-heads 2 --ffn 384 --vocab 512 \
+    --type q8_0 -o mid.gguf
+run_ok w0 "$REBOUND" run -m mid.gguf -p "Hello world" -n 16 --temp 0 -t 2
+run_ok w1 "$REBOUND" run -m mid.gguf -p "Hello world" -n 16 --temp 0 -t 2 --weights-budget 500K \
+    --stats --device phone
+run_ok w2 "$REBOUND" run -m mid.gguf -p "Hello world" -n 16 --temp 0 -t 2 --weights-budget 500K \
+    --policy lru
+cmp -s w0.out w1.out || fail "streamed weights (class) changed the text"
+cmp -s w0.out w2.out || fail "streamed weights (lru) changed the text"
+expect_line w1.err '^  weights stream \(class\): budget 496.00 KiB \(min [0-9.]+ KiB\), loop N'
+expect_line w1.err '^    read [0-9.]+ [KM]iB in [0-9]+ requests over [0-9]+ passes'
+run_fails w3 1 "below the minimum of [0-9]+ bytes" "$REBOUND" run -m mid.gguf -p hi --weights-budget 100K
+run_fails w4 1 "policy 'opt' needs the future" "$REBOUND" run -m mid.gguf -p hi --weights-budget 500K --policy opt
+run_ok wb "$REBOUND" bench -m mid.gguf --weights-budget 50%,75% --policy class,lru --device phone -n 4 -t 2 --no-cgroup
+expect_line wb.out '^\| 50% \([0-9.]+ MiB\) \| class \|'
+expect_line wb.out '^\| 75% \([0-9.]+ MiB\) \| lru \|'
+expect_line wb.out 'class / lru'
+expect_line wb.err '^result bench=stream .* policy=class .* tok_s=[0-9.]+ predicted_tok_s=[0-9.]+'
+
 check "errors: missing model, prompt beyond the context, bad token ids, unknown option"
 run_fails e1 1 "cannot open 'nope.gguf'" "$REBOUND" run -m nope.gguf -p hi
 run_fails e2 1 "prompt has [0-9]+ tokens but the context holds 8" "$REBOUND" run -m tiny.gguf -c 8 -p "one two three four five six seven eight nine ten"
