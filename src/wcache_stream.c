@@ -606,15 +606,18 @@ int rb_wcache_stream_rows(rb_wcache_stream *ws, const int32_t *tokens, uint32_t 
 {
     pthread_mutex_lock(&ws->mu);
     release_rows(ws);
-    if (ws->cap_rows < 2 * n) {
-        uint32_t *r = realloc(ws->rows, 2 * (size_t)n * sizeof *r);
+    /* a row spans row_bytes / blk + 2 keys at most (an F32 row may be
+       larger than a block) */
+    size_t per_row = (size_t)(ws->embd_row_bytes / ws->blk) + 2, need = per_row * n;
+    if (ws->cap_rows < need) {
+        uint32_t *r = realloc(ws->rows, need * sizeof *r);
         if (!r) {
             ws->io_status = rb_error_set(&ws->io_err, RB_E_NOMEM, "wcache: out of memory");
             pthread_mutex_unlock(&ws->mu);
             return -1;
         }
         ws->rows = r;
-        ws->cap_rows = 2 * n;
+        ws->cap_rows = (uint32_t)need;
     }
     /* the distinct keys of the rows, ascending */
     uint32_t m = 0;
@@ -624,12 +627,7 @@ int rb_wcache_stream_rows(rb_wcache_stream *ws, const int32_t *tokens, uint32_t 
         for (uint64_t k = a / ws->blk; k * ws->blk < b; k++)
             ws->rows[m++] = (uint32_t)k;
     }
-    for (uint32_t i = 1; i < m; i++) /* insertion sort: a batch has at most 2 x n_batch */
-        for (uint32_t j = i; j > 0 && ws->rows[j - 1] > ws->rows[j]; j--) {
-            uint32_t x = ws->rows[j];
-            ws->rows[j] = ws->rows[j - 1];
-            ws->rows[j - 1] = x;
-        }
+    qsort(ws->rows, m, sizeof *ws->rows, cmp_u32);
     uint32_t d = 0;
     for (uint32_t i = 0; i < m; i++)
         if (d == 0 || ws->rows[d - 1] != ws->rows[i])
