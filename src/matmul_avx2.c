@@ -603,13 +603,13 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
                  * offset, from the activation's bsums). The total is the same
                  * integer as any other grouping, but each lane's integer, and
                  * so its float rounding, is llama.cpp's */
-                const __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
-                __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                                _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
+                __m256i sumi = _mm256_setzero_si256();
                 RB_FOR8(k, 8) {
                     const __m256i ya = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * k));
                     sumi = rb_madd16_acc(sumi, _mm256_maddubs_epi16(q[k], ya), scv[k]);
                 }
+                const __m256i bs = _mm256_loadu_si256((const __m256i *)ab->bsums);
+                sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bs, sc16), 5));
                 acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab->d), _mm256_cvtepi32_ps(sumi), acc[r][t]);
             }
         }
