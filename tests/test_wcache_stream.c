@@ -87,12 +87,19 @@ static uint64_t weight_bytes(rb_model *m)
     return mi.tensor_data_bytes;
 }
 
-static void test_exact_and_reads(const char *path)
+static rb_model *open_model(const char *path)
 {
     rb_model *m = NULL;
     rb_error err;
     rb_model_params mp = rb_model_default_params();
     CHECK_EQ_INT(rb_model_open(path, &mp, &m, &err), RB_OK);
+    return m;
+}
+
+static void test_exact_and_reads(const char *path)
+{
+    rb_error err;
+    rb_model *m = open_model(path);
     if (!m)
         return;
     uint64_t W = weight_bytes(m);
@@ -199,10 +206,8 @@ static void test_exact_and_reads(const char *path)
  * 600 tokens (3 pages) takes cache from the weights. */
 static void test_mem_budget(const char *path)
 {
-    rb_model *m = NULL;
     rb_error err;
-    rb_model_params mp = rb_model_default_params();
-    CHECK_EQ_INT(rb_model_open(path, &mp, &m, &err), RB_OK);
+    rb_model *m = open_model(path);
     if (!m)
         return;
     uint64_t W = weight_bytes(m);
@@ -284,10 +289,8 @@ static void test_file_shrinks(const char *path)
     char copy[600];
     snprintf(copy, sizeof copy, "%s.copy", path);
     CHECK_EQ_INT(copy_file(path, copy), 0);
-    rb_model *m = NULL;
     rb_error err;
-    rb_model_params mp = rb_model_default_params();
-    CHECK_EQ_INT(rb_model_open(copy, &mp, &m, &err), RB_OK);
+    rb_model *m = open_model(copy);
     if (!m)
         return;
     uint64_t W = weight_bytes(m);
