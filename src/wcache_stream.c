@@ -8,12 +8,13 @@
  * the blocks' own addresses (anonymous memory: a dropped block is given
  * back with MADV_DONTNEED and reads as zero until it is read again). Here:
  * per key one state byte and one label byte, the policy's state (policy.h:
- * ~11 bytes per key for class), per unit its key range, and one read list.
+ * ~11 bytes per key for class), per unit its key list, the victim list.
  *
  * Block states (kstate, guarded by mu):
- *      ABSENT --fetch MISS--> LOADING --read done--> READY --victim--> ABSENT
- *      ABSENT --BYPASS (rows only)--> TRANSIENT --next acquire--> ABSENT
+ *      ABSENT --fetch MISS--> LOADING --read done--> READY
  *      READY --victim of a fetch--> DROPPING --next flush--> ABSENT
+ *      READY --budget shrink or drop (quiesced)--> ABSENT
+ *      ABSENT --BYPASS (rows only)--> TRANSIENT --next acquire--> ABSENT
  * A fetch's victims are given back by the next flush, unlocked and merged
  * into ranges (one madvise per run of blocks instead of one per block:
  * each call is a TLB shootdown into the computing threads); a fetch that
@@ -32,11 +33,12 @@
  *
  * The fetch of one unit, as numbered in load_keys():
  *   1. under mu, each key: rb_policy_fetch; HIT -> pin (wait later if it
- *      is LOADING elsewhere); MISS -> pin, LOADING, drop the victim, queue
- *      the read; BYPASS -> read what is queued first, then wait for a
- *      release and fetch the key again
- *   2. unlocked: the queued keys are read in merged requests (consecutive
- *      keys, up to max_request_bytes) straight into place, through the
+ *      is LOADING elsewhere); MISS -> pin, LOADING, queue the victim's
+ *      drop and the read; BYPASS -> flush what is queued first, then wait
+ *      for a release and fetch the key again
+ *   2. unlocked (flush): the victims go back to the OS, then the queued
+ *      keys are read in merged requests (consecutive keys, up to
+ *      max_request_bytes; two in flight) straight into place, through the
  *      device throttle
  *   3. under mu: READY, broadcast; wait for keys others were reading
  */
