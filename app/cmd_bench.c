@@ -119,22 +119,29 @@ int rb_cmd_bench(int argc, char **argv)
     /* token ids spread over the vocabulary, fixed: speed does not depend on them */
     for (uint32_t i = 0; i <= n_max; i++)
         tokens[i] = (int32_t)(((uint64_t)i * 2654435761u + 1) % mi.n_vocab);
-    rb_session_params p = rb_session_default_params();
+    /* each test with its own session shape, and all of one test's runs
+       before the next test's, as llama-bench does: a tg run then never
+       follows a prefill's seconds of full load, nor inherits its batch */
+    rb_session_params p = rb_session_default_params(), ptg;
     p.n_threads = (int)n_threads;
-    p.n_ctx = n_max + 16;
+    ptg = p;
+    p.n_ctx = (uint32_t)n_pp + 16;
+    ptg.n_ctx = (uint32_t)n_tg + 16;
     if (n_batch)
-        p.n_batch = (uint32_t)n_batch;
+        p.n_batch = ptg.n_batch = (uint32_t)n_batch;
     else if (n_pp > 0)
         p.n_batch = (uint32_t)(n_pp < 512 ? n_pp : 512);
     double warm;
-    if ((n_pp && run_once(model, &p, tokens, (uint32_t)(n_pp < 32 ? n_pp : 32), 0, &warm)) ||
-        (n_tg && run_once(model, &p, tokens, (uint32_t)(n_tg < 4 ? n_tg : 4), 1, &warm)))
+    if (n_pp && run_once(model, &p, tokens, (uint32_t)(n_pp < 32 ? n_pp : 32), 0, &warm))
         goto done;
-    for (uint64_t r = 0; r < reps; r++) {
-        if ((n_pp && run_once(model, &p, tokens, (uint32_t)n_pp, 0, &pp[r])) ||
-            (n_tg && run_once(model, &p, tokens, (uint32_t)n_tg, 1, &tg[r])))
+    for (uint64_t r = 0; n_pp && r < reps; r++)
+        if (run_once(model, &p, tokens, (uint32_t)n_pp, 0, &pp[r]))
             goto done;
-    }
+    if (n_tg && run_once(model, &ptg, tokens, (uint32_t)(n_tg < 4 ? n_tg : 4), 1, &warm))
+        goto done;
+    for (uint64_t r = 0; n_tg && r < reps; r++)
+        if (run_once(model, &ptg, tokens, (uint32_t)n_tg, 1, &tg[r]))
+            goto done;
     char cpu[128] = "unknown";
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
