@@ -46,13 +46,21 @@ static int rows_gate(void *ctx, const int32_t *tokens, uint32_t n)
     return rb_wcache_stream_rows(s->wstream, tokens, n);
 }
 
-/* RAM the session holds besides weights and KV (the stats' categories). */
-static uint64_t fixed_bytes(const rb_session *s)
+/* The stats' scratch (forward run state, logits) and the session's own
+ * part of "other" (tokens, the page table; residency adds its tables). */
+static uint64_t scratch_bytes(const rb_session *s)
 {
-    return s->fwd.mem_bytes + (uint64_t)s->fwd.hp.n_vocab * sizeof(float) +
-           (uint64_t)s->kv.n_ctx * sizeof(int32_t) +
+    return s->fwd.mem_bytes + (uint64_t)s->fwd.hp.n_vocab * sizeof(float);
+}
+
+static uint64_t table_bytes(const rb_session *s)
+{
+    return (uint64_t)s->kv.n_ctx * sizeof(int32_t) +
            (uint64_t)s->kv.n_layers * s->kv.pages_per_layer * sizeof(void *);
 }
+
+/* RAM the session holds besides weights and KV, before residency exists. */
+static uint64_t fixed_bytes(const rb_session *s) { return scratch_bytes(s) + table_bytes(s); }
 
 int rb_session_wants_streaming(const rb_session *s)
 {
@@ -271,9 +279,8 @@ rb_status rb_session_get_stats(const rb_session *s, rb_session_stats *out)
         out->weights_room_wait_s = ws.room_wait_s;
         out->weights_idle_s = ws.idle_s;
     }
-    out->scratch_bytes = s->fwd.mem_bytes + (uint64_t)s->fwd.hp.n_vocab * sizeof(float);
-    out->other_bytes = (uint64_t)s->kv.n_ctx * sizeof(int32_t) +
-                       (uint64_t)s->kv.n_layers * s->kv.pages_per_layer * sizeof(void *);
+    out->scratch_bytes = scratch_bytes(s);
+    out->other_bytes = table_bytes(s);
     if (s->res)
         rb_residency_stats(s->res, out);
     out->total_bytes = out->weights_bytes + out->kv_raw_bytes + out->kv_compressed_bytes +
@@ -313,7 +320,8 @@ void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
     if (n_pages_after > s->kv.n_pages_reserved)
         kv += (uint64_t)(n_pages_after - s->kv.n_pages_reserved) * s->kv.n_layers *
               rb_kvcache_page_alloc_bytes(&s->kv);
-    uint64_t share = weights_share(s, st.scratch_bytes + st.other_bytes, kv), min = rb_wcache_stream_min_budget(s->wstream);
+    uint64_t share = weights_share(s, st.scratch_bytes + st.other_bytes, kv);
+    uint64_t min = rb_wcache_stream_min_budget(s->wstream);
     if (share < min) {
         /* the weights are at their floor: the KV gives the rest (last
            layers first, as a trim); what it cannot give shows in the stats */
