@@ -214,9 +214,11 @@ typedef struct rb_session_params {
        hot set and a loop prefix stay, the rest streams from storage every
        token with read-ahead. On when weights_budget_bytes > 0, or when
        budget_bytes cannot hold the weights, the run state and a full
-       context's KV (n_ctx tokens); then
-       budget_bytes covers everything and the weights give up cache to KV
-       as the context grows. One streaming session per model. */
+       context's KV (n_ctx tokens); budget_bytes then covers everything and
+       the weights give up cache to KV as the context grows (before each
+       feed). A budget below the least that works: RB_E_BUDGET at creation,
+       naming it. One streaming session per model (a second session on the
+       same model: RB_E_INVALID_ARG). */
     uint64_t weights_budget_bytes; /* 0: none (or from budget_bytes) */
     const char *weights_policy;    /* "class" (NULL: class), or "lru" (the page
                                       cache's policy), fifo, clock, 2q, arc,

@@ -74,9 +74,9 @@ void rb_model_set_weights_unread(rb_model *model);
  * RB_E_INVALID_ARG when the claim conflicts. Not thread-safe (sessions
  * of one model are created and destroyed on one thread). */
 rb_status rb_model_claim_weights(rb_model *model, int is_streaming, rb_error *err);
+void rb_model_unclaim_weights(rb_model *model, int is_streaming);
 /* Opened with use_mmap: the tensors are the file's mapping. */
 int rb_model_is_mapped(const rb_model *model);
-void rb_model_unclaim_weights(rb_model *model, int is_streaming);
 
 /* Bytes of tensor t; NULL before rb_model_load_weights succeeded. */
 const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t);
