@@ -13,8 +13,7 @@
  * What it does not do: no SIMD, no dot products, no threading, no
  * allocation (every function works in caller memory, keeps no state and is
  * safe to call from any thread). Types without a function here (Q2_K,
- * Q3_K, Q8_K, IQ*, the integer types) have NULL pointers in the table; Q5_K
- * can be read but not written.
+ * Q3_K, Q8_K, Q8_1, IQ*, the integer types) have NULL pointers in the table.
  *
  * Contracts shared by every row function:
  *   - n is a multiple of the type's block size (asserted); src holds
@@ -36,7 +35,7 @@
  *     quantize_row_*_ref (Q4_0: d = signed max-abs value / -8, codes by
  *     truncating x/d + 8.5; Q8_0: d = max|x| / 127, codes by roundf), so
  *     the bytes match llama.cpp's for the same input.
- *   - Q4_K, Q6_K: our own search (not ggml's code, same layout). Per
+ *   - Q4_K, Q5_K, Q6_K: our own search (not ggml's code, same layout). Per
  *     sub-block a small grid of candidate step counts, each followed by a
  *     least-squares refit of scale (and min) for the codes it chose; then the
  *     per-sub-block scales are quantized against one fp16 super-scale and
@@ -92,7 +91,7 @@ static const rb_type_traits rb_traits[RB_TYPE_COUNT] = {
     [RB_TYPE_Q4_K] = RB_TRAITS("Q4_K", RB_QK_K, sizeof(rb_block_q4_K), 1,
                                rb_quantize_row_q4_K_ref, rb_dequantize_row_q4_K),
     [RB_TYPE_Q5_K] = RB_TRAITS("Q5_K", RB_QK_K, sizeof(rb_block_q5_K), 1,
-                               NULL, rb_dequantize_row_q5_K),
+                               rb_quantize_row_q5_K_ref, rb_dequantize_row_q5_K),
     [RB_TYPE_Q6_K] = RB_TRAITS("Q6_K", RB_QK_K, sizeof(rb_block_q6_K), 1,
                                rb_quantize_row_q6_K_ref, rb_dequantize_row_q6_K),
     [RB_TYPE_Q8_K] = RB_TRAITS("Q8_K", RB_QK_K, sizeof(rb_block_q8_K), 1,
@@ -695,54 +694,81 @@ static double rb_quant_affine(const float *x, int n, int nmax, float ds,
     return err;
 }
 
+/* One Q4_K / Q5_K super-block (nmax 15 / 31): the fp16 super-scales, the
+ * packed 6-bit scales and mins, and the codes in element order. */
+static void rb_quantize_k_affine(const float *x, int nmax, rb_f16 *d_out, rb_f16 *dmin_out,
+                                 uint8_t scales[RB_K_SCALE_SIZE], uint8_t codes[RB_QK_K])
+{
+    float s[8], m[8], max_s = 0.0f, max_m = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        s[j] = rb_fit_scale_min(x + 32 * j, 32, nmax, &m[j]);
+        max_s = fmaxf(max_s, s[j]);
+        max_m = fmaxf(max_m, m[j]);
+    }
+    /* 6-bit codes against fp16 super-scales; use the rounded values */
+    *d_out = rb_fp32_to_fp16(max_s / 63.0f);
+    *dmin_out = rb_fp32_to_fp16(max_m / 63.0f);
+    const float d = rb_fp16_to_fp32(*d_out);
+    const float dmin = rb_fp16_to_fp32(*dmin_out);
+    int sc[8], mc[8];
+    for (int j = 0; j < 8; j++) {
+        int ls = d > 0.0f ? rb_round_clamp(s[j] / d, 0, 63) : 0;
+        int lm = dmin > 0.0f ? rb_round_clamp(m[j] / dmin, 0, 63) : 0;
+        /* the code pair that is nearest is not always best after the
+         * codes are requantized: try the +-1 neighbours */
+        double best = -1.0;
+        uint8_t trial[32];
+        sc[j] = ls;
+        mc[j] = lm;
+        for (int a = ls - 1; a <= ls + 1; a++) {
+            for (int c = lm - 1; c <= lm + 1; c++) {
+                if (a < 0 || a > 63 || c < 0 || c > 63)
+                    continue;
+                double e = rb_quant_affine(x + 32 * j, 32, nmax, d * (float)a,
+                                           dmin * (float)c, trial);
+                if (best < 0 || e < best) {
+                    best = e;
+                    sc[j] = a;
+                    mc[j] = c;
+                    memcpy(codes + 32 * j, trial, 32);
+                }
+            }
+        }
+    }
+    rb_set_scale_min_k4(scales, sc, mc);
+}
+
 void rb_quantize_row_q4_K_ref(const float *src, void *dst, int64_t n)
 {
     assert(n % RB_QK_K == 0);
     rb_block_q4_K *y = dst;
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
-        const float *x = src + b * RB_QK_K;
-        float s[8], m[8], max_s = 0.0f, max_m = 0.0f;
-        for (int j = 0; j < 8; j++) {
-            s[j] = rb_fit_scale_min(x + 32 * j, 32, 15, &m[j]);
-            max_s = fmaxf(max_s, s[j]);
-            max_m = fmaxf(max_m, m[j]);
-        }
-        /* 6-bit codes against fp16 super-scales; use the rounded values */
-        y[b].d = rb_fp32_to_fp16(max_s / 63.0f);
-        y[b].dmin = rb_fp32_to_fp16(max_m / 63.0f);
-        const float d = rb_fp16_to_fp32(y[b].d);
-        const float dmin = rb_fp16_to_fp32(y[b].dmin);
-        int sc[8], mc[8];
         uint8_t codes[RB_QK_K];
-        for (int j = 0; j < 8; j++) {
-            int ls = d > 0.0f ? rb_round_clamp(s[j] / d, 0, 63) : 0;
-            int lm = dmin > 0.0f ? rb_round_clamp(m[j] / dmin, 0, 63) : 0;
-            /* the code pair that is nearest is not always best after the
-             * codes are requantized: try the +-1 neighbours */
-            double best = -1.0;
-            uint8_t trial[32];
-            sc[j] = ls;
-            mc[j] = lm;
-            for (int a = ls - 1; a <= ls + 1; a++) {
-                for (int c = lm - 1; c <= lm + 1; c++) {
-                    if (a < 0 || a > 63 || c < 0 || c > 63)
-                        continue;
-                    double e = rb_quant_affine(x + 32 * j, 32, 15, d * (float)a,
-                                               dmin * (float)c, trial);
-                    if (best < 0 || e < best) {
-                        best = e;
-                        sc[j] = a;
-                        mc[j] = c;
-                        memcpy(codes + 32 * j, trial, 32);
-                    }
-                }
-            }
-        }
-        rb_set_scale_min_k4(y[b].scales, sc, mc);
+        rb_quantize_k_affine(src + b * RB_QK_K, 15, &y[b].d, &y[b].dmin, y[b].scales, codes);
         for (int g = 0; g < 4; g++) {
             for (int l = 0; l < 32; l++) {
                 y[b].qs[32 * g + l] = (uint8_t)(codes[64 * g + l] |
                                                 (codes[64 * g + 32 + l] << 4));
+            }
+        }
+    }
+}
+
+/* Q4_K's search with 5-bit codes; bit 4 of sub-block j's codes goes to bit
+ * j of qh[l] (the layout comment above rb_get_scale_min_k4). */
+void rb_quantize_row_q5_K_ref(const float *src, void *dst, int64_t n)
+{
+    assert(n % RB_QK_K == 0);
+    rb_block_q5_K *y = dst;
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        uint8_t codes[RB_QK_K];
+        rb_quantize_k_affine(src + b * RB_QK_K, 31, &y[b].d, &y[b].dmin, y[b].scales, codes);
+        memset(y[b].qh, 0, sizeof y[b].qh);
+        for (int g = 0; g < 4; g++) {
+            for (int l = 0; l < 32; l++) {
+                const uint8_t c0 = codes[64 * g + l], c1 = codes[64 * g + 32 + l];
+                y[b].qs[32 * g + l] = (uint8_t)((c0 & 0x0f) | ((c1 & 0x0f) << 4));
+                y[b].qh[l] |= (uint8_t)(((c0 >> 4) << (2 * g)) | ((c1 >> 4) << (2 * g + 1)));
             }
         }
     }

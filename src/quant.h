@@ -156,6 +156,7 @@ void rb_quantize_row_q5_0_ref(const float *src, void *dst, int64_t n);
 void rb_quantize_row_q5_1_ref(const float *src, void *dst, int64_t n);
 void rb_quantize_row_q8_0_ref(const float *src, void *dst, int64_t n);
 void rb_quantize_row_q4_K_ref(const float *src, void *dst, int64_t n);
+void rb_quantize_row_q5_K_ref(const float *src, void *dst, int64_t n);
 void rb_quantize_row_q6_K_ref(const float *src, void *dst, int64_t n);
 
 void rb_dequantize_row_f32(const void *src, float *dst, int64_t n);

@@ -117,12 +117,12 @@ static void test_traits(void)
     static const uint32_t rw[] = {RB_TYPE_F32, RB_TYPE_F16, RB_TYPE_BF16,
                                   RB_TYPE_Q4_0, RB_TYPE_Q4_1, RB_TYPE_Q5_0,
                                   RB_TYPE_Q5_1, RB_TYPE_Q8_0, RB_TYPE_Q4_K,
-                                  RB_TYPE_Q6_K};
+                                  RB_TYPE_Q5_K, RB_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof rw / sizeof rw[0]; i++) {
         CHECK(rb_type_get_traits(rw[i])->quantize_row != NULL);
         CHECK(rb_type_get_traits(rw[i])->dequantize_row != NULL);
     }
-    CHECK(rb_type_get_traits(RB_TYPE_Q5_K)->quantize_row == NULL);
+    CHECK(rb_type_get_traits(RB_TYPE_Q5_K)->quantize_row == rb_quantize_row_q5_K_ref);
     CHECK(rb_type_get_traits(RB_TYPE_Q5_K)->dequantize_row == rb_dequantize_row_q5_K);
     CHECK(rb_type_get_traits(RB_TYPE_Q4_K)->dequantize_row == rb_dequantize_row_q4_K);
     CHECK(rb_type_get_traits(RB_TYPE_Q6_K)->quantize_row == rb_quantize_row_q6_K_ref);
@@ -282,7 +282,7 @@ static void test_round_trips(void)
         {RB_TYPE_F32, 0.0},     {RB_TYPE_F16, 5e-4},   {RB_TYPE_BF16, 4e-3},
         {RB_TYPE_Q8_0, 0.01},   {RB_TYPE_Q6_K, 0.03},  {RB_TYPE_Q5_0, 0.06},
         {RB_TYPE_Q5_1, 0.06},   {RB_TYPE_Q4_K, 0.11},  {RB_TYPE_Q4_0, 0.13},
-        {RB_TYPE_Q4_1, 0.13},
+        {RB_TYPE_Q4_1, 0.13},   {RB_TYPE_Q5_K, 0.05},
     };
     static float x[N_RT], y[N_RT];
     static uint8_t q[N_RT * 4 + 64], q2[N_RT * 4 + 64];
