@@ -17,7 +17,9 @@
  *   Q4_0 / Q5_0: unsigned codes q times a, minus 8 (16) * sum(a) per lane:
  *                equals sum (q - 8) * a exactly, without the sign trick.
  *   Q8_0: |w| times sign(a, w) (ggml's trick).
- *   Q4_K: maddubs of the nibbles, then madd with the 6-bit scale (int16).
+ *   Q4_K / Q5_K: maddubs of the 4- (5-) bit codes, then madd with the 6-bit
+ *         scale (int16); the mins from the activation's bsums.
+ *   Q4_1: unsigned codes times a; the offset m * s from the Q8_1 block.
  *   Q6_K: maddubs of the unsigned 6-bit codes, madd with the scales, minus
  *         32 * scale * bsum per lane (ggml's AVX2 form since llama.cpp PR
  *         22345): every int32 lane holds exactly the integer of ggml's
@@ -25,8 +27,9 @@
  *         llama.cpp's do.
  * Float order (the golden build, llama.cpp 34af94cd9, AVX2): Q4_0 and Q4_K
  * matrices are repacked at load there and run ggml_gemv_*_8x8, one float
- * chain per output (rb_chains below); Q5_0, Q8_0, Q6_K run ggml_vec_dot_*
- * (8 float lanes, hsum at the end); F32 / F16 ggml_vec_dot_f32/_f16's order
+ * chain per output (rb_chains below); Q5_0, Q8_0, Q6_K, Q5_K, Q4_1 run
+ * ggml_vec_dot_* (8 float lanes, hsum at the end; Q5_K and Q4_1 add a
+ * scalar chain of their min / offset terms after the hsum); F32 / F16 ggml_vec_dot_f32/_f16's order
  * (fp_dot.h), per (r, t). With these, every reference file's logits are
  * llama.cpp's bit for bit (test_golden).
  * Prefetch: each row prefetches the same block of the row R rows further
@@ -138,6 +141,8 @@ RB_INLINE __m256i rb_bits32_x16(const uint8_t *qh)
 
 /* ---- activation converters ----------------------------------------------- */
 
+#define RB_FOR4_ACT(i) _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+
 
 /* four vectors of 8 integral floats -> 32 int8 in order (saturating) */
 RB_INLINE __m256i rb_pack32_i8(__m256 v0, __m256 v1, __m256 v2, __m256 v3)
@@ -174,6 +179,36 @@ static void rb_quantize_act_q8_0_avx2(const float *x, void *dst, int64_t n)
                                  RB_RNE(_mm256_mul_ps(v2, vid)), RB_RNE(_mm256_mul_ps(v3, vid)));
 #undef RB_RNE
         _mm256_storeu_si256((__m256i *)y[b].qs, q);
+    }
+}
+
+/* Same bytes as rb_quantize_act_q8_1_ref: Q8_0's codes and d, and
+ * s = fp16(d * sum of the codes), the sum taken from the rounded floats
+ * before the saturating pack, as llama.cpp's quantize_row_q8_1 does */
+static void rb_quantize_act_q8_1_avx2(const float *x, void *dst, int64_t n)
+{
+    rb_block_q8_1 *y = dst;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / RB_QK8_0; b++, x += RB_QK8_0) {
+        __m256 v[4];
+        RB_FOR4_ACT(k) v[k] = _mm256_loadu_ps(x + 8 * k);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[b].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256 r[4];
+        RB_FOR4_ACT(k) r[k] = _mm256_round_ps(_mm256_mul_ps(v[k], vid),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(r[0]), _mm256_cvtps_epi32(r[1])),
+                                             _mm256_add_epi32(_mm256_cvtps_epi32(r[2]), _mm256_cvtps_epi32(r[3])));
+        y[b].s = _cvtss_sh(d * (float)rb_hsum_i32x8(s32), _MM_FROUND_TO_NEAREST_INT);
+        _mm256_storeu_si256((__m256i *)y[b].qs, rb_pack32_i8(r[0], r[1], r[2], r[3]));
     }
 }
 
@@ -617,6 +652,114 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
     RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]);
 }
 
+/* Q5_K in ggml_vec_dot_q5_K_q8_K's order (llama.cpp repacks Q5_K only on
+ * ARM): Q4_K's unpacking with bit j of qh[l] as bit 4 of chunk j's codes,
+ * Q6_K's 8 int32 lanes (sum(scale * q * a) over elements 4i..4i+3 of every
+ * 32-chunk, unsigned codes, no offset) fused into float lanes with
+ * d = da * dw, and per (r, t) one scalar chain of the mins,
+ * summs = fma(-da * dmin, sum(min * bsum), summs). y = hsum8 + summs. */
+RB_INLINE void rb_tile_q5_K(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                            float *y, int64_t ys, const int R, const int T)
+{
+    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
+    float summs[RB_TILE_MAX][RB_TILE_MAX];
+    RB_FOR(r, R) RB_FOR(t, T) {
+        acc[r][t] = _mm256_setzero_ps();
+        summs[r][t] = 0.0f;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        __m128i bs[RB_TILE_MAX];
+        float dy[RB_TILE_MAX];
+        RB_FOR(t, T) {
+            const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+            bs[t] = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                   _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+            dy[t] = ab->d;
+        }
+        RB_FOR(r, R) {
+            const rb_block_q5_K *x = (const rb_block_q5_K *)(w + r * wrb) + b;
+            RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
+            /* scales to bytes 0..7, mins to 8..15, as in rb_tile_q4_K */
+            uint32_t u[4];
+            memcpy(u, x->scales, 12);
+            u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+            const uint32_t u1 = u[1] & 0x3f3f3f3fu;
+            u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+            u[2] = u1;
+            u[0] &= 0x3f3f3f3fu;
+            const __m128i sm = _mm_loadu_si128((const __m128i *)u);
+            const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+            const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+            __m256i scv[8];
+            RB_FOR8(j, 8) scv[j] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
+            /* q[j]: chunk j's 5-bit codes. The 16-bit shifts that bring bit
+             * j of each qh byte to bit 4 carry bits across the byte pair
+             * only into bits 0..3 (left) or 5..7 (right), which the mask drops */
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)x->qh);
+            __m256i q[8];
+            RB_FOR8(g, 4) {
+                const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
+                const int j0 = 2 * g, j1 = 2 * g + 1;
+                const __m256i h0 = j0 <= 4 ? _mm256_slli_epi16(hb, 4 - j0) : _mm256_srli_epi16(hb, j0 - 4);
+                const __m256i h1 = j1 <= 4 ? _mm256_slli_epi16(hb, 4 - j1) : _mm256_srli_epi16(hb, j1 - 4);
+                q[j0] = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m16));
+                q[j1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                        _mm256_and_si256(h1, m16));
+            }
+            const float dw = rb_h2f(x->d), dwm = rb_h2f(x->dmin);
+            RB_FOR(t, T) {
+                const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+                __m256i sumi = _mm256_setzero_si256();
+                RB_FOR8(j, 8) {
+                    const __m256i ya = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
+                    sumi = rb_madd16_acc(sumi, _mm256_maddubs_epi16(q[j], ya), scv[j]);
+                }
+                const int32_t imin = rb_hsum_i32x4(_mm_madd_epi16(mins16, bs[t]));
+                summs[r][t] = fmaf(-dy[t] * dwm, (float)imin, summs[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dy[t] * dw), _mm256_cvtepi32_ps(sumi), acc[r][t]);
+            }
+        }
+    }
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]) + summs[r][t];
+}
+
+/* Q4_1 against Q8_1 in ggml_vec_dot_q4_1_q8_1's order: the unsigned codes
+ * times a in 8 int32 lanes of 4, fused into float lanes with dw * da; the
+ * block's m * s (s = da * sum(a), from the activation) in a scalar chain. */
+RB_INLINE void rb_tile_q4_1(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                            float *y, int64_t ys, const int R, const int T)
+{
+    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
+    float summs[RB_TILE_MAX][RB_TILE_MAX];
+    RB_FOR(r, R) RB_FOR(t, T) {
+        acc[r][t] = _mm256_setzero_ps();
+        summs[r][t] = 0.0f;
+    }
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        __m256i ya[RB_TILE_MAX];
+        float dy[RB_TILE_MAX], sy[RB_TILE_MAX];
+        RB_FOR(t, T) {
+            const rb_block_q8_1 *ab = (const rb_block_q8_1 *)(a + t * arb) + b;
+            ya[t] = _mm256_loadu_si256((const __m256i *)ab->qs);
+            dy[t] = rb_h2f(ab->d);
+            sy[t] = rb_h2f(ab->s);
+        }
+        RB_FOR(r, R) {
+            const rb_block_q4_1 *x = (const rb_block_q4_1 *)(w + r * wrb) + b;
+            _mm_prefetch((const char *)x + R * wrb, _MM_HINT_T0);
+            const __m256i q = rb_nibbles32(x->qs);
+            const float dw = rb_h2f(x->d), mw = rb_h2f(x->m);
+            RB_FOR(t, T) {
+                const __m256i p = rb_dot_u8s8(_mm256_setzero_si256(), q, ya[t]);
+                summs[r][t] = fmaf(mw, sy[t], summs[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dy[t]), _mm256_cvtepi32_ps(p), acc[r][t]);
+            }
+        }
+    }
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]) + summs[r][t];
+}
+
 /* BF16 (and the F32 / F16 loads): 8 elements per step, a scalar tail for n % 8 */
 enum { RB_FP_F32, RB_FP_F16, RB_FP_BF16 };
 
@@ -707,6 +850,8 @@ RB_INLINE void rb_tile_fp(int64_t n, const char *w, size_t wrb, const char *a, s
 #define RB_C_Q8_0(R, T) rb_tile_q8_0(n, wc, wrb, ac, arb, y, ys, R, T)
 #define RB_C_Q4_K(R, T) rb_tile_q4_K(n, wc, wrb, ac, arb, y, ys, R, T)
 #define RB_C_Q6_K(R, T) rb_tile_q6_K(n, wc, wrb, ac, arb, y, ys, R, T)
+#define RB_C_Q5_K(R, T) rb_tile_q5_K(n, wc, wrb, ac, arb, y, ys, R, T)
+#define RB_C_Q4_1(R, T) rb_tile_q4_1(n, wc, wrb, ac, arb, y, ys, R, T)
 #define RB_C_F32(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_F32)
 #define RB_C_F16(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_F16)
 #define RB_C_BF16(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_BF16)
@@ -716,6 +861,8 @@ RB_DEF_TILE(rb_tile_q5_0_avx2, RB_C_Q5_0)
 RB_DEF_TILE(rb_tile_q8_0_avx2, RB_C_Q8_0)
 RB_DEF_TILE(rb_tile_q4_K_avx2, RB_C_Q4_K)
 RB_DEF_TILE(rb_tile_q6_K_avx2, RB_C_Q6_K)
+RB_DEF_TILE(rb_tile_q5_K_avx2, RB_C_Q5_K)
+RB_DEF_TILE(rb_tile_q4_1_avx2, RB_C_Q4_1)
 RB_DEF_TILE(rb_tile_f32_avx2, RB_C_F32)
 RB_DEF_TILE(rb_tile_f16_avx2, RB_C_F16)
 RB_DEF_TILE(rb_tile_bf16_avx2, RB_C_BF16)
@@ -728,6 +875,7 @@ const rb_matmul_isa rb_matmul_isa_avx2 = {
         [RB_TYPE_BF16] = rb_quantize_act_bf16_avx2,
         [RB_TYPE_Q8_0] = rb_quantize_act_q8_0_avx2,
         [RB_TYPE_Q8_K] = rb_quantize_act_q8_K_avx2,
+        [RB_TYPE_Q8_1] = rb_quantize_act_q8_1_avx2,
     },
     .tile = {
         [RB_TYPE_F32] = rb_tile_f32_avx2,
@@ -738,6 +886,8 @@ const rb_matmul_isa rb_matmul_isa_avx2 = {
         [RB_TYPE_Q8_0] = rb_tile_q8_0_avx2,
         [RB_TYPE_Q4_K] = rb_tile_q4_K_avx2,
         [RB_TYPE_Q6_K] = rb_tile_q6_K_avx2,
+        [RB_TYPE_Q5_K] = rb_tile_q5_K_avx2,
+        [RB_TYPE_Q4_1] = rb_tile_q4_1_avx2,
     },
     .decode_rows = 4,
     .prefill_rows = 2,

@@ -5,7 +5,7 @@
  * AVX2+FMA+F16C (matmul_avx2.c) / NEON (matmul_neon.c) versions:
  *
  *   act   converts a row of floats to the activation type of a weight type
- *         (F32 copy, F16, BF16, Q8_0, Q8_K), indexed by the ACTIVATION type.
+ *         (F32 copy, F16, BF16, Q8_0, Q8_1, Q8_K), indexed by the ACTIVATION type.
  *   tile  dot products of up to RB_TILE_MAX weight rows with up to
  *         RB_TILE_MAX activation rows, indexed by the WEIGHT type:
  *           y[t * y_stride + r] = dot(w row r, act row t)
@@ -73,6 +73,8 @@ void rb_quantize_act_q8_K_ref(const float *x, void *dst, int64_t n);
 void rb_quantize_act_f32_ref(const float *x, void *dst, int64_t n);
 
 void rb_quantize_act_q8_0_ref(const float *x, void *dst, int64_t n);
+/* Q8_0's codes and d, plus s = fp16(d * sum of the codes) (for Q4_1) */
+void rb_quantize_act_q8_1_ref(const float *x, void *dst, int64_t n);
 
 /* ggml's nearest_int: ties to even, |v| < 2^22, via the float magic
  * number (1.5 * 2^23): adding it leaves the rounded integer in the low
@@ -90,6 +92,8 @@ float rb_vec_dot_q5_0_q8_0_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_q8_0_q8_0_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_q4_K_q8_K_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_q5_K_q8_K_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_f32_f32_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_f16_f16_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_bf16_bf16_ref(int64_t n, const void *w, const void *a);

@@ -19,6 +19,14 @@
  *                 y = hsum8(acc) + hsum4(accm)  (ggml's AVX2 order)
  *   Q6_K . Q8_K   the same 8 lanes of sc_s * (w6 - 32) * a, fma with da * d,
  *                 y = hsum8(acc)
+ *   Q5_K . Q8_K   8 lanes of sc_j * w5 * a as Q6_K's (lane i: elements
+ *                 4i..4i+3 of each 32-chunk j), acc_i = fma(da * d, lane_i,
+ *                 acc_i); one scalar chain summs = fma(-da * dmin,
+ *                 sum m_j * bsum_j, summs); y = hsum8(acc) + summs
+ *   Q4_1 . Q8_1   8 lanes of w * a (lane i: elements 4i..4i+3), acc_i =
+ *                 fma(dw * da, lane_i, acc_i); summs = fma(m, s, summs)
+ *                 with s = da * sum(a) from the activation block;
+ *                 y = hsum8(acc) + summs
  *   F32/F16/BF16  widen to f32, products accumulated in double (ggml_float)
  * Integer sums are exact (bounds: |Q6_K sumi| < 2^28), so every ISA gets the
  * same integers and differs only in the float accumulation order.
@@ -197,6 +205,62 @@ float rb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a)
     return rb_hsum8_ref(acc);
 }
 
+/* ggml_vec_dot_q5_K_q8_K's AVX2 order (llama.cpp repacks Q5_K only for
+ * NEON, so on x86 every Q5_K matrix runs this): Q4_K's unpacking plus the
+ * fifth bit, the integer lanes of Q6_K's kernel (no offset: the 5-bit codes
+ * are unsigned), and the mins in a scalar chain of their own. ggml writes
+ * that chain as `summs += dmin * isum`, which gcc (-ffp-contract=fast) and
+ * clang (-ffp-contract=on) both compile to one fused multiply-add when FMA
+ * is enabled, as it is in an AVX2 build. */
+float rb_vec_dot_q5_K_q8_K_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q5_K *x = w;
+    const rb_block_q8_K *y = a;
+    float acc[8] = {0}, summs = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        uint8_t sc[8], m[8];
+        rb_k4_scales_mins(x[b].scales, sc, m);
+        int32_t lane[8] = {0}, imin = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = x[b].qs + 32 * (j / 2);
+            const int8_t *yq = y[b].qs + 32 * j;
+            const int shift = (j & 1) ? 4 : 0;
+            for (int l = 0; l < 32; l++) {
+                const int q5 = ((q[l] >> shift) & 0x0f) | (((x[b].qh[l] >> j) & 1) << 4);
+                lane[l / 4] += sc[j] * (q5 * yq[l]);
+            }
+            imin += m[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        }
+        const float d = y[b].d * rb_fp16_to_fp32(x[b].d);
+        const float dmin = -y[b].d * rb_fp16_to_fp32(x[b].dmin);
+        summs = fmaf(dmin, (float)imin, summs);
+        for (int i = 0; i < 8; i++)
+            acc[i] = fmaf(d, (float)lane[i], acc[i]);
+    }
+    return rb_hsum8_ref(acc) + summs;
+}
+
+/* ggml_vec_dot_q4_1_q8_1's AVX2 order: 8 float lanes of 4 products each,
+ * the block's m * s in a scalar chain (fused, as for Q5_K's summs). */
+float rb_vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q4_1 *x = w;
+    const rb_block_q8_1 *y = a;
+    float acc[8] = {0}, summs = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        int32_t lane[8] = {0};
+        for (int l = 0; l < RB_QK4_1 / 2; l++) {
+            lane[l / 4] += (x[b].qs[l] & 0x0f) * y[b].qs[l];
+            lane[4 + l / 4] += (x[b].qs[l] >> 4) * y[b].qs[l + RB_QK4_1 / 2];
+        }
+        summs = fmaf(rb_fp16_to_fp32(x[b].m), rb_fp16_to_fp32(y[b].s), summs);
+        const float d = rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d);
+        for (int i = 0; i < 8; i++)
+            acc[i] = fmaf(d, (float)lane[i], acc[i]);
+    }
+    return rb_hsum8_ref(acc) + summs;
+}
+
 float rb_vec_dot_f32_f32_ref(int64_t n, const void *w, const void *a)
 {
     const float *x = w, *y = a;
@@ -242,6 +306,8 @@ RB_REF_TILE(rb_tile_q5_0_ref, rb_vec_dot_q5_0_q8_0_ref)
 RB_REF_TILE(rb_tile_q8_0_ref, rb_vec_dot_q8_0_q8_0_ref)
 RB_REF_TILE(rb_tile_q4_K_ref, rb_vec_dot_q4_K_q8_K_ref)
 RB_REF_TILE(rb_tile_q6_K_ref, rb_vec_dot_q6_K_q8_K_ref)
+RB_REF_TILE(rb_tile_q5_K_ref, rb_vec_dot_q5_K_q8_K_ref)
+RB_REF_TILE(rb_tile_q4_1_ref, rb_vec_dot_q4_1_q8_1_ref)
 RB_REF_TILE(rb_tile_f32_ref, rb_vec_dot_f32_f32_ref)
 RB_REF_TILE(rb_tile_f16_ref, rb_vec_dot_f16_f16_ref)
 RB_REF_TILE(rb_tile_bf16_ref, rb_vec_dot_bf16_bf16_ref)
@@ -271,6 +337,29 @@ void rb_quantize_act_q8_0_ref(const float *x, void *dst, int64_t n)
     }
 }
 
+/* Q8_1 (for Q4_1 weights) as llama.cpp's SIMD quantize_row_q8_1: the Q8_0
+ * codes and d above, and s = fp16(d * sum of the codes) */
+void rb_quantize_act_q8_1_ref(const float *x, void *dst, int64_t n)
+{
+    rb_block_q8_1 *y = dst;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++, x += RB_QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < RB_QK8_0; j++)
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        const float d = amax / 127.0f;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        y[b].d = rb_fp32_to_fp16(d);
+        for (int j = 0; j < RB_QK8_0; j++) {
+            float v = x[j] * id;
+            v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+            y[b].qs[j] = (int8_t)rb_nearest_int(v);
+            sum += y[b].qs[j];
+        }
+        y[b].s = rb_fp32_to_fp16(d * (float)sum);
+    }
+}
+
 const rb_matmul_isa rb_matmul_isa_ref = {
     .name = "ref",
     .act = {
@@ -279,6 +368,7 @@ const rb_matmul_isa rb_matmul_isa_ref = {
         [RB_TYPE_BF16] = rb_quantize_row_bf16_ref,
         [RB_TYPE_Q8_0] = rb_quantize_act_q8_0_ref,
         [RB_TYPE_Q8_K] = rb_quantize_act_q8_K_ref,
+        [RB_TYPE_Q8_1] = rb_quantize_act_q8_1_ref,
     },
     .tile = {
         [RB_TYPE_F32] = rb_tile_f32_ref,
@@ -289,6 +379,8 @@ const rb_matmul_isa rb_matmul_isa_ref = {
         [RB_TYPE_Q8_0] = rb_tile_q8_0_ref,
         [RB_TYPE_Q4_K] = rb_tile_q4_K_ref,
         [RB_TYPE_Q6_K] = rb_tile_q6_K_ref,
+        [RB_TYPE_Q5_K] = rb_tile_q5_K_ref,
+        [RB_TYPE_Q4_1] = rb_tile_q4_1_ref,
     },
     .decode_rows = 1,
     .prefill_rows = 1,

@@ -5,7 +5,7 @@
  *      _ref (ties, zero blocks, equal +-max magnitudes included);
  *   2. tiles: every ISA variant against the _ref vec_dot, every tile shape,
  *      several n_cols; and every shape bit-identical to the 1 x 1 tile;
- *      AVX2 Q4_0 / Q4_K / Q6_K bit-identical to _ref (both in llama.cpp's
+ *      AVX2 Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K bit-identical to _ref (both in llama.cpp's
  *      AVX2 order, see matmul_ref.c);
  *   3. rb_matmul against a naive double-precision product of dequantized
  *      weights and dequantized (already rounded) activations; 1, 2 and 3
@@ -52,7 +52,8 @@ static float rng_normalish(void)
 }
 
 static const uint32_t w_types[] = {RB_TYPE_F32, RB_TYPE_F16, RB_TYPE_BF16, RB_TYPE_Q4_0,
-                                   RB_TYPE_Q5_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q6_K};
+                                   RB_TYPE_Q5_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q6_K,
+                                   RB_TYPE_Q5_K, RB_TYPE_Q4_1};
 #define N_W_TYPES (sizeof w_types / sizeof w_types[0])
 
 static const rb_matmul_isa *isas[] = {
@@ -96,7 +97,11 @@ static void make_weights(uint32_t type, int64_t n_rows, int64_t n_cols, uint8_t 
             case RB_TYPE_Q4_0:
             case RB_TYPE_Q5_0:
             case RB_TYPE_Q8_0: memcpy(blk, &s1, 2); break;
-            case RB_TYPE_Q4_K: memcpy(blk, &s1, 2); memcpy(blk + 2, &s2, 2); break;
+            case RB_TYPE_Q4_K:
+            case RB_TYPE_Q5_K: memcpy(blk, &s1, 2); memcpy(blk + 2, &s2, 2); break;
+            case RB_TYPE_Q4_1: /* m of either sign */
+                s2 = rb_fp32_to_fp16(0.1f * rng_uniform());
+                memcpy(blk, &s1, 2); memcpy(blk + 2, &s2, 2); break;
             case RB_TYPE_Q6_K: memcpy(blk + 208, &s1, 2); break;
             default: break;
             }
@@ -128,6 +133,12 @@ static void make_act_floats(int64_t n, float *x, int variant)
 
 static void dequant_act(uint32_t act_type, const void *src, float *dst, int64_t n)
 {
+    if (act_type == RB_TYPE_Q8_1) {
+        const rb_block_q8_1 *b = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = rb_fp16_to_fp32(b[i / 32].d) * (float)b[i / 32].qs[i % 32];
+        return;
+    }
     if (act_type == RB_TYPE_Q8_K) {
         const rb_block_q8_K *b = src;
         for (int64_t i = 0; i < n; i++)
@@ -145,12 +156,35 @@ static double dot_abs(const float *w, const float *a, int64_t n)
     return s;
 }
 
+/* Q4_1 . Q8_1 uses the activation's s = fp16(d * sum(q)) for the m term
+ * (llama.cpp's arithmetic), not the exact sum of the dequantized a: the
+ * naive product gets sum_b m_b * (s_b - d_b * sum q_b) added, and
+ * sum_b |m_b * s_b| added to the tolerance's scale. 0 for other types. */
+static double q4_1_s_fix(uint32_t wt, const void *w, const void *a, int64_t n, double *abs_extra)
+{
+    *abs_extra = 0.0;
+    if (wt != RB_TYPE_Q4_1)
+        return 0.0;
+    const rb_block_q4_1 *x = w;
+    const rb_block_q8_1 *y = a;
+    double fix = 0.0;
+    for (int64_t b = 0; b < n / 32; b++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++)
+            sum += y[b].qs[j];
+        const double m = rb_fp16_to_fp32(x[b].m), sb = rb_fp16_to_fp32(y[b].s);
+        fix += m * (sb - (double)rb_fp16_to_fp32(y[b].d) * sum);
+        *abs_extra += fabs(m * sb);
+    }
+    return fix;
+}
+
 /* ---- 1. activation converters --------------------------------------------- */
 
 static void test_act_converters(void)
 {
     static const uint32_t act_types[] = {RB_TYPE_F32, RB_TYPE_F16, RB_TYPE_BF16, RB_TYPE_Q8_0,
-                                         RB_TYPE_Q8_K};
+                                         RB_TYPE_Q8_K, RB_TYPE_Q8_1};
     static const int64_t sizes[] = {256, 512, 2048, 5632};
     for (int k = 0; isas[k]; k++) {
         for (size_t a = 0; a < sizeof act_types / sizeof act_types[0]; a++) {
@@ -208,6 +242,22 @@ static void test_act_converters(void)
     for (int i = 0; i < 16; i++)
         bs += q.qs[i];
     CHECK_EQ_INT(q.bsums[0], bs);
+    /* Q8_1: Q8_0's codes and d, s = fp16(d * sum of the codes) */
+    rb_block_q8_0 q0[8];
+    rb_block_q8_1 q1[8];
+    rb_quantize_act_q8_0_ref(x, q0, 256);
+    rb_quantize_act_q8_1_ref(x, q1, 256);
+    for (int b = 0; b < 8; b++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++)
+            sum += q1[b].qs[j];
+        CHECK(memcmp(q0[b].qs, q1[b].qs, 32) == 0);
+        CHECK_EQ_INT(q1[b].d, q0[b].d);
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            amax = fabsf(x[32 * b + j]) > amax ? fabsf(x[32 * b + j]) : amax;
+        CHECK_EQ_INT(q1[b].s, rb_fp32_to_fp16(amax / 127.0f * (float)sum));
+    }
 }
 
 /* ---- 2. tiles ------------------------------------------------------------------- */
@@ -215,7 +265,8 @@ static void test_act_converters(void)
 #ifdef RB_MATMUL_HAVE_AVX2
 static int same_bits_as_ref(uint32_t wt)
 {
-    return wt == RB_TYPE_Q4_0 || wt == RB_TYPE_Q4_K || wt == RB_TYPE_Q6_K;
+    return wt == RB_TYPE_Q4_0 || wt == RB_TYPE_Q4_K || wt == RB_TYPE_Q6_K || wt == RB_TYPE_Q5_K ||
+           wt == RB_TYPE_Q4_1;
 }
 #endif
 
@@ -252,10 +303,11 @@ static void test_tiles(void)
                     rb_matmul_isa_ref.tile[wt](n, w + r * wrb, wrb, 1, a + t * arb, arb, 1, &y, 1);
                     ref[r][t] = y;
                     /* the ref kernel itself against the naive double product */
-                    double naive = 0.0;
+                    double extra;
+                    double naive = q4_1_s_fix(wt, w + r * wrb, a + t * arb, n, &extra);
                     for (int64_t i = 0; i < n; i++)
                         naive += (double)wf[r * n + i] * (double)af[t * n + i];
-                    double tol = TOL_VS_NAIVE * dot_abs(wf + r * n, af + t * n, n) + 1e-30;
+                    double tol = TOL_VS_NAIVE * (dot_abs(wf + r * n, af + t * n, n) + extra) + 1e-30;
                     if (!(fabs(naive - y) <= tol))
                         fprintf(stderr, "ref %s n %lld r %d t %d\n", tr->name, (long long)n, r, t);
                     CHECK_NEAR(y, naive, tol);
@@ -265,7 +317,9 @@ static void test_tiles(void)
                 for (int r = 0; r < RB_TILE_MAX; r++)
                     for (int t = 0; t < RB_TILE_MAX; t++) {
                         isas[k]->tile[wt](n, w + r * wrb, wrb, 1, a + t * arb, arb, 1, &one[r][t], 1);
-                        double tol = TOL_ISA_VS_REF * dot_abs(wf + r * n, af + t * n, n) + 1e-30;
+                        double extra;
+                        (void)q4_1_s_fix(wt, w + r * wrb, a + t * arb, n, &extra);
+                        double tol = TOL_ISA_VS_REF * (dot_abs(wf + r * n, af + t * n, n) + extra) + 1e-30;
                         if (!(fabs(one[r][t] - ref[r][t]) <= tol))
                             fprintf(stderr, "isa %s %s n %lld r %d t %d\n", isas[k]->name,
                                     tr->name, (long long)n, r, t);
@@ -365,10 +419,11 @@ static void test_matmul_driver(rb_threadpool *pools[3])
                             pad_bad += got != -7.0f;
                             continue;
                         }
-                        double naive = 0.0;
+                        double extra;
+                        double naive = q4_1_s_fix(wt, w + r * wrb, a + t * arb, n_cols, &extra);
                         for (int64_t i = 0; i < n_cols; i++)
                             naive += (double)wf[r * n_cols + i] * (double)af[t * n_cols + i];
-                        double tol = TOL_VS_NAIVE * dot_abs(wf + r * n_cols, af + t * n_cols, n_cols) + 1e-30;
+                        double tol = TOL_VS_NAIVE * (dot_abs(wf + r * n_cols, af + t * n_cols, n_cols) + extra) + 1e-30;
                         if (!(fabs(naive - got) <= tol)) {
                             if (!bad)
                                 fprintf(stderr, "matmul %s rows %lld tok %lld: y[%lld][%lld] %g vs %g\n",
@@ -398,7 +453,8 @@ static void test_matmul_driver(rb_threadpool *pools[3])
  * across many chunks (rows not a multiple of the chunk size). */
 static void test_matmul_large(rb_threadpool *pool1, rb_threadpool *pool2)
 {
-    static const uint32_t types[] = {RB_TYPE_Q4_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q6_K, RB_TYPE_F16};
+    static const uint32_t types[] = {RB_TYPE_Q4_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q6_K,
+                                     RB_TYPE_Q5_K, RB_TYPE_Q4_1, RB_TYPE_F16};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t wt = types[ti];
         const int64_t n_rows = 301, n_cols = 1024, n_tok = 70;
@@ -434,14 +490,17 @@ static void test_matmul_large(rb_threadpool *pool1, rb_threadpool *pool2)
 int main(void)
 {
     fprintf(stderr, "matmul ISA: %s\n", rb_matmul_isa_best()->name);
-    CHECK(!rb_matmul_supports(RB_TYPE_Q4_1));
+    CHECK(rb_matmul_supports(RB_TYPE_Q4_1));
+    CHECK(rb_matmul_supports(RB_TYPE_Q5_K));
+    CHECK(!rb_matmul_supports(RB_TYPE_Q5_1));
     CHECK(!rb_matmul_supports(RB_TYPE_Q2_K));
-    CHECK(!rb_matmul_supports(RB_TYPE_Q5_K));
     CHECK(!rb_matmul_supports(RB_TYPE_IQ4_NL));
     CHECK(!rb_matmul_supports(RB_TYPE_COUNT));
     CHECK(!rb_matmul_supports(1000));
     CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_Q4_0), RB_TYPE_Q8_0);
     CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_Q6_K), RB_TYPE_Q8_K);
+    CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_Q5_K), RB_TYPE_Q8_K);
+    CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_Q4_1), RB_TYPE_Q8_1);
     CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_F16), RB_TYPE_F16);
 
     test_act_converters();
