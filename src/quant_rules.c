@@ -3,8 +3,8 @@
  * quant_rules.h, after llama.cpp's llama_tensor_get_type).
  *
  * Only the branches that the file kinds in kinds[] can reach are here; the
- * i-quant and Q2/Q3/Q5 branches of llama-quantize are not, because rebound
- * does not write those kinds.
+ * i-quant, Q2/Q3 and Q5_K_S branches of llama-quantize are not, because
+ * rebound does not write those kinds (q5_k is uniform, not Q5_K_S).
  */
 #include <string.h>
 #include <strings.h>
@@ -19,8 +19,11 @@ static const rb_file_kind kinds[] = {
     {"bf16", RB_FTYPE_MOSTLY_BF16, RB_TYPE_BF16, 0},
     {"q8_0", RB_FTYPE_MOSTLY_Q8_0, RB_TYPE_Q8_0, 0},
     {"q4_0", RB_FTYPE_MOSTLY_Q4_0, RB_TYPE_Q4_0, 0},
+    {"q4_1", RB_FTYPE_MOSTLY_Q4_1, RB_TYPE_Q4_1, 0},
     {"q4_k", RB_FTYPE_MOSTLY_Q4_K_S, RB_TYPE_Q4_K, 0},
     {"q4_k_m", RB_FTYPE_MOSTLY_Q4_K_M, RB_TYPE_Q4_K, 1},
+    {"q5_k", RB_FTYPE_MOSTLY_Q5_K_S, RB_TYPE_Q5_K, 0},
+    {"q5_k_m", RB_FTYPE_MOSTLY_Q5_K_M, RB_TYPE_Q5_K, 1},
     {"q6_k", RB_FTYPE_MOSTLY_Q6_K, RB_TYPE_Q6_K, 0},
 };
 
@@ -32,7 +35,7 @@ const rb_file_kind *rb_file_kind_find(const char *name)
     return NULL;
 }
 
-const char *rb_file_kind_names(void) { return "f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q6_k"; }
+const char *rb_file_kind_names(void) { return "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q4_k_m, q5_k, q5_k_m, q6_k"; }
 
 /* llama.cpp's use_more_bits: first and last eighth, every third between. */
 static int use_more_bits(int64_t i, int64_t n)
@@ -51,6 +54,7 @@ static uint32_t fallback_type(uint32_t type)
 {
     switch (type) {
     case RB_TYPE_Q4_K: return RB_TYPE_Q5_0;
+    case RB_TYPE_Q5_K: return RB_TYPE_Q5_1;
     case RB_TYPE_Q6_K: return RB_TYPE_Q8_0;
     default: return RB_TYPE_F16;
     }

@@ -25,20 +25,26 @@ typedef enum rb_ftype {
     RB_FTYPE_ALL_F32 = 0,
     RB_FTYPE_MOSTLY_F16 = 1,
     RB_FTYPE_MOSTLY_Q4_0 = 2,
+    RB_FTYPE_MOSTLY_Q4_1 = 3,
     RB_FTYPE_MOSTLY_Q8_0 = 7,
     RB_FTYPE_MOSTLY_Q4_K_S = 14,
     RB_FTYPE_MOSTLY_Q4_K_M = 15,
+    RB_FTYPE_MOSTLY_Q5_K_S = 16,
+    RB_FTYPE_MOSTLY_Q5_K_M = 17,
     RB_FTYPE_MOSTLY_Q6_K = 18,
     RB_FTYPE_MOSTLY_BF16 = 32,
 } rb_ftype;
 
-/* A file kind by its name in the CLI: f32 f16 bf16 q8_0 q4_0 q4_k q4_k_m q6_k.
- * q4_k is every matrix in Q4_K (output Q6_K), labelled MOSTLY_Q4_K_S. */
+/* A file kind by its name in the CLI: f32 f16 bf16 q8_0 q4_0 q4_1 q4_k
+ * q4_k_m q5_k q5_k_m q6_k. q4_k (q5_k) is every matrix in Q4_K (Q5_K),
+ * output Q6_K, labelled MOSTLY_Q4_K_S (Q5_K_S); the _m kinds follow
+ * llama-quantize's Q4_K_M / Q5_K_M rules (attn_v and ffn_down of the
+ * use_more_bits layers in Q6_K). */
 typedef struct rb_file_kind {
     const char *name;
     rb_ftype ftype;
     uint32_t base_type;   /* rb_type of most matrices */
-    int is_q4_k_m;
+    int is_q4_k_m;        /* the _M rules (Q4_K_M and Q5_K_M share them) */
 } rb_file_kind;
 
 /* The kind with this name (case-insensitive), or NULL. */

@@ -368,7 +368,8 @@ int main(void)
        the f16 K/V cache and f16-rounded q; quantized ones also by the 8-bit
        activations, as in llama.cpp. Measured maxima (relative): f32 0.008,
        f16 0.009, bf16 0.017, q8_0 0.049, q4_0 0.065, q4_k_m 0.074,
-       q6_k 0.078, qwen3 q8_0 0.056; means 0.001 to 0.012. */
+       q6_k 0.078, q5_k 0.084, q5_k_m 0.074, q4_1 0.059, qwen3 q8_0 0.056;
+       means 0.001 to 0.013. */
     engine_vs_reference("f32", &llama, 0.02, 0.003);
     engine_vs_reference("f16", &llama, 0.02, 0.003);
     engine_vs_reference("bf16", &llama, 0.04, 0.006);
@@ -376,6 +377,9 @@ int main(void)
     engine_vs_reference("q4_0", &llama, 0.15, 0.025);
     engine_vs_reference("q4_k_m", &llama, 0.15, 0.025);
     engine_vs_reference("q6_k", &llama, 0.1, 0.02);
+    engine_vs_reference("q5_k", &llama, 0.1, 0.02);
+    engine_vs_reference("q5_k_m", &llama, 0.1, 0.02);
+    engine_vs_reference("q4_1", &llama, 0.15, 0.025);
     engine_vs_reference("q8_0", &qwen3, 0.1, 0.02);
     test_bad_input();
     test_unsupported_arch();

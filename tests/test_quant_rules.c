@@ -46,7 +46,10 @@ static void test_rules_by_hand(void)
     const rb_file_kind *q8 = rb_file_kind_find("q8_0");
     const rb_file_kind *f16 = rb_file_kind_find("f16");
     CHECK(q4_0 && q4km && q8 && f16);
-    CHECK(rb_file_kind_find("q5_k") == NULL);
+    CHECK(rb_file_kind_find("q5_1") == NULL);
+    const rb_file_kind *q5km = rb_file_kind_find("Q5_K_M"), *q5k = rb_file_kind_find("q5_k");
+    const rb_file_kind *q4_1 = rb_file_kind_find("q4_1");
+    CHECK(q5km && q5k && q4_1);
     uint64_t norm[1] = {2048}, mat[2] = {2048, 2048}, odd[2] = {172, 64}, small[2] = {64, 512};
     uint64_t w960[2] = {960, 960};
     /* norms stay F32 whatever the kind */
@@ -67,6 +70,24 @@ static void test_rules_by_hand(void)
                      expect_q6[l] ? RB_TYPE_Q6_K : RB_TYPE_Q4_K);
         snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
         CHECK_EQ_INT(rb_quant_rules_choose(q4km, name, 2, mat, 22, 1).type, RB_TYPE_Q4_K);
+    }
+    /* Q5_K_M: Q4_K_M's layers in Q6_K, the rest Q5_K; q5_k and q4_1 uniform */
+    for (int l = 0; l < 22 && q5km && q5k && q4_1; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.attn_v.weight", l);
+        CHECK_EQ_INT(rb_quant_rules_choose(q5km, name, 2, mat, 22, 1).type,
+                     expect_q6[l] ? RB_TYPE_Q6_K : RB_TYPE_Q5_K);
+        CHECK_EQ_INT(rb_quant_rules_choose(q5k, name, 2, mat, 22, 1).type, RB_TYPE_Q5_K);
+        CHECK_EQ_INT(rb_quant_rules_choose(q4_1, name, 2, mat, 22, 1).type, RB_TYPE_Q4_1);
+        snprintf(name, sizeof name, "blk.%d.ffn_up.weight", l);
+        CHECK_EQ_INT(rb_quant_rules_choose(q5km, name, 2, mat, 22, 1).type, RB_TYPE_Q5_K);
+    }
+    if (q5km && q4_1) {
+        CHECK_EQ_INT(rb_quant_rules_choose(q5km, "output.weight", 2, mat, 22, 1).type, RB_TYPE_Q6_K);
+        CHECK_EQ_INT(rb_quant_rules_choose(q4_1, "output.weight", 2, mat, 22, 1).type, RB_TYPE_Q6_K);
+        CHECK_EQ_INT(rb_quant_rules_choose(q5km, "blk.0.attn_q.weight", 2, small, 5, 1).type,
+                     RB_TYPE_Q5_1); /* llama-quantize's fallback for Q5_K */
+        CHECK_EQ_INT(rb_file_kind_find("q5_k_m")->ftype, RB_FTYPE_MOSTLY_Q5_K_M);
     }
     /* fallbacks: 172 % 32 != 0 -> F16; 64 % 256 -> Q4_K to Q5_0, Q6_K to Q8_0 */
     rb_tensor_type_choice c = rb_quant_rules_choose(q4_0, "blk.0.ffn_down.weight", 2, odd, 5, 1);
