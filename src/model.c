@@ -20,6 +20,7 @@
 #include "status.h"
 #include "tokenizer.h"
 #include "trace.h"
+#include "wcache.h"
 
 struct rb_model {
     rb_gguf *gguf;
@@ -34,6 +35,9 @@ struct rb_model {
     char *path;             /* as given to rb_model_open */
     int is_layers_unread;   /* lazily loaded: blk.* bytes not read yet */
     int is_all_unread;      /* reserved: no tensor read yet (weight streaming) */
+    int is_rest_unread;     /* lazily loaded: the bytes outside blk.* not read
+                               yet either (the weight cache reads them through
+                               the storage throttle, rb_wcache_mark_unread) */
     int n_weight_users;     /* sessions computing from the buffer as loaded */
     int is_streamed;        /* a streaming session owns the buffer */
     rb_tokenizer *tokenizer; /* built on first use */
@@ -314,25 +318,27 @@ const rb_hparams *rb_model_hparams(const rb_model *model) { return &model->hp; }
 static rb_status rb_model_load_weights_impl(rb_model *m, int skip_layers);
 
 /* Reads the tensors of the data section into m->data: all of them, or
- * (skip_layers 1) all but the blk.* ones, which a cold restore reads layer
- * by layer while the first layers compute, or (2) none: weight streaming
- * reads blocks on use. */
+ * none: (skip_layers 1) a cold restore, whose weight cache reads the bytes
+ * outside the layers at session open and the blk.* ones layer by layer
+ * while the first layers compute, both from storage (O_DIRECT, through the
+ * device throttle: the embeddings are weight bytes read like the others),
+ * or (2) weight streaming, which reads blocks on use. */
 static rb_status load_tensors(rb_model *m, int skip_layers)
 {
     m->is_all_unread = skip_layers == 2;
     m->is_layers_unread = skip_layers != 0;
-    if (skip_layers == 2)
+    m->is_rest_unread = skip_layers == 1;
+    if (skip_layers)
         return RB_OK;
     for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
         const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
-        if (skip_layers && rb_tensor_layer(t->name) >= 0)
-            continue;
         if (m->trace)
             rb_trace_writer_access(m->trace, m->trace_file, t->file_offset, t->n_bytes);
         rb_status st = rb_gguf_read(m->gguf, t, 0, m->data + t->offset, t->n_bytes, &m->err);
         if (st != RB_OK) {
             m->is_all_unread = 1; /* partly read: read it all again next time */
             m->is_layers_unread = 1;
+            m->is_rest_unread = 0;
             return st;
         }
     }
@@ -351,6 +357,9 @@ rb_status rb_model_load_weights_lazy(rb_model *m)
 }
 
 int rb_model_layers_unread(const rb_model *m) { return m->is_layers_unread; }
+
+int rb_model_rest_unread(const rb_model *m) { return m->is_rest_unread; }
+void rb_model_set_rest_read(rb_model *m) { m->is_rest_unread = 0; }
 
 rb_status rb_model_reserve_weights(rb_model *m)
 {
@@ -394,6 +403,7 @@ void rb_model_set_weights_unread(rb_model *m)
     if (m->data) {
         m->is_all_unread = 1;
         m->is_layers_unread = 1;
+        m->is_rest_unread = 0;
     }
 }
 

@@ -23,6 +23,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -37,6 +39,7 @@
 struct rb_wcache {
     const rb_os *os;
     rb_throttle *throttle;   /* may be NULL */
+    rb_model *model;         /* to mark the bytes outside the layers read */
     int fd;
     int is_direct;
     uintptr_t base;          /* address of file offset 0 */
@@ -68,6 +71,7 @@ rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os 
         return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
     w->os = os ? os : rb_os_default();
     w->throttle = throttle;
+    w->model = (rb_model *)model; /* its lazy-load flag only */
     w->fd = -1;
     w->n_layers = hp->n_layers;
     w->base = (uintptr_t)d0 - (uintptr_t)t0->file_offset;
@@ -192,8 +196,116 @@ static rb_status read_span(rb_wcache *w, uint64_t a, uint64_t b, rb_error *err)
     return RB_OK;
 }
 
+/* Requests in flight while the bytes outside the layers are read at
+ * session open: as many as the restore that follows keeps (residency.c's
+ * I/O workers and its decode worker), so the device's per-I/O latency
+ * overlaps there too; the throttle shares the bandwidth among them. */
+#define WC_REST_STREAMS 3
+
+typedef struct span_read {
+    rb_wcache *w;
+    uint64_t pa, pb;            /* whole pages, O_DIRECT */
+    _Atomic uint64_t next;      /* next chunk's offset to claim */
+    pthread_mutex_t mu;         /* guards the first failure below */
+    rb_status st;
+    int e;
+    uint64_t fail_off;
+} span_read;
+
+static void *span_reader(void *arg)
+{
+    span_read *j = arg;
+    rb_wcache *w = j->w;
+    for (;;) {
+        /* relaxed: the offset only partitions the work; the joins order the
+           bytes before anyone reads them */
+        uint64_t off = atomic_fetch_add_explicit(&j->next, WC_CHUNK, memory_order_relaxed);
+        if (off >= j->pb)
+            return NULL;
+        size_t n = j->pb - off < WC_CHUNK ? (size_t)(j->pb - off) : WC_CHUNK;
+        int64_t t0 = rb_throttle_now_ns();
+        int e = 0;
+        rb_status st = rb_os_read_full(w->os, w->fd, (void *)(w->base + off), n, off, NULL, &e);
+        if (st != RB_OK) {
+            pthread_mutex_lock(&j->mu);
+            if (j->st == RB_OK) {
+                j->st = st;
+                j->e = e;
+                j->fail_off = off;
+            }
+            pthread_mutex_unlock(&j->mu);
+            atomic_store_explicit(&j->next, j->pb, memory_order_relaxed); /* stop all */
+            return NULL;
+        }
+        if (w->throttle)
+            rb_throttle_io_since(w->throttle, n, t0);
+    }
+}
+
+/* Reads [a, b) of the file into place from storage: the whole pages with
+ * O_DIRECT in WC_CHUNK requests, WC_REST_STREAMS in flight, through the
+ * throttle (as a layer's reload), the partial pages at either end
+ * buffered. */
+static rb_status read_span_direct(rb_wcache *w, uint64_t a, uint64_t b, rb_error *err)
+{
+    uint64_t pa = w->is_direct ? (a + WC_PAGE - 1) / WC_PAGE * WC_PAGE : b;
+    uint64_t pb = w->is_direct ? b / WC_PAGE * WC_PAGE : b;
+    if (pb <= pa)
+        return read_span(w, a, b, err);
+    rb_status st = read_span(w, a, pa, err);
+    if (st != RB_OK)
+        return st;
+    span_read j = {.w = w, .pa = pa, .pb = pb, .st = RB_OK};
+    atomic_init(&j.next, pa);
+    pthread_mutex_init(&j.mu, NULL);
+    pthread_t th[WC_REST_STREAMS - 1];
+    int n_th = 0;
+    uint64_t n_chunks = (pb - pa + WC_CHUNK - 1) / WC_CHUNK;
+    while (n_th < WC_REST_STREAMS - 1 && (uint64_t)n_th + 1 < n_chunks &&
+           pthread_create(&th[n_th], NULL, span_reader, &j) == 0)
+        n_th++; /* fewer threads if one cannot start: only slower */
+    span_reader(&j);
+    for (int i = 0; i < n_th; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&j.mu);
+    if (j.st != RB_OK)
+        return rb_error_set(err, j.st, "wcache: reading %s at offset %" PRIu64 ": %s", w->path,
+                            j.fail_off, j.st == RB_E_SHORT_READ ? "file ended"
+                                                                : strerror(j.e));
+    return read_span(w, pb, b, err);
+}
+
+/* The lazily loaded model's bytes outside every layer's range (the gaps
+ * between the data section's start, the layers' ranges and its end): the
+ * embeddings and output matrix, the norms. */
+static rb_status read_rest(rb_wcache *w, rb_error *err)
+{
+    const rb_gguf *g = rb_model_gguf(w->model);
+    uint64_t at = rb_gguf_data_offset(g), end = rb_gguf_file_size(g);
+    while (at < end) {
+        /* the next layer range at or after `at` (layers are few: a scan) */
+        uint64_t lo = end, hi = end;
+        for (uint32_t l = 0; l < w->n_layers; l++)
+            if (w->thi[l] > w->tlo[l] && w->thi[l] > at && w->tlo[l] < lo) {
+                lo = w->tlo[l] > at ? w->tlo[l] : at;
+                hi = w->thi[l];
+            }
+        rb_status st = read_span_direct(w, at, lo, err);
+        if (st != RB_OK)
+            return st;
+        at = hi;
+    }
+    return RB_OK;
+}
+
 rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err)
 {
+    if (rb_model_rest_unread(w->model)) {
+        rb_status st = read_rest(w, err);
+        if (st != RB_OK)
+            return st;
+        rb_model_set_rest_read(w->model);
+    }
     for (uint32_t l = 0; l < w->n_layers; l++) {
         /* the bytes a layer shares with its neighbours' pages (and a whole
            layer that cannot be released) are read now: a few KiB */
