@@ -64,7 +64,8 @@ uint32_t rb_matmul_act_type(uint32_t w_type)
     case RB_TYPE_Q4_0:
     case RB_TYPE_Q5_0:
     case RB_TYPE_Q8_0: return RB_TYPE_Q8_0;
-    case RB_TYPE_Q4_1: return RB_TYPE_Q8_1;
+    case RB_TYPE_Q4_1:
+    case RB_TYPE_Q5_1: return RB_TYPE_Q8_1;
     case RB_TYPE_Q4_K:
     case RB_TYPE_Q5_K:
     case RB_TYPE_Q6_K: return RB_TYPE_Q8_K;

@@ -19,7 +19,7 @@
  *   Q8_0: |w| times sign(a, w) (ggml's trick).
  *   Q4_K / Q5_K: maddubs of the 4- (5-) bit codes, then madd with the 6-bit
  *         scale (int16); the mins from the activation's bsums.
- *   Q4_1: unsigned codes times a; the offset m * s from the Q8_1 block.
+ *   Q4_1 / Q5_1: unsigned codes times a; the offset m * s from the Q8_1 block.
  *   Q6_K: maddubs of the unsigned 6-bit codes, madd with the scales, minus
  *         32 * scale * bsum per lane (ggml's AVX2 form since llama.cpp PR
  *         22345): every int32 lane holds exactly the integer of ggml's
@@ -27,8 +27,8 @@
  *         llama.cpp's do.
  * Float order (the golden build, llama.cpp 34af94cd9, AVX2): Q4_0 and Q4_K
  * matrices are repacked at load there and run ggml_gemv_*_8x8, one float
- * chain per output (rb_chains below); Q5_0, Q8_0, Q6_K, Q5_K, Q4_1 run
- * ggml_vec_dot_* (8 float lanes, hsum at the end; Q5_K and Q4_1 add a
+ * chain per output (rb_chains below); Q5_0, Q8_0, Q6_K, Q5_K, Q4_1, Q5_1
+ * run ggml_vec_dot_* (8 float lanes, hsum at the end; Q5_K, Q4_1, Q5_1 add a
  * scalar chain of their min / offset terms after the hsum); F32 / F16 ggml_vec_dot_f32/_f16's order
  * (fp_dot.h), per (r, t). With these, every reference file's logits are
  * llama.cpp's bit for bit (test_golden).
@@ -724,12 +724,14 @@ RB_INLINE void rb_tile_q5_K(int64_t n, const char *w, size_t wrb, const char *a,
     RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]) + summs[r][t];
 }
 
-/* Q4_1 against Q8_1 in ggml_vec_dot_q4_1_q8_1's order: the unsigned codes
- * times a in 8 int32 lanes of 4, fused into float lanes with dw * da; the
- * block's m * s (s = da * sum(a), from the activation) in a scalar chain. */
-RB_INLINE void rb_tile_q4_1(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
-                            float *y, int64_t ys, const int R, const int T)
+/* Q4_1 / Q5_1 against Q8_1 in ggml_vec_dot_q4_1_q8_1's (_q5_1_q8_1's)
+ * order: the unsigned codes times a in 8 int32 lanes of 4, fused into
+ * float lanes with dw * da; the block's m * s (s = da * sum(a), from the
+ * activation) in a scalar chain. */
+RB_INLINE void rb_tile_q4_5_1(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                              float *y, int64_t ys, const int R, const int T, const int is_q5)
 {
+    const size_t wbb = is_q5 ? sizeof(rb_block_q5_1) : sizeof(rb_block_q4_1);
     __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
     float summs[RB_TILE_MAX][RB_TILE_MAX];
     RB_FOR(r, R) RB_FOR(t, T) {
@@ -746,10 +748,21 @@ RB_INLINE void rb_tile_q4_1(int64_t n, const char *w, size_t wrb, const char *a,
             sy[t] = rb_h2f(ab->s);
         }
         RB_FOR(r, R) {
-            const rb_block_q4_1 *x = (const rb_block_q4_1 *)(w + r * wrb) + b;
-            _mm_prefetch((const char *)x + R * wrb, _MM_HINT_T0);
-            const __m256i q = rb_nibbles32(x->qs);
-            const float dw = rb_h2f(x->d), mw = rb_h2f(x->m);
+            const char *wb = w + r * wrb + b * wbb;
+            _mm_prefetch(wb + R * wrb, _MM_HINT_T0);
+            __m256i q;
+            float dw, mw;
+            if (is_q5) {
+                const rb_block_q5_1 *x = (const rb_block_q5_1 *)wb;
+                q = _mm256_or_si256(rb_nibbles32(x->qs), rb_bits32_x16(x->qh));
+                dw = rb_h2f(x->d);
+                mw = rb_h2f(x->m);
+            } else {
+                const rb_block_q4_1 *x = (const rb_block_q4_1 *)wb;
+                q = rb_nibbles32(x->qs);
+                dw = rb_h2f(x->d);
+                mw = rb_h2f(x->m);
+            }
             RB_FOR(t, T) {
                 const __m256i p = rb_dot_u8s8(_mm256_setzero_si256(), q, ya[t]);
                 summs[r][t] = fmaf(mw, sy[t], summs[r][t]);
@@ -851,7 +864,8 @@ RB_INLINE void rb_tile_fp(int64_t n, const char *w, size_t wrb, const char *a, s
 #define RB_C_Q4_K(R, T) rb_tile_q4_K(n, wc, wrb, ac, arb, y, ys, R, T)
 #define RB_C_Q6_K(R, T) rb_tile_q6_K(n, wc, wrb, ac, arb, y, ys, R, T)
 #define RB_C_Q5_K(R, T) rb_tile_q5_K(n, wc, wrb, ac, arb, y, ys, R, T)
-#define RB_C_Q4_1(R, T) rb_tile_q4_1(n, wc, wrb, ac, arb, y, ys, R, T)
+#define RB_C_Q4_1(R, T) rb_tile_q4_5_1(n, wc, wrb, ac, arb, y, ys, R, T, 0)
+#define RB_C_Q5_1(R, T) rb_tile_q4_5_1(n, wc, wrb, ac, arb, y, ys, R, T, 1)
 #define RB_C_F32(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_F32)
 #define RB_C_F16(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_F16)
 #define RB_C_BF16(R, T) rb_tile_fp(n, wc, wrb, ac, arb, y, ys, R, T, RB_FP_BF16)
@@ -863,6 +877,7 @@ RB_DEF_TILE(rb_tile_q4_K_avx2, RB_C_Q4_K)
 RB_DEF_TILE(rb_tile_q6_K_avx2, RB_C_Q6_K)
 RB_DEF_TILE(rb_tile_q5_K_avx2, RB_C_Q5_K)
 RB_DEF_TILE(rb_tile_q4_1_avx2, RB_C_Q4_1)
+RB_DEF_TILE(rb_tile_q5_1_avx2, RB_C_Q5_1)
 RB_DEF_TILE(rb_tile_f32_avx2, RB_C_F32)
 RB_DEF_TILE(rb_tile_f16_avx2, RB_C_F16)
 RB_DEF_TILE(rb_tile_bf16_avx2, RB_C_BF16)
@@ -888,6 +903,7 @@ const rb_matmul_isa rb_matmul_isa_avx2 = {
         [RB_TYPE_Q6_K] = rb_tile_q6_K_avx2,
         [RB_TYPE_Q5_K] = rb_tile_q5_K_avx2,
         [RB_TYPE_Q4_1] = rb_tile_q4_1_avx2,
+        [RB_TYPE_Q5_1] = rb_tile_q5_1_avx2,
     },
     .decode_rows = 4,
     .prefill_rows = 2,

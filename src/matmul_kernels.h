@@ -94,6 +94,7 @@ float rb_vec_dot_q4_K_q8_K_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_q6_K_q8_K_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_q5_K_q8_K_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a);
+float rb_vec_dot_q5_1_q8_1_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_f32_f32_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_f16_f16_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_bf16_bf16_ref(int64_t n, const void *w, const void *a);

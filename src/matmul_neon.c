@@ -240,9 +240,10 @@ RB_NEON_TILE(rb_tile_q5_0_neon, rb_vec_dot_q5_0_q8_0_neon)
 RB_NEON_TILE(rb_tile_q8_0_neon, rb_vec_dot_q8_0_q8_0_neon)
 RB_NEON_TILE(rb_tile_q4_K_neon, rb_vec_dot_q4_K_q8_K_neon)
 RB_NEON_TILE(rb_tile_q6_K_neon, rb_vec_dot_q6_K_q8_K_neon)
-/* Q5_K and Q4_1: no NEON kernels yet; the scalar reference (correct, slow) */
+/* Q5_K, Q4_1, Q5_1: no NEON kernels yet; the scalar reference (correct, slow) */
 RB_NEON_TILE(rb_tile_q5_K_neon, rb_vec_dot_q5_K_q8_K_ref)
 RB_NEON_TILE(rb_tile_q4_1_neon, rb_vec_dot_q4_1_q8_1_ref)
+RB_NEON_TILE(rb_tile_q5_1_neon, rb_vec_dot_q5_1_q8_1_ref)
 RB_NEON_TILE(rb_tile_f32_neon, rb_vec_dot_f32_neon)
 RB_NEON_TILE(rb_tile_f16_neon, rb_vec_dot_f16_neon)
 RB_NEON_TILE(rb_tile_bf16_neon, rb_vec_dot_bf16_neon)
@@ -268,6 +269,7 @@ const rb_matmul_isa rb_matmul_isa_neon = {
         [RB_TYPE_Q6_K] = rb_tile_q6_K_neon,
         [RB_TYPE_Q5_K] = rb_tile_q5_K_neon,
         [RB_TYPE_Q4_1] = rb_tile_q4_1_neon,
+        [RB_TYPE_Q5_1] = rb_tile_q5_1_neon,
     },
     .decode_rows = 1,
     .prefill_rows = 1,

@@ -27,6 +27,7 @@
  *                 fma(dw * da, lane_i, acc_i); summs = fma(m, s, summs)
  *                 with s = da * sum(a) from the activation block;
  *                 y = hsum8(acc) + summs
+ *   Q5_1 . Q8_1   the same with the 5-bit codes
  *   F32/F16/BF16  widen to f32, products accumulated in double (ggml_float)
  * Integer sums are exact (bounds: |Q6_K sumi| < 2^28), so every ISA gets the
  * same integers and differs only in the float accumulation order.
@@ -261,6 +262,31 @@ float rb_vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a)
     return rb_hsum8_ref(acc) + summs;
 }
 
+/* ggml_vec_dot_q5_1_q8_1's AVX2 order: Q4_1's with bit j of qh as bit 4 of
+ * element j's code (as Q5_0) */
+float rb_vec_dot_q5_1_q8_1_ref(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q5_1 *x = w;
+    const rb_block_q8_1 *y = a;
+    float acc[8] = {0}, summs = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        const uint32_t qh = (uint32_t)x[b].qh[0] | (uint32_t)x[b].qh[1] << 8 |
+                            (uint32_t)x[b].qh[2] << 16 | (uint32_t)x[b].qh[3] << 24;
+        int32_t lane[8] = {0};
+        for (int l = 0; l < RB_QK5_1 / 2; l++) {
+            const int q0 = (x[b].qs[l] & 0x0f) | (int)(((qh >> l) & 1u) << 4);
+            const int q1 = (x[b].qs[l] >> 4) | (int)(((qh >> (l + 16)) & 1u) << 4);
+            lane[l / 4] += q0 * y[b].qs[l];
+            lane[4 + l / 4] += q1 * y[b].qs[l + RB_QK5_1 / 2];
+        }
+        summs = fmaf(rb_fp16_to_fp32(x[b].m), rb_fp16_to_fp32(y[b].s), summs);
+        const float d = rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d);
+        for (int i = 0; i < 8; i++)
+            acc[i] = fmaf(d, (float)lane[i], acc[i]);
+    }
+    return rb_hsum8_ref(acc) + summs;
+}
+
 float rb_vec_dot_f32_f32_ref(int64_t n, const void *w, const void *a)
 {
     const float *x = w, *y = a;
@@ -308,6 +334,7 @@ RB_REF_TILE(rb_tile_q4_K_ref, rb_vec_dot_q4_K_q8_K_ref)
 RB_REF_TILE(rb_tile_q6_K_ref, rb_vec_dot_q6_K_q8_K_ref)
 RB_REF_TILE(rb_tile_q5_K_ref, rb_vec_dot_q5_K_q8_K_ref)
 RB_REF_TILE(rb_tile_q4_1_ref, rb_vec_dot_q4_1_q8_1_ref)
+RB_REF_TILE(rb_tile_q5_1_ref, rb_vec_dot_q5_1_q8_1_ref)
 RB_REF_TILE(rb_tile_f32_ref, rb_vec_dot_f32_f32_ref)
 RB_REF_TILE(rb_tile_f16_ref, rb_vec_dot_f16_f16_ref)
 RB_REF_TILE(rb_tile_bf16_ref, rb_vec_dot_bf16_bf16_ref)
@@ -381,6 +408,7 @@ const rb_matmul_isa rb_matmul_isa_ref = {
         [RB_TYPE_Q6_K] = rb_tile_q6_K_ref,
         [RB_TYPE_Q5_K] = rb_tile_q5_K_ref,
         [RB_TYPE_Q4_1] = rb_tile_q4_1_ref,
+        [RB_TYPE_Q5_1] = rb_tile_q5_1_ref,
     },
     .decode_rows = 1,
     .prefill_rows = 1,

@@ -5,7 +5,7 @@
  *      _ref (ties, zero blocks, equal +-max magnitudes included);
  *   2. tiles: every ISA variant against the _ref vec_dot, every tile shape,
  *      several n_cols; and every shape bit-identical to the 1 x 1 tile;
- *      AVX2 Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K bit-identical to _ref (both in llama.cpp's
+ *      AVX2 Q4_0 / Q4_1 / Q5_1 / Q4_K / Q5_K / Q6_K bit-identical to _ref (both in llama.cpp's
  *      AVX2 order, see matmul_ref.c);
  *   3. rb_matmul against a naive double-precision product of dequantized
  *      weights and dequantized (already rounded) activations; 1, 2 and 3
@@ -53,7 +53,7 @@ static float rng_normalish(void)
 
 static const uint32_t w_types[] = {RB_TYPE_F32, RB_TYPE_F16, RB_TYPE_BF16, RB_TYPE_Q4_0,
                                    RB_TYPE_Q5_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q6_K,
-                                   RB_TYPE_Q5_K, RB_TYPE_Q4_1};
+                                   RB_TYPE_Q5_K, RB_TYPE_Q4_1, RB_TYPE_Q5_1};
 #define N_W_TYPES (sizeof w_types / sizeof w_types[0])
 
 static const rb_matmul_isa *isas[] = {
@@ -100,6 +100,7 @@ static void make_weights(uint32_t type, int64_t n_rows, int64_t n_cols, uint8_t 
             case RB_TYPE_Q4_K:
             case RB_TYPE_Q5_K: memcpy(blk, &s1, 2); memcpy(blk + 2, &s2, 2); break;
             case RB_TYPE_Q4_1: /* m of either sign */
+            case RB_TYPE_Q5_1:
                 s2 = rb_fp32_to_fp16(0.1f * rng_uniform());
                 memcpy(blk, &s1, 2); memcpy(blk + 2, &s2, 2); break;
             case RB_TYPE_Q6_K: memcpy(blk + 208, &s1, 2); break;
@@ -156,23 +157,25 @@ static double dot_abs(const float *w, const float *a, int64_t n)
     return s;
 }
 
-/* Q4_1 . Q8_1 uses the activation's s = fp16(d * sum(q)) for the m term
+/* Q4_1 / Q5_1 . Q8_1 use the activation's s = fp16(d * sum(q)) for the m term
  * (llama.cpp's arithmetic), not the exact sum of the dequantized a: the
  * naive product gets sum_b m_b * (s_b - d_b * sum q_b) added, and
  * sum_b |m_b * s_b| added to the tolerance's scale. 0 for other types. */
 static double q4_1_s_fix(uint32_t wt, const void *w, const void *a, int64_t n, double *abs_extra)
 {
     *abs_extra = 0.0;
-    if (wt != RB_TYPE_Q4_1)
+    if (wt != RB_TYPE_Q4_1 && wt != RB_TYPE_Q5_1)
         return 0.0;
-    const rb_block_q4_1 *x = w;
+    const size_t wbb = wt == RB_TYPE_Q4_1 ? sizeof(rb_block_q4_1) : sizeof(rb_block_q5_1);
     const rb_block_q8_1 *y = a;
     double fix = 0.0;
     for (int64_t b = 0; b < n / 32; b++) {
+        rb_f16 mh; /* m follows d in both layouts */
+        memcpy(&mh, (const char *)w + b * wbb + 2, sizeof mh);
         int sum = 0;
         for (int j = 0; j < 32; j++)
             sum += y[b].qs[j];
-        const double m = rb_fp16_to_fp32(x[b].m), sb = rb_fp16_to_fp32(y[b].s);
+        const double m = rb_fp16_to_fp32(mh), sb = rb_fp16_to_fp32(y[b].s);
         fix += m * (sb - (double)rb_fp16_to_fp32(y[b].d) * sum);
         *abs_extra += fabs(m * sb);
     }
@@ -266,7 +269,7 @@ static void test_act_converters(void)
 static int same_bits_as_ref(uint32_t wt)
 {
     return wt == RB_TYPE_Q4_0 || wt == RB_TYPE_Q4_K || wt == RB_TYPE_Q6_K || wt == RB_TYPE_Q5_K ||
-           wt == RB_TYPE_Q4_1;
+           wt == RB_TYPE_Q4_1 || wt == RB_TYPE_Q5_1;
 }
 #endif
 
@@ -454,7 +457,7 @@ static void test_matmul_driver(rb_threadpool *pools[3])
 static void test_matmul_large(rb_threadpool *pool1, rb_threadpool *pool2)
 {
     static const uint32_t types[] = {RB_TYPE_Q4_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q6_K,
-                                     RB_TYPE_Q5_K, RB_TYPE_Q4_1, RB_TYPE_F16};
+                                     RB_TYPE_Q5_K, RB_TYPE_Q4_1, RB_TYPE_Q5_1, RB_TYPE_F16};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t wt = types[ti];
         const int64_t n_rows = 301, n_cols = 1024, n_tok = 70;
@@ -492,7 +495,7 @@ int main(void)
     fprintf(stderr, "matmul ISA: %s\n", rb_matmul_isa_best()->name);
     CHECK(rb_matmul_supports(RB_TYPE_Q4_1));
     CHECK(rb_matmul_supports(RB_TYPE_Q5_K));
-    CHECK(!rb_matmul_supports(RB_TYPE_Q5_1));
+    CHECK(rb_matmul_supports(RB_TYPE_Q5_1));
     CHECK(!rb_matmul_supports(RB_TYPE_Q2_K));
     CHECK(!rb_matmul_supports(RB_TYPE_IQ4_NL));
     CHECK(!rb_matmul_supports(RB_TYPE_COUNT));
@@ -501,6 +504,7 @@ int main(void)
     CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_Q6_K), RB_TYPE_Q8_K);
     CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_Q5_K), RB_TYPE_Q8_K);
     CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_Q4_1), RB_TYPE_Q8_1);
+    CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_Q5_1), RB_TYPE_Q8_1);
     CHECK_EQ_INT(rb_matmul_act_type(RB_TYPE_F16), RB_TYPE_F16);
 
     test_act_converters();
