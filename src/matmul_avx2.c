@@ -691,33 +691,38 @@ RB_INLINE void rb_tile_q5_K(int64_t n, const char *w, size_t wrb, const char *a,
             const __m128i sm = _mm_loadu_si128((const __m128i *)u);
             const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
             const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
-            __m256i scv[8];
-            RB_FOR8(j, 8) scv[j] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
-            /* q[j]: chunk j's 5-bit codes. The 16-bit shifts that bring bit
-             * j of each qh byte to bit 4 carry bits across the byte pair
-             * only into bits 0..3 (left) or 5..7 (right), which the mask drops */
+            /* chunk j's 5-bit codes, two chunks (one qs load) at a time,
+             * used at once for every token: holding all 8 unpacked chunks
+             * and their scales took 16 of the 16 ymm registers and the
+             * prefill tile spilled. The 16-bit shifts that bring bit j of
+             * each qh byte to bit 4 carry bits across the byte pair only
+             * into bits 0..3 (left) or 5..7 (right), which the mask drops */
             const __m256i hb = _mm256_loadu_si256((const __m256i *)x->qh);
-            __m256i q[8];
+            __m256i sumi[RB_TILE_MAX];
+            RB_FOR(t, T) sumi[t] = _mm256_setzero_si256();
             RB_FOR8(g, 4) {
                 const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
                 const int j0 = 2 * g, j1 = 2 * g + 1;
                 const __m256i h0 = j0 <= 4 ? _mm256_slli_epi16(hb, 4 - j0) : _mm256_srli_epi16(hb, j0 - 4);
                 const __m256i h1 = j1 <= 4 ? _mm256_slli_epi16(hb, 4 - j1) : _mm256_srli_epi16(hb, j1 - 4);
-                q[j0] = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m16));
-                q[j1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
-                                        _mm256_and_si256(h1, m16));
+                const __m256i q0 = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_and_si256(h0, m16));
+                const __m256i q1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                                   _mm256_and_si256(h1, m16));
+                const __m256i sc0 = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j0)));
+                const __m256i sc1 = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j1)));
+                RB_FOR(t, T) {
+                    const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+                    const __m256i y0 = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j0));
+                    const __m256i y1 = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j1));
+                    sumi[t] = rb_madd16_acc(sumi[t], _mm256_maddubs_epi16(q0, y0), sc0);
+                    sumi[t] = rb_madd16_acc(sumi[t], _mm256_maddubs_epi16(q1, y1), sc1);
+                }
             }
             const float dw = rb_h2f(x->d), dwm = rb_h2f(x->dmin);
             RB_FOR(t, T) {
-                const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
-                __m256i sumi = _mm256_setzero_si256();
-                RB_FOR8(j, 8) {
-                    const __m256i ya = _mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j));
-                    sumi = rb_madd16_acc(sumi, _mm256_maddubs_epi16(q[j], ya), scv[j]);
-                }
                 const int32_t imin = rb_hsum_i32x4(_mm_madd_epi16(mins16, bs[t]));
                 summs[r][t] = fmaf(-dy[t] * dwm, (float)imin, summs[r][t]);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dy[t] * dw), _mm256_cvtepi32_ps(sumi), acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dy[t] * dw), _mm256_cvtepi32_ps(sumi[t]), acc[r][t]);
             }
         }
     }
