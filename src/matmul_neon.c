@@ -16,6 +16,7 @@
 #ifdef RB_MATMUL_HAVE_NEON
 
 #include <arm_neon.h>
+#include <stddef.h>
 #include <math.h>
 #include <string.h>
 
@@ -239,11 +240,92 @@ RB_NEON_TILE(rb_tile_q4_0_neon, rb_vec_dot_q4_0_q8_0_neon)
 RB_NEON_TILE(rb_tile_q5_0_neon, rb_vec_dot_q5_0_q8_0_neon)
 RB_NEON_TILE(rb_tile_q8_0_neon, rb_vec_dot_q8_0_q8_0_neon)
 RB_NEON_TILE(rb_tile_q4_K_neon, rb_vec_dot_q4_K_q8_K_neon)
+/* Q5_K: Q4_K's nibbles with bit j of qh[l] as bit 4 of chunk j's codes
+ * (vshlq by 4 - j: a negative count shifts right); codes <= 31 are valid
+ * signed bytes for the dot. Per block, the exact sum(scale * q * a) and
+ * sum(min * bsum) each become one float term. */
+static float rb_vec_dot_q5_K_q8_K_neon(int64_t n, const void *w, const void *a)
+{
+    const rb_block_q5_K *x = w;
+    const rb_block_q8_K *y = a;
+    float sumf = 0.0f, summ = 0.0f;
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), m16 = vdupq_n_u8(0x10);
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        uint8_t sc[8], m[8];
+        rb_k4_scales_mins(x[b].scales, sc, m);
+        int32_t imin = 0;
+        for (int j = 0; j < 8; j++)
+            imin += m[j] * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        const uint8x16_t qh[2] = {vld1q_u8(x[b].qh), vld1q_u8(x[b].qh + 16)};
+        const int8_t *yq = y[b].qs;
+        int32_t sumi = 0;
+        for (int g = 0; g < 4; g++) {
+            int32x4_t s0 = vdupq_n_s32(0), s1 = vdupq_n_s32(0);
+            for (int half = 0; half < 2; half++) {
+                const uint8x16_t raw = vld1q_u8(x[b].qs + 32 * g + 16 * half);
+                const uint8x16_t h0 = vandq_u8(vshlq_u8(qh[half], vdupq_n_s8((int8_t)(4 - 2 * g))), m16);
+                const uint8x16_t h1 = vandq_u8(vshlq_u8(qh[half], vdupq_n_s8((int8_t)(3 - 2 * g))), m16);
+                const int8x16_t lo = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, m4), h0));
+                const int8x16_t hi = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), h1));
+                s0 = rb_dot_s8(s0, lo, vld1q_s8(yq + 64 * g + 16 * half));
+                s1 = rb_dot_s8(s1, hi, vld1q_s8(yq + 64 * g + 32 + 16 * half));
+            }
+            sumi += sc[2 * g] * vaddvq_s32(s0) + sc[2 * g + 1] * vaddvq_s32(s1);
+        }
+        sumf += rb_fp16_to_fp32(x[b].d) * y[b].d * (float)sumi;
+        summ += rb_fp16_to_fp32(x[b].dmin) * y[b].d * (float)imin;
+    }
+    return sumf - summ;
+}
+
+/* Q4_1 (is_q5 0) / Q5_1 (1) against Q8_1: unsigned codes (<= 31, valid
+ * signed bytes) times a, and the block's m * s from the activation. */
+static inline float rb_vec_dot_q4_5_1_q8_1_neon(int64_t n, const void *w, const void *a,
+                                                const int is_q5)
+{
+    const rb_block_q8_1 *y = a;
+    static const uint8_t bit_of[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t bits = vld1q_u8(bit_of);
+    const size_t bb = is_q5 ? sizeof(rb_block_q5_1) : sizeof(rb_block_q4_1);
+    float sumf = 0.0f, summs = 0.0f;
+    for (int64_t b = 0; b < n / RB_QK8_0; b++) {
+        const char *xb = (const char *)w + b * bb;
+        rb_f16 dh, mh;
+        memcpy(&dh, xb, sizeof dh);
+        memcpy(&mh, xb + 2, sizeof mh);
+        const uint8_t *qs = (const uint8_t *)xb + (is_q5 ? offsetof(rb_block_q5_1, qs)
+                                                         : offsetof(rb_block_q4_1, qs));
+        const uint8x16_t raw = vld1q_u8(qs);
+        uint8x16_t lo = vandq_u8(raw, vdupq_n_u8(0x0f)), hi = vshrq_n_u8(raw, 4);
+        if (is_q5) {
+            const uint8_t *qh = ((const rb_block_q5_1 *)xb)->qh;
+            const uint8x16_t h0 = vtstq_u8(vcombine_u8(vdup_n_u8(qh[0]), vdup_n_u8(qh[1])), bits);
+            const uint8x16_t h1 = vtstq_u8(vcombine_u8(vdup_n_u8(qh[2]), vdup_n_u8(qh[3])), bits);
+            lo = vorrq_u8(lo, vandq_u8(h0, vdupq_n_u8(0x10)));
+            hi = vorrq_u8(hi, vandq_u8(h1, vdupq_n_u8(0x10)));
+        }
+        int32x4_t s = rb_dot_s8(vdupq_n_s32(0), vreinterpretq_s8_u8(lo), vld1q_s8(y[b].qs));
+        s = rb_dot_s8(s, vreinterpretq_s8_u8(hi), vld1q_s8(y[b].qs + 16));
+        sumf += (float)vaddvq_s32(s) * (rb_fp16_to_fp32(dh) * rb_fp16_to_fp32(y[b].d));
+        summs += rb_fp16_to_fp32(mh) * rb_fp16_to_fp32(y[b].s);
+    }
+    return sumf + summs;
+}
+
+static float rb_vec_dot_q4_1_q8_1_neon(int64_t n, const void *w, const void *a)
+{
+    return rb_vec_dot_q4_5_1_q8_1_neon(n, w, a, 0);
+}
+
+static float rb_vec_dot_q5_1_q8_1_neon(int64_t n, const void *w, const void *a)
+{
+    return rb_vec_dot_q4_5_1_q8_1_neon(n, w, a, 1);
+}
+
 RB_NEON_TILE(rb_tile_q6_K_neon, rb_vec_dot_q6_K_q8_K_neon)
-/* Q5_K, Q4_1, Q5_1: no NEON kernels yet; the scalar reference (correct, slow) */
-RB_NEON_TILE(rb_tile_q5_K_neon, rb_vec_dot_q5_K_q8_K_ref)
-RB_NEON_TILE(rb_tile_q4_1_neon, rb_vec_dot_q4_1_q8_1_ref)
-RB_NEON_TILE(rb_tile_q5_1_neon, rb_vec_dot_q5_1_q8_1_ref)
+RB_NEON_TILE(rb_tile_q5_K_neon, rb_vec_dot_q5_K_q8_K_neon)
+RB_NEON_TILE(rb_tile_q4_1_neon, rb_vec_dot_q4_1_q8_1_neon)
+RB_NEON_TILE(rb_tile_q5_1_neon, rb_vec_dot_q5_1_q8_1_neon)
 RB_NEON_TILE(rb_tile_f32_neon, rb_vec_dot_f32_neon)
 RB_NEON_TILE(rb_tile_f16_neon, rb_vec_dot_f16_neon)
 RB_NEON_TILE(rb_tile_bf16_neon, rb_vec_dot_bf16_neon)
