@@ -6,7 +6,7 @@
  * Each weight type has a "vec_dot type" that activations are converted to
  * before the dot products (llama.cpp's choice, so that results agree with
  * it within the golden bounds): F32 -> F32, F16 -> F16, BF16 -> BF16,
- * Q4_0 / Q8_0 / Q5_0 -> Q8_0, Q4_K / Q5_K / Q6_K -> Q8_K.
+ * Q4_0 / Q8_0 / Q5_0 -> Q8_0, Q4_1 / Q5_1 -> Q8_1, Q4_K / Q5_K / Q6_K -> Q8_K.
  * A weight matrix is stored as in GGUF: n_rows rows of n_cols elements,
  * row-major, each row rb_type_row_bytes(type, n_cols) bytes.
  *
