@@ -299,6 +299,28 @@ static void rb_quantize_act_bf16_avx2(const float *x, void *dst, int64_t n)
         y[i] = rb_fp32_to_bf16(x[i]);
 }
 
+/* A K-quant block's 12 bytes of 6-bit scales and mins: scales to bytes
+ * 0..7, mins to bytes 8..15 (ggml's kmask arithmetic, the values of
+ * rb_k4_scales_mins); shared by the Q4_K and Q5_K tiles. */
+static inline __m128i k_scales_mins(const uint8_t scales[12])
+{
+    uint32_t u[4];
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t u1 = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = u1;
+    u[0] &= 0x3f3f3f3fu;
+    return _mm_loadu_si128((const __m128i *)u);
+}
+
+/* A Q8_K block's 16 sums of 16 as the 8 sums of its 32-element sub-blocks. */
+static inline __m128i q8_K_pair_sums(const rb_block_q8_K *ab)
+{
+    return _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                          _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+}
+
 static void rb_quantize_act_f32_avx2(const float *x, void *dst, int64_t n)
 {
     memcpy(dst, x, (size_t)n * sizeof(float));
@@ -532,23 +554,13 @@ RB_INLINE void rb_tile_q4_K(int64_t n, const char *w, size_t wrb, const char *a,
         RB_FOR(t, T) {
             const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
             /* the 8 sub-block sums of 32 */
-            bs[t] = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
-                                   _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+            bs[t] = q8_K_pair_sums(ab);
             dy[t] = ab->d;
         }
         RB_FOR(r, R) {
             const rb_block_q4_K *x = (const rb_block_q4_K *)(w + r * wrb) + b;
             RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
-            /* 6-bit scales to bytes 0..7 and mins to bytes 8..15 (ggml's
-             * kmask arithmetic, same values as rb_k4_scales_mins) */
-            uint32_t u[4];
-            memcpy(u, x->scales, 12);
-            u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-            const uint32_t u1 = u[1] & 0x3f3f3f3fu;
-            u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-            u[2] = u1;
-            u[0] &= 0x3f3f3f3fu;
-            const __m128i sm = _mm_loadu_si128((const __m128i *)u);
+            const __m128i sm = k_scales_mins(x->scales);
             const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
             const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
             __m256i scv[8]; /* scale j in every int16 lane */
@@ -673,22 +685,13 @@ RB_INLINE void rb_tile_q5_K(int64_t n, const char *w, size_t wrb, const char *a,
         float dy[RB_TILE_MAX];
         RB_FOR(t, T) {
             const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
-            bs[t] = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
-                                   _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+            bs[t] = q8_K_pair_sums(ab);
             dy[t] = ab->d;
         }
         RB_FOR(r, R) {
             const rb_block_q5_K *x = (const rb_block_q5_K *)(w + r * wrb) + b;
             RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
-            /* scales to bytes 0..7, mins to 8..15, as in rb_tile_q4_K */
-            uint32_t u[4];
-            memcpy(u, x->scales, 12);
-            u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-            const uint32_t u1 = u[1] & 0x3f3f3f3fu;
-            u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-            u[2] = u1;
-            u[0] &= 0x3f3f3f3fu;
-            const __m128i sm = _mm_loadu_si128((const __m128i *)u);
+            const __m128i sm = k_scales_mins(x->scales);
             const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
             const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
             /* chunk j's 5-bit codes, two chunks (one qs load) at a time,
