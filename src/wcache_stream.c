@@ -724,14 +724,6 @@ uint64_t rb_wcache_stream_min_budget(const rb_wcache_stream *ws)
     return (uint64_t)ws->min_blocks * ws->blk;
 }
 
-uint64_t rb_wcache_stream_resident_bytes(const rb_wcache_stream *ws)
-{
-    pthread_mutex_lock((pthread_mutex_t *)&ws->mu);
-    uint64_t b = ws->resident_bytes;
-    pthread_mutex_unlock((pthread_mutex_t *)&ws->mu);
-    return b;
-}
-
 rb_status rb_wcache_stream_error(const rb_wcache_stream *ws, rb_error *err)
 {
     pthread_mutex_lock((pthread_mutex_t *)&ws->mu);
@@ -999,28 +991,26 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
     madvise((void *)(ws->base + ws->mem_lo), ws->mem_hi - ws->mem_lo, MADV_DONTNEED);
     madvise((void *)(ws->base + ws->mem_lo), ws->mem_hi - ws->mem_lo, MADV_NOHUGEPAGE);
     rb_model_set_weights_unread(model);
-    /* keys every unit reads but no unit holds (rope factors): held for good */
-    for (uint64_t i = 0; i < rb_gguf_n_tensors(g); i++) {
-        const rb_gguf_tensor *t = rb_gguf_tensor_at(g, i);
-        if (t->n_dims == 1 && rb_tensor_layer(t->name) < 0 &&
-            strcmp(t->name, "output_norm.weight") != 0)
-            for (uint64_t k = t->file_offset / blk; k * blk < t->file_offset + t->n_bytes; k++)
-                ws->n_glob++;
-    }
-    ws->glob = malloc((size_t)(ws->n_glob ? ws->n_glob : 1) * sizeof *ws->glob);
-    if (!ws->glob) {
+    /* keys every unit reads but no unit holds (rope factors): held for
+       good; marked first, so a block two such tensors share is held once */
+    uint8_t *mark = calloc(ws->n_keys, 1);
+    ws->glob = malloc((size_t)ws->n_keys * sizeof *ws->glob);
+    if (!mark || !ws->glob) {
+        free(mark);
         rb_wcache_stream_destroy(ws);
         return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
     }
-    ws->n_glob = 0;
+    int is_tied = rb_gguf_find_tensor(g, "output.weight") == NULL;
     for (uint64_t i = 0; i < rb_gguf_n_tensors(g); i++) {
         const rb_gguf_tensor *t = rb_gguf_tensor_at(g, i);
-        if (t->n_dims == 1 && rb_tensor_layer(t->name) < 0 &&
-            strcmp(t->name, "output_norm.weight") != 0)
+        if (t->n_dims == 1 && unit_of(ws, t, is_tied) < 0)
             for (uint64_t k = t->file_offset / blk; k * blk < t->file_offset + t->n_bytes; k++)
-                if (ws->n_glob == 0 || ws->glob[ws->n_glob - 1] != (uint32_t)k)
-                    ws->glob[ws->n_glob++] = (uint32_t)k;
+                mark[k] = 1;
     }
+    for (uint32_t k = 0; k < ws->n_keys; k++)
+        if (mark[k])
+            ws->glob[ws->n_glob++] = k;
+    free(mark);
     if (ws->n_glob) {
         uint32_t *q = malloc((size_t)ws->n_glob * sizeof *q), n_pinned = 0;
         pthread_mutex_lock(&ws->mu);

@@ -132,7 +132,6 @@ rb_status rb_wcache_stream_set_budget(rb_wcache_stream *ws, uint64_t bytes, rb_e
  * stream back on use. Returns the bytes freed. */
 uint64_t rb_wcache_stream_drop(rb_wcache_stream *ws);
 
-uint64_t rb_wcache_stream_resident_bytes(const rb_wcache_stream *ws);
 void rb_wcache_stream_get_stats(const rb_wcache_stream *ws, rb_wcache_stream_stats *out);
 /* The I/O error that made acquire/rows fail (copied into err), or RB_OK. */
 rb_status rb_wcache_stream_error(const rb_wcache_stream *ws, rb_error *err);
