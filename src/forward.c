@@ -16,9 +16,10 @@
  *   logits = Wout (rmsnorm(x) * output_norm)
  *
  * Matrix products go through rb_matmul (threaded, quantized activations as
- * llama.cpp does); attention runs on the pool, one (token, head) pair per
- * claimed task. Memory: the run state is one allocation sized at init for
- * n_batch tokens and n_ctx positions; nothing is allocated per token.
+ * llama.cpp does); attention runs on the pool, one claimed task per KV
+ * head and chunk of tokens (all the queries that read the same K and V).
+ * Memory: the run state is one allocation sized at init for n_batch tokens
+ * and n_ctx positions; nothing is allocated per token.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -280,64 +281,133 @@ typedef struct attn_job {
     rb_forward *f;
     const rb_kvcache *kv;
     uint32_t layer, n, pos0;
-    _Atomic uint32_t next;  /* next (token, head) task to claim */
+    uint32_t chunk;         /* tokens per task */
+    uint32_t n_chunks;
+    uint32_t heads;         /* query heads of a KV head's group per task */
+    uint32_t n_splits;      /* tasks a group is split into (heads > the cap) */
+    _Atomic uint32_t next;  /* next (KV head, token chunk, heads) task to claim */
 } attn_job;
 
-/* One (token, head): causal attention over positions 0..pos0+t. */
-static void attend(attn_job *j, uint32_t task)
+/* Queries one task keeps in flight, and their f16 accumulators' room.
+ * Why tasks are (KV head, chunk of tokens) and not (token, head): every
+ * query of a KV head's group reads the same K and V rows, so a task walks
+ * the positions once, 8 rows at a time, and runs all its queries over each
+ * block while the block is in L1. One query per pass read the KV from RAM
+ * once per query head and token: at 8192 positions (32 MiB of KV per layer
+ * for qwen3-0.6b, beyond the L3), an 8-token turn ran at memory bandwidth.
+ * Each query's operations and their order are unchanged (the same bits). */
+#define ATTN_MAX_QUERIES 32
+#define ATTN_ACC_HALVES (ATTN_MAX_QUERIES * 256)
+
+static uint32_t attn_queries_per_task(const rb_hparams *hp)
+{
+    uint32_t cap = ATTN_ACC_HALVES / hp->head_dim_k;
+    return cap < ATTN_MAX_QUERIES ? cap : ATTN_MAX_QUERIES;
+}
+
+typedef struct attn_query {
+    const float *q;
+    float *out;
+    uint32_t last;     /* the last position it attends to (causal) */
+    float m, sum;
+} attn_query;
+
+/* One online-softmax step of query `a` at a position with score s. */
+static void attn_step(attn_query *a, rb_f16 *acc, const rb_f16 *v, float s, int hd)
+{
+    float ms = 1.0f, vs = 1.0f;
+    if (s > a->m) {
+        float m_old = a->m;
+        a->m = s;
+        ms = expf(m_old - a->m);
+        rb_attn_scale_f16(acc, ms, hd);
+    } else {
+        vs = expf(s - a->m);
+    }
+    rb_attn_mad_f16(acc, v, vs, hd);
+    a->sum = fmaf(a->sum, ms, vs); /* ggml's S*ms + vs, contracted by gcc */
+}
+
+/* Every query of one KV head over a chunk of tokens: causal attention over
+ * positions 0..pos0+t, llama.cpp's CPU flash attention (attention.h):
+ * online softmax over positions, q rounded to f16, V summed in an f16
+ * accumulator. */
+static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t t0,
+                   uint32_t t1)
 {
     rb_forward *f = j->f;
     const rb_hparams *hp = &f->hp;
-    uint32_t t = task / hp->n_head, h = task % hp->n_head;
-    uint32_t hd = hp->head_dim_k, kvh = h / (hp->n_head / hp->n_head_kv);
-    uint32_t pos = j->pos0 + t;
-    const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
+    const uint32_t hd = hp->head_dim_k, group = hp->n_head / hp->n_head_kv;
+    const uint32_t pt = j->kv->page_tokens;
     const float scale = 1.0f / sqrtf((float)hd);
-    /* llama.cpp's CPU flash attention (attention.h): online softmax over
-     * positions, q rounded to f16, V summed in an f16 accumulator */
-    rb_f16 qh[1024], acc[1024];
-    for (uint32_t i = 0; i < hd; i++)
-        qh[i] = rb_fp32_to_fp16(q[i]);
-    memset(acc, 0, hd * sizeof *acc);
-    float m = -INFINITY, sum = 0.0f;
-    float scores[8];
-    for (uint32_t p = 0; p <= pos; p++) {
-        /* scores come 8 positions at a time (within a page: the rows are
-           hd apart there); the softmax below still walks them in order */
-        if (p % 8 == 0 && p + 8 <= pos + 1)
-            rb_attn_dot8_f16(qh, rb_kvcache_k(j->kv, j->layer, kvh, p), hd, (int)hd, scores);
-        float s = (p + 8 - p % 8 <= pos + 1 ? scores[p % 8]
-                   : rb_attn_dot_f16(qh, rb_kvcache_k(j->kv, j->layer, kvh, p), (int)hd)) * scale;
-        float ms = 1.0f, vs = 1.0f;
-        if (s > m) {
-            float m_old = m;
-            m = s;
-            ms = expf(m_old - m);
-            rb_attn_scale_f16(acc, ms, (int)hd);
-        } else {
-            vs = expf(s - m);
+    rb_f16 qh[ATTN_ACC_HALVES], acc[ATTN_ACC_HALVES];
+    attn_query qs[ATTN_MAX_QUERIES];
+    uint32_t nq = 0;
+    for (uint32_t t = t0; t < t1; t++)
+        for (uint32_t g = g0; g < g1; g++, nq++) {
+            uint32_t h = kvh * group + g;
+            attn_query *a = &qs[nq];
+            a->q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
+            a->out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
+            a->last = j->pos0 + t;
+            a->m = -INFINITY;
+            a->sum = 0.0f;
+            for (uint32_t i = 0; i < hd; i++)
+                qh[nq * hd + i] = rb_fp32_to_fp16(a->q[i]);
         }
-        rb_attn_mad_f16(acc, rb_kvcache_v(j->kv, j->layer, kvh, p), vs, (int)hd);
-        sum = fmaf(sum, ms, vs); /* ggml's S*ms + vs, contracted by gcc */
+    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+    const uint32_t end = j->pos0 + t1; /* one past the last query's last position */
+    float scores[8];
+    for (uint32_t p0 = 0; p0 < end; p0 += 8) {
+        /* a block of 8 positions (within a page: its rows hd apart) is read
+           from RAM once for all the queries */
+        const rb_f16 *k0 = rb_kvcache_k(j->kv, j->layer, kvh, p0);
+        const int in_page = p0 % pt + 8 <= pt;
+        for (uint32_t qi = 0; qi < nq; qi++) {
+            attn_query *a = &qs[qi];
+            if (p0 > a->last)
+                continue;
+            const rb_f16 *q = qh + qi * hd;
+            rb_f16 *ac = acc + qi * hd;
+            if (in_page && p0 + 8 <= a->last + 1) {
+                rb_attn_dot8_f16(q, k0, hd, (int)hd, scores);
+                for (uint32_t l = 0; l < 8; l++)
+                    attn_step(a, ac, rb_kvcache_v(j->kv, j->layer, kvh, p0 + l),
+                              scores[l] * scale, (int)hd);
+            } else {
+                for (uint32_t p = p0; p <= a->last && p < p0 + 8; p++)
+                    attn_step(a, ac, rb_kvcache_v(j->kv, j->layer, kvh, p),
+                              rb_attn_dot_f16(q, rb_kvcache_k(j->kv, j->layer, kvh, p), (int)hd) *
+                                  scale,
+                              (int)hd);
+            }
+        }
     }
-    float *out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
-    const float inv = 1.0f / sum; /* a reciprocal, as ggml scales by it */
-    for (uint32_t i = 0; i < hd; i++)
-        out[i] = rb_fp16_to_fp32(acc[i]) * inv;
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        const float inv = 1.0f / qs[qi].sum; /* a reciprocal, as ggml scales by it */
+        for (uint32_t i = 0; i < hd; i++)
+            qs[qi].out[i] = rb_fp16_to_fp32(acc[qi * hd + i]) * inv;
+    }
 }
 
 static void attn_worker(void *ctx, int ith, int nth)
 {
     attn_job *j = ctx;
-    uint32_t n_tasks = j->n * j->f->hp.n_head;
+    const uint32_t n_kv = j->f->hp.n_head_kv, group = j->f->hp.n_head / n_kv;
+    const uint32_t per_chunk = n_kv * j->n_splits, n_tasks = j->n_chunks * per_chunk;
     (void)ith;
     (void)nth;
     /* relaxed: the task index is the only thing shared, results go to
-       disjoint rows, and the pool's job barrier orders them for the caller */
+       disjoint rows, and the pool's job barrier orders them for the caller.
+       The last chunks (the longest causal spans) are claimed first. */
     for (uint32_t task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
          task < n_tasks;
-         task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
-        attend(j, task);
+         task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
+        uint32_t c = j->n_chunks - 1 - task / per_chunk, t0 = c * j->chunk;
+        uint32_t t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
+        uint32_t kvh = task % per_chunk / j->n_splits, g0 = task % j->n_splits * j->heads;
+        attend(j, kvh, g0, g0 + j->heads < group ? g0 + j->heads : group, t0, t1);
+    }
 }
 
 static void add_rows(float *x, const float *y, size_t n)
@@ -387,7 +457,10 @@ static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t 
             }
         }
     }
-    attn_job job = {f, kv, l, n, pos0, 0};
+    const uint32_t cap = attn_queries_per_task(hp), group = hp->n_head / hp->n_head_kv;
+    const uint32_t heads = group < cap ? group : cap, chunk = group < cap ? cap / group : 1;
+    attn_job job = {f,     kv, l, n, pos0, chunk, (n + chunk - 1) / chunk,
+                    heads, (group + heads - 1) / heads, 0};
     rb_threadpool_run(f->pool, attn_worker, &job);
     matmul(f, &w->wo, f->ao, f->q_dim, n, f->y, E);
     add_rows(f->x, f->y, (size_t)n * E);
