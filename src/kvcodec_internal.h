@@ -41,7 +41,10 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
  * kvcodec_lossless.c). */
 #define RB_KVLL_MAXLEN 7 /* longest code: 7-bit table peeks, 8 symbols a load */
 #define RB_KVLL_NSYM 64  /* sign + 5 exponent bits */
-enum { RB_KVLL_PER_CHANNEL = 0, RB_KVLL_SHARED = 1 };
+#define RB_KVLL_VERSION 2 /* the payload's first byte (1: frames before it had none) */
+#define RB_KVLL_CHUNK 128 /* channels clustered together */
+#define RB_KVLL_KMAX 32   /* codes per chunk */
+enum { RB_KVLL_CLUSTERED = 0, RB_KVLL_SHARED = 1 };
 
 static inline unsigned rb_kvll_bit_width(uint64_t v)
 {

@@ -73,7 +73,9 @@
 #define MAXLEN RB_KVLL_MAXLEN
 #define NSYM RB_KVLL_NSYM
 #define bit_width rb_kvll_bit_width
-enum { MODE_PER_CHANNEL = RB_KVLL_PER_CHANNEL, MODE_SHARED = RB_KVLL_SHARED };
+enum { MODE_CLUSTERED = RB_KVLL_CLUSTERED, MODE_SHARED = RB_KVLL_SHARED };
+#define CHUNK RB_KVLL_CHUNK
+#define KMAX RB_KVLL_KMAX
 
 /* ---- codes ------------------------------------------------------------------ */
 
@@ -262,11 +264,155 @@ static void put_desc(bitwr *w, const hcode *hc)
 
 /* ---- encoder --------------------------------------------------------------------- */
 
-static void hist_channel(const rb_f16 *head, uint32_t P, uint32_t hd, uint32_t c, uint32_t *hist)
+/* Estimated bits of a code for hist: its order-0 entropy plus its
+ * descriptor (what the clustering minimizes; the final choice uses the
+ * real Huffman lengths). */
+/* log2 to ~0.005 (a quadratic on the mantissa): estimates only */
+static inline float approx_log2(float v)
 {
-    memset(hist, 0, NSYM * sizeof *hist);
-    for (uint32_t t = 0; t < P; t++)
-        hist[head[(size_t)t * hd + c] >> 10]++;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    const float e = (float)((int)(u >> 23) - 127);
+    u = (u & 0x7fffff) | 0x3f800000;
+    float m;
+    memcpy(&m, &u, 4);
+    return e + (-0.34484843f * m + 2.02466578f) * m - 0.67487759f;
+}
+
+/* mask: the symbols present (bit s). Branch-free over the 64 counts, so
+ * that it vectorizes: the clustering's inner loop (~2 x 128^2 calls a
+ * chunk of 128 channels). */
+static float est_bits(const uint32_t *hist, uint64_t mask)
+{
+    uint32_t n = 0;
+    float part[8] = {0}; /* 8 lanes: a float sum in order would not vectorize */
+    for (int s = 0; s < NSYM; s += 8)
+        for (int k = 0; k < 8; k++) {
+            const float c = (float)hist[s + k];
+            n += hist[s + k];
+            part[k] += c * approx_log2(c); /* (0 x finite for c = 0) */
+        }
+    const float tot = (float)n;
+    const float nlogn = ((part[0] + part[1]) + (part[2] + part[3])) +
+                        ((part[4] + part[5]) + (part[6] + part[7]));
+    if (!(mask & (mask - 1)))
+        return 7;
+    const uint32_t e = (uint32_t)mask | (uint32_t)(mask >> 32);
+    const int signs = ((uint32_t)mask != 0) + ((mask >> 32) != 0);
+    const int cnt = 32 - __builtin_clz(e) - __builtin_ctz(e);
+    return tot * approx_log2(tot) - nlogn + 13 + 3.0f * (float)(cnt * signs);
+}
+
+static float merged_bits(const uint32_t *a, const uint32_t *b, uint64_t mask)
+{
+    uint32_t m[NSYM];
+    for (int s = 0; s < NSYM; s++)
+        m[s] = a[s] + b[s];
+    return est_bits(m, mask);
+}
+
+/* The clustering of one chunk of nc <= CHUNK channels: cl[c] in [0, K),
+ * returns K <= KMAX. Agglomerative: every channel starts as its own
+ * cluster; the pair whose merge costs the fewest estimated bits merges,
+ * down to one cluster, and the assignment kept is the one with the fewest
+ * estimated bits (table index bits included) among those with at most
+ * KMAX clusters. Pair costs are kept in a matrix and each cluster keeps
+ * its best partner among the later ones: a merge re-estimates only the
+ * merged cluster's pairs, ~nc^2 estimates a chunk in all. */
+typedef struct cluster_ws {
+    uint32_t ch[CHUNK][NSYM]; /* channel histograms */
+    uint32_t cl[CHUNK][NSYM]; /* cluster histograms (live clusters) */
+    float gain[CHUNK][CHUNK]; /* [i][j], i < j: bits a merge of i and j adds */
+} cluster_ws;
+
+static int cluster_channels(cluster_ws *ws, int nc, uint8_t *out)
+{
+    float bits[CHUNK];
+    int partner[CHUNK], label[CHUNK], alive[CHUNK];
+    uint64_t mask[CHUNK];
+    double total = 0;
+    for (int i = 0; i < nc; i++) {
+        memcpy(ws->cl[i], ws->ch[i], sizeof ws->cl[i]);
+        mask[i] = 0;
+        for (int s = 0; s < NSYM; s++)
+            mask[i] |= (uint64_t)(ws->cl[i][s] != 0) << s;
+        bits[i] = est_bits(ws->cl[i], mask[i]);
+        total += bits[i];
+        label[i] = i;
+        alive[i] = 1;
+    }
+#define PAIR(i, j) (ws->gain[i][j] = merged_bits(ws->cl[i], ws->cl[j], mask[i] | mask[j]) - \
+                                     bits[i] - bits[j])
+#define RESCAN(i)                                                                 \
+    do {                                                                          \
+        partner[i] = -1;                                                          \
+        for (int j_ = (i) + 1; j_ < nc; j_++)                                     \
+            if (alive[j_] && (partner[i] < 0 || ws->gain[i][j_] < ws->gain[i][partner[i]])) \
+                partner[i] = j_;                                                  \
+    } while (0)
+    for (int i = 0; i < nc; i++)
+        for (int j = i + 1; j < nc; j++)
+            PAIR(i, j);
+    for (int i = 0; i < nc; i++)
+        RESCAN(i);
+    double best = 0;
+    int best_k = 0;
+    for (int k = nc; k >= 1; k--) {
+        if (k <= KMAX) {
+            const double t = total + (double)nc * bit_width((uint64_t)k - 1);
+            if (!best_k || t < best) {
+                best = t;
+                best_k = k;
+                /* labels compacted to 0..k-1 in channel order of first use */
+                int map[CHUNK], next = 0;
+                for (int i = 0; i < nc; i++)
+                    map[i] = -1;
+                for (int c = 0; c < nc; c++) {
+                    if (map[label[c]] < 0)
+                        map[label[c]] = next++;
+                    out[c] = (uint8_t)map[label[c]];
+                }
+            }
+        }
+        if (k == 1)
+            break;
+        int a = -1; /* the cheapest merge: a with its partner (a < partner) */
+        for (int i = 0; i < nc; i++)
+            if (alive[i] && partner[i] >= 0 &&
+                (a < 0 || ws->gain[i][partner[i]] < ws->gain[a][partner[a]]))
+                a = i;
+        const int b = partner[a];
+        const float g = ws->gain[a][b];
+        for (int s = 0; s < NSYM; s++)
+            ws->cl[a][s] += ws->cl[b][s];
+        mask[a] |= mask[b];
+        total += g;
+        bits[a] += bits[b] + g;
+        alive[b] = 0;
+        for (int c = 0; c < nc; c++)
+            if (label[c] == b)
+                label[c] = a;
+        for (int i = 0; i < nc; i++)
+            if (alive[i] && i != a) {
+                if (i < a)
+                    PAIR(i, a);
+                else
+                    PAIR(a, i);
+            }
+        /* partners: rescanned for a and for those that pointed at a or b;
+         * the merged a may now be the best for the others before it */
+        for (int i = 0; i < nc; i++) {
+            if (!alive[i])
+                continue;
+            if (i == a || partner[i] == a || partner[i] == b)
+                RESCAN(i);
+            else if (i < a && partner[i] >= 0 && ws->gain[i][a] < ws->gain[i][partner[i]])
+                partner[i] = a;
+        }
+    }
+#undef PAIR
+#undef RESCAN
+    return best_k;
 }
 
 /* Symbol streams are MSB-first (the decoder peeks the top bits, so that a
@@ -299,6 +445,110 @@ static void put_symbols(bitwr *w, const hcode *hc, const rb_f16 *x, size_t n, si
     w->p = p;
 }
 
+/* Bits of a channel under a code, or UINT64_MAX when the code lacks one
+ * of its symbols. */
+static uint64_t bits_under(const hcode *hc, const uint32_t *hist)
+{
+    uint64_t b = 0;
+    for (int s = 0; s < NSYM; s++) {
+        if (hist[s] && !hc->len[s] && hc->single != s)
+            return UINT64_MAX;
+        b += (uint64_t)hist[s] * hc->len[s];
+    }
+    return b;
+}
+
+/* A chunk's codes for an assignment: builds them, returns its bytes
+ * (header and streams, each byte-aligned). Clusters left empty are
+ * dropped (cl renumbered, *k updated). */
+static uint64_t chunk_codes(const cluster_ws *ws, int nc, uint8_t *cl, int *k, hcode *hc,
+                            unsigned w)
+{
+    int map[KMAX], n = 0;
+    for (int i = 0; i < *k; i++)
+        map[i] = -1;
+    for (int c = 0; c < nc; c++) {
+        if (map[cl[c]] < 0)
+            map[cl[c]] = n++;
+        cl[c] = (uint8_t)map[cl[c]];
+    }
+    *k = n;
+    uint32_t h[KMAX][NSYM];
+    memset(h, 0, sizeof h);
+    for (int c = 0; c < nc; c++)
+        for (int s = 0; s < NSYM; s++)
+            h[cl[c]][s] += ws->ch[c][s];
+    uint64_t hdr = 5, body = 0;
+    for (int i = 0; i < n; i++) {
+        make_code(h[i], &hc[i]);
+        hdr += desc_bits(&hc[i]);
+    }
+    for (int c = 0; c < nc; c++) {
+        hdr += bit_width((uint64_t)n - 1) + (hc[cl[c]].single >= 0 ? 0 : w);
+        body += (code_bits(&hc[cl[c]], ws->ch[c]) + 7) / 8;
+    }
+    return (hdr + 7) / 8 + body;
+}
+
+/* Clusters chunk channels c0..c0+nc-1 of the head at x and writes the
+ * chunk: header, then the channels' streams. NULL when it would reach
+ * end. */
+static uint8_t *encode_chunk(const rb_f16 *x, uint32_t P, uint32_t hd, uint32_t c0, int nc,
+                             cluster_ws *ws, uint32_t *total, uint8_t *p, const uint8_t *end)
+{
+    memset(ws->ch, 0, sizeof ws->ch[0] * (size_t)nc);
+    for (uint32_t t = 0; t < P; t++) {
+        const rb_f16 *row = x + (size_t)t * hd + c0;
+        for (int c = 0; c < nc; c++)
+            ws->ch[c][row[c] >> 10]++;
+    }
+    for (int c = 0; c < nc; c++)
+        for (int s = 0; s < NSYM; s++)
+            total[s] += ws->ch[c][s];
+    const unsigned w = bit_width(P);
+    uint8_t cl[CHUNK], cl2[CHUNK];
+    hcode hc[KMAX], hc2[KMAX];
+    int k = cluster_channels(ws, nc, cl);
+    uint64_t bytes = chunk_codes(ws, nc, cl, &k, hc, w);
+    /* refinement: each channel to the code that takes it in the fewest
+     * bits, codes rebuilt, while that shrinks the chunk */
+    for (int it = 0; it < 4; it++) {
+        int k2 = k;
+        for (int c = 0; c < nc; c++) {
+            uint64_t bb = UINT64_MAX;
+            for (int i = 0; i < k; i++) {
+                const uint64_t b = bits_under(&hc[i], ws->ch[c]);
+                if (b < bb)
+                    bb = b, cl2[c] = (uint8_t)i;
+            }
+        }
+        const uint64_t b2 = chunk_codes(ws, nc, cl2, &k2, hc2, w);
+        if (b2 >= bytes)
+            break;
+        bytes = b2, k = k2;
+        memcpy(cl, cl2, (size_t)nc);
+        memcpy(hc, hc2, sizeof hc[0] * (size_t)k);
+    }
+    if ((uint64_t)(end - p) <= bytes)
+        return NULL;
+    bitwr wr = {p, 0, 0};
+    put(&wr, (uint32_t)k - 1, 5);
+    for (int i = 0; i < k; i++)
+        put_desc(&wr, &hc[i]);
+    const unsigned wk = bit_width((uint64_t)k - 1);
+    for (int c = 0; c < nc; c++) {
+        put(&wr, cl[c], wk);
+        if (hc[cl[c]].single < 0)
+            put(&wr, (uint32_t)((code_bits(&hc[cl[c]], ws->ch[c]) + 7) / 8), w);
+    }
+    flush(&wr);
+    for (int c = 0; c < nc; c++) {
+        put_symbols(&wr, &hc[cl[c]], x + c0 + c, P, hd);
+        flush(&wr);
+    }
+    return wr.p;
+}
+
 static uint8_t *put_mantissas(uint8_t *p, const rb_f16 *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -325,68 +575,50 @@ static uint8_t *put_mantissas(uint8_t *p, const rb_f16 *x, size_t n)
 /* One head of one half: n = P x hd values at x. Returns the new write
  * position, or NULL when the bytes would reach end. */
 static uint8_t *encode_head(const rb_f16 *x, uint32_t P, uint32_t hd, uint8_t *p,
-                            const uint8_t *end)
+                            const uint8_t *end, cluster_ws *ws)
 {
     const size_t n = (size_t)P * hd, mant = n + (n + 3) / 4;
-    uint32_t hist[NSYM], total[NSYM] = {0};
-    hcode hc;
+    uint32_t total[NSYM] = {0};
     if ((size_t)(end - p) <= 1 + mant)
         return NULL;
     uint8_t *const start = p;
-    /* 1. PER_CHANNEL written as it is estimated (each channel's code built
-     * once), the head's histogram summed on the way */
-    const unsigned wch = bit_width(P);
-    uint64_t per_ch = 0;
-    *p++ = MODE_PER_CHANNEL;
-    bitwr w = {p, 0, 0};
-    for (uint32_t c = 0; c < hd; c++) {
-        hist_channel(x, P, hd, c, hist);
-        for (int s = 0; s < NSYM; s++)
-            total[s] += hist[s];
-        make_code(hist, &hc);
-        const uint64_t bits = code_bits(&hc, hist);
-        const uint64_t rec = (desc_bits(&hc) + (hc.single >= 0 ? 0 : wch) + 7) / 8 + (bits + 7) / 8;
-        per_ch += 8 * rec;
-        if ((size_t)(end - w.p) <= rec + mant)
+    /* 1. CLUSTERED, written as it is sized, the head's histogram summed on
+     * the way */
+    *p++ = MODE_CLUSTERED;
+    for (uint32_t c0 = 0; c0 < hd; c0 += CHUNK) {
+        const int nc = hd - c0 < CHUNK ? (int)(hd - c0) : CHUNK;
+        if (!(p = encode_chunk(x, P, hd, c0, nc, ws, total, p, end - mant)))
             return NULL;
-        put_desc(&w, &hc);
-        if (hc.single < 0)
-            put(&w, (uint32_t)((bits + 7) / 8), wch);
-        flush(&w);
-        put_symbols(&w, &hc, x + c, P, hd);
-        flush(&w);
     }
-    /* 2. SHARED instead when one code for the head is smaller (values,
-     * whose channels look alike, and short pages) */
+    const uint64_t clustered = 8 * (uint64_t)(p - start - 1);
+    /* 2. SHARED instead when one code in 8 interleaved streams is smaller
+     * (short pages, and values whose channels look alike) */
     hcode shared;
     make_code(total, &shared);
-    const size_t q = n / 4;
-    const unsigned wsh = bit_width(n - 3 * q);
-    const uint64_t sh = desc_bits(&shared) + 4 * wsh + 7 + code_bits(&shared, total) + 4 * 7;
-    if (n >= 4 && sh < per_ch) {
+    const unsigned wsh = bit_width((n + 7) / 8);
+    uint32_t hs[8][NSYM];
+    memset(hs, 0, sizeof hs);
+    for (size_t i = 0; i < n; i++)
+        hs[i & 7][x[i] >> 10]++;
+    uint64_t sh = (desc_bits(&shared) + 8 * wsh + 7) / 8;
+    for (int j = 0; j < 8; j++)
+        sh += (code_bits(&shared, hs[j]) + 7) / 8;
+    if (n >= 8 && 8 * sh < clustered) {
         p = start;
         *p++ = MODE_SHARED;
-        w = (bitwr){p, 0, 0};
+        bitwr w = {p, 0, 0};
         put_desc(&w, &shared);
-        if (shared.single < 0) {
-            for (int j = 0; j < 4; j++) {
-                uint32_t hs[NSYM] = {0};
-                size_t a = j * q, b = j == 3 ? n : a + q;
-                for (size_t i = a; i < b; i++)
-                    hs[x[i] >> 10]++;
-                put(&w, (uint32_t)((code_bits(&shared, hs) + 7) / 8), wsh);
-            }
-        }
+        for (int j = 0; j < 8 && shared.single < 0; j++)
+            put(&w, (uint32_t)((code_bits(&shared, hs[j]) + 7) / 8), wsh);
         flush(&w);
-        /* (sh rounds every aligned piece up: it bounds these bytes, which
-         * are fewer than the PER_CHANNEL bytes already written here) */
-        for (int j = 0; j < 4; j++) {
-            size_t a = j * q, b = j == 3 ? n : a + q;
-            put_symbols(&w, &shared, x + a, b - a, 1);
+        /* (fewer bytes than the CLUSTERED ones already written here) */
+        for (int j = 0; j < 8; j++) {
+            put_symbols(&w, &shared, x + j, (n - (size_t)j + 7) / 8, 8);
             flush(&w);
         }
+        p = w.p;
     }
-    return put_mantissas(w.p, x, n);
+    return put_mantissas(p, x, n);
 }
 
 size_t rb_kvcodec_lossless_encode(const rb_kvcodec_dims *d, const rb_f16 *page, uint8_t *dst,
@@ -396,10 +628,14 @@ size_t rb_kvcodec_lossless_encode(const rb_kvcodec_dims *d, const rb_f16 *page, 
     const uint8_t *end = dst + cap;
     uint8_t *p = dst;
     const rb_f16 *x = page;
+    cluster_ws ws;
+    if (cap <= 1)
+        return 0;
+    *p++ = RB_KVLL_VERSION;
     for (int half = 0; half < 2; half++) {
         const uint32_t hd = half ? d->head_dim_v : d->head_dim_k;
         for (uint32_t h = 0; h < d->n_kv_heads; h++, x += (size_t)P * hd)
-            if (!(p = encode_head(x, P, hd, p, end)))
+            if (!(p = encode_head(x, P, hd, p, end, &ws)))
                 return 0;
     }
     return (size_t)(p - dst);

@@ -33,7 +33,9 @@
 #define SCRATCH 32768
 #define SCRATCH_MIN 8192
 #define bit_width rb_kvll_bit_width
-enum { MODE_PER_CHANNEL = RB_KVLL_PER_CHANNEL, MODE_SHARED = RB_KVLL_SHARED };
+enum { MODE_CLUSTERED = RB_KVLL_CLUSTERED, MODE_SHARED = RB_KVLL_SHARED };
+#define CHUNK RB_KVLL_CHUNK
+#define KMAX RB_KVLL_KMAX
 
 /* ---- decoder: tables and headers ------------------------------------------------ */
 
@@ -256,58 +258,14 @@ static void decode_1(bstream *s, const dtable *t, rb_f16 *o, size_t n, size_t st
     }
 }
 
-/* SHARED: four streams in lockstep, n symbols each, stream j writing
- * o[j][i * stride]. */
-static void decode_4(bstream *s, const dtable *const *t, rb_f16 *const *o, size_t n, size_t stride,
-                     const uint8_t *end)
-{
-    rb_f16 *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
-    const dtable *t0 = t[0], *t1 = t[1], *t2 = t[2], *t3 = t[3];
-    size_t done = 0, x = 0;
-    PEEK_SHIFT_DECL;
-    while (done + ROUND <= n) {
-        size_t r = safe_rounds(&s[0], end);
-        for (int j = 1; j < 4; j++) {
-            size_t rj = safe_rounds(&s[j], end);
-            r = rj < r ? rj : r;
-        }
-        if (r > (n - done) / ROUND)
-            r = (n - done) / ROUND;
-        if (r == 0)
-            break;
-        for (size_t k0 = 0; k0 < r; k0++) {
-            uint64_t w0 = word_fast(&s[0]), w1 = word_fast(&s[1]);
-            uint64_t w2 = word_fast(&s[2]), w3 = word_fast(&s[3]);
-            for (int k = 0; k < ROUND; k++, x += stride) {
-                DECODE1(w0, t0, o0[x]);
-                DECODE1(w1, t1, o1[x]);
-                DECODE1(w2, t2, o2[x]);
-                DECODE1(w3, t3, o3[x]);
-            }
-            advance(&s[0], w0), advance(&s[1], w1), advance(&s[2], w2), advance(&s[3], w3);
-        }
-        done += ROUND * r;
-    }
-    if (done < n) { /* the last rounds near the payload's end, and the tail */
-        decode_1(&s[0], t0, o0 + x, n - done, stride, end);
-        decode_1(&s[1], t1, o1 + x, n - done, stride, end);
-        decode_1(&s[2], t2, o2 + x, n - done, stride, end);
-        decode_1(&s[3], t3, o3 + x, n - done, stride, end);
-    }
-}
-
-/* PER_CHANNEL: eight adjacent channels in lockstep (channel c0 + j writes
- * o[i * stride + j]): eight dependency chains keep the core near its issue
- * width. The tables are one array, so that one register addresses all
- * eight. */
-#if defined(__GNUC__) && !defined(__clang__)
-/* gcc's SLP vectorizer gathers the eight 16-bit results into a vector
- * register (inserts and moves between register files) before one store:
- * slower than eight plain stores (measured ~15% of the loop). */
-__attribute__((optimize("no-tree-slp-vectorize")))
-#endif
-static void decode_8ch(bstream *s, const dtable *tab, rb_f16 *o, size_t n, size_t stride,
-                       const uint8_t *end)
+/* Eight streams in lockstep, n symbols each, stream j writing o[i *
+ * stride + j] with table tab[j * ts]: eight dependency chains keep the
+ * core near its issue width. CLUSTERED: eight adjacent channels, ts 1
+ * (the tables are one array, so that one register addresses all eight);
+ * SHARED: the head's values in row order, stride 8, ts 0. */
+static inline __attribute__((always_inline)) void decode_8(bstream *s, const dtable *tab,
+                                                           const int ts, rb_f16 *o, size_t n,
+                                                           size_t stride, const uint8_t *end)
 {
     size_t done = 0, x = 0;
     PEEK_SHIFT_DECL;
@@ -325,14 +283,14 @@ static void decode_8ch(bstream *s, const dtable *tab, rb_f16 *o, size_t n, size_
             uint64_t w4 = word_fast(&s[4]), w5 = word_fast(&s[5]);
             uint64_t w6 = word_fast(&s[6]), w7 = word_fast(&s[7]);
             for (int k = 0; k < ROUND; k++, x += stride) {
-                DECODE1(w0, &tab[0], o[x]);
-                DECODE1(w1, &tab[1], o[x + 1]);
-                DECODE1(w2, &tab[2], o[x + 2]);
-                DECODE1(w3, &tab[3], o[x + 3]);
-                DECODE1(w4, &tab[4], o[x + 4]);
-                DECODE1(w5, &tab[5], o[x + 5]);
-                DECODE1(w6, &tab[6], o[x + 6]);
-                DECODE1(w7, &tab[7], o[x + 7]);
+                DECODE1(w0, &tab[0 * ts], o[x]);
+                DECODE1(w1, &tab[1 * ts], o[x + 1]);
+                DECODE1(w2, &tab[2 * ts], o[x + 2]);
+                DECODE1(w3, &tab[3 * ts], o[x + 3]);
+                DECODE1(w4, &tab[4 * ts], o[x + 4]);
+                DECODE1(w5, &tab[5 * ts], o[x + 5]);
+                DECODE1(w6, &tab[6 * ts], o[x + 6]);
+                DECODE1(w7, &tab[7 * ts], o[x + 7]);
             }
             advance(&s[0], w0), advance(&s[1], w1), advance(&s[2], w2), advance(&s[3], w3);
             advance(&s[4], w4), advance(&s[5], w5), advance(&s[6], w6), advance(&s[7], w7);
@@ -340,7 +298,28 @@ static void decode_8ch(bstream *s, const dtable *tab, rb_f16 *o, size_t n, size_
         done += ROUND * r;
     }
     for (int j = 0; done < n && j < 8; j++)
-        decode_1(&s[j], &tab[j], o + x + j, n - done, stride, end);
+        decode_1(&s[j], &tab[j * ts], o + x + j, n - done, stride, end);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* gcc's SLP vectorizer gathers the eight 16-bit results into a vector
+ * register (inserts and moves between register files) before one store:
+ * slower than eight plain stores (measured ~15% of the loop). */
+#define NO_SLP __attribute__((optimize("no-tree-slp-vectorize")))
+#else
+#define NO_SLP
+#endif
+static NO_SLP __attribute__((noinline)) void decode_8ch(bstream *s, const dtable *tab, rb_f16 *o,
+                                                        size_t n, size_t stride,
+                                                        const uint8_t *end)
+{
+    decode_8(s, tab, 1, o, n, stride, end);
+}
+
+static NO_SLP __attribute__((noinline)) void decode_8sh(bstream *s, const dtable *tab, rb_f16 *o,
+                                                        size_t n, const uint8_t *end)
+{
+    decode_8(s, tab, 0, o, n, 8, end);
 }
 
 static void start_stream(bstream *s, const uint8_t *p)
@@ -459,7 +438,8 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
     const uint32_t P = d->n_tokens;
     const uint8_t *p = src, *end = src + size;
     rb_f16 *x = page;
-    dtable tabs[8];
+    dtable tabs[8], ctab[KMAX]; /* the decode slots; a chunk's codes */
+    int slot[8] = {-1, -1, -1, -1, -1, -1, -1, -1}; /* the code in each slot */
     /* the symbol entries of a head of SCRATCH_MIN..SCRATCH values land
      * here, not in the page: the page's first touch is then the merge's
      * sequential stores instead of the symbol loops' strided ones, which
@@ -468,70 +448,105 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
      * -> 1.84-1.91 GB/s) */
     rb_f16 top[SCRATCH] RB_KV_ALIGN32;
     const char *why;
+    if (p >= end || *p != RB_KVLL_VERSION)
+        return rb_error_set(err, p < end && *p > RB_KVLL_VERSION ? RB_E_UNSUPPORTED : RB_E_FORMAT,
+                            "kvcodec: lossless payload version %d, this build reads version %d "
+                            "(payloads before version 2 had no version byte)",
+                            p < end ? *p : -1, RB_KVLL_VERSION);
+    p++;
     for (int half = 0; half < 2; half++) {
         const uint32_t hd = half ? d->head_dim_v : d->head_dim_k;
         const char *hn = half ? "V" : "K";
-        const size_t n = (size_t)P * hd, q = n / 4;
+        const size_t n = (size_t)P * hd;
         rb_f16 *const y = n >= SCRATCH_MIN && n <= SCRATCH ? top : NULL; /* else in place */
         for (uint32_t h = 0; h < d->n_kv_heads; h++, x += n) {
             rb_f16 *const t = y ? y : x;
             if (p >= end)
                 return bad(err, hn, h, "payload truncated before the head");
             const int mode = *p++;
-            if (mode == MODE_PER_CHANNEL) {
+            if (mode == MODE_CLUSTERED) {
                 const unsigned w = bit_width(P);
-                for (uint32_t c = 0; c < hd; c += 8) {
-                    const int ns = hd - c < 8 ? (int)(hd - c) : 8;
-                    bstream r[8];
-                    uint64_t len[8];
-                    for (int j = 0; j < ns; j++) {
-                        hdrrd hr = {p, end, 0, 0, 0};
-                        int single;
-                        if ((why = read_desc(&hr, &tabs[j], &single)))
+                for (uint32_t c0 = 0; c0 < hd; c0 += CHUNK) {
+                    const uint32_t nc = hd - c0 < CHUNK ? hd - c0 : CHUNK;
+                    /* 1. the chunk's codes, and its channels' fields */
+                    hdrrd hr = {p, end, 0, 0, 0};
+                    const uint32_t K = get(&hr, 5) + 1;
+                    int single[KMAX];
+                    for (uint32_t i = 0; i < K; i++)
+                        if ((why = read_desc(&hr, &ctab[i], &single[i])))
                             return bad(err, hn, h, why);
-                        len[j] = 0;
-                        if (!single && (why = stream_len(&hr, w, P, &len[j])))
+                    const unsigned wk = bit_width(K - 1);
+                    uint8_t idx[CHUNK];
+                    uint32_t len[CHUNK];
+                    uint64_t sum = 0;
+                    for (uint32_t c = 0; c < nc; c++) {
+                        uint64_t l = 0;
+                        idx[c] = (uint8_t)get(&hr, wk);
+                        if (idx[c] >= K)
+                            return bad(err, hn, h, "channel names a code beyond the chunk's");
+                        if (!single[idx[c]] && (why = stream_len(&hr, w, P, &l)))
                             return bad(err, hn, h, why);
-                        const uint8_t *q0 = hdr_end(&hr);
-                        if (len[j] > (size_t)(end - q0))
-                            return bad(err, hn, h, "stream runs past the payload");
-                        start_stream(&r[j], q0);
-                        p = q0 + len[j];
+                        if (hr.overrun)
+                            return bad(err, hn, h, "descriptor truncated");
+                        len[c] = (uint32_t)l;
+                        sum += l;
                     }
-                    if (ns == 8) {
-                        decode_8ch(r, tabs, t + c, P, hd, end);
-                    } else {
-                        for (int j = 0; j < ns; j++)
-                            decode_1(&r[j], &tabs[j], t + c + j, P, hd, end);
+                    p = hdr_end(&hr);
+                    if (sum > (size_t)(end - p))
+                        return bad(err, hn, h, "streams run past the payload");
+                    /* 2. eight channels at a time, each with a copy of its
+                     * code's table (copied only when the slot's code changes) */
+                    for (uint32_t c = 0; c < nc; c += 8) {
+                        const int ns = nc - c < 8 ? (int)(nc - c) : 8;
+                        bstream r[8];
+                        uint64_t l8[8];
+                        for (int j = 0; j < ns; j++) {
+                            if (slot[j] != idx[c + j]) {
+                                memcpy(tabs[j].e, ctab[idx[c + j]].e, sizeof tabs[j].e);
+                                slot[j] = idx[c + j];
+                            }
+                            start_stream(&r[j], p);
+                            l8[j] = len[c + j];
+                            p += len[c + j];
+                        }
+                        if (ns == 8) {
+                            decode_8ch(r, tabs, t + c0 + c, P, hd, end);
+                        } else {
+                            for (int j = 0; j < ns; j++)
+                                decode_1(&r[j], &tabs[j], t + c0 + c + j, P, hd, end);
+                        }
+                        rb_status st = check_streams(r, l8, ns, err, hn, h);
+                        if (st != RB_OK)
+                            return st;
                     }
-                    rb_status st = check_streams(r, len, ns, err, hn, h);
-                    if (st != RB_OK)
-                        return st;
+                    for (int j = 0; j < 8; j++)
+                        slot[j] = -1; /* the next chunk's tables are new */
                 }
-            } else if (mode == MODE_SHARED && n >= 4) {
+            } else if (mode == MODE_SHARED && n >= 8) {
+                /* one code, 8 streams: stream j holds values j, j + 8, ... */
                 hdrrd hr = {p, end, 0, 0, 0};
                 int single;
-                uint64_t len[4] = {0};
-                if ((why = read_desc(&hr, &tabs[0], &single)))
+                uint64_t len[8] = {0}, sum = 0;
+                if ((why = read_desc(&hr, &ctab[0], &single)))
                     return bad(err, hn, h, why);
-                const unsigned w = bit_width(n - 3 * q);
-                for (int j = 0; j < 4 && !single; j++)
-                    if ((why = stream_len(&hr, w, j == 3 ? n - 3 * q : q, &len[j])))
+                const unsigned w = bit_width((n + 7) / 8);
+                for (int j = 0; j < 8 && !single; j++) {
+                    if ((why = stream_len(&hr, w, (n + 7) / 8, &len[j])))
                         return bad(err, hn, h, why);
+                    sum += len[j];
+                }
                 p = hdr_end(&hr);
-                bstream r[4];
-                const dtable *tp[4] = {&tabs[0], &tabs[0], &tabs[0], &tabs[0]};
-                rb_f16 *op[4];
-                for (int j = 0; j < 4; j++) {
-                    if (len[j] > (size_t)(end - p))
-                        return bad(err, hn, h, "stream runs past the payload");
+                if (sum > (size_t)(end - p))
+                    return bad(err, hn, h, "streams run past the payload");
+                bstream r[8];
+                for (int j = 0; j < 8; j++) {
                     start_stream(&r[j], p);
                     p += len[j];
-                    op[j] = t + j * q;
                 }
-                decode_4(r, tp, op, q, 1, end);
-                decode_1(&r[3], tp[3], t + 4 * q, n - 4 * q, 1, end);
-                rb_status st = check_streams(r, len, 4, err, hn, h);
+                decode_8sh(r, &ctab[0], t, n / 8, end);
+                for (size_t j = 0; j < n % 8; j++)
+                    decode_1(&r[j], &ctab[0], t + n / 8 * 8 + j, 1, 1, end);
+                rb_status st = check_streams(r, len, 8, err, hn, h);
                 if (st != RB_OK)
                     return st;
             } else {
