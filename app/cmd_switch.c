@@ -80,6 +80,9 @@ static void print_usage(FILE *f)
         "  --plot FILE           the timeline picture (SVG)\n"
         "  -t, --threads N       threads (default: all cores)\n"
         "  --spill-dir DIR       where the spill file goes (default $TMPDIR or /tmp)\n"
+        "  --context FILE        keep the built context in FILE (a session file) and start\n"
+        "                        from it when it holds this model's context of the same\n"
+        "                        length (building 8192 tokens takes minutes)\n"
         "  --pressure MODE       explicit (default): trim as --trim says; cgroup: share a\n"
         "                        memory cgroup with a competing process that grows, and trim\n"
         "                        on the kernel's pressure signals (needs root and a memory\n"
@@ -89,6 +92,7 @@ static void print_usage(FILE *f)
 
 typedef struct sw_opts {
     const char *model, *trim, *device, *strategies, *json, *plot, *spill_dir, *pressure;
+    const char *context; /* --context FILE, or NULL */
     uint32_t n_ctx, n_turn;
     int n_threads;
 } sw_opts;
@@ -120,6 +124,7 @@ static int parse_args(int argc, char **argv, sw_opts *o)
         else if (!strcmp(a, "--plot")) o->plot = v;
         else if (!strcmp(a, "--spill-dir")) o->spill_dir = v;
         else if (!strcmp(a, "--pressure")) o->pressure = v;
+        else if (!strcmp(a, "--context")) o->context = v;
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size") || !strcmp(a, "--turn") ||
                  !strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (rb_cli_parse_u64(v, &u) != 0 || u == 0 || u > (1u << 24)) {
@@ -426,6 +431,58 @@ static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_fr
     rb_session_rewind(s, o->n_ctx);
 }
 
+/* The session holding the context, all of it in RAM: read from --context
+ * FILE when that holds this model's context (the same tokens, the same
+ * length), else built by feeding it (and then saved to FILE, if given).
+ * *from_file tells which. A file that does not fit is built again, with a
+ * line saying why. 0, or the exit code after an error message. */
+static int context_session(rb_model *m, const rb_session_params *sp, const sw_opts *o,
+                           const int32_t *ctx, const int32_t *turn, rb_session **out,
+                           int *from_file)
+{
+    rb_error err;
+    rb_session *s = NULL;
+    *from_file = 0;
+    if (o->context && access(o->context, F_OK) == 0) {
+        const char *why = NULL;
+        if (rb_session_open_saved(m, sp, o->context, &s, &err) != RB_OK)
+            why = err.message;
+        else if (rb_session_n_tokens(s) != o->n_ctx ||
+                 memcmp(rb_session_tokens(s), ctx, (size_t)o->n_ctx * sizeof *ctx) != 0)
+            why = "it holds another conversation";
+        /* unbound: the strategies' feeds must not change the file; then a
+           turn (rewound) so that every page is in RAM and computed */
+        else if (rb_session_unbind(s) != RB_OK ||
+                 rb_session_feed(s, turn, o->n_turn, NULL) != RB_OK ||
+                 rb_session_rewind(s, o->n_ctx) != RB_OK)
+            why = rb_session_errmsg(s);
+        if (!why) {
+            *from_file = 1;
+            *out = s;
+            return 0;
+        }
+        fprintf(stderr, "rebound switch: --context %s: %s; building the context again\n",
+                o->context, why);
+        rb_session_destroy(s);
+        s = NULL;
+    }
+    if (rb_session_create(m, sp, &s, &err) != RB_OK)
+        return rb_cli_fail("switch", err.message,
+                           err.status == RB_E_NOT_FOUND ? "devices: phone, watch, host" : NULL);
+    fprintf(stderr, "rebound switch: building a context of %" PRIu32 " tokens on %s...\n",
+            o->n_ctx, o->model);
+    if (rb_session_feed(s, ctx, o->n_ctx, NULL) != RB_OK) {
+        int rc = rb_cli_fail("switch", rb_session_errmsg(s), "a smaller -c");
+        rb_session_destroy(s);
+        return rc;
+    }
+    if (o->context && rb_session_save(s, o->context, RB_SAVE_SNAPSHOT) != RB_OK)
+        fprintf(stderr, "rebound switch: --context %s: %s (the run goes on without it)\n",
+                o->context, rb_session_errmsg(s));
+    *out = s;
+    return 0;
+}
+
 int rb_cmd_switch(int argc, char **argv)
 {
     sw_opts o;
@@ -488,11 +545,6 @@ int rb_cmd_switch(int argc, char **argv)
     sp.device = o.device;
     sp.spill_dir = o.spill_dir;
     rb_session *s = NULL;
-    if (rb_session_create(m, &sp, &s, &err) != RB_OK) {
-        rb_model_close(m);
-        return rb_cli_fail("switch", err.message,
-                           err.status == RB_E_NOT_FOUND ? "devices: phone, watch, host" : NULL);
-    }
 
     static sw_result res[4][12]; /* [trim amount][strategy] */
     memset(res, 0, sizeof res);
@@ -534,13 +586,9 @@ int rb_cmd_switch(int argc, char **argv)
     memcpy(all, ctx, (size_t)o.n_ctx * sizeof *all);
     memcpy(all + o.n_ctx, turn, (size_t)o.n_turn * sizeof *all);
 
-    fprintf(stderr, "rebound switch: building a context of %" PRIu32 " tokens on %s...\n",
-            o.n_ctx, o.model);
     double t0 = rb_cli_now_s();
-    if (rb_session_feed(s, ctx, o.n_ctx, NULL) != RB_OK) {
-        rc = rb_cli_fail("switch", rb_session_errmsg(s), "a smaller -c");
+    if ((rc = context_session(m, &sp, &o, ctx, turn, &s, &su.context_from)) != 0)
         goto done;
-    }
     su.build_s = rb_cli_now_s() - t0;
     rb_session_stats st0;
     rb_session_get_stats(s, &st0);

@@ -43,7 +43,8 @@ typedef struct sw_setup {
     uint32_t n_turn;
     int n_threads;
     double warm_ttft_s;
-    double build_s;           /* building the context */
+    double build_s;           /* building the context, or reading it */
+    int context_from;         /* 1: read from --context FILE */
     uint64_t kv_bytes;        /* the context's KV in RAM before any trim */
     char machine[160];
     char storage_io[200];

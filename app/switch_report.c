@@ -28,7 +28,8 @@ void sw_print_table(const sw_setup *su, const sw_result *r, int n)
     printf("device profile %s; trim %s; KV in RAM before the trim %s; %s\n", su->device,
            su->trim_spec, rb_cli_bytes(su->kv_bytes, b1, sizeof b1), su->pressure);
     printf("machine: %s; spill: %s\n", su->machine, su->storage_io);
-    printf("context built in %.1f s; warm TTFT %.1f ms (median of 3)\n\n", su->build_s,
+    printf("context %s in %.1f s; warm TTFT %.1f ms (median of 3)\n\n",
+           su->context_from ? "read from --context" : "built", su->build_s,
            su->warm_ttft_s * 1e3);
     const sw_result *storage = find(r, n, "storage");
     double warm = su->warm_ttft_s;
@@ -45,9 +46,10 @@ void sw_print_table(const sw_setup *su, const sw_result *r, int n)
         char vs_storage[16] = "-", added_vs[16] = "-";
         if (storage && storage->ttft_s > 0)
             snprintf(vs_storage, sizeof vs_storage, "%.2f", x->ttft_s / storage->ttft_s);
+        /* nothing added (within the noise of the warm median): "0" */
         if (storage && storage->ttft_s - warm > 0)
-            snprintf(added_vs, sizeof added_vs, "1/%.1f",
-                     added > 0 ? (storage->ttft_s - warm) / added : 999.0);
+            snprintf(added_vs, sizeof added_vs, added > 0 ? "1/%.1f" : "0",
+                     (storage->ttft_s - warm) / added);
         char io[40] = "-", dec[40] = "-";
         if (x->st.restore_bytes_io)
             snprintf(io, sizeof io, "%s %.0f ms", rb_cli_bytes(x->st.restore_bytes_io, b2,

@@ -400,6 +400,17 @@ RB_API rb_status rb_session_save(rb_session *session, const char *path, unsigned
 RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
                                        const char *path, rb_session **out, rb_error *err);
 
+/*
+ * Stops committing to the file the session is bound to (rb_session_save,
+ * rb_session_open_saved): a pending commit finishes first and the file
+ * keeps that state, which later feeds no longer change. Pages whose only
+ * copy is in the file (a session just opened) are read back first; one
+ * that fails its checksum is recomputed from the tokens by the next feed.
+ * No file bound: nothing to do. Errors: RB_E_IO (layer weights could not
+ * be re-read; the session stays bound).
+ */
+RB_API rb_status rb_session_unbind(rb_session *session);
+
 /* The caller's bytes saved with the session (sampler state, chat history):
  * copied; at most 256 KiB. The getter's pointer lives until the next
  * set_blob or open. RB_E_INVALID_ARG when too large. */

@@ -377,6 +377,36 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
     return RB_OK;
 }
 
+rb_status rb_session_unbind(rb_session *s)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (!s->file)
+        return RB_OK;
+    if (s->res) {
+        /* a restore without a forward pass: what is only in the file comes
+           back (the workers read it; end_restore waits for them), and what
+           is damaged or missing becomes positions to recompute, as a feed
+           would treat them */
+        uint32_t from = UINT32_MAX, damaged = UINT32_MAX;
+        rb_status st = rb_residency_begin_restore(s->res, &from, &s->err);
+        if (st != RB_OK)
+            return st;
+        if ((st = rb_residency_end_restore(s->res, &damaged, &s->err)) != RB_OK)
+            return st;
+        if (damaged < from)
+            from = damaged;
+        if (from < s->n_kv_valid) {
+            uint32_t page = from / s->kv.page_tokens;
+            rb_residency_forget_from(s->res, page);
+            rb_kvcache_truncate(&s->kv, page);
+            s->n_kv_valid = (size_t)page * s->kv.page_tokens;
+        }
+    }
+    close_file(s);
+    return RB_OK;
+}
+
 /* A failure is in the stats and the errmsg, never the feed's. */
 void rb_session_file_after_feed(rb_session *s)
 {

@@ -39,6 +39,25 @@ run_ok by "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --trim 1M --strategi
     --device host
 expect_line by.out '^storage +[0-9]'
 
+check "--context FILE: the built context is kept, read back, and rebuilt when it does not fit"
+run_ok c1 "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies storage,rebound \
+    --context ctx.session
+expect_line c1.out 'context built in'
+[ -s ctx.session ] || fail "--context did not write ctx.session"
+cp ctx.session ctx.before
+run_ok c2 "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies storage,rebound \
+    --context ctx.session
+expect_line c2.out 'context read from --context'
+for s in storage rebound; do
+    grep -E "^$s .*logits identical to warm" c2.out >/dev/null ||
+        fail "$s from a read context: logits differ from the warm turn's"
+done
+cmp -s ctx.session ctx.before || fail "a run from --context changed the file"
+run_ok c3 "$REBOUND" switch -m sw.gguf -c 200 --turn 2 -t 2 --strategies storage \
+    --context ctx.session
+expect_line c3.err 'building the context again'
+expect_line c3.out 'context built in'
+
 check "--pressure cgroup: the kernel's signals, or why not"
 run_ok pr "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies rebound \
     --pressure cgroup
