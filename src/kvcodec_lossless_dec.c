@@ -122,6 +122,18 @@ static inline void fill_run(uint16_t *e, uint32_t n, uint16_t v)
 #endif
 }
 
+/* The 128 entries the decode loops read (not the slack), inline: a
+ * memcpy call per slot was 3% of stories260K's decode. */
+static inline void copy_table(dtable *d, const dtable *s)
+{
+#if defined(__AVX2__)
+    for (int i = 0; i < (1 << MAXLEN); i += 16)
+        _mm256_storeu_si256((__m256i *)(d->e + i), _mm256_loadu_si256((const __m256i *)(s->e + i)));
+#else
+    memcpy(d->e, s->e, sizeof d->e[0] << MAXLEN);
+#endif
+}
+
 /* Reads a descriptor and builds its table; NULL on success, else a static
  * reason. Canonical MSB-first codes: the codes of length l, in symbol
  * order, follow those of length l - 1, so with a 7-bit peek each symbol
@@ -502,7 +514,7 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
                         uint64_t l8[8];
                         for (int j = 0; j < ns; j++) {
                             if (slot[j] != idx[c + j]) {
-                                memcpy(tabs[j].e, ctab[idx[c + j]].e, sizeof tabs[j].e);
+                                copy_table(&tabs[j], &ctab[idx[c + j]]);
                                 slot[j] = idx[c + j];
                             }
                             start_stream(&r[j], p);

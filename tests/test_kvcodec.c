@@ -9,13 +9,15 @@
  *      of a known ramp;
  *   2. round trips: lossless bit-exact on all 65536 halves (Inf, NaN,
  *      subnormals, -0) and on structured pages (per-channel scales as in
- *      real keys) for many geometries incl. odd head dims and 1 token;
+ *      real keys) for many geometries incl. odd head dims, 1 token and
+ *      heads of more than one 128-channel cluster chunk;
  *      lossy within each group's step / 2 (+ the f16 rounding of the
  *      output);
  *   3. agreement: the dispatched kernels (AVX2 where built) give the same
  *      frames, pages and hashes as the _ref kernels;
  *   4. bad input: truncation at every length, each header field, checksum,
- *      other dims, payload sizes, and 3000 random corruptions, decoded
+ *      other dims, payload sizes, the lossless payload version, and 3000
+ *      random corruptions, decoded
  *      between guard zones that must stay untouched.
  */
 #include "kvcodec.h"
@@ -314,7 +316,7 @@ static void test_lossless(void)
      * channels), 1 token, more tokens than a page, constant pages */
     const uint32_t geo[][4] = {{256, 4, 64, 64}, {1, 1, 1, 1},   {7, 3, 5, 3},
                                {300, 2, 67, 130}, {128, 4, 8, 8}, {64, 1, 128, 128},
-                               {3, 1, 1, 2}};
+                               {3, 1, 1, 2},   {40, 1, 300, 8}, {256, 1, 128, 9}};
     for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) {
         rb_kvcodec_dims dg = dims4(geo[g][0], geo[g][1], geo[g][2], geo[g][3]);
         size_t ng = (size_t)rb_kvcodec_page_elems(&dg);
@@ -597,6 +599,23 @@ static void test_bad_frames(void)
         free(good);
         free(f);
         free(g);
+    }
+
+    /* the lossless payload's version byte: payloads before version 2 began
+     * with a head's mode byte (0 or 1), later versions are unsupported */
+    {
+        const size_t cap = (size_t)rb_kvcodec_bound(&d, RB_KVCODEC_LOSSLESS);
+        uint8_t *f = malloc(cap);
+        size_t fn = 0;
+        CHECK_EQ_INT(rb_kvcodec_encode(&d, RB_KVCODEC_LOSSLESS, page, f, cap, &fn, &err), RB_OK);
+        CHECK_EQ_INT(f[RB_KVCODEC_HEADER_BYTES], 2);
+        f[RB_KVCODEC_HEADER_BYTES] = 0;
+        CHECK_EQ_INT(guarded_decode(&d, f, fn, &err), RB_E_FORMAT);
+        CHECK_CONTAINS(err.message, "lossless payload version 0, this build reads version 2");
+        f[RB_KVCODEC_HEADER_BYTES] = 3;
+        CHECK_EQ_INT(guarded_decode(&d, f, fn, &err), RB_E_UNSUPPORTED);
+        CHECK_CONTAINS(err.message, "lossless payload version 3");
+        free(f);
     }
 
     /* encode: destination too small */
