@@ -5,23 +5,39 @@
  * sign and exponent, whose distribution is narrow per channel).
  *
  * Contexts. Each head of each half (K, V) is coded in one of two modes,
- * whichever the encoder estimates smaller for that head:
- *   PER_CHANNEL  one code per channel c (its symbols over the tokens): keys
- *                have per-channel scales (outlier channels, RoPE pairs), so
- *                this is their natural model;
- *   SHARED       one code for the whole head, 4 streams over the head's
- *                values in row order: for values, whose channels look
- *                alike, a table per channel costs more than it saves.
+ * whichever is smaller for that head:
+ *   CLUSTERED  the head's channels, in chunks of 128, share up to 32 codes:
+ *              each channel's symbols (over the tokens) are one stream,
+ *              coded with the code its index names. Keys have per-channel
+ *              scales (outlier channels, RoPE pairs), so a code per channel
+ *              is their natural model, but at 128-256 symbols a channel the
+ *              descriptor and the decoder's table build cost as much as the
+ *              code saves: channels that look alike share one.
+ *   SHARED     one code for the whole head, 8 streams over its values in
+ *              row order (stream j: values j, j + 8, ...): for values,
+ *              whose channels look alike, and short pages.
  * (A per-token code for V, as for the lossy layout, was not used: 64
  * symbols cannot pay for a table.)
  *
- * Payload, per half (K then V), per head:
- *   mode byte (0 PER_CHANNEL, 1 SHARED)
- *   PER_CHANNEL: for c in 0..hd-1: [desc | stream bytes: u(w)], byte
- *                aligned, then that channel's stream (its P symbols)
- *   SHARED:      [desc | 4 x stream bytes: u(w)], aligned, the 4 streams
- *                (stream j holds values [jq, (j+1)q), q = n/4, the last
- *                also the n - 4q left over)
+ * The encoder's clustering (per chunk): agglomerative, every channel its
+ * own cluster at first, merging the pair whose merge adds the fewest
+ * estimated bits (order-0 entropy + descriptor bits) all the way down;
+ * the assignment kept is the cheapest with at most 32 clusters, counting
+ * each channel's index bits. Then each channel moves to the code that
+ * takes it in the fewest real Huffman bits and the codes are rebuilt,
+ * while that shrinks the chunk.
+ *
+ * Payload: version byte (2; the payloads before it had none and began
+ * with a mode byte 0 or 1), then per half (K then V), per head:
+ *   mode byte (0 CLUSTERED, 1 SHARED)
+ *   CLUSTERED: per chunk of nc = min(128, hd - c0) channels:
+ *                [K-1: u(5) | K x desc | per channel: index u(wk), and
+ *                unless its code is single, stream bytes u(w)], byte
+ *                aligned, then the channels' streams in order (each byte
+ *                aligned, P symbols); wk = bit width of K - 1, w = bit
+ *                width of P
+ *   SHARED:      [desc | 8 x stream bytes: u(w), unless single], aligned,
+ *                the 8 streams (w = bit width of ceil(n/8))
  *   lo8[n]       mantissa bits 0-7 of the head's n = P x hd values
  *   hi2[ceil(n/4)] mantissa bits 8-9: per 32 values 8 bytes, byte j holding
  *                values j, j+8, j+16, j+24 at bits 0, 2, 4, 6; the n % 32
@@ -29,39 +45,54 @@
  * desc (LSB-first bits): single(1); single: symbol(6), no stream; else
  *   signs(2: bit 0 positive present, bit 1 negative), e_lo(5), e_cnt-1(5),
  *   then per present sign, per exponent in [e_lo, e_lo + e_cnt): length(3),
- *   0 = unused, 1..7. w = bit width of the stream's symbol count (a symbol
- *   takes at most 7 bits, so a stream has at most that many bytes).
+ *   0 = unused, 1..7. (A symbol takes at most 7 bits, so a stream has at
+ *   most as many bytes as symbols.)
  * Symbol streams are MSB-first; codes are canonical (by length, then
  * symbol), at most 7 bits long and complete (Kraft sum exactly 1: the
  * decoder checks), so a decode table indexed by the next 7 bits has no
  * invalid entry, and each symbol owns one run of it.
  *
- * Why these numbers (synthetic qwen3-0.6b KV, 28 pages of 256 tokens x 8
- * heads x 128/128, one core, bench_kv --cputime): 7-bit codes instead of
- * 8: 96.2% -> 96.1% of the entropy bound but 8 symbols per 64-bit load
- * and half-size tables, 1.6 -> 1.7 GB/s; 3-bit lengths in the descriptor
- * instead of 4: 96.1% -> 96.6% (stories260K 95.0% -> 95.6%: its 8-dim
- * heads and 128-token pages make tables count).
+ * Why these numbers (bench_kv, one core, 64 MiB of pages, medians of 9
+ * passes on a shared 2-core Zen 3 VM, +-10% run to run; synthetic
+ * qwen3-0.6b KV: pages of 256 tokens x 8 heads x 128/128; stories260K:
+ * 128 tokens x 4 heads x 8/8):
+ *   - 7-bit codes instead of 8: 96.2% -> 96.1% of the entropy bound but 8
+ *     symbols per 64-bit load and half-size tables, 1.6 -> 1.7 GB/s;
+ *     3-bit lengths in the descriptor instead of 4: 96.1% -> 96.6%
+ *     (stories260K 95.0% -> 95.6%).
+ *   - clustered codes (version 2) instead of one per channel (version 1,
+ *     whose decoder built 128 tables a head: ~30% of its time), measured
+ *     side by side: qwen3 ratio 1.2538 -> 1.2550 (96.6% -> 96.7% of
+ *     1.2974), decode 1.76 -> 2.09 GB/s wall, 1.74 -> 2.19 thread CPU
+ *     time; stories260K 1.1732 -> 1.1769 (95.6% -> 95.9% of 1.2276),
+ *     1.53 -> 1.84 wall, 1.38 -> 1.92 CPU (with SHARED's 8 streams).
+ *     Up to 16 codes a chunk instead of 32: qwen3 96.3% (its random-weight
+ *     keys use all 32: 1940 of 2048 chunks) and no decode speed gained
+ *     above the noise; a per-table penalty in the clustering (48 or 128
+ *     bits) cost ratio (stories260K 95.9% -> 95.8%, 95.4%), no speed.
+ *   - SHARED with 8 interleaved streams instead of 4 quarters (the same
+ *     8-wide loop as CLUSTERED): stories260K 1.6 -> 1.9 GB/s, 4 more
+ *     length fields a head.
+ *   - the price is the encoder: ~2 x 128^2 entropy estimates a chunk,
+ *     qwen3 0.22 -> 0.03 GB/s, stories260K ~0.11 -> 0.10 GB/s.
  *
- * Decoding (kvcodec_lossless_dec.c): per context a table (entry = symbol
- * << 10 | length). Streams
- * are decoded in lockstep, eight channels (PER_CHANNEL) or four quarters
- * (SHARED), because one stream is a chain of dependent operations (shift,
- * table load, shift: ~7 cycles a symbol); with four channels it ran at
- * 1.3 GB/s, with eight 1.5 (then 1.9 with the descriptor and shift work
- * below trimmed). Each symbol lands as entry in a stack scratch (heads
- * of 8192 to 32768 values; others in the page itself); a second pass
- * keeps its top 6 bits, ORs in the mantissa, writes the page and hashes
- * it from the registers (the page written once, in order: 1.7 -> 1.85-1.9
- * GB/s on the qwen3-0.6b shape; stories260K stays at 1.7, where the
- * SHARED heads' 4-stream loop and the table builds dominate: ~240
- * cycles a table with its descriptor cached, ~60 of them reading the
- * fields). Reads may run past a stream's own bytes (never past the
- * payload): each stream's consumed bits must afterwards equal its
- * declared bytes.
+ * Decoding (kvcodec_lossless_dec.c): per code a table (entry = symbol <<
+ * 10 | length), copied into one of 8 slots for the channels that use it.
+ * Streams are decoded 8 in lockstep, because one stream is a chain of
+ * dependent operations (shift, table load, shift: ~7 cycles a symbol);
+ * with four channels it ran at 1.3 GB/s, with eight 1.5 (then 1.9 with
+ * the descriptor and shift work trimmed). Each symbol lands as entry in a
+ * stack scratch (heads of 8192 to 32768 values; others in the page
+ * itself); a second pass keeps its top 6 bits, ORs in the mantissa,
+ * writes the page and hashes it from the registers (the page written
+ * once, in order: 1.7 -> 1.85-1.9 GB/s on the qwen3-0.6b shape). Profile
+ * now (qwen3): symbol loop ~60%, merge + hash ~28%, tables ~10%. Reads
+ * may run past a stream's own bytes (never past the payload): each
+ * stream's consumed bits must afterwards equal its declared bytes.
  *
- * Memory: stack only (the decoder: 8 tables of 144 x 2 bytes and a
- * 64 KiB scratch of symbol entries).
+ * Memory: stack only (the encoder: ~130 KiB of clustering state, two
+ * 128 x 64 histogram sets and a 128 x 128 pair-cost matrix; the decoder:
+ * 8 + 32 tables of 144 x 2 bytes and a 64 KiB scratch of symbol entries).
  */
 #include <inttypes.h>
 #include <string.h>
