@@ -20,10 +20,12 @@
  * symbols cannot pay for a table.)
  *
  * The encoder's clustering (per chunk): agglomerative, every channel its
- * own cluster at first, merging the pair whose merge adds the fewest
- * estimated bits (order-0 entropy + descriptor bits) all the way down;
- * the assignment kept is the cheapest with at most 32 clusters, counting
- * each channel's index bits. Then each channel moves to the code that
+ * own cluster at first (chunks of more than 64 channels: paired first,
+ * each with the best of its next 16 in order of mean exponent, which
+ * halves the pair matrix's work), merging the pair whose merge adds the
+ * fewest estimated bits (order-0 entropy + descriptor bits) all the way
+ * down; the assignment kept is the cheapest with at most 32 clusters,
+ * counting each channel's index bits. Then each channel moves to the code that
  * takes it in the fewest real Huffman bits and the codes are rebuilt,
  * while that shrinks the chunk.
  *
@@ -62,19 +64,27 @@
  *     (stories260K 95.0% -> 95.6%).
  *   - clustered codes (version 2) instead of one per channel (version 1,
  *     whose decoder built 128 tables a head: ~30% of its time), measured
- *     side by side: qwen3 ratio 1.2538 -> 1.2550 (96.6% -> 96.7% of
- *     1.2974), decode 1.76 -> 2.09 GB/s wall, 1.74 -> 2.19 thread CPU
- *     time; stories260K 1.1732 -> 1.1769 (95.6% -> 95.9% of 1.2276),
- *     1.53 -> 1.84 wall, 1.38 -> 1.92 CPU (with SHARED's 8 streams).
- *     Up to 16 codes a chunk instead of 32: qwen3 96.3% (its random-weight
- *     keys use all 32: 1940 of 2048 chunks) and no decode speed gained
- *     above the noise; a per-table penalty in the clustering (48 or 128
- *     bits) cost ratio (stories260K 95.9% -> 95.8%, 95.4%), no speed.
+ *     side by side (medians, wall / thread CPU time): qwen3 decode 1.76 /
+ *     1.74 -> 2.09 / 2.19 GB/s (a busier session: 1.20 / 1.54 -> 2.05 /
+ *     2.05), ratio 1.2538 -> 1.2537 (96.6% of 1.2974; 1.2550, 96.7%,
+ *     without the pairing pass); stories260K 1.53 / 1.38 -> 1.84 / 1.92
+ *     (busier: 1.22 / 1.43 -> 1.69 / 1.81), ratio 1.1732 -> 1.1769
+ *     (95.6% -> 95.9% of 1.2276; with SHARED's 8 streams below). Up to
+ *     16 codes a chunk instead of 32: qwen3 96.3% (its random-weight keys
+ *     use all 32: 1940 of 2048 chunks) and no decode speed gained above
+ *     the noise; a per-table penalty in the clustering (48 or 128 bits)
+ *     cost ratio (stories260K 95.9% -> 95.8%, 95.4%), no speed.
  *   - SHARED with 8 interleaved streams instead of 4 quarters (the same
  *     8-wide loop as CLUSTERED): stories260K 1.6 -> 1.9 GB/s, 4 more
  *     length fields a head.
- *   - the price is the encoder: ~2 x 128^2 entropy estimates a chunk,
- *     qwen3 0.22 -> 0.03 GB/s, stories260K ~0.11 -> 0.10 GB/s.
+ *   - the price is the encoder: ~128^2 entropy estimates a chunk, qwen3
+ *     0.16-0.22 -> 0.04-0.05 GB/s (0.03 without the pairing pass),
+ *     stories260K ~0.10 -> 0.09 GB/s.
+ *
+ * Tried and dropped: two adjacent channels' entries in one 32-bit store
+ * (fewer stores, two more ALU operations a pair): ~3-5% slower on both
+ * pages; skipping the empty blocks of 8 symbols in the entropy estimate:
+ * no encode speed above the noise.
  *
  * Decoding (kvcodec_lossless_dec.c): per code a table (entry = symbol <<
  * 10 | length), copied into one of 8 slots for the channels that use it.
@@ -107,6 +117,10 @@
 enum { MODE_CLUSTERED = RB_KVLL_CLUSTERED, MODE_SHARED = RB_KVLL_SHARED };
 #define CHUNK RB_KVLL_CHUNK
 #define KMAX RB_KVLL_KMAX
+/* wide chunks' first pass pairs a channel with the best of its next 16 in
+ * order of mean exponent: qwen3 encode 0.032 -> 0.053 GB/s, ratio 1.2565
+ * -> 1.2551 on its 28 pages (a window of 8: the same speed, 1.2543) */
+#define PREPAIR 16
 
 /* ---- codes ------------------------------------------------------------------ */
 
@@ -381,14 +395,64 @@ static int cluster_channels(cluster_ws *ws, int nc, uint8_t *out)
             if (alive[j_] && (partner[i] < 0 || ws->gain[i][j_] < ws->gain[i][partner[i]])) \
                 partner[i] = j_;                                                  \
     } while (0)
+    /* wide chunks first pair each channel with the best of its next
+     * PREPAIR neighbours in order of mean exponent (nc x PREPAIR estimates
+     * instead of nc^2 / 2), so that the matrix starts from ~nc / 2 */
+    int k0 = nc;
+    if (nc > 2 * KMAX) {
+        int ord[CHUNK];
+        float key[CHUNK];
+        for (int i = 0; i < nc; i++) {
+            uint32_t n = 0, se = 0;
+            for (int s = 0; s < NSYM; s++)
+                n += ws->ch[i][s], se += ws->ch[i][s] * (uint32_t)(s & 31);
+            key[i] = (float)se / (float)n;
+            int j = i;
+            for (; j > 0 && key[ord[j - 1]] > key[i]; j--)
+                ord[j] = ord[j - 1];
+            ord[j] = i;
+        }
+        for (int oi = 0; oi < nc; oi++) {
+            const int i = ord[oi];
+            if (!alive[i] || label[i] != i)
+                continue;
+            int bj = -1;
+            float bg = 0;
+            for (int oj = oi + 1; oj < nc && oj <= oi + PREPAIR; oj++) {
+                const int j = ord[oj];
+                if (!alive[j] || label[j] != j)
+                    continue;
+                const float g = merged_bits(ws->cl[i], ws->cl[j], mask[i] | mask[j]) - bits[i] -
+                                bits[j];
+                if (bj < 0 || g < bg)
+                    bj = j, bg = g;
+            }
+            if (bj < 0)
+                continue;
+            const int a = i < bj ? i : bj, b = i < bj ? bj : i;
+            for (int s = 0; s < NSYM; s++)
+                ws->cl[a][s] += ws->cl[b][s];
+            mask[a] |= mask[b];
+            total += bg;
+            bits[a] += bits[b] + bg;
+            alive[b] = 0;
+            label[b] = a;
+            label[a] = -1 - a; /* paired: not a partner again in this pass */
+            k0--;
+        }
+        for (int i = 0; i < nc; i++)
+            label[i] = label[i] < 0 ? -1 - label[i] : label[i];
+    }
     for (int i = 0; i < nc; i++)
         for (int j = i + 1; j < nc; j++)
-            PAIR(i, j);
+            if (alive[i] && alive[j])
+                PAIR(i, j);
     for (int i = 0; i < nc; i++)
-        RESCAN(i);
+        if (alive[i])
+            RESCAN(i);
     double best = 0;
     int best_k = 0;
-    for (int k = nc; k >= 1; k--) {
+    for (int k = k0; k >= 1; k--) {
         if (k <= KMAX) {
             const double t = total + (double)nc * bit_width((uint64_t)k - 1);
             if (!best_k || t < best) {
