@@ -80,9 +80,11 @@
  *     length fields a head.
  *   - the encoder: the full pair matrix (~128^2 entropy estimates a chunk)
  *     took qwen3 from version 1's 0.16-0.22 to 0.04-0.05 GB/s; now (thread
- *     CPU time, bench medians, a busy session) qwen3 0.05 -> ~0.20 GB/s,
- *     ratio 1.2537 -> 1.2517 (96.6% -> 96.5%), stories260K 0.10 -> 0.13
- *     (its 8-channel chunks keep the full matrix: ratio unchanged). Steps
+ *     CPU time, bench medians, the three binaries side by side twice):
+ *     qwen3 0.05 -> 0.22-0.23 GB/s (version 1: 0.23), ratio 1.2537 ->
+ *     1.2517 (96.6% -> 96.5%), decode 2.18-2.23 -> 2.19-2.27; stories260K
+ *     0.10 -> 0.14 (version 1: 0.13; its 8-channel chunks keep the full
+ *     matrix: ratio unchanged, 95.9%), decode 1.97 -> 1.79-1.99. Steps
  *     on qwen3's 28 pages (best of 15 passes, one binary after the other,
  *     noisy): neighbours only in mean-exponent order 0.05 -> 0.07 (ratio
  *     1.2551 -> 1.2455); the refinement's bits a vectorized sum over the
@@ -533,7 +535,7 @@ static int cluster_sorted(cluster_ws *ws, int nc, uint8_t *out)
             ord[j] = ord[j - 1];
         ord[j] = i;
     }
-    /* clusters by position in the order: cluster oi holds a run of it */
+    /* cluster oi: the channel ord[oi] at first; a merge keeps the earlier */
     for (int oi = 0; oi < nc; oi++) {
         const int i = ord[oi];
         memcpy(ws->cl[oi], ws->ch[i], sizeof ws->cl[oi]);
