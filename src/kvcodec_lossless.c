@@ -379,6 +379,30 @@ static float merged_bits(const uint32_t *a, const uint32_t *b, uint64_t mask)
  * KMAX clusters. Pair costs are kept in a matrix and each cluster keeps
  * its best partner among the later ones: a merge re-estimates only the
  * merged cluster's pairs, ~nc^2 estimates a chunk in all. */
+/* A clustering step with k clusters (total estimated bits, label[i] the
+ * cluster of the i-th channel in the order ord, NULL: channel order): if
+ * k fits and it is the cheapest so far counting the index bits, out
+ * receives its labels compacted to 0..k-1 in order of first use. */
+static void keep_if_best(double total, int nc, int k, const int *label, const int *ord,
+                         uint8_t *out, double *best, int *best_k)
+{
+    if (k > KMAX)
+        return;
+    const double t = total + (double)nc * bit_width((uint64_t)k - 1);
+    if (*best_k && t >= *best)
+        return;
+    *best = t;
+    *best_k = k;
+    int map[CHUNK], next = 0;
+    for (int i = 0; i < nc; i++)
+        map[i] = -1;
+    for (int i = 0; i < nc; i++) {
+        if (map[label[i]] < 0)
+            map[label[i]] = next++;
+        out[ord ? ord[i] : i] = (uint8_t)map[label[i]];
+    }
+}
+
 typedef struct cluster_ws {
     uint32_t ch[CHUNK][NSYM]; /* channel histograms */
     uint32_t cl[CHUNK][NSYM]; /* cluster histograms (live clusters) */
@@ -421,22 +445,7 @@ static int cluster_channels(cluster_ws *ws, int nc, uint8_t *out)
     double best = 0;
     int best_k = 0;
     for (int k = k0; k >= 1; k--) {
-        if (k <= KMAX) {
-            const double t = total + (double)nc * bit_width((uint64_t)k - 1);
-            if (!best_k || t < best) {
-                best = t;
-                best_k = k;
-                /* labels compacted to 0..k-1 in channel order of first use */
-                int map[CHUNK], next = 0;
-                for (int i = 0; i < nc; i++)
-                    map[i] = -1;
-                for (int c = 0; c < nc; c++) {
-                    if (map[label[c]] < 0)
-                        map[label[c]] = next++;
-                    out[c] = (uint8_t)map[label[c]];
-                }
-            }
-        }
+        keep_if_best(total, nc, k, label, NULL, out, &best, &best_k);
         if (k == 1)
             break;
         int a = -1; /* the cheapest merge: a with its partner (a < partner) */
@@ -557,21 +566,7 @@ static int cluster_sorted(cluster_ws *ws, int nc, uint8_t *out)
     double best = 0;
     int best_k = 0;
     for (int k = nc; k >= 1; k--) {
-        if (k <= KMAX) {
-            const double t = total + (double)nc * bit_width((uint64_t)k - 1);
-            if (!best_k || t < best) {
-                best = t;
-                best_k = k;
-                int map[CHUNK], next = 0;
-                for (int i = 0; i < nc; i++)
-                    map[i] = -1;
-                for (int oi = 0; oi < nc; oi++) {
-                    if (map[label[oi]] < 0)
-                        map[label[oi]] = next++;
-                    out[ord[oi]] = (uint8_t)map[label[oi]];
-                }
-            }
-        }
+        keep_if_best(total, nc, k, label, ord, out, &best, &best_k);
         if (k == 1)
             break;
         int a = 0; /* (the dead and the last have gain 1e30) */
