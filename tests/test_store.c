@@ -684,7 +684,8 @@ static void test_open_faults(const char *dir)
 }
 
 /* Puts and gets are charged to the throttle: 4 MiB out and back at
- * 100 MiB/s take ~80 ms; a shared throttle sees both stores' bytes. */
+ * 100 MiB/s take at least ~80 ms; a shared throttle sees both stores'
+ * bytes. */
 static void test_throttled(const char *dir)
 {
     rb_store *s = open_store(dir, NULL, 100.0 * MIB, 0.0005);
@@ -697,9 +698,13 @@ static void test_throttled(const char *dir)
     double dt = (double)rb_throttle_now_ns() * 1e-9 - t0;
     fprintf(stderr, "  8 MiB through a 100 MiB/s + 0.5 ms store: %.1f ms (model 82 ms)\n",
             dt * 1e3);
-    CHECK(dt >= 0.080 && dt < 0.400);
+    CHECK(dt >= 0.080);
     rb_store_stats st;
     rb_store_get_stats(s, &st);
+    /* no more delay than the model asks: bounded by what the throttle slept,
+       not by the wall clock, which a sanitizer on a busy host stretches (a
+       TSan run here took 468 ms for the 82 the model asks) */
+    CHECK(st.throttle.sleep_s < 0.2);
     CHECK_EQ_U64(st.throttle.n_bytes, 8 * MIB);
     CHECK_EQ_U64(st.throttle.n_ios, 4);
     CHECK(st.throttle.sleep_s > 0.0);
