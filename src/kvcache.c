@@ -23,14 +23,25 @@ void *rb_kvpage_alloc(size_t n)
     return p == MAP_FAILED ? NULL : p;
 }
 
-int rb_kvpage_alloc_batch(size_t n, size_t n_pages, void **out)
+int rb_kvpage_alloc_batch(size_t n, size_t n_pages, int huge, void **out)
 {
     if (n_pages == 0)
         return 0;
-    uint8_t *p = mmap(NULL, n * n_pages, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                      -1, 0);
-    if (p == MAP_FAILED)
+    const size_t len = n * n_pages, align = huge ? (size_t)2 << 20 : 0;
+    uint8_t *raw = mmap(NULL, len + align, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+    if (raw == MAP_FAILED)
         return -1;
+    uint8_t *p = raw;
+#ifdef MADV_HUGEPAGE
+    if (huge) { /* 2 MiB-aligned, the slack on either side unmapped */
+        p = (uint8_t *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+        if (p > raw)
+            munmap(raw, (size_t)(p - raw));
+        munmap(p + len, (size_t)(raw + align - p));
+        madvise(p, len, MADV_HUGEPAGE);
+    }
+#endif
     for (size_t i = 0; i < n_pages; i++)
         out[i] = p + i * n; /* munmap of a part of a mapping is allowed */
     return 0;

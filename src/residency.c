@@ -770,7 +770,12 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     for (uint32_t i = 0; i < r->n_io; i++)
         n_kv_jobs += r->io_jobs[i] < r->n_kv_segs;
     r->batch_n = r->batch_next = 0;
-    if (n_kv_jobs && rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, r->batch) == 0)
+    /* huge pages for what this process trimmed itself (kvcache.h says why) */
+    int cold = 0;
+    for (uint32_t i = 0; i < r->n_io && !cold; i++)
+        cold = r->io_jobs[i] < r->n_kv_segs && r->segs[r->io_jobs[i]].from_saved;
+    if (n_kv_jobs &&
+        rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, !cold, r->batch) == 0)
         r->batch_n = n_kv_jobs;
     if (r->n_io + r->n_dec > 0)
         pthread_cond_broadcast(&r->cv_work);
