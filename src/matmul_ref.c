@@ -241,6 +241,17 @@ float rb_vec_dot_q5_K_q8_K_ref(int64_t n, const void *w, const void *a)
     return rb_hsum8_ref(acc) + summs;
 }
 
+/* One Q4_1/Q5_1 block against its Q8_1 block, given the 8 integer lane
+ * sums: m * s into the scalar chain (fused), d_x * d_y * lane into acc. */
+static void add_block_1(const int32_t lane[8], rb_f16 xd, rb_f16 xm, const rb_block_q8_1 *y,
+                        float acc[8], float *summs)
+{
+    *summs = fmaf(rb_fp16_to_fp32(xm), rb_fp16_to_fp32(y->s), *summs);
+    const float d = rb_fp16_to_fp32(xd) * rb_fp16_to_fp32(y->d);
+    for (int i = 0; i < 8; i++)
+        acc[i] = fmaf(d, (float)lane[i], acc[i]);
+}
+
 /* ggml_vec_dot_q4_1_q8_1's AVX2 order: 8 float lanes of 4 products each,
  * the block's m * s in a scalar chain (fused, as for Q5_K's summs). */
 float rb_vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a)
@@ -254,10 +265,7 @@ float rb_vec_dot_q4_1_q8_1_ref(int64_t n, const void *w, const void *a)
             lane[l / 4] += (x[b].qs[l] & 0x0f) * y[b].qs[l];
             lane[4 + l / 4] += (x[b].qs[l] >> 4) * y[b].qs[l + RB_QK4_1 / 2];
         }
-        summs = fmaf(rb_fp16_to_fp32(x[b].m), rb_fp16_to_fp32(y[b].s), summs);
-        const float d = rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d);
-        for (int i = 0; i < 8; i++)
-            acc[i] = fmaf(d, (float)lane[i], acc[i]);
+        add_block_1(lane, x[b].d, x[b].m, &y[b], acc, &summs);
     }
     return rb_hsum8_ref(acc) + summs;
 }
@@ -279,10 +287,7 @@ float rb_vec_dot_q5_1_q8_1_ref(int64_t n, const void *w, const void *a)
             lane[l / 4] += q0 * y[b].qs[l];
             lane[4 + l / 4] += q1 * y[b].qs[l + RB_QK5_1 / 2];
         }
-        summs = fmaf(rb_fp16_to_fp32(x[b].m), rb_fp16_to_fp32(y[b].s), summs);
-        const float d = rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d);
-        for (int i = 0; i < 8; i++)
-            acc[i] = fmaf(d, (float)lane[i], acc[i]);
+        add_block_1(lane, x[b].d, x[b].m, &y[b], acc, &summs);
     }
     return rb_hsum8_ref(acc) + summs;
 }
