@@ -47,7 +47,10 @@ for f in "$LIBDIR/librebound.so" "$LIBDIR/librebound.so.0" "$PREFIX/include/rebo
 done
 [ -x "$PREFIX/bin/rebound" ] || fail "$PREFIX/bin/rebound is not installed"
 ls "$LIBDIR"/librebound.so.0.* >/dev/null 2>&1 || fail "no versioned librebound.so.0.* in $LIBDIR"
-if find "$PREFIX" -name '*.h' ! -name rebound.h | grep -q .; then
+# Captured first, never piped into grep -q: under pipefail, grep -q leaving
+# early kills the writer with SIGPIPE and fails a pipeline that matched.
+INTERNAL_HEADERS=$(find "$PREFIX" -name '*.h' ! -name rebound.h)
+if [ -n "$INTERNAL_HEADERS" ]; then
     find "$PREFIX" -name '*.h' >&2
     fail "internal headers are installed; only include/rebound.h is public"
 fi
@@ -101,8 +104,9 @@ step "cc examples/minimal.c \$(pkg-config --cflags --libs rebound), strict C11"
     $(pkg-config --cflags --libs rebound) || fail "examples/minimal.c does not build against the installed rebound"
 step "run it (LD_LIBRARY_PATH=$LIBDIR)"
 LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} check_minimal ./minimal-cc
-LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd ./minimal-cc | grep -q "$LIBDIR/librebound.so.0" ||
-    fail "minimal-cc does not load librebound.so.0 from the prefix"
+LDD_OUT=$(LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd ./minimal-cc)
+grep -q "$LIBDIR/librebound.so.0" <<< "$LDD_OUT" ||
+    { echo "$LDD_OUT" >&2; fail "minimal-cc does not load librebound.so.0 from the prefix"; }
 
 step "examples/CMakeLists.txt (pkg_check_modules) against the prefix"
 "$CMAKE" -S "$SRC/examples" -B examples-build -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_C_COMPILER="$CC" \
