@@ -64,8 +64,11 @@ int rb_model_layers_unread(const rb_model *model);
 void rb_model_set_layers_read(rb_model *model);
 /* The weight buffer without reading anything (weight streaming reads
  * blocks on use: wcache_stream.h). A later rb_model_load_weights(_lazy)
- * reads what it needs. */
-rb_status rb_model_reserve_weights(rb_model *model);
+ * reads what it needs. as_file_mapping: a private mapping of the file (a
+ * cold restore without budgets: see rb_model_weights_file_mapped) where
+ * the file system allows it; 0: allocated memory (a mapping made for an
+ * earlier session that no session uses now is replaced). */
+rb_status rb_model_reserve_weights(rb_model *model, int as_file_mapping);
 /* The buffer's contents are no longer the file's (a streaming cache gave
  * its pages back): the next load reads every tensor again. */
 void rb_model_set_weights_unread(rb_model *model);
@@ -77,6 +80,15 @@ rb_status rb_model_claim_weights(rb_model *model, int is_streaming, rb_error *er
 void rb_model_unclaim_weights(rb_model *model, int is_streaming);
 /* Opened with use_mmap: the tensors are the file's mapping. */
 int rb_model_is_mapped(const rb_model *model);
+/* Loaded lazily (a cold restore): the weight buffer is a private mapping of
+ * the file, its pages the page cache's (the weight cache fills them with
+ * rb_model_populate and gives them back with MADV_DONTNEED +
+ * fadvise(DONTNEED)); 0 for an allocated buffer. */
+int rb_model_weights_file_mapped(const rb_model *model);
+/* Faults [addr, addr + n) of a file mapping in (MADV_POPULATE_READ, or a
+ * read per page before Linux 5.14): RB_OK; RB_E_IO with *err_no (EIO when
+ * the file ended under the mapping). err_no may be NULL. */
+rb_status rb_model_populate(const void *addr, size_t n, int *err_no);
 
 /* Bytes of tensor t; NULL before rb_model_load_weights succeeded. */
 const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t);

@@ -73,8 +73,12 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     s->params = p;
     rb_status st;
     /* the weight buffer first (nothing read): the forward pass binds its
-       addresses, and only then is it known whether the weights fit */
-    if ((st = rb_model_reserve_weights(model)) != RB_OK) {
+       addresses, and only then is it known whether the weights fit. A
+       cold restore without budgets (which never streams) maps the file:
+       its weights are read into the page cache instead of into memory the
+       kernel must zero first (model.h) */
+    int map_weights = is_lazy_weights && !p.weights_budget_bytes && !p.budget_bytes;
+    if ((st = rb_model_reserve_weights(model, map_weights)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
     }

@@ -18,7 +18,11 @@
  * model file opened a second time, with O_DIRECT when the filesystem
  * takes it and the buffer lines up with the file's blocks (model.c places
  * it so); otherwise buffered reads after fadvise(DONTNEED), which the
- * mode string says.
+ * mode string says. A cold restore's buffer is the file's private mapping
+ * (rb_model_weights_file_mapped): a read is then a populate of the range
+ * (the page cache reads storage, and its pages are what compute reads),
+ * a release MADV_DONTNEED plus fadvise(DONTNEED) (the page cache's copy
+ * goes too, so the reload reads storage again).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +46,7 @@ struct rb_wcache {
     rb_model *model;         /* to mark the bytes outside the layers read */
     int fd;
     int is_direct;
+    int is_mapped;           /* the buffer is the file's private mapping */
     uintptr_t base;          /* address of file offset 0 */
     uint32_t n_layers;
     uint64_t *lo, *hi;       /* [n_layers] page-aligned file range released */
@@ -126,7 +131,8 @@ rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os 
                 w->hi[l] = w->lo[l];
     }
     /* O_DIRECT needs file offsets on block boundaries where RAM has pages */
-    if (w->base % WC_PAGE == 0)
+    w->is_mapped = rb_model_weights_file_mapped(model);
+    if (w->base % WC_PAGE == 0 && !w->is_mapped)
         w->fd = w->os->open(path, O_RDONLY | O_DIRECT | O_CLOEXEC, 0);
     w->is_direct = w->fd >= 0;
     if (w->fd < 0)
@@ -178,11 +184,27 @@ uint64_t rb_wcache_resident_bytes(const rb_wcache *w)
     return b;
 }
 
+/* Brings n bytes of the file at off into place through w->fd: a populate
+ * of the mapping, or a read. */
+static rb_status read_chunk(rb_wcache *w, uint64_t off, size_t n, int *err_no)
+{
+    if (w->is_mapped)
+        return rb_model_populate((const void *)(w->base + off), n, err_no);
+    return rb_os_read_full(w->os, w->fd, (void *)(w->base + off), n, off, NULL, err_no);
+}
+
 /* Reads [a, b) of the file into place, buffered (any alignment). */
 static rb_status read_span(rb_wcache *w, uint64_t a, uint64_t b, rb_error *err)
 {
     if (b <= a)
         return RB_OK;
+    if (w->is_mapped) {
+        int e = 0;
+        if (read_chunk(w, a, (size_t)(b - a), &e) != RB_OK)
+            return rb_error_set(err, RB_E_IO, "wcache: reading %s at %" PRIu64 ": %s", w->path,
+                                a, strerror(e));
+        return RB_OK;
+    }
     int fd = w->os->open(w->path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
         return rb_error_set(err, RB_E_IO, "wcache: cannot reopen %s: %s", w->path,
@@ -225,7 +247,7 @@ static void *span_reader(void *arg)
         size_t n = j->pb - off < WC_CHUNK ? (size_t)(j->pb - off) : WC_CHUNK;
         int64_t t0 = rb_throttle_now_ns();
         int e = 0;
-        rb_status st = rb_os_read_full(w->os, w->fd, (void *)(w->base + off), n, off, NULL, &e);
+        rb_status st = read_chunk(w, off, n, &e);
         if (st != RB_OK) {
             pthread_mutex_lock(&j->mu);
             if (j->st == RB_OK) {
@@ -248,8 +270,9 @@ static void *span_reader(void *arg)
  * buffered. */
 static rb_status read_span_direct(rb_wcache *w, uint64_t a, uint64_t b, rb_error *err)
 {
-    uint64_t pa = w->is_direct ? (a + WC_PAGE - 1) / WC_PAGE * WC_PAGE : b;
-    uint64_t pb = w->is_direct ? b / WC_PAGE * WC_PAGE : b;
+    int paged = w->is_direct || w->is_mapped;
+    uint64_t pa = paged ? (a + WC_PAGE - 1) / WC_PAGE * WC_PAGE : b;
+    uint64_t pb = paged ? b / WC_PAGE * WC_PAGE : b;
     if (pb <= pa)
         return read_span(w, a, b, err);
     rb_status st = read_span(w, a, pa, err);
@@ -312,6 +335,9 @@ rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err)
         rb_status st;
         if (w->hi[l] == w->lo[l])
             st = read_span(w, w->tlo[l], w->thi[l], err);
+        else if (w->is_mapped)
+            st = RB_OK; /* the reload populates the whole range: a fault here
+                           would read around it, several MiB, at open */
         else if ((st = read_span(w, w->tlo[l], w->lo[l], err)) == RB_OK)
             st = read_span(w, w->hi[l], w->thi[l], err);
         if (st != RB_OK)
@@ -321,29 +347,58 @@ rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err)
     return RB_OK;
 }
 
+/* The file's mapping: unmapping a page never loses a byte (a later touch
+ * faults the file's page back), so the layer's whole range goes, the pages
+ * it shares with its neighbours too. The page cache keeps a folio while a
+ * page of it is mapped, and fadvise drops only folios wholly inside its
+ * range, and readahead's folios (up to MiBs) straddle layer boundaries:
+ * the range dropped is the run of released layers around this one, so a
+ * folio shared with a released neighbour goes as well. */
+static void release_mapped(rb_wcache *w, uint32_t layer)
+{
+    uint64_t lo = w->tlo[layer] / WC_PAGE * WC_PAGE;
+    uint64_t hi = (w->thi[layer] + WC_PAGE - 1) / WC_PAGE * WC_PAGE;
+    madvise((void *)(w->base + lo), hi - lo, MADV_DONTNEED);
+    uint32_t a = layer, b = layer;
+    while (a > 0 && !w->resident[a - 1] && w->thi[a - 1] > w->tlo[a - 1])
+        a--;
+    while (b + 1 < w->n_layers && !w->resident[b + 1] && w->thi[b + 1] > w->tlo[b + 1])
+        b++;
+    lo = w->tlo[a] / WC_PAGE * WC_PAGE;
+    hi = (w->thi[b] + WC_PAGE - 1) / WC_PAGE * WC_PAGE;
+    posix_fadvise(w->fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+}
+
 void rb_wcache_release(rb_wcache *w, uint32_t layer)
 {
     if (layer >= w->n_layers || !w->resident[layer] || w->hi[layer] == w->lo[layer])
         return;
+    w->resident[layer] = 0;
+    if (w->is_mapped) {
+        release_mapped(w, layer);
+        return;
+    }
     uint64_t n = w->hi[layer] - w->lo[layer];
     /* anonymous memory: the pages go back to the OS and read as zero until
        the reload writes them; the addresses stay valid */
     madvise((void *)(w->base + w->lo[layer]), n, MADV_DONTNEED);
     if (!w->is_direct) /* so that the buffered reload reads the device */
         posix_fadvise(w->fd, (off_t)w->lo[layer], (off_t)n, POSIX_FADV_DONTNEED);
-    w->resident[layer] = 0;
 }
 
 rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_error *err)
 {
     if (layer >= w->n_layers || w->resident[layer])
         return RB_OK;
-    for (uint64_t off = w->lo[layer]; off < w->hi[layer];) {
-        size_t n = w->hi[layer] - off < WC_CHUNK ? (size_t)(w->hi[layer] - off) : WC_CHUNK;
+    /* a mapping's reload covers the pages the layer shares with its
+       neighbours too (populating a page that is there costs nothing) */
+    uint64_t lo = w->is_mapped ? w->tlo[layer] : w->lo[layer];
+    uint64_t hi = w->is_mapped ? w->thi[layer] : w->hi[layer];
+    for (uint64_t off = lo; off < hi;) {
+        size_t n = hi - off < WC_CHUNK ? (size_t)(hi - off) : WC_CHUNK;
         int64_t t0 = rb_throttle_now_ns();
-        size_t got = 0;
         int e = 0;
-        rb_status st = rb_os_read_full(w->os, w->fd, (void *)(w->base + off), n, off, &got, &e);
+        rb_status st = read_chunk(w, off, n, &e);
         if (st != RB_OK)
             return rb_error_set(err, st, "wcache: reloading layer %" PRIu32 " of %s at offset "
                                 "%" PRIu64 ": %s", layer, w->path, off,
@@ -358,5 +413,7 @@ rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_error *err)
 
 const char *rb_wcache_io_mode(const rb_wcache *w)
 {
-    return w->is_direct ? "O_DIRECT" : "buffered + fadvise(DONTNEED)";
+    return w->is_mapped   ? "page cache (mapped, fadvise(DONTNEED) on release)"
+           : w->is_direct ? "O_DIRECT"
+                          : "buffered + fadvise(DONTNEED)";
 }

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 
 #include "check.h"
 #include "convert.h"
+#include "model.h"
 #include "residency.h"
 #include "sessfile.h"
 #include "session_internal.h"
@@ -154,6 +156,89 @@ static int same_file(const char *a, const char *b)
     if (fb)
         fclose(fb);
     return same;
+}
+
+/* Pages of [p, p + n) in the page cache (mincore of a file mapping). */
+static size_t cached_pages(const uint8_t *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p / 4096 * 4096, b = ((uintptr_t)p + n) / 4096 * 4096;
+    size_t k = b > a ? (b - a) / 4096 : 0, cached = 0;
+    unsigned char *vec = malloc(k ? k : 1);
+    CHECK(vec && mincore((void *)a, b - a, vec) == 0);
+    for (size_t i = 0; vec && i < k; i++) {
+        cached += vec[i] & 1;
+    }
+    free(vec);
+    return cached;
+}
+
+/* A cold open maps the model file (model.h): the logits are exact, a
+ * complete trim takes the layers' pages out of the page cache as well
+ * (else nothing was given back), the next feed reads them again. A model
+ * of 4 MiB layers: readahead's folios are smaller than a layer there (the
+ * page cache drops a folio only whole, model.h). */
+static void mapped_weights_test(void)
+{
+    char path[600], sess[600];
+    snprintf(path, sizeof path, "%s/sessfile-mapped.gguf", REBOUND_TEST_TMP);
+    snprintf(sess, sizeof sess, "%s/sessfile-mapped.session", REBOUND_TEST_TMP);
+    rb_synth_shape sh = *rb_synth_shape_find("tiny");
+    sh.name = "custom";
+    sh.n_embd = 512;
+    sh.n_layers = 3;
+    sh.n_head = 8;
+    sh.n_head_kv = 2;
+    sh.n_ff = 2048;
+    sh.n_vocab = V;
+    sh.n_ctx = 1024;
+    rb_synth_params sp = {sh, rb_file_kind_find("q8_0"), 5, 2};
+    rb_error err;
+    CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
+    rb_model *warm = NULL, *cold = NULL;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &warm, &err), RB_OK);
+    CHECK_EQ_INT(rb_model_open(path, NULL, &cold, &err), RB_OK);
+    rb_session *s = NULL;
+    rb_session_params p = params();
+    float want[V];
+    int32_t next = 11;
+    if (warm && rb_session_create(warm, &p, &s, &err) == RB_OK) {
+        CHECK_EQ_INT(rb_session_feed(s, prompt, 256, NULL), RB_OK); /* whole pages */
+        CHECK_EQ_INT(rb_session_save(s, sess, 0), RB_OK);
+        rb_session_destroy(s); /* before a feed: it would commit to the file */
+        s = NULL;
+    }
+    if (warm && rb_session_create(warm, &p, &s, &err) == RB_OK) {
+        CHECK_EQ_INT(rb_session_feed(s, prompt, 256, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
+        memcpy(want, rb_session_logits(s), sizeof want);
+        rb_session_destroy(s);
+        s = NULL;
+        CHECK(!rb_model_weights_file_mapped(warm)); /* loaded: allocated */
+    }
+    rb_model_close(warm);
+    if (!cold || rb_session_open_saved(cold, &p, sess, &s, &err) != RB_OK) {
+        CHECK(0 && "open_saved of the mapped-weights model");
+        rb_model_close(cold);
+        return;
+    }
+    CHECK(rb_model_weights_file_mapped(cold));
+    const rb_gguf_tensor *t = rb_gguf_find_tensor(rb_model_gguf(cold), "blk.1.ffn_down.weight");
+    CHECK(t != NULL);
+    const uint8_t *w = t ? rb_model_tensor_data(cold, t) : NULL;
+    CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
+    CHECK(same_logits(s, want));
+    if (w)
+        CHECK_EQ_INT(cached_pages(w, (size_t)t->n_bytes), (t->n_bytes + 4095) / 4096);
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    if (w)
+        CHECK_EQ_INT(cached_pages(w, (size_t)t->n_bytes), 0);
+    CHECK_EQ_INT(rb_session_rewind(s, 256), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
+    CHECK(same_logits(s, want));
+    rb_session_destroy(s);
+    rb_model_close(cold);
+    remove(path);
+    remove(sess);
 }
 
 /* rb_session_unbind on a session just opened: every page comes back from
@@ -642,6 +727,7 @@ int main(void)
         rb_session_destroy(s);
     }
     rb_model_close(cold);
+    mapped_weights_test();
     unbind_test(m, want);
 
     /* 2. feeds after a save are committed (auto): 40 more tokens, crossing
