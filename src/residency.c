@@ -74,6 +74,7 @@ typedef struct kv_seg {
     uint8_t saved;       /* an identical copy is at the saved source */
     uint8_t from_saved;  /* STORED at the saved source, not in the spill */
     uint8_t pins;        /* the session file's writer is reading the slot */
+    uint8_t mapped;      /* the slot maps the saved source's copy */
     uint32_t frame_bytes;
     void *frame;         /* COMPRESSED only */
 } kv_seg;
@@ -84,7 +85,9 @@ struct rb_residency {
     rb_store *store;     /* may be NULL */
     rb_wcache *wcache;   /* may be NULL */
     rb_residency_read_fn saved_read; /* the session file, or NULL */
+    rb_residency_release_fn saved_release;
     void *saved_ctx;
+    int plan_cold;       /* this restore reads every page from the source */
     uint32_t n_kv_segs;
     uint32_t n_pages;    /* pages in use per layer */
     kv_seg *segs;
@@ -197,16 +200,26 @@ static rb_status decode_page(const rb_residency *r, int zram, const void *frame,
 /* A page buffer for a restore: the next of the batch begin_restore mapped
  * for this plan (one mmap), or a single mapping when the batch could not be
  * made; faulted in with one call. Called without mu. */
-static void *alloc_page(rb_residency *r)
+static void *alloc_page(rb_residency *r, int populate)
 {
     pthread_mutex_lock(&r->mu);
     void *buf = r->batch_next < r->batch_n ? r->batch[r->batch_next++] : NULL;
     pthread_mutex_unlock(&r->mu);
     if (!buf)
         buf = rb_kvpage_alloc(page_alloc_bytes(r));
-    if (buf) /* the worker takes the page faults, not the forward pass */
+    if (buf && populate) /* the worker takes the page faults, not the forward pass */
         rb_kvpage_populate(buf, page_alloc_bytes(r));
     return buf;
+}
+
+/* Frees a slot's page (under mu); a mapped one's source drops its copy. */
+static void free_slot(rb_residency *r, uint32_t id)
+{
+    rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
+    r->kv.slots[id] = NULL;
+    if (r->segs[id].mapped && r->saved_release)
+        r->saved_release(r->saved_ctx, id / r->kv.pages_per_layer, id % r->kv.pages_per_layer);
+    r->segs[id].mapped = 0;
 }
 
 /* Restores one segment; called without mu. Returns 0 or -1. */
@@ -215,25 +228,35 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
     if (id >= r->n_kv_segs)
         return rb_wcache_reload(r->wcache, id - r->n_kv_segs, err) == RB_OK ? 0 : -1;
     kv_seg *s = &r->segs[id];
-    void *buf = alloc_page(r);
+    /* a page read from the session file is not faulted in first: its read
+       faults it (O_DIRECT) or maps the file's copy (nothing to zero) */
+    int from_saved = is_io && s->from_saved;
+    void *buf = alloc_page(r, !from_saved);
     if (!buf) {
         rb_error_set(err, RB_E_NOMEM, "residency: out of memory restoring a KV page");
         return -1;
     }
     rb_status st;
-    if (is_io && s->from_saved)
-        st = r->saved_read(r->saved_ctx, id / r->kv.pages_per_layer, id % r->kv.pages_per_layer,
-                           buf, err) == 0 ? RB_OK : (err->status ? err->status : RB_E_IO);
-    else if (is_io)
+    int mapped = 0;
+    if (from_saved) {
+        int rc = r->saved_read(r->saved_ctx, id / r->kv.pages_per_layer,
+                               id % r->kv.pages_per_layer, buf, r->plan_cold, err);
+        mapped = rc == 1;
+        st = rc >= 0 ? RB_OK : (err->status ? err->status : RB_E_IO);
+    } else if (is_io)
         st = rb_store_get(r->store, id, buf, r->kv.page_bytes, err);
     else
         st = decode_page(r, s->is_zram, s->frame, s->frame_bytes, buf, err);
     if (st != RB_OK) {
         rb_kvpage_free(buf, page_alloc_bytes(r));
+        if (from_saved && r->saved_release) /* a bad copy is not kept cached */
+            r->saved_release(r->saved_ctx, id / r->kv.pages_per_layer,
+                             id % r->kv.pages_per_layer);
         return -1;
     }
     pthread_mutex_lock(&r->mu);
     r->kv.slots[id] = buf;
+    s->mapped = (uint8_t)mapped;
     if (is_io && s->from_saved) {
         s->from_saved = 0; /* the copy stays in the file */
     } else if (is_io) {
@@ -511,8 +534,7 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
         return 0;
     }
     memcpy(frame, r->enc_buf, n);
-    rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
-    r->kv.slots[id] = NULL;
+    free_slot(r, id);
     r->segs[id].frame = frame;
     r->segs[id].frame_bytes = (uint32_t)n;
     r->segs[id].is_zram = (uint8_t)is_zram(c);
@@ -584,16 +606,14 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
             if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
                 continue;
             if (r->p.restore == RB_RESTORE_RECOMPUTE) {
-                rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
-                r->kv.slots[id] = NULL;
+                free_slot(r, id);
                 s->tier = RB_TIER_DROPPED;
                 freed += r->kv.page_bytes;
                 continue;
             }
             if (s->saved && r->saved_read && !is_zram(r->p.ram_codec)) {
                 /* already on storage, identical: nothing to write */
-                rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
-                r->kv.slots[id] = NULL;
+                free_slot(r, id);
                 s->tier = RB_TIER_STORED;
                 s->from_saved = 1;
                 freed += r->kv.page_bytes;
@@ -630,8 +650,7 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
                 rb_error werr = {0};
                 if (rb_store_put(r->store, id, r->kv.slots[id], r->kv.page_bytes, &werr) ==
                     RB_OK) {
-                    rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
-                    r->kv.slots[id] = NULL;
+                    free_slot(r, id);
                     s->tier = RB_TIER_STORED;
                     freed += r->kv.page_bytes;
                     t_store += (double)r->kv.page_bytes / R + r->p.storage_latency_s;
@@ -693,8 +712,7 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
         for (uint32_t pg = first_page; pg < r->kv.pages_per_layer; pg++) {
             uint32_t id = l * r->kv.pages_per_layer + pg;
             kv_seg *s = &r->segs[id];
-            rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
-            r->kv.slots[id] = NULL;
+            free_slot(r, id);
             free(s->frame);
             s->frame = NULL;
             s->frame_bytes = 0;
@@ -774,6 +792,13 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     int cold = 0;
     for (uint32_t i = 0; i < r->n_io && !cold; i++)
         cold = r->io_jobs[i] < r->n_kv_segs && r->segs[r->io_jobs[i]].from_saved;
+    /* pages may map the source's copies when none is resident: the page
+       cache's read-around then reads only pages this restore needs */
+    r->plan_cold = cold;
+    for (uint32_t i = 0; i < r->n_kv_segs && r->plan_cold; i++)
+        if (i % r->kv.pages_per_layer < r->n_pages)
+            r->plan_cold = r->segs[i].tier != RB_TIER_RESIDENT &&
+                           r->segs[i].tier != RB_TIER_COMPRESSED;
     if (n_kv_jobs &&
         rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, !cold, r->batch) == 0)
         r->batch_n = n_kv_jobs;
@@ -887,10 +912,12 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
 
 /* ---- the saved source (a session file) ------------------------------------------ */
 
-void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read, void *ctx)
+void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read,
+                                   rb_residency_release_fn release, void *ctx)
 {
     pthread_mutex_lock(&r->mu);
     r->saved_read = read;
+    r->saved_release = release;
     r->saved_ctx = ctx;
     pthread_mutex_unlock(&r->mu);
 }
@@ -963,8 +990,7 @@ void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, in
     pthread_mutex_lock(&r->mu);
     uint32_t id = layer * r->kv.pages_per_layer + page;
     kv_seg *s = &r->segs[id];
-    rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
-    r->kv.slots[id] = NULL;
+    free_slot(r, id);
     s->tier = RB_TIER_STORED;
     s->from_saved = 1;
     s->saved = (uint8_t)(is_clean != 0);

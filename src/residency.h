@@ -112,14 +112,20 @@ size_t rb_residency_events(const rb_residency *r, rb_restore_event *out, size_t 
 
 /*
  * A second home for KV pages besides the spill store: the session file.
- * read() fills a page buffer from it (checksum checked). A page marked
- * saved (a full page whose copy there is identical: positions below the
- * context's end never change) is trimmed to the STORED tier without any
- * write, and restored by read().
+ * read() fills a page buffer from it (checksum checked): 0, or -1 on
+ * failure; with may_map (a cold restore: every page comes from the
+ * source, none is resident) it may instead turn buf into a mapping of the
+ * source's copy and return 1: the page is then freed with munmap as any
+ * other and release() called after (the source drops its cached copy). A
+ * page marked saved (a full page whose copy there is identical: positions
+ * below the context's end never change) is trimmed to the STORED tier
+ * without any write, and restored by read().
  */
 typedef int (*rb_residency_read_fn)(void *ctx, uint32_t layer, uint32_t page, void *buf,
-                                    rb_error *err);
-void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read, void *ctx);
+                                    int may_map, rb_error *err);
+typedef void (*rb_residency_release_fn)(void *ctx, uint32_t layer, uint32_t page);
+void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read,
+                                   rb_residency_release_fn release, void *ctx);
 /* The page has (1) or no longer has (0) an identical copy at the source;
  * ignored when a forget happened since epoch (rb_residency_epoch): the
  * page's contents are being recomputed. */

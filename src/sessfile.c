@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kvcodec.h"
@@ -156,14 +157,18 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
     rb_sessfile *f = alloc_handle(path, g, os, throttle);
     if (!f)
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
-    f->fd = f->os->open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* written under another name and renamed over path: a file at path is
+       never truncated, since a session may map its pages (a cold restore:
+       rb_sessfile_map_page) and a cut file under a mapping is SIGBUS */
+    char tmp[sizeof f->path + 8];
+    snprintf(tmp, sizeof tmp, "%s.new", f->path);
+    f->fd = f->os->open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (f->fd < 0) {
         int e = errno;
         rb_sessfile_close(f);
-        return rb_error_set(err, RB_E_IO, "session file: cannot create '%s': %s", path,
+        return rb_error_set(err, RB_E_IO, "session file: cannot create '%s': %s", tmp,
                             strerror(e));
     }
-    open_direct(f, O_RDWR);
     sf_super *s = &f->sb;
     s->seq = 0;
     s->fingerprint = fingerprint;
@@ -179,11 +184,17 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
     s->data_end = 2ull * SF_A + 2 * s->cat_area;
     /* an empty, valid state at once: a file is never left unreadable */
     rb_status st = rb_sessfile_commit(f, NULL, 0, NULL, 0, NULL, 0, 0, NULL, err);
+    if (st == RB_OK && f->os->rename(tmp, path) != 0) {
+        int e = errno;
+        st = rb_error_set(err, RB_E_IO, "session file: cannot rename '%s' to '%s': %s", tmp,
+                          path, strerror(e));
+    }
     if (st != RB_OK) {
         rb_sessfile_close(f);
-        unlink(path);
+        unlink(tmp);
         return st;
     }
+    open_direct(f, O_RDWR);
     *out = f;
     return RB_OK;
 }
@@ -285,6 +296,9 @@ rb_status rb_sessfile_open(const char *path, uint64_t fingerprint, const rb_sess
         if (load_catalog(f, s, size) == 0) {
             f->sb = *s;
             open_direct(f, O_RDWR);
+            /* mapped pages are read from storage, not from a copy an
+               earlier process left in the page cache */
+            posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
             *out = f;
             return RB_OK;
         }
@@ -347,6 +361,53 @@ rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, v
         return rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
                             PRIu32 " fails its checksum", f->path, layer, page);
     return RB_OK;
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+rb_status rb_sessfile_map_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
+                               rb_error *err)
+{
+    if (!rb_sessfile_page_tokens(f, layer, page))
+        return rb_error_set(err, RB_E_NOT_FOUND, "session file: layer %" PRIu32 " page %" PRIu32
+                            " is not saved", layer, page);
+    /* an injected rb_os reads through its own pread: keep it in the path */
+    if (f->os != rb_os_default() || f->g.page_alloc % SF_A || (uintptr_t)buf % SF_A)
+        return rb_sessfile_read_page(f, layer, page, buf, err);
+    const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page];
+    int64_t t0 = rb_throttle_now_ns();
+    void *m = mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, f->fd,
+                   (off_t)e->off);
+    if (m == MAP_FAILED) {
+        /* MAP_FIXED may have unmapped buf already: anonymous memory again */
+        if (mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+            return rb_error_set(err, RB_E_NOMEM, "session file: no memory for layer %" PRIu32
+                                " page %" PRIu32, layer, page);
+        return rb_sessfile_read_page(f, layer, page, buf, err);
+    }
+    if (madvise(buf, f->g.page_alloc, MADV_POPULATE_READ) != 0 && errno != EINVAL) {
+        int en = errno;
+        return rb_error_set(err, en == EFAULT ? RB_E_SHORT_READ : RB_E_IO,
+                            "session file: '%s': reading layer %" PRIu32 " page %" PRIu32
+                            " at %" PRIu64 ": %s", f->path, layer, page, e->off,
+                            en == EFAULT ? "the file ends first" : strerror(en));
+    }
+    if (f->throttle)
+        rb_throttle_io_since(f->throttle, f->g.page_alloc, t0);
+    if (rb_kvcodec_hash64(buf, f->g.page_bytes) != e->hash)
+        return rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
+                            PRIu32 " fails its checksum", f->path, layer, page);
+    return RB_OK;
+}
+
+void rb_sessfile_drop_cached(rb_sessfile *f, uint32_t layer, uint32_t page)
+{
+    const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page];
+    if (e->off)
+        posix_fadvise(f->fd, (off_t)e->off, (off_t)f->g.page_alloc, POSIX_FADV_DONTNEED);
 }
 
 void rb_sessfile_truncate(rb_sessfile *f, size_t n_tokens)

@@ -108,9 +108,17 @@ static void geometry(const rb_session *s, rb_sessfile_geom *g)
     g->max_blob = MAX_BLOB;
 }
 
-static int read_saved(void *ctx, uint32_t layer, uint32_t page, void *buf, rb_error *err)
+static int read_saved(void *ctx, uint32_t layer, uint32_t page, void *buf, int may_map,
+                      rb_error *err)
 {
+    if (may_map)
+        return rb_sessfile_map_page(ctx, layer, page, buf, err) == RB_OK ? 1 : -1;
     return rb_sessfile_read_page(ctx, layer, page, buf, err) == RB_OK ? 0 : -1;
+}
+
+static void release_saved(void *ctx, uint32_t layer, uint32_t page)
+{
+    rb_sessfile_drop_cached(ctx, layer, page);
 }
 
 /* The pages of a commit, pinned at the residency manager one at a time;
@@ -250,7 +258,7 @@ static rb_status bind_file(rb_session *s, rb_sessfile *f, const char *path, rb_e
     s->file_path = p;
     s->file_pinned = pinned;
     s->file_tokens_committed = rb_sessfile_n_tokens(f);
-    rb_residency_set_saved_source(s->res, read_saved, f);
+    rb_residency_set_saved_source(s->res, read_saved, release_saved, f);
     rb_error werr = {0};
     if (rb_session_writer_create(worker_commit, s, &s->file_writer, &werr) != RB_OK)
         s->file_writer = NULL; /* commits run synchronously */
@@ -265,7 +273,7 @@ static void close_file(rb_session *s)
     free(s->file_pinned);
     s->file_pinned = NULL;
     if (s->res)
-        rb_residency_set_saved_source(s->res, NULL, NULL);
+        rb_residency_set_saved_source(s->res, NULL, NULL, NULL);
     rb_sessfile_close(s->file);
     s->file = NULL;
     free(s->file_path);

@@ -10,6 +10,7 @@
  * and a full disk behind them is reported while the session goes on.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,28 @@ static void mapped_weights_test(void)
         return;
     }
     CHECK(rb_model_weights_file_mapped(cold));
+    /* the session file's records: read into the page cache by the restore
+       (its pages map them), none of it there before nor after the trim */
+    FILE *sf = fopen(sess, "rb");
+    CHECK(sf != NULL);
+    long sess_n = 0;
+    if (sf && fseek(sf, 0, SEEK_END) == 0)
+        sess_n = ftell(sf);
+    if (sf)
+        fclose(sf);
+    int sfd = open(sess, O_RDONLY);
+    const uint8_t *smap = sfd >= 0 && sess_n > 0 ? mmap(NULL, (size_t)sess_n, PROT_READ,
+                                                        MAP_SHARED, sfd, 0) : MAP_FAILED;
+    CHECK(smap != MAP_FAILED);
+    if (sfd >= 0)
+        close(sfd);
+    /* the records: the last n_layers pages of the file (one save) */
+    size_t rec_n = (size_t)s->kv.n_layers * rb_kvcache_page_alloc_bytes(&s->kv);
+    const uint8_t *rec = smap != MAP_FAILED && (size_t)sess_n > rec_n ? smap + sess_n - rec_n
+                                                                       : NULL;
+    CHECK(rec != NULL);
+    if (rec)
+        CHECK_EQ_INT(cached_pages(rec, rec_n), 0);
     const rb_gguf_tensor *t = rb_gguf_find_tensor(rb_model_gguf(cold), "blk.1.ffn_down.weight");
     CHECK(t != NULL);
     const uint8_t *w = t ? rb_model_tensor_data(cold, t) : NULL;
@@ -229,9 +252,15 @@ static void mapped_weights_test(void)
     CHECK(same_logits(s, want));
     if (w)
         CHECK_EQ_INT(cached_pages(w, (size_t)t->n_bytes), (t->n_bytes + 4095) / 4096);
+    if (rec)
+        CHECK_EQ_INT(cached_pages(rec, rec_n), rec_n / 4096);
     CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
     if (w)
         CHECK_EQ_INT(cached_pages(w, (size_t)t->n_bytes), 0);
+    if (rec)
+        CHECK_EQ_INT(cached_pages(rec, rec_n), 0);
+    if (smap != MAP_FAILED)
+        munmap((void *)smap, (size_t)sess_n);
     CHECK_EQ_INT(rb_session_rewind(s, 256), RB_OK);
     CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
     CHECK(same_logits(s, want));
