@@ -27,7 +27,11 @@
  *
  * Page records are written with O_DIRECT straight from the page buffers
  * (bypassing the page cache, as the spill store) and read back the same
- * way through the storage throttle; superblocks and catalogs go through
+ * way through the storage throttle, or, in a cold restore, mapped and
+ * faulted into the page cache (rb_sessfile_map_page; the file's cached
+ * copy is dropped at open, so that still reads storage); a new file is
+ * written under path.new and renamed over path (a file that a session
+ * maps is never truncated); superblocks and catalogs go through
  * the page cache (small, and kill -9 cannot lose what pwrite returned).
  * fsync only on request (power-loss durability; its cost is measured in
  * the README). A page that has been saved full never changes (positions
