@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "os.h"
 #include "quant.h"
 #include "status.h"
 #include "tokenizer.h"
@@ -325,38 +326,13 @@ const rb_hparams *rb_model_hparams(const rb_model *model) { return &model->hp; }
 
 static rb_status rb_model_load_weights_impl(rb_model *m, int skip_layers, int as_map);
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
-
-rb_status rb_model_populate(const void *addr, size_t n, int *err_no)
-{
-    uintptr_t a = (uintptr_t)addr / 4096 * 4096, b = ((uintptr_t)addr + n + 4095) / 4096 * 4096;
-    if (b <= a)
-        return RB_OK;
-    if (madvise((void *)a, b - a, MADV_POPULATE_READ) == 0)
-        return RB_OK;
-    if (errno != EINVAL) { /* EFAULT: the file ended under the mapping; EIO */
-        if (err_no)
-            *err_no = errno == EFAULT ? EIO : errno;
-        return RB_E_IO;
-    }
-    /* a kernel before 5.14: a read per page faults it in (SIGBUS if the
-       file was cut under us: the older kernel cannot tell us otherwise) */
-    volatile const uint8_t *p = (const uint8_t *)a;
-    uint8_t sink = 0;
-    for (uintptr_t o = 0; o < b - a; o += 4096)
-        sink ^= p[o];
-    (void)sink;
-    return RB_OK;
-}
-
 static rb_status populate_tensor(rb_model *m, const rb_gguf_tensor *t)
 {
     int e = 0;
-    if (rb_model_populate(m->data + t->offset, (size_t)t->n_bytes, &e) != RB_OK)
-        return rb_error_set(&m->err, RB_E_IO, "model: reading tensor '%s' of %s: %s", t->name,
-                            m->path, strerror(e));
+    rb_status st = rb_os_populate_read(m->data + t->offset, (size_t)t->n_bytes, &e);
+    if (st != RB_OK)
+        return rb_error_set(&m->err, st, "model: reading tensor '%s' of %s: %s", t->name,
+                            m->path, st == RB_E_SHORT_READ ? "file ended" : strerror(e));
     return RB_OK;
 }
 

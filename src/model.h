@@ -82,13 +82,9 @@ void rb_model_unclaim_weights(rb_model *model, int is_streaming);
 int rb_model_is_mapped(const rb_model *model);
 /* Loaded lazily (a cold restore): the weight buffer is a private mapping of
  * the file, its pages the page cache's (the weight cache fills them with
- * rb_model_populate and gives them back with MADV_DONTNEED +
+ * rb_os_populate_read and gives them back with MADV_DONTNEED +
  * fadvise(DONTNEED)); 0 for an allocated buffer. */
 int rb_model_weights_file_mapped(const rb_model *model);
-/* Faults [addr, addr + n) of a file mapping in (MADV_POPULATE_READ, or a
- * read per page before Linux 5.14): RB_OK; RB_E_IO with *err_no (EIO when
- * the file ended under the mapping). err_no may be NULL. */
-rb_status rb_model_populate(const void *addr, size_t n, int *err_no);
 
 /* Bytes of tensor t; NULL before rb_model_load_weights succeeded. */
 const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t);

@@ -108,3 +108,29 @@ rb_status rb_os_write_full(const rb_os *os, int fd, const void *buf, size_t n,
     }
     return RB_OK;
 }
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no)
+{
+    uintptr_t a = (uintptr_t)addr / 4096 * 4096, b = ((uintptr_t)addr + n + 4095) / 4096 * 4096;
+    if (b <= a)
+        return RB_OK;
+    if (madvise((void *)a, b - a, MADV_POPULATE_READ) == 0)
+        return RB_OK;
+    if (errno == EFAULT) /* past the end of the file */
+        return RB_E_SHORT_READ;
+    if (errno != EINVAL) {
+        if (err_no)
+            *err_no = errno;
+        return RB_E_IO;
+    }
+    volatile const uint8_t *p = (const uint8_t *)a; /* an older kernel */
+    uint8_t sink = 0;
+    for (uintptr_t o = 0; o < b - a; o += 4096)
+        sink ^= p[o];
+    (void)sink;
+    return RB_OK;
+}

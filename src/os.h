@@ -45,4 +45,11 @@ rb_status rb_os_read_full(const rb_os *os, int fd, void *buf, size_t n,
 rb_status rb_os_write_full(const rb_os *os, int fd, const void *buf, size_t n,
                            uint64_t off, int *err_no);
 
+/* Faults [addr, addr + n) of a file mapping in, reading what the page
+ * cache lacks from storage (MADV_POPULATE_READ, Linux 5.14; before it, a
+ * read per page, which raises SIGBUS if the file was cut under the
+ * mapping). RB_OK; RB_E_SHORT_READ when the file ends under the range;
+ * RB_E_IO with *err_no set. err_no may be NULL. */
+rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no);
+
 #endif /* RB_OS_H */

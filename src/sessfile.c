@@ -340,17 +340,38 @@ uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t 
     return e->off ? e->tokens : 0;
 }
 
-rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
-                                rb_error *err)
+/* Brings a saved page's record into buf: buf becomes a private mapping
+ * of it, faulted in (map), or the record is read into buf. RB_OK,
+ * RB_E_SHORT_READ, RB_E_IO with *en; RB_E_NOMEM (no buffer left). */
+static rb_status page_in(rb_sessfile *f, const sf_entry *e, void *buf, int map, int *en)
+{
+    if (!map)
+        return rb_os_read_full(f->os, f->fd_direct, buf, f->g.page_alloc, e->off, NULL, en);
+    if (mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, f->fd,
+             (off_t)e->off) != MAP_FAILED)
+        return rb_os_populate_read(buf, f->g.page_alloc, en);
+    /* MAP_FIXED may have unmapped buf already: anonymous memory again */
+    if (mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+             -1, 0) == MAP_FAILED)
+        return RB_E_NOMEM;
+    return page_in(f, e, buf, 0, en);
+}
+
+/* rb_sessfile_read_page and _map_page: the record in, through the
+ * throttle, then its checksum. */
+static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf, int map,
+                          rb_error *err)
 {
     if (!rb_sessfile_page_tokens(f, layer, page))
         return rb_error_set(err, RB_E_NOT_FOUND, "session file: layer %" PRIu32 " page %" PRIu32
                             " is not saved", layer, page);
     const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page];
     int64_t t0 = rb_throttle_now_ns();
-    size_t got = 0;
     int en = 0;
-    rb_status st = rb_os_read_full(f->os, f->fd_direct, buf, f->g.page_alloc, e->off, &got, &en);
+    rb_status st = page_in(f, e, buf, map, &en);
+    if (st == RB_E_NOMEM)
+        return rb_error_set(err, st, "session file: no memory for layer %" PRIu32 " page %"
+                            PRIu32, layer, page);
     if (st != RB_OK)
         return rb_error_set(err, st, "session file: '%s': reading layer %" PRIu32 " page %"
                             PRIu32 " at %" PRIu64 ": %s", f->path, layer, page, e->off,
@@ -363,44 +384,19 @@ rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, v
     return RB_OK;
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22 /* Linux 5.14 */
-#endif
+rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
+                                rb_error *err)
+{
+    return get_page(f, layer, page, buf, 0, err);
+}
 
 rb_status rb_sessfile_map_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
                                rb_error *err)
 {
-    if (!rb_sessfile_page_tokens(f, layer, page))
-        return rb_error_set(err, RB_E_NOT_FOUND, "session file: layer %" PRIu32 " page %" PRIu32
-                            " is not saved", layer, page);
     /* an injected rb_os reads through its own pread: keep it in the path */
-    if (f->os != rb_os_default() || f->g.page_alloc % SF_A || (uintptr_t)buf % SF_A)
-        return rb_sessfile_read_page(f, layer, page, buf, err);
-    const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page];
-    int64_t t0 = rb_throttle_now_ns();
-    void *m = mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, f->fd,
-                   (off_t)e->off);
-    if (m == MAP_FAILED) {
-        /* MAP_FIXED may have unmapped buf already: anonymous memory again */
-        if (mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
-            return rb_error_set(err, RB_E_NOMEM, "session file: no memory for layer %" PRIu32
-                                " page %" PRIu32, layer, page);
-        return rb_sessfile_read_page(f, layer, page, buf, err);
-    }
-    if (madvise(buf, f->g.page_alloc, MADV_POPULATE_READ) != 0 && errno != EINVAL) {
-        int en = errno;
-        return rb_error_set(err, en == EFAULT ? RB_E_SHORT_READ : RB_E_IO,
-                            "session file: '%s': reading layer %" PRIu32 " page %" PRIu32
-                            " at %" PRIu64 ": %s", f->path, layer, page, e->off,
-                            en == EFAULT ? "the file ends first" : strerror(en));
-    }
-    if (f->throttle)
-        rb_throttle_io_since(f->throttle, f->g.page_alloc, t0);
-    if (rb_kvcodec_hash64(buf, f->g.page_bytes) != e->hash)
-        return rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
-                            PRIu32 " fails its checksum", f->path, layer, page);
-    return RB_OK;
+    int map = f->os == rb_os_default() && f->g.page_alloc % SF_A == 0 &&
+              (uintptr_t)buf % SF_A == 0;
+    return get_page(f, layer, page, buf, map, err);
 }
 
 void rb_sessfile_drop_cached(rb_sessfile *f, uint32_t layer, uint32_t page)

@@ -189,7 +189,7 @@ uint64_t rb_wcache_resident_bytes(const rb_wcache *w)
 static rb_status read_chunk(rb_wcache *w, uint64_t off, size_t n, int *err_no)
 {
     if (w->is_mapped)
-        return rb_model_populate((const void *)(w->base + off), n, err_no);
+        return rb_os_populate_read((const void *)(w->base + off), n, err_no);
     return rb_os_read_full(w->os, w->fd, (void *)(w->base + off), n, off, NULL, err_no);
 }
 
@@ -200,9 +200,10 @@ static rb_status read_span(rb_wcache *w, uint64_t a, uint64_t b, rb_error *err)
         return RB_OK;
     if (w->is_mapped) {
         int e = 0;
-        if (read_chunk(w, a, (size_t)(b - a), &e) != RB_OK)
-            return rb_error_set(err, RB_E_IO, "wcache: reading %s at %" PRIu64 ": %s", w->path,
-                                a, strerror(e));
+        rb_status st = read_chunk(w, a, (size_t)(b - a), &e);
+        if (st != RB_OK)
+            return rb_error_set(err, st, "wcache: reading %s at %" PRIu64 ": %s", w->path, a,
+                                st == RB_E_SHORT_READ ? "file ended" : strerror(e));
         return RB_OK;
     }
     int fd = w->os->open(w->path, O_RDONLY | O_CLOEXEC, 0);

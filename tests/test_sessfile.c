@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,20 +36,27 @@
 static char model_path[512], other_path[512], sess_path[512];
 static int32_t prompt[N_PROMPT + 64];
 
-static void make_model(const char *path, uint64_t seed)
+/* A 3-layer q8_0 model of the given width. */
+static void make_model_sized(const char *path, uint64_t seed, uint32_t n_embd, uint32_t n_head,
+                             uint32_t n_ff)
 {
     rb_synth_shape s = *rb_synth_shape_find("tiny");
     s.name = "custom";
-    s.n_embd = 128;
+    s.n_embd = n_embd;
     s.n_layers = 3;
-    s.n_head = 4;
+    s.n_head = n_head;
     s.n_head_kv = 2;
-    s.n_ff = 256;
+    s.n_ff = n_ff;
     s.n_vocab = V;
     s.n_ctx = 1024;
     rb_synth_params sp = {s, rb_file_kind_find("q8_0"), seed, 2};
     rb_error err;
     CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
+}
+
+static void make_model(const char *path, uint64_t seed)
+{
+    make_model_sized(path, seed, 128, 4, 256);
 }
 
 static rb_session_params params(void)
@@ -183,18 +191,8 @@ static void mapped_weights_test(void)
     char path[600], sess[600];
     snprintf(path, sizeof path, "%s/sessfile-mapped.gguf", REBOUND_TEST_TMP);
     snprintf(sess, sizeof sess, "%s/sessfile-mapped.session", REBOUND_TEST_TMP);
-    rb_synth_shape sh = *rb_synth_shape_find("tiny");
-    sh.name = "custom";
-    sh.n_embd = 512;
-    sh.n_layers = 3;
-    sh.n_head = 8;
-    sh.n_head_kv = 2;
-    sh.n_ff = 2048;
-    sh.n_vocab = V;
-    sh.n_ctx = 1024;
-    rb_synth_params sp = {sh, rb_file_kind_find("q8_0"), 5, 2};
+    make_model_sized(path, 5, 512, 8, 2048);
     rb_error err;
-    CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
     rb_model *warm = NULL, *cold = NULL;
     CHECK_EQ_INT(rb_model_open(path, NULL, &warm, &err), RB_OK);
     CHECK_EQ_INT(rb_model_open(path, NULL, &cold, &err), RB_OK);
@@ -225,14 +223,10 @@ static void mapped_weights_test(void)
     CHECK(rb_model_weights_file_mapped(cold));
     /* the session file's records: read into the page cache by the restore
        (its pages map them), none of it there before nor after the trim */
-    FILE *sf = fopen(sess, "rb");
-    CHECK(sf != NULL);
-    long sess_n = 0;
-    if (sf && fseek(sf, 0, SEEK_END) == 0)
-        sess_n = ftell(sf);
-    if (sf)
-        fclose(sf);
     int sfd = open(sess, O_RDONLY);
+    struct stat sst;
+    off_t sess_n = sfd >= 0 && fstat(sfd, &sst) == 0 ? sst.st_size : 0;
+    CHECK(sess_n > 0);
     const uint8_t *smap = sfd >= 0 && sess_n > 0 ? mmap(NULL, (size_t)sess_n, PROT_READ,
                                                         MAP_SHARED, sfd, 0) : MAP_FAILED;
     CHECK(smap != MAP_FAILED);
