@@ -388,11 +388,15 @@ RB_API rb_status rb_session_save(rb_session *session, const char *path, unsigned
 /*
  * Opens a session saved by rb_session_save on the same model (its
  * fingerprint must match) with these params (n_ctx must be the saved
- * one). Cold restore: nothing is read now but the file's catalog and the
- * model's non-layer tensors; the first feed reads each layer's weights and
- * KV pages in layer order while the earlier layers compute. Pages that
- * fail their checksum, or that the file does not have, are recomputed from
- * the tokens. The session stays bound to path.
+ * one). Cold restore: the file's catalog and the model's non-layer
+ * tensors are read now; each layer's weights and KV pages are read in
+ * layer order by workers that start here (pipelined, without budgets; else
+ * at the first feed), so the restore goes on while the caller builds its
+ * tokenizer or the user types, and the first feed computes each layer as
+ * soon as it is in. A trim, rewind or close before that feed stops the
+ * reading short (what was not read stays in the file); a save waits for
+ * it. Pages that fail their checksum, or that the file does not have, are
+ * recomputed from the tokens. The session stays bound to path.
  * Errors: RB_E_NOT_FOUND (no file), RB_E_FORMAT (not a session file, or
  * damaged beyond its tokens), RB_E_INVALID_ARG (another model),
  * RB_E_UNSUPPORTED (another context length), and rb_session_create's.

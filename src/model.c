@@ -44,7 +44,7 @@ struct rb_model {
     int is_all_unread;      /* reserved: no tensor read yet (weight streaming) */
     int is_rest_unread;     /* lazily loaded: the bytes outside blk.* not read
                                yet either (the weight cache reads them through
-                               the storage throttle, rb_wcache_mark_unread) */
+                               the storage throttle, rb_wcache_read_rest) */
     int n_weight_users;     /* sessions computing from the buffer as loaded */
     int is_streamed;        /* a streaming session owns the buffer */
     rb_tokenizer *tokenizer; /* built on first use */

@@ -910,6 +910,24 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
     return st;
 }
 
+void rb_residency_cancel_restore(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t i = r->io_next; i < r->n_io; i++) {
+        uint32_t id = r->io_jobs[i];
+        if (id >= r->n_kv_segs)
+            r->w_evicted[id - r->n_kv_segs] = 1; /* still released */
+        r->pending[seg_layer(r, id)]--;
+    }
+    for (uint32_t i = r->dec_next; i < r->n_dec; i++)
+        r->pending[seg_layer(r, r->dec_jobs[i])]--;
+    r->io_next = r->n_io;
+    r->dec_next = r->n_dec;
+    while (r->n_busy > 0)
+        pthread_cond_wait(&r->cv_idle, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* ---- the saved source (a session file) ------------------------------------------ */
 
 void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read,

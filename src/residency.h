@@ -94,6 +94,14 @@ int rb_residency_wait_layer(rb_residency *r, uint32_t layer);
  */
 rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_error *err);
 
+/* Stops a pipelined restore short (a session opened from a file is being
+ * trimmed, rewound or closed before its first feed came for the layers):
+ * the jobs not started are dropped - their segments stay where they were
+ * (STORED, COMPRESSED, a layer's weights released) - and the running ones
+ * finish. rb_residency_end_restore must follow; the next restore plans
+ * what is left. */
+void rb_residency_cancel_restore(rb_residency *r);
+
 /* Forgets pages >= first_page in every layer (frees buffers, frames and
  * spill copies); the session recomputes them. */
 void rb_residency_forget_from(rb_residency *r, uint32_t first_page);

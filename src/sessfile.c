@@ -238,9 +238,18 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size)
     return 0;
 }
 
-rb_status rb_sessfile_open(const char *path, uint64_t fingerprint, const rb_sessfile_geom *g,
-                           const rb_os *os, rb_throttle *throttle, rb_sessfile **out,
-                           rb_error *err)
+rb_status rb_sessfile_check_model(const rb_sessfile *f, uint64_t fingerprint, rb_error *err)
+{
+    if (f->sb.fingerprint == fingerprint)
+        return RB_OK;
+    return rb_error_set(err, RB_E_INVALID_ARG, "session file: '%s' was written for another "
+                        "model (fingerprint %016" PRIx64 ", this model %016" PRIx64 ")",
+                        f->path, f->sb.fingerprint, fingerprint);
+}
+
+rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
+                           const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
+                           rb_sessfile **out, rb_error *err)
 {
     rb_sessfile *f = alloc_handle(path, g, os, throttle);
     if (!f)
@@ -277,11 +286,11 @@ rb_status rb_sessfile_open(const char *path, uint64_t fingerprint, const rb_sess
         const sf_super *s = &cand[order[k]];
         if (!ok[order[k]])
             continue;
-        if (s->fingerprint != fingerprint) {
+        if (fingerprint && s->fingerprint != *fingerprint) {
             rb_sessfile_close(f);
             return rb_error_set(err, RB_E_INVALID_ARG, "session file: '%s' was written for "
                                 "another model (fingerprint %016" PRIx64 ", this model %016"
-                                PRIx64 ")", path, s->fingerprint, fingerprint);
+                                PRIx64 ")", path, s->fingerprint, *fingerprint);
         }
         if (s->n_layers != g->n_layers || s->n_kv_heads != g->n_kv_heads ||
             s->head_dim_k != g->head_dim_k || s->head_dim_v != g->head_dim_v ||

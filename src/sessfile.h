@@ -77,11 +77,15 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
  * to the other). Errors: RB_E_NOT_FOUND (no file), RB_E_FORMAT (not a
  * session file, or both states damaged: the message says what), RB_E_UNSUPPORTED
  * (another geometry or a newer version), RB_E_INVALID_ARG (written for
- * another model: fingerprints in the message).
+ * another model: fingerprints in the message). fingerprint NULL: the
+ * model is not checked here (a cold start reads pages while it computes
+ * the model's fingerprint) - rb_sessfile_check_model must then follow.
  */
-rb_status rb_sessfile_open(const char *path, uint64_t fingerprint, const rb_sessfile_geom *g,
-                           const rb_os *os, rb_throttle *throttle, rb_sessfile **out,
-                           rb_error *err);
+rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
+                           const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
+                           rb_sessfile **out, rb_error *err);
+/* RB_OK, or RB_E_INVALID_ARG when the file was written for another model. */
+rb_status rb_sessfile_check_model(const rb_sessfile *f, uint64_t fingerprint, rb_error *err);
 void rb_sessfile_close(rb_sessfile *f);
 
 /* The committed state. Tokens and blob live until the next commit. */

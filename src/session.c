@@ -116,10 +116,23 @@ fail:
     return st;
 }
 
+void rb_session_settle_restore(rb_session *s, int finish)
+{
+    if (!s->restore_open)
+        return;
+    s->restore_open = 0;
+    if (!finish)
+        rb_residency_cancel_restore(s->res);
+    uint32_t damaged;
+    rb_error e = {0};
+    (void)rb_residency_end_restore(s->res, &damaged, &e); /* the next feed retries */
+}
+
 void rb_session_destroy(rb_session *s)
 {
     if (!s)
         return;
+    rb_session_settle_restore(s, 0); /* its workers read the session file */
     rb_session_file_close(s);    /* its storage worker pins pages: before residency */
     rb_session_memory_deinit(s); /* stops the restore workers first */
     if (s->weights_claim)
@@ -202,7 +215,11 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
     for (int attempt = 0; attempt < 4; attempt++) {
         uint32_t recompute_from = UINT32_MAX;
         rb_status st = RB_OK;
-        if (s->res && (st = rb_residency_begin_restore(s->res, &recompute_from, &s->err)) != RB_OK)
+        if (s->restore_open) { /* begun at open: this feed joins it */
+            recompute_from = s->restore_open_from;
+            s->restore_open = 0;
+        } else if (s->res &&
+                   (st = rb_residency_begin_restore(s->res, &recompute_from, &s->err)) != RB_OK)
             return st;
         if (damaged < recompute_from)
             recompute_from = damaged;
@@ -255,6 +272,7 @@ rb_status rb_session_rewind(rb_session *s, size_t n_tokens)
         return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: cannot rewind to %zu tokens: "
                             "it holds %zu", n_tokens, s->n_tokens);
     uint32_t keep_pages = (uint32_t)((n_tokens + s->kv.page_tokens - 1) / s->kv.page_tokens);
+    rb_session_settle_restore(s, 0);
     if (s->res)
         rb_residency_forget_from(s->res, keep_pages);
     rb_kvcache_truncate(&s->kv, keep_pages);

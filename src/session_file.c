@@ -267,6 +267,7 @@ static rb_status bind_file(rb_session *s, rb_sessfile *f, const char *path, rb_e
 
 static void close_file(rb_session *s)
 {
+    rb_session_settle_restore(s, 0); /* its workers read the file */
     rb_session_writer_destroy(s->file_writer); /* the pending commit runs first */
     s->file_writer = NULL;
     take_worker_error(s);
@@ -284,6 +285,7 @@ rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
 {
     if (!s || !path)
         return RB_E_INVALID_ARG;
+    rb_session_settle_restore(s, 1); /* a save holds the whole context */
     const int fsync = (flags & RB_SAVE_FSYNC) != 0;
     if ((flags & RB_SAVE_SNAPSHOT) || !s->file || strcmp(path, s->file_path) != 0) {
         uint64_t fp;
@@ -318,6 +320,17 @@ rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
     return commit_now(s, 1);
 }
 
+/* Begins the layers' restore at open, before the first feed asks for it:
+ * weights and KV then stream from the start while the model's fingerprint
+ * is checked, the rest of the weights read and the caller builds its
+ * tokenizer. Only for the plain cold start (pipelined, no budgets): a
+ * budget may trim before the feed, eager would block the open. */
+static int wants_open_restore(const rb_session *s)
+{
+    return s->res && s->params.restore == RB_RESTORE_PIPELINED && !s->params.budget_bytes &&
+           !s->params.weights_budget_bytes;
+}
+
 rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
                                 const char *path, rb_session **out, rb_error *err)
 {
@@ -329,12 +342,11 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
     rb_status st = rb_session_create_impl(model, params, 1, &s, err);
     if (st != RB_OK)
         return st;
-    uint64_t fp;
     rb_sessfile_geom g;
     geometry(s, &g);
     rb_sessfile *f = NULL;
-    if ((st = model_fingerprint(model, &fp, err)) != RB_OK ||
-        (st = rb_sessfile_open(path, fp, &g, NULL, s->throttle, &f, err)) != RB_OK) {
+    /* the model is checked below, once the restore reads */
+    if ((st = rb_sessfile_open(path, NULL, &g, NULL, s->throttle, &f, err)) != RB_OK) {
         rb_session_destroy(s);
         return st;
     }
@@ -381,6 +393,16 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         rb_session_destroy(s);
         return st;
     }
+    if (wants_open_restore(s) &&
+        rb_residency_begin_restore(s->res, &s->restore_open_from, err) == RB_OK)
+        s->restore_open = 1;
+    uint64_t fp;
+    if ((st = model_fingerprint(model, &fp, err)) != RB_OK ||
+        (st = rb_sessfile_check_model(f, fp, err)) != RB_OK ||
+        (st = rb_session_memory_read_rest(s, err)) != RB_OK) {
+        rb_session_destroy(s); /* drops the restore first */
+        return st;
+    }
     *out = s;
     return RB_OK;
 }
@@ -397,9 +419,13 @@ rb_status rb_session_unbind(rb_session *s)
            is damaged or missing becomes positions to recompute, as a feed
            would treat them */
         uint32_t from = UINT32_MAX, damaged = UINT32_MAX;
-        rb_status st = rb_residency_begin_restore(s->res, &from, &s->err);
-        if (st != RB_OK)
+        rb_status st = RB_OK;
+        if (s->restore_open) { /* begun at open */
+            from = s->restore_open_from;
+            s->restore_open = 0;
+        } else if ((st = rb_residency_begin_restore(s->res, &from, &s->err)) != RB_OK) {
             return st;
+        }
         if ((st = rb_residency_end_restore(s->res, &damaged, &s->err)) != RB_OK)
             return st;
         if (damaged < from)

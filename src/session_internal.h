@@ -38,6 +38,9 @@ struct rb_session {
     struct rb_residency *res;
     uint32_t recomputed_tokens;     /* by the last feed */
     size_t n_kv_valid;              /* positions with K/V in some tier (<= n_tokens) */
+    int restore_open;               /* a restore begun by rb_session_open_saved runs:
+                                       the first feed joins it */
+    uint32_t restore_open_from;     /* its begin_restore's recompute_from */
 
     /* the session file (session_file.c) */
     struct rb_sessfile *file;       /* NULL: not bound to a file */
@@ -66,6 +69,11 @@ struct rb_session {
 
 rb_status rb_session_create_impl(rb_model *model, const rb_session_params *params,
                                  int is_lazy_weights, rb_session **out, rb_error *err);
+/* A restore begun at open that no feed has joined yet: finish = 1 waits
+ * for all of it (before a save, an unbind), 0 drops what has not started
+ * (before a trim, a rewind, a new mode, a close). What failed or was not
+ * read stays in its tier for the next feed's restore. No-op otherwise. */
+void rb_session_settle_restore(rb_session *s, int finish);
 /* session_file.c: after a feed (hands the commit of the new full pages and
  * the tokens to the storage worker when bound, and returns; a failure is
  * recorded, never returned), after a rewind (waits for a running commit),
@@ -82,6 +90,10 @@ void rb_session_file_writer_stats(rb_session *s, struct rb_session_writer_stats 
  * is_cold: the model's layers are not read yet (a session opened from a
  * file): they are read in layer order by the first feed's restore. */
 rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err);
+/* A cold session's weights outside the layers (embeddings, output, norms),
+ * read after rb_session_memory_init: the opener begins the layers' restore
+ * first, so both share the device from the start. */
+rb_status rb_session_memory_read_rest(rb_session *s, rb_error *err);
 void rb_session_memory_deinit(rb_session *s);
 /* After a successful feed: enforces the budget (trims beyond it). */
 rb_status rb_session_memory_after_feed(rb_session *s);

@@ -201,6 +201,11 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
     return RB_OK;
 }
 
+rb_status rb_session_memory_read_rest(rb_session *s, rb_error *err)
+{
+    return s->wcache ? rb_wcache_read_rest(s->wcache, err) : RB_OK;
+}
+
 void rb_session_memory_deinit(rb_session *s)
 {
     rb_residency_destroy(s->res);
@@ -227,6 +232,7 @@ rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,
         return RB_E_INVALID_ARG;
     if (!s->res)
         return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: no memory manager");
+    rb_session_settle_restore(s, 0);
     if (level == RB_TRIM_COMPLETE && !s->wcache && !s->wstream)
         return rb_error_set(&s->err, RB_E_UNSUPPORTED, "session: the model is memory-mapped: "
                             "its weights belong to the page cache and cannot be trimmed "
@@ -346,6 +352,7 @@ rb_status rb_session_set_restore(rb_session *s, rb_restore_mode mode, rb_ram_cod
 {
     if (!s)
         return RB_E_INVALID_ARG;
+    rb_session_settle_restore(s, 0);
     rb_status st = rb_residency_set_mode(s->res, mode, codec, &s->err);
     if (st == RB_OK) {
         s->params.restore = mode;

@@ -322,14 +322,18 @@ static rb_status read_rest(rb_wcache *w, rb_error *err)
     return RB_OK;
 }
 
+rb_status rb_wcache_read_rest(rb_wcache *w, rb_error *err)
+{
+    if (!rb_model_rest_unread(w->model))
+        return RB_OK;
+    rb_status st = read_rest(w, err);
+    if (st == RB_OK)
+        rb_model_set_rest_read(w->model);
+    return st;
+}
+
 rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err)
 {
-    if (rb_model_rest_unread(w->model)) {
-        rb_status st = read_rest(w, err);
-        if (st != RB_OK)
-            return st;
-        rb_model_set_rest_read(w->model);
-    }
     for (uint32_t l = 0; l < w->n_layers; l++) {
         /* the bytes a layer shares with its neighbours' pages (and a whole
            layer that cannot be released) are read now: a few KiB */

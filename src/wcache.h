@@ -52,15 +52,19 @@ uint64_t rb_wcache_resident_bytes(const rb_wcache *w);
 uint64_t rb_wcache_total_bytes(const rb_wcache *w);
 
 /* A lazily loaded model (rb_model_load_weights_lazy): reads the few bytes
- * of each layer outside its whole pages now (and, first, the weights outside
- * the layers if the model has not read them), and marks the layers released,
+ * of each layer outside its whole pages now, and marks the layers released,
  * to be read by rb_wcache_reload. RB_E_IO / RB_E_SHORT_READ name the file. */
 rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err);
 
+/* The weights outside the layers of a lazily loaded model, if the model
+ * has not read them: read now, from storage like a layer (O_DIRECT where
+ * the pages line up, or the mapping populated; through the throttle), and
+ * marked read. Separate from rb_wcache_mark_unread so that a cold start can
+ * begin the layers' restore first and read these beside it. */
+rb_status rb_wcache_read_rest(rb_wcache *w, rb_error *err);
+
 /* model.c's side of the lazy load: 1 while the bytes outside the layers
- * (embeddings, output, norms) are not read either; rb_wcache_mark_unread
- * then reads them first, from storage like a layer (O_DIRECT where the
- * pages line up, through the throttle), and marks them read. */
+ * (embeddings, output, norms) are not read either (rb_wcache_read_rest). */
 int rb_model_rest_unread(const rb_model *model);
 void rb_model_set_rest_read(rb_model *model);
 

@@ -215,6 +215,10 @@ static void mapped_weights_test(void)
         CHECK(!rb_model_weights_file_mapped(warm)); /* loaded: allocated */
     }
     rb_model_close(warm);
+    /* eager: nothing is read before the feed (a pipelined open begins its
+       restore at once, open_restore_test), so the page cache can be
+       looked at in between */
+    p.restore = RB_RESTORE_EAGER;
     if (!cold || rb_session_open_saved(cold, &p, sess, &s, &err) != RB_OK) {
         CHECK(0 && "open_saved of the mapped-weights model");
         rb_model_close(cold);
@@ -267,6 +271,61 @@ static void mapped_weights_test(void)
 /* rb_session_unbind on a session just opened: every page comes back from
  * the file (a damaged one is recomputed), later feeds and trims leave the
  * file as it was, and the logits stay exact. */
+/*
+ * The restore begins at open (rb_session_open_saved): its first reads
+ * complete before any feed. Whatever comes before the first feed settles
+ * it - a trim or a rewind drops what has not started, a save waits for
+ * all of it, a close drops it - and the logits stay exact.
+ */
+static void open_restore_test(const float *want)
+{
+    char copy[600], saved[600];
+    snprintf(copy, sizeof copy, "%s.early", sess_path);
+    snprintf(saved, sizeof saved, "%s.early-saved", sess_path);
+    rb_error err;
+    for (int step = 0; step < 4; step++) {
+        copy_file(sess_path, copy);
+        rb_model *m = NULL; /* cold: the layers' weights are in the restore too */
+        CHECK_EQ_INT(rb_model_open(model_path, NULL, &m, &err), RB_OK);
+        rb_session *s = NULL;
+        rb_session_params p = params();
+        CHECK_EQ_INT(rb_session_open_saved(m, &p, copy, &s, &err), RB_OK);
+        if (!s) {
+            rb_model_close(m);
+            return;
+        }
+        int32_t next = 11;
+        if (step == 0) { /* begun at open: events before any feed */
+            rb_restore_event ev[4];
+            size_t n = 0;
+            for (int i = 0; i < 2000 && n == 0; i++) {
+                n = rb_session_restore_events(s, ev, 4);
+                if (n == 0)
+                    usleep(1000);
+            }
+            CHECK(n > 0);
+        } else if (step == 1) { /* dropped in flight, then trimmed */
+            CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+        } else if (step == 2) { /* dropped in flight, then rewound */
+            CHECK_EQ_INT(rb_session_rewind(s, N_PROMPT - 100), RB_OK);
+            CHECK_EQ_INT(rb_session_feed(s, prompt + N_PROMPT - 100, 100, NULL), RB_OK);
+        } else { /* waited for, saved elsewhere, reopened from there */
+            CHECK_EQ_INT(rb_session_save(s, saved, 0), RB_OK);
+            rb_session_destroy(s);
+            s = NULL;
+            CHECK_EQ_INT(rb_session_open_saved(m, &p, saved, &s, &err), RB_OK);
+        }
+        if (s) {
+            CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
+            CHECK(same_logits(s, want));
+        }
+        rb_session_destroy(s);
+        rb_model_close(m);
+    }
+    unlink(copy);
+    unlink(saved);
+}
+
 static void unbind_test(rb_model *m, const float *want)
 {
     char copy[600], pristine[600];
@@ -689,7 +748,8 @@ static void full_disk(void)
     CHECK(strstr(err.message, "No space left") != NULL);
     fail_writes = 0;
     rb_sessfile_close(f);
-    CHECK_EQ_INT(rb_sessfile_open(path, 42, &g, NULL, NULL, &f, &err), RB_OK);
+    uint64_t fp42 = 42, fp43 = 43;
+    CHECK_EQ_INT(rb_sessfile_open(path, &fp42, &g, NULL, NULL, &f, &err), RB_OK);
     if (f) {
         CHECK_EQ_INT(rb_sessfile_n_tokens(f), 20);
         size_t bn;
@@ -701,7 +761,15 @@ static void full_disk(void)
         free(buf);
         rb_sessfile_close(f);
     }
-    CHECK_EQ_INT(rb_sessfile_open(path, 43, &g, NULL, NULL, &f, &err), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_sessfile_open(path, &fp43, &g, NULL, NULL, &f, &err), RB_E_INVALID_ARG);
+    /* the model checked after the open (a cold start) */
+    CHECK_EQ_INT(rb_sessfile_open(path, NULL, &g, NULL, NULL, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_check_model(f, 42, &err), RB_OK);
+        CHECK_EQ_INT(rb_sessfile_check_model(f, 43, &err), RB_E_INVALID_ARG);
+        CHECK(strstr(err.message, "another model") != NULL);
+        rb_sessfile_close(f);
+    }
     for (int i = 0; i < 8; i++)
         free(pages[i]);
     unlink(path);
@@ -751,6 +819,7 @@ int main(void)
     }
     rb_model_close(cold);
     mapped_weights_test();
+    open_restore_test(want);
     unbind_test(m, want);
 
     /* 2. feeds after a save are committed (auto): 40 more tokens, crossing
