@@ -54,6 +54,7 @@
 #include <time.h>
 
 #include "residency.h"
+#include "residency_split.h"
 #include "status.h"
 #include "zram.h"
 
@@ -95,6 +96,13 @@ struct rb_residency {
     void *enc_buf;
     size_t enc_cap;
     double D;            /* codec decode bytes/s (0 until measured) */
+    double layer_compute_s; /* the next feed's compute per layer, predicted from
+                               the last feeds (rb_residency_note_compute) */
+    double last_layer_compute_s; /* of the last feed of one token */
+    uint32_t last_plan_jobs; /* the last restore's segments (0: none) */
+    rb_split_page *picks; /* a trim's candidates (n_kv_segs), their ids, */
+    uint32_t *pick_ids;
+    double *split_weights; /* and the weight bytes each layer's restore reads */
     double frame_frac;   /* frame bytes / page bytes of the RAM codec, running */
     double R;            /* storage read bytes/s (0 until measured) */
 
@@ -398,9 +406,13 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
     }
     r->enc_buf = malloc(r->enc_cap);
     r->ev = malloc(MAX_EVENTS * sizeof *r->ev);
+    r->picks = malloc((r->n_kv_segs ? r->n_kv_segs : 1) * sizeof *r->picks);
+    r->pick_ids = malloc((r->n_kv_segs ? r->n_kv_segs : 1) * sizeof *r->pick_ids);
+    r->split_weights = calloc(kv->n_layers ? kv->n_layers : 1, sizeof *r->split_weights);
     r->cur_layer = -1;
     if (!r->segs || !r->w_evicted || !r->pending || !r->layer_failed || !r->io_jobs ||
-        !r->dec_jobs || !r->enc_buf || !r->ev || !r->batch || !r->dead_frames) {
+        !r->dec_jobs || !r->enc_buf || !r->ev || !r->batch || !r->dead_frames || !r->picks ||
+        !r->pick_ids || !r->split_weights) {
         rb_residency_destroy(r);
         return rb_error_set(err, RB_E_NOMEM, "residency: out of memory");
     }
@@ -451,6 +463,9 @@ void rb_residency_destroy(rb_residency *r)
     free(r->layer_failed);
     free(r->io_jobs);
     free(r->dec_jobs);
+    free(r->picks);
+    free(r->pick_ids);
+    free(r->split_weights);
     for (uint32_t i = 0; r->batch && i < r->batch_n; i++)
         if (i >= r->batch_next)
             rb_kvpage_free(r->batch[i], page_alloc_bytes(r));
@@ -585,89 +600,114 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
     const int by_bytes = level == RB_TRIM_BYTES;
     uint64_t freed = 0;
     rb_status st = RB_OK;
-    double t_comp = 0, t_store = 0; /* predicted restore time of each path */
+    const uint64_t pb = r->kv.page_bytes;
 
     pthread_mutex_lock(&r->mu);
-    for (uint32_t l = L; l-- > first_layer && st == RB_OK;) {
-        if (by_bytes && freed >= bytes)
-            break;
+    /* 1. the candidates, in trim order; a byte count takes pages being
+       saved last (never a wait), a level waits for them */
+    uint32_t n = 0;
+    for (uint32_t l = L; l-- > first_layer;)
         for (uint32_t pg = 0; pg < r->n_pages; pg++) {
-            if (by_bytes && freed >= bytes)
-                break;
             uint32_t id = l * r->kv.pages_per_layer + pg;
             kv_seg *s = &r->segs[id];
             if (s->pins && by_bytes) {
                 r->n_pin_skips++;
-                continue; /* being saved: other pages go first, never a wait */
+                continue;
             }
             r->n_pin_waits += s->pins != 0;
             while (s->pins)
                 pthread_cond_wait(&r->cv_pin, &r->mu);
             if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
                 continue;
-            if (r->p.restore == RB_RESTORE_RECOMPUTE) {
-                free_slot(r, id);
-                s->tier = RB_TIER_DROPPED;
-                freed += r->kv.page_bytes;
+            r->pick_ids[n] = id;
+            r->picks[n++] = (rb_split_page){l, (uint8_t)(s->saved && r->saved_read), 0};
+        }
+    /* 2. the tiers: recompute drops, eager stores, zram compresses, and a
+       pipelined restore splits (residency_split.h) */
+    const int split = r->store && r->p.restore == RB_RESTORE_PIPELINED && !is_zram(r->p.ram_codec);
+    if (n && r->store && r->R <= 0)
+        measure_storage(r, r->kv.slots[r->pick_ids[0]]);
+    if (n && split && (r->D <= 0 || r->frame_frac <= 0))
+        measure_decode(r, r->kv.slots[r->pick_ids[0]]);
+    uint32_t take = n;
+    if (split) {
+        for (uint32_t l = 0; l < L; l++)
+            r->split_weights[l] = r->wcache && (r->w_evicted[l] || weights)
+                                      ? (double)rb_wcache_layer_bytes(r->wcache, l) : 0;
+        const double R = r->R > 0 ? r->R : 1e9;
+        rb_split_params sp = {
+            .R = R, .D = r->D > 0 ? r->D : R, .latency_s = r->p.storage_latency_s,
+            .page_bytes = (double)pb, .frame_frac = r->frame_frac,
+            .layer_compute_s = r->layer_compute_s > 0 ? r->layer_compute_s
+                                                      : r->last_layer_compute_s,
+            .weights_bytes = r->split_weights,
+            .n_layers = L, .by_bytes = by_bytes,
+        };
+        if (by_bytes) {
+            /* the fewest pages that could free enough (all stored), then
+               more while the split frees too little */
+            take = (uint32_t)(bytes / pb + (bytes % pb != 0));
+            take = take < n ? take : n;
+            while (rb_split_assign(&sp, r->picks, take) < bytes && take < n)
+                take++;
+        } else {
+            rb_split_assign(&sp, r->picks, take);
+        }
+    } else {
+        for (uint32_t i = 0; i < n; i++)
+            r->picks[i].to_store = r->store && !is_zram(r->p.ram_codec);
+    }
+    /* 3. move them, in trim order */
+    for (uint32_t i = 0; i < n && st == RB_OK; i++) {
+        if (by_bytes && freed >= bytes)
+            break;
+        if (by_bytes && i >= take && split)
+            break;
+        uint32_t id = r->pick_ids[i];
+        kv_seg *s = &r->segs[id];
+        if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
+            continue;
+        if (s->pins) { /* pinned again since step 1 */
+            if (by_bytes) {
+                r->n_pin_skips++;
                 continue;
             }
-            if (s->saved && r->saved_read && !is_zram(r->p.ram_codec)) {
-                /* already on storage, identical: nothing to write */
+            r->n_pin_waits++;
+            while (s->pins)
+                pthread_cond_wait(&r->cv_pin, &r->mu);
+        }
+        if (r->p.restore == RB_RESTORE_RECOMPUTE) {
+            free_slot(r, id);
+            s->tier = RB_TIER_DROPPED;
+            freed += pb;
+            continue;
+        }
+        if (r->picks[i].saved && !is_zram(r->p.ram_codec)) {
+            /* already on storage, identical: nothing to write */
+            free_slot(r, id);
+            s->tier = RB_TIER_STORED;
+            s->from_saved = 1;
+            freed += pb;
+            continue;
+        }
+        if (r->picks[i].to_store) {
+            rb_error werr = {0};
+            if (rb_store_put(r->store, id, r->kv.slots[id], pb, &werr) == RB_OK) {
                 free_slot(r, id);
                 s->tier = RB_TIER_STORED;
-                s->from_saved = 1;
-                freed += r->kv.page_bytes;
-                t_store += (double)r->kv.page_bytes / (r->R > 0 ? r->R : 1e9) +
-                           r->p.storage_latency_s;
+                freed += pb;
                 continue;
             }
-            /* zram (the baseline) keeps everything in RAM, as the kernel's does */
-            int to_store = r->store != NULL && !is_zram(r->p.ram_codec);
-            if (r->store && r->R <= 0)
-                measure_storage(r, r->kv.slots[id]);
-            const double R = r->R > 0 ? r->R : 1e9;
-            if (to_store && r->p.restore == RB_RESTORE_PIPELINED) {
-                if (r->D <= 0 || r->frame_frac <= 0)
-                    measure_decode(r, r->kv.slots[id]);
-                double D = r->D > 0 ? r->D : R;
-                double pb = (double)r->kv.page_bytes;
-                double end_c = t_comp + pb / D, end_s = t_store + pb / R + r->p.storage_latency_s;
-                if (!by_bytes) {
-                    /* a level names the pages: the two paths finish together */
-                    to_store = end_s < end_c;
-                } else {
-                    /* a byte count: the pages are the last layers' until
-                       enough is freed, and a compressed page frees only what
-                       the codec saves - so the choice is the smaller predicted
-                       restore time (both paths in parallel) per byte freed */
-                    double fc = pb * (1.0 - r->frame_frac);
-                    double ms_c = end_c > t_store ? end_c : t_store;
-                    double ms_s = end_s > t_comp ? end_s : t_comp;
-                    to_store = fc <= 0 || ms_s * ((double)freed + fc) < ms_c * ((double)freed + pb);
-                }
-            }
-            if (to_store) {
-                rb_error werr = {0};
-                if (rb_store_put(r->store, id, r->kv.slots[id], r->kv.page_bytes, &werr) ==
-                    RB_OK) {
-                    free_slot(r, id);
-                    s->tier = RB_TIER_STORED;
-                    freed += r->kv.page_bytes;
-                    t_store += (double)r->kv.page_bytes / R + r->p.storage_latency_s;
-                    continue;
-                }
-                r->n_disk_full++; /* kept in RAM: compressed instead */
-            }
-            rb_error cerr = {0};
-            uint64_t f = compress_page(r, id, &cerr);
-            if (s->tier != RB_TIER_COMPRESSED) {
-                st = rb_error_set(err, cerr.status ? cerr.status : RB_E_NOMEM, "%s",
-                                  cerr.message);
-                break;
-            }
-            freed += f;
-            t_comp += (double)r->kv.page_bytes / (r->D > 0 ? r->D : 1e9);
+            r->n_disk_full++; /* kept in RAM: compressed instead */
         }
+        rb_error cerr = {0};
+        uint64_t f = compress_page(r, id, &cerr);
+        if (s->tier != RB_TIER_COMPRESSED) {
+            st = rb_error_set(err, cerr.status ? cerr.status : RB_E_NOMEM, "%s",
+                              cerr.message);
+            break;
+        }
+        freed += f;
     }
     /* the zram baseline compresses KV only, as the zRAM case does */
     if (st == RB_OK && r->wcache &&
@@ -802,6 +842,7 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     if (n_kv_jobs &&
         rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, !cold, r->batch) == 0)
         r->batch_n = n_kv_jobs;
+    r->last_plan_jobs = r->n_io + r->n_dec;
     if (r->n_io + r->n_dec > 0)
         pthread_cond_broadcast(&r->cv_work);
     if (r->p.restore == RB_RESTORE_EAGER)
@@ -908,6 +949,19 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
     r->n_dead = 0;
     pthread_mutex_unlock(&r->mu);
     return st;
+}
+
+void rb_residency_note_compute(rb_residency *r, size_t n_tokens, double seconds)
+{
+    pthread_mutex_lock(&r->mu);
+    if (!r->last_plan_jobs && n_tokens > 0 && seconds > 0 && r->kv.n_layers) {
+        double per_layer = seconds / r->kv.n_layers;
+        if (n_tokens == 1)
+            r->last_layer_compute_s = per_layer;
+        else if (n_tokens <= 512)
+            r->layer_compute_s = per_layer;
+    }
+    pthread_mutex_unlock(&r->mu);
 }
 
 void rb_residency_cancel_restore(rb_residency *r)

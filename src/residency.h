@@ -94,6 +94,12 @@ int rb_residency_wait_layer(rb_residency *r, uint32_t layer);
  */
 rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_error *err);
 
+/* A feed computed n_tokens in seconds (its forward pass, no recompute).
+ * The trim's split predicts the next feed's compute per layer from it: a
+ * turn (2..512 tokens) is what follows a return from the background; a
+ * feed during which a restore ran is not counted (it waited). */
+void rb_residency_note_compute(rb_residency *r, size_t n_tokens, double seconds);
+
 /* Stops a pipelined restore short (a session opened from a file is being
  * trimmed, rewound or closed before its first feed came for the layers):
  * the jobs not started are dropped - their segments stay where they were

@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "forward.h"
@@ -150,6 +151,13 @@ const char *rb_session_errmsg(const rb_session *s)
     return s && s->err.status ? s->err.message : "";
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Computes toks[0..n) at positions pos0.. in batches (pages reserved
  * first). *stopped: the memory manager could not restore a layer. */
 static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32_t pos0,
@@ -231,8 +239,12 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
         int stopped = 0;
         st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
                         NULL, &stopped);
-        if (st == RB_OK && !stopped)
+        if (st == RB_OK && !stopped) {
+            double t0 = mono_s();
             st = run_tokens(s, tokens, n, (uint32_t)s->n_tokens, logits, &stopped);
+            if (s->res && st == RB_OK && !stopped) /* the split's compute estimate */
+                rb_residency_note_compute(s->res, n, mono_s() - t0);
+        }
         rb_status rst = RB_OK;
         damaged = UINT32_MAX;
         if (s->res)
