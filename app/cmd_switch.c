@@ -346,9 +346,39 @@ typedef struct sw_ctx {
     uint32_t V, n_ctx_session;
     const char *snapshot, *snapshot_err;
     uint64_t total_bytes;
+    uint64_t cold_read_bytes; /* what a cold restore reads: weights + the context's KV */
+    double profile_bw;        /* the profile's storage bandwidth; 0: unthrottled */
     sw_pressure *pressure;
     int *hog_next;
 } sw_ctx;
+
+/* Read for the disk's bandwidth beside kill+session (switch_disk.c): a
+ * third of a second or so on this kind of disk, twice. */
+#define DISK_PROBE_BYTES (384ull << 20)
+
+/* kill+session's floors: at the profile, and at the slower of the profile
+ * and what the disk delivered around the run (the mean of before and
+ * after: a shared disk's rate moves within seconds). */
+static void cold_floor(const sw_ctx *x, sw_result *r)
+{
+    r->disk_bw_after = sw_disk_read_bw(x->snapshot, DISK_PROBE_BYTES, 4);
+    r->cold_read_bytes = x->cold_read_bytes;
+    double disk = r->disk_bw_before > 0 && r->disk_bw_after > 0
+                      ? 0.5 * (r->disk_bw_before + r->disk_bw_after) : 0;
+    double bw = x->profile_bw > 0 && (disk <= 0 || x->profile_bw < disk) ? x->profile_bw : disk;
+    r->io_floor_s = x->profile_bw > 0 ? (double)x->cold_read_bytes / x->profile_bw : 0;
+    r->disk_floor_s = bw > 0 ? (double)x->cold_read_bytes / bw : 0;
+    size_t k = strlen(r->note);
+    char b[32];
+    if (r->io_floor_s > 0)
+        k += (size_t)snprintf(r->note + k, sizeof r->note - k, "; I/O floor (%s) %.0f ms at "
+                              "the profile: %.2fx", rb_cli_bytes(x->cold_read_bytes, b, sizeof b),
+                              r->io_floor_s * 1e3, r->ttft_s / r->io_floor_s);
+    if (disk > 0 && k < sizeof r->note)
+        snprintf(r->note + k, sizeof r->note - k, "; the disk read %.2f/%.2f GB/s before/after: "
+                 "%.0f ms at the slower of disk and profile, %.2fx", r->disk_bw_before * 1e-9,
+                 r->disk_bw_after * 1e-9, r->disk_floor_s * 1e3, r->ttft_s / r->disk_floor_s);
+}
 
 static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_free,
                          rb_trim_level level, sw_result *r)
@@ -363,12 +393,16 @@ static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_fr
             snprintf(r->note, sizeof r->note, "no session file: %s", x->snapshot_err);
             return;
         }
+        if (with_session)
+            r->disk_bw_before = sw_disk_read_bw(x->snapshot, DISK_PROBE_BYTES, 4);
         r->ttft_s = with_session
                         ? run_fresh_process(o, x->turn, o->n_turn, x->snapshot, x->n_ctx_session,
                                             r->note, sizeof r->note)
                         : run_fresh_process(o, x->all, (size_t)o->n_ctx + o->n_turn, NULL,
                                             x->n_ctx_session, r->note, sizeof r->note);
         r->ran = r->ttft_s >= 0;
+        if (with_session && r->ran)
+            cold_floor(x, r);
         r->freed_bytes = x->total_bytes; /* the whole process */
         return;
     }
@@ -618,8 +652,11 @@ int rb_cmd_switch(int argc, char **argv)
     double a = warm[0], b = warm[1], c = warm[2];
     su.warm_ttft_s = a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b));
     int hog_next = 0;
+    rb_model_info mi;
+    uint64_t weight_bytes = rb_model_get_info(m, &mi) == RB_OK ? mi.tensor_data_bytes : 0;
     sw_ctx x = {&o, s, all, turn, logits, warm_logits, V, sp.n_ctx, snapshot, snapshot_err,
-                st0.total_bytes, pressure, &hog_next};
+                st0.total_bytes, weight_bytes + st0.kv_raw_bytes, st0.storage_bytes_per_s,
+                pressure, &hog_next};
 
     /* 3. the strategies, in the order given (rebound-q8 changes the KV:
           it runs where it is listed, so list it last) */

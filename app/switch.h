@@ -30,6 +30,12 @@ typedef struct sw_result {
     uint64_t hog_bytes;      /* the competing process's memory when it stopped */
     int hog_oom_killed;
     uint64_t cg_failcnt, cg_oom_kills, cg_max_usage;
+    /* kill+session: its I/O floor (the bytes a cold restore reads over the
+       profile's bandwidth; 0: unthrottled) and the disk's own bandwidth
+       read just before and after it (0: not measured), with the floor at
+       the slower of profile and disk */
+    uint64_t cold_read_bytes;
+    double io_floor_s, disk_bw_before, disk_bw_after, disk_floor_s;
 } sw_result;
 
 typedef struct sw_setup {
@@ -60,6 +66,11 @@ int sw_pressure_setup(sw_pressure **out, uint64_t limit_bytes, int n_hogs, char 
                       size_t note_n);
 int sw_pressure_run(sw_pressure *p, int i, rb_session *s, sw_result *r);
 void sw_pressure_teardown(sw_pressure *p);
+
+/* Reads up to max_bytes of path past the page cache (O_DIRECT) in
+ * n_streams parallel streams of 1 MiB requests, unthrottled; bytes/s, or 0
+ * when it cannot (switch_disk.c). */
+double sw_disk_read_bw(const char *path, uint64_t max_bytes, int n_streams);
 
 /* The table on stdout. */
 void sw_print_table(const sw_setup *su, const sw_result *r, int n);

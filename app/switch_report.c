@@ -123,6 +123,11 @@ int sw_write_json(const char *path, const sw_setup *su, const sw_result *r, int 
                 "\"top1_agree\": %d, \"compared\": %d, \"max_logit_diff\": %.6g,\n",
                 s->decode_bytes_per_s, s->storage_bytes_per_s, x->n_agree, x->n_compared,
                 x->max_logit_diff);
+        if (x->cold_read_bytes)
+            fprintf(f, "     \"cold_read_bytes\": %" PRIu64 ", \"io_floor_s\": %.6f, "
+                    "\"disk_bytes_per_s_before\": %.0f, \"disk_bytes_per_s_after\": %.0f, "
+                    "\"disk_floor_s\": %.6f,\n", x->cold_read_bytes, x->io_floor_s,
+                    x->disk_bw_before, x->disk_bw_after, x->disk_floor_s);
         fprintf(f, "     \"kernel_signals\": %" PRIu64 ", \"trims\": %d, \"max_trim_level\": %d, "
                 "\"competitor_bytes\": %" PRIu64 ", \"competitor_oom_killed\": %d, "
                 "\"cgroup_failcnt\": %" PRIu64 ", \"cgroup_oom_kills\": %" PRIu64

@@ -31,6 +31,18 @@ head -c 200 sw.svg | grep -q '<svg' || fail "sw.svg is not an SVG"
 tail -c 20 sw.svg | grep -q '</svg>' || fail "sw.svg is truncated"
 grep -q 'fill="#4e79a7"' sw.svg || fail "sw.svg has no storage-restore spans"
 
+check "kill+session: a fresh process restores; its I/O floors, the disk measured beside it"
+run_ok ks "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies kill+session \
+    --json ks.json
+expect_line ks.out '^kill\+session +[0-9]+\.[0-9].*fresh process: opens the session file'
+expect_line ks.out 'I/O floor \([0-9.]+ [KMG]iB\) [0-9]+ ms at the profile: [0-9.]+x'
+if grep -q 'the disk read' ks.out; then
+    expect_line ks.out 'the disk read [0-9.]+/[0-9.]+ GB/s before/after: [0-9]+ ms at the slower'
+else
+    echo "note: no O_DIRECT here, the disk's own bandwidth is not measured"
+fi
+grep -q '"io_floor_s": [0-9]' ks.json || fail "ks.json lacks the I/O floor"
+
 check "levels, bytes and the complete level (weights too)"
 run_ok lv "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --trim complete \
     --strategies rebound --device watch
