@@ -137,6 +137,8 @@ struct rb_residency {
 
     /* stats (mu) */
     double t_begin, io_busy_s, dec_busy_s, wait_s, t_last_done;
+    double t_last_io_done; /* the storage path's last read of this restore */
+    double R_seen;         /* what the storage path delivered (0: not yet) */
     uint64_t bytes_io, bytes_dec, n_disk_full, n_damaged;
 };
 
@@ -337,6 +339,8 @@ static void worker_loop(rb_residency *r, int own_is_io)
             r->bytes_dec += bytes;
         }
         r->t_last_done = t1;
+        if (is_io)
+            r->t_last_io_done = t1;
         r->pending[layer]--;
         r->n_busy--;
         pthread_cond_broadcast(&r->cv_layer);
@@ -531,6 +535,14 @@ static void measure_storage(rb_residency *r, const void *page)
         r->R = (double)r->kv.page_bytes / best;
 }
 
+/* R for the split: the profile's (or measured) rate, or what the storage
+ * path delivered in the last restores when that was less. mu held. */
+static double storage_rate(const rb_residency *r)
+{
+    double R = r->R > 0 ? r->R : 1e9;
+    return r->R_seen > 0 && r->R_seen < R ? r->R_seen : R;
+}
+
 /* Moves one resident page to the compressed tier; returns bytes freed, or
  * 0 with err set. */
 static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
@@ -634,7 +646,7 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
         for (uint32_t l = 0; l < L; l++)
             r->split_weights[l] = r->wcache && (r->w_evicted[l] || weights)
                                       ? (double)rb_wcache_layer_bytes(r->wcache, l) : 0;
-        const double R = r->R > 0 ? r->R : 1e9;
+        const double R = storage_rate(r);
         rb_split_params sp = {
             .R = R, .D = r->D > 0 ? r->D : R, .latency_s = r->p.storage_latency_s,
             .page_bytes = (double)pb, .frame_frac = r->frame_frac,
@@ -801,7 +813,7 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     r->io_busy_s = r->dec_busy_s = r->wait_s = 0;
     r->bytes_io = r->bytes_dec = 0;
     r->weights_failed = 0;
-    r->t_begin = r->t_last_done = now_s();
+    r->t_begin = r->t_last_done = r->t_last_io_done = now_s();
     r->n_ev = 0;
     r->cur_layer = -1;
     for (uint32_t l = 0; l < r->kv.n_layers; l++) {
@@ -939,6 +951,14 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
     if (r->p.decode_bytes_per_s <= 0 && r->bytes_dec >= (4u << 20) && r->dec_busy_s > 0) {
         double seen = (double)r->bytes_dec / r->dec_busy_s;
         r->D = r->D > 0 ? 0.5 * r->D + 0.5 * seen : seen;
+    }
+    /* the same for storage: every read is queued at the start, so the
+       span to the last one is the rate the device (and the CPU left to the
+       workers) gave; a disk slower than the profile then splits by what it
+       gives. A caller-given R stays as given. */
+    if (!r->p.storage_bw_fixed && r->bytes_io >= (4u << 20) && r->t_last_io_done > r->t_begin) {
+        double seen = (double)r->bytes_io / (r->t_last_io_done - r->t_begin);
+        r->R_seen = r->R_seen > 0 ? 0.5 * r->R_seen + 0.5 * seen : seen;
     }
     r->n_io = r->io_next = r->n_dec = r->dec_next = 0;
     for (uint32_t i = r->batch_next; i < r->batch_n; i++) /* pages of failed reads */
@@ -1111,7 +1131,7 @@ void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
     out->n_disk_full = r->n_disk_full;
     out->n_spill_damaged = r->n_damaged;
     out->decode_bytes_per_s = r->D;
-    out->storage_bytes_per_s = r->R;
+    out->storage_bytes_per_s = storage_rate(r);
     out->restore_io_s = r->io_busy_s;
     out->restore_decode_s = r->dec_busy_s;
     out->restore_wait_s = r->wait_s;

@@ -46,6 +46,8 @@ typedef struct rb_residency_params {
     double decode_bytes_per_s; /* D; 0: measured on the first trim */
     double storage_bytes_per_s;/* R; > 0 (the caller resolves profile/measure) */
     double storage_latency_s;  /* per I/O, for the split */
+    int storage_bw_fixed;      /* R was given by the caller: never lowered to
+                                  what the storage path delivered */
 } rb_residency_params;
 
 typedef struct rb_residency rb_residency;

@@ -186,6 +186,7 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
         .storage_bytes_per_s = p->storage_bytes_per_s > 0 ? p->storage_bytes_per_s
                                : prof.is_throttled ? prof.bw_bytes_per_s : 0,
         .storage_latency_s = prof.latency_s,
+        .storage_bw_fixed = p->storage_bytes_per_s > 0,
     };
     if (is_cold && !s->wcache && !s->wstream)
         return rb_error_set(err, RB_E_UNSUPPORTED, "session: a cold start needs the weight "
