@@ -580,15 +580,18 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
  *     longest time to come back.
  *  3. For each resident page: recompute mode drops it; eager mode stores
  *     it; a page already in the session file is dropped (no write);
- *     otherwise, for a level, it goes to the path whose predicted finish
- *     time with this page is smaller: compressed (bytes / D) or storage
- *     (bytes / R + per-I/O latency), so the two paths finish together (the
- *     split D/(D+R)); for a byte count, to the path with the smaller
- *     predicted restore time (the later of the two paths) per byte freed:
- *     a compressed page frees only what the codec saves (lossless at
- *     1.25x frees 20% of a page: at 2 GB/s of decode against 1 GiB/s of
- *     storage that is 2.7x the restore time per freed byte), and every
- *     byte it does not free takes a page of an earlier layer.
+ *     otherwise (pipelined) residency_split.c picks its path, walking the
+ *     pages in restore order: storage when the storage path (at R, or the
+ *     lower rate the last restores saw) delivers it before the forward
+ *     pass reaches its layer (layer x the last turn's compute per layer),
+ *     else, for a level, the path whose predicted finish time with this
+ *     page is smaller (compressed bytes / D, storage bytes / R + per-I/O
+ *     latency: the two finish together, the split D/(D+R)); for a byte
+ *     count, the path with the smaller predicted restore time per byte
+ *     freed: a compressed page frees only what the codec saves (lossless
+ *     at 1.25x frees 20% of a page), and every byte it does not free takes
+ *     a page of an earlier layer - so a byte count takes pages until the
+ *     split frees enough.
  *  4. A store write that fails (a full disk) keeps the page: it is
  *     compressed instead and counted (n_disk_full).
  *  5. If the KV was not enough (bytes) or the level is complete, the
@@ -660,8 +663,10 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
                more while the split frees too little */
             take = (uint32_t)(bytes / pb + (bytes % pb != 0));
             take = take < n ? take : n;
-            while (rb_split_assign(&sp, r->picks, take) < bytes && take < n)
-                take++;
+            for (uint64_t got; (got = rb_split_assign(&sp, r->picks, take)) < bytes && take < n;) {
+                uint64_t more = (bytes - got) / pb; /* a page frees at most pb */
+                take += more > 0 && more < n - take ? (uint32_t)more : 1;
+            }
         } else {
             rb_split_assign(&sp, r->picks, take);
         }
