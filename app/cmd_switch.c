@@ -655,7 +655,7 @@ int rb_cmd_switch(int argc, char **argv)
     rb_model_info mi;
     uint64_t weight_bytes = rb_model_get_info(m, &mi) == RB_OK ? mi.tensor_data_bytes : 0;
     sw_ctx x = {&o, s, all, turn, logits, warm_logits, V, sp.n_ctx, snapshot, snapshot_err,
-                st0.total_bytes, weight_bytes + st0.kv_raw_bytes, st0.storage_bytes_per_s,
+                st0.total_bytes, weight_bytes + st0.kv_raw_bytes, st0.device_bytes_per_s,
                 pressure, &hog_next};
 
     /* 3. the strategies, in the order given (rebound-q8 changes the KV:

@@ -307,7 +307,8 @@ typedef struct rb_session_stats {
     uint32_t n_layers_weights_evicted;
     uint64_t n_disk_full;            /* pages kept in RAM because a write failed */
     uint64_t n_spill_damaged;        /* pages recomputed after a bad spill */
-    double decode_bytes_per_s;       /* D and R of the tier split */
+    double decode_bytes_per_s;       /* D and R of the tier split (R: the
+                                        profile's, or what the disk gave) */
     double storage_bytes_per_s;
     const char *storage_io;          /* "O_DIRECT" or the fallback's reason */
     /* the last feed that restored anything */
@@ -342,6 +343,9 @@ typedef struct rb_session_stats {
     double weights_wait_s;               /* forward pass blocked on weights */
     double weights_room_wait_s;          /* read-ahead waited for the window */
     double weights_idle_s;               /* read-ahead had nothing to read */
+    /* the device profile's storage bandwidth (0: host, unthrottled); the
+       split's R (storage_bytes_per_s) is lower when the disk gave less */
+    double device_bytes_per_s;
 } rb_session_stats;
 
 RB_API rb_status rb_session_get_stats(const rb_session *session, rb_session_stats *out);

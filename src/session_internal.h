@@ -30,6 +30,7 @@ struct rb_session {
     /* the memory manager (session_memory.c) */
     rb_session_params params;
     struct rb_throttle *throttle;   /* the emulated device; NULL: host as is */
+    double device_bw;               /* its bandwidth (bytes/s); 0: host */
     struct rb_store *store;         /* NULL: no spill tier (store_note says why) */
     char store_note[RB_ERROR_MESSAGE_MAX + 32];
     struct rb_wcache *wcache;       /* NULL: weights stay (mapped model) or stream */

@@ -136,6 +136,7 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
     rb_status st = rb_profile_get(p->device && *p->device ? p->device : "host", &prof, err);
     if (st != RB_OK)
         return st;
+    s->device_bw = prof.is_throttled ? prof.bw_bytes_per_s : 0;
     if (prof.is_throttled) {
         if (!(s->throttle = calloc(1, sizeof *s->throttle)))
             return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
@@ -294,6 +295,7 @@ rb_status rb_session_get_stats(const rb_session *s, rb_session_stats *out)
                        out->scratch_bytes + out->other_bytes;
     out->budget_bytes = s->params.budget_bytes;
     out->storage_io = s->store_note;
+    out->device_bytes_per_s = s->device_bw;
     out->restore_recomputed_tokens = s->recomputed_tokens;
     out->file_commits = s->file_commits;
     out->file_pages_written = s->file_pages_written;
