@@ -76,6 +76,9 @@ typedef struct kv_seg {
     uint8_t from_saved;  /* STORED at the saved source, not in the spill */
     uint8_t pins;        /* the session file's writer is reading the slot */
     uint8_t mapped;      /* the slot maps the saved source's copy */
+    uint8_t spilled;     /* RESIDENT, and the store still holds an identical
+                            copy (a full page restored from it): the next
+                            trim moves it to STORED without a write */
     uint32_t frame_bytes;
     void *frame;         /* COMPRESSED only */
 } kv_seg;
@@ -100,6 +103,7 @@ struct rb_residency {
                                the last feeds (rb_residency_note_compute) */
     double last_layer_compute_s; /* of the last feed of one token */
     uint32_t last_plan_jobs; /* the last restore's segments (0: none) */
+    uint32_t plan_pages;     /* n_pages when it began: pages below the last are full */
     rb_split_page *picks; /* a trim's candidates (n_kv_segs), their ids, */
     uint32_t *pick_ids;
     double *split_weights; /* and the weight bytes each layer's restore reads */
@@ -232,6 +236,14 @@ static void free_slot(rb_residency *r, uint32_t id)
     r->segs[id].mapped = 0;
 }
 
+/* A resident page about to change loses its kept spill copy. mu held. */
+static void drop_spilled(rb_residency *r, uint32_t id)
+{
+    if (r->segs[id].spilled)
+        rb_store_drop(r->store, id);
+    r->segs[id].spilled = 0;
+}
+
 /* Restores one segment; called without mu. Returns 0 or -1. */
 static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
 {
@@ -270,7 +282,13 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
     if (is_io && s->from_saved) {
         s->from_saved = 0; /* the copy stays in the file */
     } else if (is_io) {
-        rb_store_drop(r->store, id);
+        /* a full page never changes again (only the last in-use page is
+           written, and a forget drops the copies from the page before its
+           first): its copy is kept for the next trim */
+        if (id % r->kv.pages_per_layer + 1 < r->plan_pages)
+            s->spilled = 1;
+        else
+            rb_store_drop(r->store, id);
     } else {
         /* freed after the forward pass (end_restore): a large free is a
            munmap, whose TLB shootdown interrupts the computing threads */
@@ -458,7 +476,8 @@ void rb_residency_destroy(rb_residency *r)
     }
     for (uint32_t i = 0; r->segs && i < r->n_kv_segs; i++) {
         free(r->segs[i].frame);
-        if (r->segs[i].tier == RB_TIER_STORED && r->store && !r->segs[i].from_saved)
+        if (((r->segs[i].tier == RB_TIER_STORED && !r->segs[i].from_saved) ||
+             r->segs[i].spilled) && r->store)
             rb_store_drop(r->store, i);
     }
     free(r->segs);
@@ -561,6 +580,7 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
         return 0;
     }
     memcpy(frame, r->enc_buf, n);
+    drop_spilled(r, id); /* a lossy frame is not that copy */
     free_slot(r, id);
     r->segs[id].frame = frame;
     r->segs[id].frame_bytes = (uint32_t)n;
@@ -635,7 +655,8 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
             if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
                 continue;
             r->pick_ids[n] = id;
-            r->picks[n++] = (rb_split_page){l, (uint8_t)(s->saved && r->saved_read), 0};
+            r->picks[n++] = (rb_split_page){l, (uint8_t)(s->spilled || (s->saved && r->saved_read)),
+                                            0};
         }
     /* 2. the tiers: recompute drops, eager stores, zram compresses, and a
        pipelined restore splits (residency_split.h) */
@@ -694,8 +715,17 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
                 pthread_cond_wait(&r->cv_pin, &r->mu);
         }
         if (r->p.restore == RB_RESTORE_RECOMPUTE) {
+            drop_spilled(r, id);
             free_slot(r, id);
             s->tier = RB_TIER_DROPPED;
+            freed += pb;
+            continue;
+        }
+        if (s->spilled && !is_zram(r->p.ram_codec)) {
+            /* the spill still holds it, identical: nothing to write */
+            free_slot(r, id);
+            s->tier = RB_TIER_STORED;
+            s->spilled = 0;
             freed += pb;
             continue;
         }
@@ -773,11 +803,15 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
             free(s->frame);
             s->frame = NULL;
             s->frame_bytes = 0;
-            if (s->tier == RB_TIER_STORED && r->store && !s->from_saved)
+            if ((s->tier == RB_TIER_STORED && !s->from_saved) || s->spilled)
                 rb_store_drop(r->store, id);
             s->tier = RB_TIER_RESIDENT;
-            s->failed = s->saved = s->from_saved = 0;
+            s->failed = s->saved = s->from_saved = s->spilled = 0;
         }
+    /* the page before: its positions from the forget on are written again */
+    for (uint32_t l = 0; first_page > 0 && first_page <= r->kv.pages_per_layer &&
+                         l < r->kv.n_layers; l++)
+        drop_spilled(r, l * r->kv.pages_per_layer + first_page - 1);
     if (r->n_pages > first_page)
         r->n_pages = first_page;
 }
@@ -860,6 +894,7 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
         rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, !cold, r->batch) == 0)
         r->batch_n = n_kv_jobs;
     r->last_plan_jobs = r->n_io + r->n_dec;
+    r->plan_pages = r->n_pages;
     if (r->n_io + r->n_dec > 0)
         pthread_cond_broadcast(&r->cv_work);
     if (r->p.restore == RB_RESTORE_EAGER)
