@@ -5,7 +5,10 @@
  * The public API (include/rebound.h) is the way in for everything else.
  *
  * Touching kv between feeds is allowed as long as the pages' geometry is
- * kept: the forward pass reads K/V only through the page table.
+ * kept: the forward pass reads K/V only through the page table. A page
+ * restored from the spill keeps its copy there (residency.c), so a tool
+ * that rewrites a page's contents after a restore must rewind past it
+ * first (the tools here never trim).
  */
 #ifndef RB_SESSION_INTERNAL_H
 #define RB_SESSION_INTERNAL_H
