@@ -696,10 +696,8 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
             r->picks[i].to_store = r->store && !is_zram(r->p.ram_codec);
     }
     /* 3. move them, in trim order */
-    for (uint32_t i = 0; i < n && st == RB_OK; i++) {
+    for (uint32_t i = 0; i < take && st == RB_OK; i++) {
         if (by_bytes && freed >= bytes)
-            break;
-        if (by_bytes && i >= take && split)
             break;
         uint32_t id = r->pick_ids[i];
         kv_seg *s = &r->segs[id];
@@ -721,19 +719,13 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
             freed += pb;
             continue;
         }
-        if (s->spilled && !is_zram(r->p.ram_codec)) {
-            /* the spill still holds it, identical: nothing to write */
-            free_slot(r, id);
-            s->tier = RB_TIER_STORED;
-            s->spilled = 0;
-            freed += pb;
-            continue;
-        }
         if (r->picks[i].saved && !is_zram(r->p.ram_codec)) {
-            /* already on storage, identical: nothing to write */
+            /* already on storage, identical (the spill's kept copy, else
+               the session file's): nothing to write */
             free_slot(r, id);
             s->tier = RB_TIER_STORED;
-            s->from_saved = 1;
+            s->from_saved = !s->spilled;
+            s->spilled = 0;
             freed += pb;
             continue;
         }
@@ -803,7 +795,7 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
             free(s->frame);
             s->frame = NULL;
             s->frame_bytes = 0;
-            if ((s->tier == RB_TIER_STORED && !s->from_saved) || s->spilled)
+            if (((s->tier == RB_TIER_STORED && !s->from_saved) || s->spilled) && r->store)
                 rb_store_drop(r->store, id);
             s->tier = RB_TIER_RESIDENT;
             s->failed = s->saved = s->from_saved = s->spilled = 0;

@@ -18,7 +18,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "forward.h"
@@ -29,6 +28,7 @@
 #include "session_internal.h"
 #include "status.h"
 #include "threadpool.h"
+#include "throttle.h"
 
 #define DEFAULT_BATCH 128
 
@@ -133,8 +133,8 @@ void rb_session_destroy(rb_session *s)
 {
     if (!s)
         return;
-    rb_session_settle_restore(s, 0); /* its workers read the session file */
-    rb_session_file_close(s);    /* its storage worker pins pages: before residency */
+    rb_session_file_close(s);    /* its storage worker pins pages, an open restore
+                                    reads the file (it is settled): before residency */
     rb_session_memory_deinit(s); /* stops the restore workers first */
     if (s->weights_claim)
         rb_model_unclaim_weights(s->model, s->weights_claim == 2);
@@ -149,13 +149,6 @@ void rb_session_destroy(rb_session *s)
 const char *rb_session_errmsg(const rb_session *s)
 {
     return s && s->err.status ? s->err.message : "";
-}
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Computes toks[0..n) at positions pos0.. in batches (pages reserved
@@ -240,10 +233,10 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
         st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
                         NULL, &stopped);
         if (st == RB_OK && !stopped) {
-            double t0 = mono_s();
+            double t0 = (double)rb_throttle_now_ns() * 1e-9;
             st = run_tokens(s, tokens, n, (uint32_t)s->n_tokens, logits, &stopped);
             if (s->res && st == RB_OK && !stopped) /* the split's compute estimate */
-                rb_residency_note_compute(s->res, n, mono_s() - t0);
+                rb_residency_note_compute(s->res, n, (double)rb_throttle_now_ns() * 1e-9 - t0);
         }
         rb_status rst = RB_OK;
         damaged = UINT32_MAX;

@@ -274,9 +274,6 @@ static void mapped_weights_test(void)
     remove(sess);
 }
 
-/* rb_session_unbind on a session just opened: every page comes back from
- * the file (a damaged one is recomputed), later feeds and trims leave the
- * file as it was, and the logits stay exact. */
 /*
  * The restore begins at open (rb_session_open_saved): its first reads
  * complete before any feed. Whatever comes before the first feed settles
@@ -332,6 +329,9 @@ static void open_restore_test(const float *want)
     unlink(saved);
 }
 
+/* rb_session_unbind on a session just opened: every page comes back from
+ * the file (a damaged one is recomputed), later feeds and trims leave the
+ * file as it was, and the logits stay exact. */
 static void unbind_test(rb_model *m, const float *want)
 {
     char copy[600], pristine[600];
