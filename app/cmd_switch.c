@@ -356,18 +356,34 @@ typedef struct sw_ctx {
  * third of a second or so on this kind of disk, twice. */
 #define DISK_PROBE_BYTES (384ull << 20)
 
-/* kill+session's floors: at the profile, and at the slower of the profile
- * and what the disk delivered around the run (the mean of before and
- * after: a shared disk's rate moves within seconds). */
-static void cold_floor(const sw_ctx *x, sw_result *r)
+/* The mean of a rate measured before and after (a shared disk's rate
+ * moves within seconds); 0 unless both were measured. */
+static double mean_rate(double before, double after)
+{
+    return before > 0 && after > 0 ? 0.5 * (before + after) : 0;
+}
+
+/* The floor of reading bytes at the slower of the profile and a measured
+ * rate (0: not measured). */
+static double floor_at(uint64_t bytes, double profile_bw, double measured)
+{
+    double bw = profile_bw > 0 && (measured <= 0 || profile_bw < measured) ? profile_bw : measured;
+    return bw > 0 ? (double)bytes / bw : 0;
+}
+
+/* kill+session's floors: at the profile; at the slower of the profile and
+ * what the disk delivered around the run; at the slower of the profile and
+ * what a bare read of the same files took (switch_disk.c). */
+static void cold_floor(const sw_ctx *x, const char *const *files, sw_result *r)
 {
     r->disk_bw_after = sw_disk_read_bw(x->snapshot, DISK_PROBE_BYTES, 4);
+    r->bare_bw_after = sw_bare_read_bw(files, 2, 4);
     r->cold_read_bytes = x->cold_read_bytes;
-    double disk = r->disk_bw_before > 0 && r->disk_bw_after > 0
-                      ? 0.5 * (r->disk_bw_before + r->disk_bw_after) : 0;
-    double bw = x->profile_bw > 0 && (disk <= 0 || x->profile_bw < disk) ? x->profile_bw : disk;
+    double disk = mean_rate(r->disk_bw_before, r->disk_bw_after);
+    double bare = mean_rate(r->bare_bw_before, r->bare_bw_after);
     r->io_floor_s = x->profile_bw > 0 ? (double)x->cold_read_bytes / x->profile_bw : 0;
-    r->disk_floor_s = bw > 0 ? (double)x->cold_read_bytes / bw : 0;
+    r->disk_floor_s = floor_at(x->cold_read_bytes, x->profile_bw, disk);
+    r->bare_floor_s = floor_at(x->cold_read_bytes, x->profile_bw, bare);
     size_t k = strlen(r->note);
     char b[32];
     if (r->io_floor_s > 0)
@@ -375,9 +391,15 @@ static void cold_floor(const sw_ctx *x, sw_result *r)
                               "the profile: %.2fx", rb_cli_bytes(x->cold_read_bytes, b, sizeof b),
                               r->io_floor_s * 1e3, r->ttft_s / r->io_floor_s);
     if (disk > 0 && k < sizeof r->note)
-        snprintf(r->note + k, sizeof r->note - k, "; the disk read %.2f/%.2f GB/s before/after: "
-                 "%.0f ms at the slower of disk and profile, %.2fx", r->disk_bw_before * 1e-9,
-                 r->disk_bw_after * 1e-9, r->disk_floor_s * 1e3, r->ttft_s / r->disk_floor_s);
+        k += (size_t)snprintf(r->note + k, sizeof r->note - k, "; the disk read %.2f/%.2f GB/s "
+                              "before/after: %.0f ms at the slower of disk and profile, %.2fx",
+                              r->disk_bw_before * 1e-9, r->disk_bw_after * 1e-9,
+                              r->disk_floor_s * 1e3, r->ttft_s / r->disk_floor_s);
+    if (bare > 0 && k < sizeof r->note)
+        snprintf(r->note + k, sizeof r->note - k, "; a bare read of the same files into new "
+                 "memory %.2f/%.2f GB/s: %.0f ms at the slower of it and profile, %.2fx",
+                 r->bare_bw_before * 1e-9, r->bare_bw_after * 1e-9, r->bare_floor_s * 1e3,
+                 r->ttft_s / r->bare_floor_s);
 }
 
 static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_free,
@@ -393,8 +415,11 @@ static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_fr
             snprintf(r->note, sizeof r->note, "no session file: %s", x->snapshot_err);
             return;
         }
-        if (with_session)
+        const char *files[2] = {o->model, x->snapshot};
+        if (with_session) {
             r->disk_bw_before = sw_disk_read_bw(x->snapshot, DISK_PROBE_BYTES, 4);
+            r->bare_bw_before = sw_bare_read_bw(files, 2, 4);
+        }
         r->ttft_s = with_session
                         ? run_fresh_process(o, x->turn, o->n_turn, x->snapshot, x->n_ctx_session,
                                             r->note, sizeof r->note)
@@ -402,7 +427,7 @@ static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_fr
                                             x->n_ctx_session, r->note, sizeof r->note);
         r->ran = r->ttft_s >= 0;
         if (with_session && r->ran)
-            cold_floor(x, r);
+            cold_floor(x, files, r);
         r->freed_bytes = x->total_bytes; /* the whole process */
         return;
     }

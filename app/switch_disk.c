@@ -1,20 +1,30 @@
 /*
- * switch_disk.c - the disk's own read bandwidth, measured beside the
+ * switch_disk.c - what the machine's storage delivers, measured beside the
  * kill+session run.
  *
  * A cold restore is bound by storage: its floor is the bytes it reads over
  * the bandwidth they come at. The device profile caps that bandwidth
- * (phone: 1 GiB/s), but a shared or slow disk may deliver less than the
+ * (phone: 1000 MiB/s), but a shared or slow disk may deliver less than the
  * profile, and then no restore reaches the profile's floor. So `switch`
- * reads the session file itself, unthrottled and past the page cache
- * (O_DIRECT), with the queue depth a cold restore has (several 1 MiB
- * requests in flight), just before and just after the fresh process, and
- * states the floor for the slower of the two as well.
+ * measures two rates, just before and just after the fresh process:
+ *  - the disk's: the session file read unthrottled and past the page cache
+ *    (O_DIRECT) into reused buffers, with the queue depth a cold restore
+ *    has (several 1 MiB requests in flight);
+ *  - a bare read's: the same files (model and session) read through the
+ *    page cache after their cached copies are dropped, as `cat` would,
+ *    doing nothing else. Its bytes land in memory new to the process, as
+ *    a restore's do. On a VM whose host takes free memory back (free page
+ *    reporting) every such page costs the host a fault, and this rate is
+ *    below the disk's: it is the floor any reader of these bytes has.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -83,4 +93,128 @@ double sw_disk_read_bw(const char *path, uint64_t max_bytes, int n_streams)
     double dt = rb_cli_now_s() - t0;
     close(fd);
     return failed || dt <= 0 ? 0 : (double)(per * (uint64_t)n_streams) / dt;
+}
+
+/* ---- a bare read of the files a cold restore reads ---------------------- */
+
+/* Whether the host takes this machine's free memory back: a virtio balloon
+ * bound with free page reporting (feature bit 5) offered. */
+static int host_reclaims_free_memory(void)
+{
+    const char *dir = "/sys/bus/virtio/drivers/virtio_balloon";
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int yes = 0;
+    for (struct dirent *e; !yes && (e = readdir(d));) {
+        if (strncmp(e->d_name, "virtio", 6) != 0)
+            continue;
+        char path[600], bits[80] = "";
+        snprintf(path, sizeof path, "%s/%s/features", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f && fgets(bits, sizeof bits, f))
+            yes = strlen(bits) > 5 && bits[5] == '1';
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return yes;
+}
+
+/* Below this the files' memory is not worth a wait: at ~1 ms per MiB of
+ * host faults, 64 MiB moves a reader by less than this machine's noise. */
+#define SETTLE_MIN_BYTES (64ull << 20)
+/* The kernel reports free pages to the host 2 s after they are freed. */
+#define SETTLE_S 3
+
+/* Drops the files' cached copies, so that the next reader reads storage,
+ * and, where the host takes free memory back, waits until it has taken
+ * the pages just freed: else the next reader (the restore, or the second
+ * bare read) would land its bytes in memory the host still backs, which a
+ * process started long after a kill does not find. */
+static void drop_and_settle(const char *const *paths, int n, uint64_t bytes)
+{
+    for (int i = 0; i < n; i++) {
+        int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+            close(fd);
+        }
+    }
+    if (bytes >= SETTLE_MIN_BYTES && host_reclaims_free_memory())
+        sleep(SETTLE_S);
+}
+
+#define MAX_FILES 4
+
+typedef struct bare_read {
+    int fd[MAX_FILES];
+    uint64_t chunks[MAX_FILES + 1]; /* chunk index where file i begins */
+    int n_files;
+    atomic_uint_fast64_t next;
+    atomic_int failed;
+} bare_read;
+
+/* One stream: takes the next 1 MiB chunk of the files laid end to end, as
+ * the restore's workers take the next job, into one reused buffer. */
+static void *bare_stream(void *arg)
+{
+    bare_read *b = arg;
+    void *buf = malloc(REQ_BYTES);
+    if (!buf) {
+        atomic_store(&b->failed, 1);
+        return NULL;
+    }
+    for (;;) {
+        uint64_t c = atomic_fetch_add(&b->next, 1);
+        if (c >= b->chunks[b->n_files])
+            break;
+        int i = 0;
+        while (c >= b->chunks[i + 1])
+            i++;
+        if (pread(b->fd[i], buf, REQ_BYTES, (off_t)((c - b->chunks[i]) * REQ_BYTES)) < 0) {
+            atomic_store(&b->failed, 1);
+            break;
+        }
+    }
+    free(buf);
+    return NULL;
+}
+
+double sw_bare_read_bw(const char *const *paths, int n_files, int n_streams)
+{
+    if (n_files < 1 || n_files > MAX_FILES || n_streams < 1 || n_streams > MAX_STREAMS)
+        return 0;
+    bare_read b = {.n_files = n_files};
+    uint64_t bytes = 0;
+    int opened = 0;
+    for (; opened < n_files; opened++) {
+        struct stat sb;
+        b.fd[opened] = open(paths[opened], O_RDONLY | O_CLOEXEC);
+        if (b.fd[opened] < 0 || fstat(b.fd[opened], &sb) != 0)
+            break;
+        bytes += (uint64_t)sb.st_size;
+        b.chunks[opened + 1] =
+            b.chunks[opened] + ((uint64_t)sb.st_size + REQ_BYTES - 1) / REQ_BYTES;
+    }
+    double bw = 0;
+    if (opened == n_files) {
+        drop_and_settle(paths, n_files, bytes);
+        pthread_t th[MAX_STREAMS];
+        int started = 0;
+        double t0 = rb_cli_now_s();
+        for (; started < n_streams; started++)
+            if (pthread_create(&th[started], NULL, bare_stream, &b) != 0)
+                break;
+        for (int i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+        double dt = rb_cli_now_s() - t0;
+        bw = started == n_streams && !atomic_load(&b.failed) && dt > 0 ? (double)bytes / dt : 0;
+        drop_and_settle(paths, n_files, bytes);
+    } else if (b.fd[opened] >= 0) {
+        close(b.fd[opened]);
+    }
+    for (int i = 0; i < opened; i++)
+        close(b.fd[i]);
+    return bw;
 }

@@ -32,7 +32,7 @@ head -c 200 sw.svg | grep -q '<svg' || fail "sw.svg is not an SVG"
 tail -c 20 sw.svg | grep -q '</svg>' || fail "sw.svg is truncated"
 grep -q 'fill="#4e79a7"' sw.svg || fail "sw.svg has no storage-restore spans"
 
-check "kill+session: a fresh process restores; its I/O floors, the disk measured beside it"
+check "kill+session: a fresh process restores; its I/O floors, the disk and a bare read measured beside it"
 run_ok ks "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies kill+session \
     --json ks.json
 expect_line ks.out '^kill\+session +[0-9]+\.[0-9].*fresh process: opens the session file'
@@ -42,7 +42,9 @@ if grep -q 'the disk read' ks.out; then
 else
     echo "note: no O_DIRECT here, the disk's own bandwidth is not measured"
 fi
+expect_line ks.out 'a bare read of the same files into new memory [0-9.]+/[0-9.]+ GB/s: [0-9]+ ms at the slower of it and profile, [0-9.]+x'
 grep -q '"io_floor_s": [0-9]' ks.json || fail "ks.json lacks the I/O floor"
+grep -q '"bare_floor_s": [0-9]' ks.json || fail "ks.json lacks the bare read's floor"
 
 check "levels, bytes and the complete level (weights too)"
 run_ok lv "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --trim complete \
