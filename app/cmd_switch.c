@@ -373,17 +373,16 @@ static double floor_at(uint64_t bytes, double profile_bw, double measured)
 
 /* kill+session's floors: at the profile; at the slower of the profile and
  * what the disk delivered around the run; at the slower of the profile and
- * what a bare read of the same files took (switch_disk.c). */
+ * what a bare read of the same files took after it (switch_disk.c). */
 static void cold_floor(const sw_ctx *x, const char *const *files, sw_result *r)
 {
     r->disk_bw_after = sw_disk_read_bw(x->snapshot, DISK_PROBE_BYTES, 4);
-    r->bare_bw_after = sw_bare_read_bw(files, 2, 4);
+    r->bare_bw = sw_bare_read_bw(files, 2, 4);
     r->cold_read_bytes = x->cold_read_bytes;
     double disk = mean_rate(r->disk_bw_before, r->disk_bw_after);
-    double bare = mean_rate(r->bare_bw_before, r->bare_bw_after);
     r->io_floor_s = x->profile_bw > 0 ? (double)x->cold_read_bytes / x->profile_bw : 0;
     r->disk_floor_s = floor_at(x->cold_read_bytes, x->profile_bw, disk);
-    r->bare_floor_s = floor_at(x->cold_read_bytes, x->profile_bw, bare);
+    r->bare_floor_s = floor_at(x->cold_read_bytes, x->profile_bw, r->bare_bw);
     size_t k = strlen(r->note);
     char b[32];
     if (r->io_floor_s > 0)
@@ -395,11 +394,10 @@ static void cold_floor(const sw_ctx *x, const char *const *files, sw_result *r)
                               "before/after: %.0f ms at the slower of disk and profile, %.2fx",
                               r->disk_bw_before * 1e-9, r->disk_bw_after * 1e-9,
                               r->disk_floor_s * 1e3, r->ttft_s / r->disk_floor_s);
-    if (bare > 0 && k < sizeof r->note)
-        snprintf(r->note + k, sizeof r->note - k, "; a bare read of the same files into new "
-                 "memory %.2f/%.2f GB/s: %.0f ms at the slower of it and profile, %.2fx",
-                 r->bare_bw_before * 1e-9, r->bare_bw_after * 1e-9, r->bare_floor_s * 1e3,
-                 r->ttft_s / r->bare_floor_s);
+    if (r->bare_bw > 0 && k < sizeof r->note)
+        snprintf(r->note + k, sizeof r->note - k, "; a bare read of the same files after it "
+                 "%.2f GB/s: %.0f ms at the slower of it and profile, %.2fx", r->bare_bw * 1e-9,
+                 r->bare_floor_s * 1e3, r->ttft_s / r->bare_floor_s);
 }
 
 static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_free,
@@ -416,10 +414,8 @@ static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_fr
             return;
         }
         const char *files[2] = {o->model, x->snapshot};
-        if (with_session) {
+        if (with_session)
             r->disk_bw_before = sw_disk_read_bw(x->snapshot, DISK_PROBE_BYTES, 4);
-            r->bare_bw_before = sw_bare_read_bw(files, 2, 4);
-        }
         r->ttft_s = with_session
                         ? run_fresh_process(o, x->turn, o->n_turn, x->snapshot, x->n_ctx_session,
                                             r->note, sizeof r->note)

@@ -31,13 +31,13 @@ typedef struct sw_result {
     int hog_oom_killed;
     uint64_t cg_failcnt, cg_oom_kills, cg_max_usage;
     /* kill+session: its I/O floor (the bytes a cold restore reads over the
-       profile's bandwidth; 0: unthrottled), the disk's own bandwidth and a
-       bare read's of the same files, each measured just before and after
-       it (0: not measured), with the floor at the slower of profile and
-       disk, and at the slower of profile and bare read */
+       profile's bandwidth; 0: unthrottled), the disk's own bandwidth
+       measured just before and after it, a bare read's of the same files
+       just after it (0: not measured), with the floor at the slower of
+       profile and disk, and at the slower of profile and bare read */
     uint64_t cold_read_bytes;
     double io_floor_s, disk_bw_before, disk_bw_after, disk_floor_s;
-    double bare_bw_before, bare_bw_after, bare_floor_s;
+    double bare_bw, bare_floor_s;
 } sw_result;
 
 typedef struct sw_setup {
@@ -74,9 +74,8 @@ void sw_pressure_teardown(sw_pressure *p);
  * when it cannot (switch_disk.c). */
 double sw_disk_read_bw(const char *path, uint64_t max_bytes, int n_streams);
 /* Reads the n_files files whole through the page cache, their cached
- * copies dropped first and after (and the host given time to take the
- * freed memory back, where it does), in n_streams parallel streams of
- * 1 MiB requests; bytes/s, or 0 when it cannot (switch_disk.c). */
+ * copies dropped first and after, in n_streams parallel streams of 1 MiB
+ * requests; bytes/s, or 0 when it cannot (switch_disk.c). */
 double sw_bare_read_bw(const char *const *paths, int n_files, int n_streams);
 
 /* The table on stdout. */

@@ -126,10 +126,10 @@ int sw_write_json(const char *path, const sw_setup *su, const sw_result *r, int 
         if (x->cold_read_bytes)
             fprintf(f, "     \"cold_read_bytes\": %" PRIu64 ", \"io_floor_s\": %.6f, "
                     "\"disk_bytes_per_s_before\": %.0f, \"disk_bytes_per_s_after\": %.0f, "
-                    "\"disk_floor_s\": %.6f, \"bare_read_bytes_per_s_before\": %.0f, "
-                    "\"bare_read_bytes_per_s_after\": %.0f, \"bare_floor_s\": %.6f,\n",
-                    x->cold_read_bytes, x->io_floor_s, x->disk_bw_before, x->disk_bw_after,
-                    x->disk_floor_s, x->bare_bw_before, x->bare_bw_after, x->bare_floor_s);
+                    "\"disk_floor_s\": %.6f, \"bare_read_bytes_per_s\": %.0f, "
+                    "\"bare_floor_s\": %.6f,\n", x->cold_read_bytes, x->io_floor_s,
+                    x->disk_bw_before, x->disk_bw_after, x->disk_floor_s, x->bare_bw,
+                    x->bare_floor_s);
         fprintf(f, "     \"kernel_signals\": %" PRIu64 ", \"trims\": %d, \"max_trim_level\": %d, "
                 "\"competitor_bytes\": %" PRIu64 ", \"competitor_oom_killed\": %d, "
                 "\"cgroup_failcnt\": %" PRIu64 ", \"cgroup_oom_kills\": %" PRIu64
