@@ -16,8 +16,8 @@
  *    cache, dropped, leaves 4 KiB pages that a VM's host still backs (free
  *    page reporting returns only whole 2 MiB blocks), and the fresh process
  *    would land its bytes in them, where after a kill it finds memory the
- *    host must back again, a fault per page (measured: 0.65-0.85 GB/s
- *    against 1.5-2 GB/s for the same read into backed memory). After it,
+ *    host must back again, a fault per page (measured: 0.6-1.0 GB/s
+ *    against 1.5-2.4 GB/s for the same read into backed memory). After it,
  *    the bare read finds the fresh process's pages: its rate is the best
  *    this machine gives these bytes.
  */
