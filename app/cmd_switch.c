@@ -395,9 +395,14 @@ static void cold_floor(const sw_ctx *x, const char *const *files, sw_result *r)
                               r->disk_bw_before * 1e-9, r->disk_bw_after * 1e-9,
                               r->disk_floor_s * 1e3, r->ttft_s / r->disk_floor_s);
     if (r->bare_bw > 0 && k < sizeof r->note)
-        snprintf(r->note + k, sizeof r->note - k, "; a bare read of the same files after it "
-                 "%.2f GB/s: %.0f ms at the slower of it and profile, %.2fx", r->bare_bw * 1e-9,
-                 r->bare_floor_s * 1e3, r->ttft_s / r->bare_floor_s);
+        k += (size_t)snprintf(r->note + k, sizeof r->note - k, "; a bare read of the same files "
+                              "after it %.2f GB/s: %.0f ms at the slower of it and profile, "
+                              "%.2fx", r->bare_bw * 1e-9, r->bare_floor_s * 1e3,
+                              r->ttft_s / r->bare_floor_s);
+    r->host_reclaims_memory = sw_host_reclaims_free_memory();
+    if (r->host_reclaims_memory && k < sizeof r->note)
+        snprintf(r->note + k, sizeof r->note - k, "; this VM's host takes free memory back "
+                 "(free page reporting): each page the restore fills costs a host fault");
 }
 
 static void run_strategy(const sw_ctx *x, const char *name, uint64_t bytes_to_free,

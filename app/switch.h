@@ -38,6 +38,7 @@ typedef struct sw_result {
     uint64_t cold_read_bytes;
     double io_floor_s, disk_bw_before, disk_bw_after, disk_floor_s;
     double bare_bw, bare_floor_s;
+    int host_reclaims_memory; /* sw_host_reclaims_free_memory() */
 } sw_result;
 
 typedef struct sw_setup {
@@ -77,6 +78,12 @@ double sw_disk_read_bw(const char *path, uint64_t max_bytes, int n_streams);
  * copies dropped first and after, in n_streams parallel streams of 1 MiB
  * requests; bytes/s, or 0 when it cannot (switch_disk.c). */
 double sw_bare_read_bw(const char *const *paths, int n_files, int n_streams);
+
+/* 1 when this machine's host takes its free memory back (a virtio balloon
+ * with free page reporting, and the guest reporting): every page new to
+ * the guest then costs the host a fault, which a cold restore pays for
+ * each page it fills (switch_disk.c). */
+int sw_host_reclaims_free_memory(void);
 
 /* The table on stdout. */
 void sw_print_table(const sw_setup *su, const sw_result *r, int n);

@@ -21,11 +21,14 @@
  *    the bare read finds the fresh process's pages: its rate is the best
  *    this machine gives these bytes.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -177,4 +180,40 @@ double sw_bare_read_bw(const char *const *paths, int n_files, int n_streams)
     for (int i = 0; i < opened; i++)
         close(b.fd[i]);
     return bw;
+}
+
+/* ---- whether the host takes free memory back ---------------------------- */
+
+/* The first line of a sysfs file into buf; 0 when it cannot be read. */
+static int read_line(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    int ok = f && fgets(buf, (int)n, f);
+    if (f)
+        fclose(f);
+    return ok;
+}
+
+int sw_host_reclaims_free_memory(void)
+{
+    /* the guest reports blocks of 2^order pages; above the buddy
+       allocator's largest order (10) it reports none */
+    char line[80];
+    if (!read_line("/sys/module/page_reporting/parameters/page_reporting_order", line,
+                   sizeof line) || atoi(line) > 10)
+        return 0;
+    const char *dir = "/sys/bus/virtio/drivers/virtio_balloon";
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int yes = 0;
+    for (struct dirent *e; !yes && (e = readdir(d));) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s/features", dir, e->d_name);
+        /* one character per feature bit; VIRTIO_BALLOON_F_REPORTING is 5 */
+        yes = !strncmp(e->d_name, "virtio", 6) && read_line(path, line, sizeof line) &&
+              strlen(line) > 5 && line[5] == '1';
+    }
+    closedir(d);
+    return yes;
 }

@@ -127,9 +127,9 @@ int sw_write_json(const char *path, const sw_setup *su, const sw_result *r, int 
             fprintf(f, "     \"cold_read_bytes\": %" PRIu64 ", \"io_floor_s\": %.6f, "
                     "\"disk_bytes_per_s_before\": %.0f, \"disk_bytes_per_s_after\": %.0f, "
                     "\"disk_floor_s\": %.6f, \"bare_read_bytes_per_s\": %.0f, "
-                    "\"bare_floor_s\": %.6f,\n", x->cold_read_bytes, x->io_floor_s,
-                    x->disk_bw_before, x->disk_bw_after, x->disk_floor_s, x->bare_bw,
-                    x->bare_floor_s);
+                    "\"bare_floor_s\": %.6f, \"host_reclaims_free_memory\": %d,\n",
+                    x->cold_read_bytes, x->io_floor_s, x->disk_bw_before, x->disk_bw_after,
+                    x->disk_floor_s, x->bare_bw, x->bare_floor_s, x->host_reclaims_memory);
         fprintf(f, "     \"kernel_signals\": %" PRIu64 ", \"trims\": %d, \"max_trim_level\": %d, "
                 "\"competitor_bytes\": %" PRIu64 ", \"competitor_oom_killed\": %d, "
                 "\"cgroup_failcnt\": %" PRIu64 ", \"cgroup_oom_kills\": %" PRIu64

@@ -45,6 +45,16 @@ fi
 expect_line ks.out 'a bare read of the same files after it [0-9.]+ GB/s: [0-9]+ ms at the slower of it and profile, [0-9.]+x'
 grep -q '"io_floor_s": [0-9]' ks.json || fail "ks.json lacks the I/O floor"
 grep -q '"bare_floor_s": [0-9]' ks.json || fail "ks.json lacks the bare read's floor"
+# the VM's memory reclaim, read here independently of switch_disk.c
+order=$(cat /sys/module/page_reporting/parameters/page_reporting_order 2>/dev/null || echo 99)
+features=$(cat /sys/bus/virtio/drivers/virtio_balloon/virtio*/features 2>/dev/null | head -n 1)
+if [ "$order" -le 10 ] && [ "${features:5:1}" = 1 ]; then
+    expect_line ks.out "this VM's host takes free memory back \(free page reporting\)"
+    grep -q '"host_reclaims_free_memory": 1' ks.json || fail "ks.json: host reclaim not set"
+else
+    grep -q "host takes free memory back" ks.out && fail "host reclaim reported without it"
+    grep -q '"host_reclaims_free_memory": 0' ks.json || fail "ks.json: host reclaim set"
+fi
 
 check "levels, bytes and the complete level (weights too)"
 run_ok lv "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --trim complete \
