@@ -7,9 +7,10 @@
  * (phone: 1000 MiB/s), but a shared or slow disk may deliver less than the
  * profile, and then no restore reaches the profile's floor. So `switch`
  * measures two rates beside the fresh process:
- *  - the disk's, just before and just after it: the session file read unthrottled and past the page cache
- *    (O_DIRECT) into reused buffers, with the queue depth a cold restore
- *    has (several 1 MiB requests in flight);
+ *  - the disk's, just before and just after it: the session file read
+ *    unthrottled and past the page cache (O_DIRECT) into reused buffers,
+ *    with the queue depth a cold restore has (several 1 MiB requests in
+ *    flight);
  *  - a bare read's, after it: the same files (model and session) read
  *    through the page cache, their cached copies dropped first, as `cat`
  *    would, doing nothing else. Not before the fresh process: its page
