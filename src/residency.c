@@ -146,9 +146,6 @@ struct rb_residency {
     uint64_t bytes_io, bytes_dec, n_disk_full, n_damaged;
 };
 
-/* the throttle's clock (CLOCK_MONOTONIC), in seconds */
-static double now_s(void) { return (double)rb_throttle_now_ns() * 1e-9; }
-
 #define MAX_EVENTS 8192
 
 /* mu held */
@@ -234,6 +231,13 @@ static void free_slot(rb_residency *r, uint32_t id)
     if (r->segs[id].mapped && r->saved_release)
         r->saved_release(r->saved_ctx, id / r->kv.pages_per_layer, id % r->kv.pages_per_layer);
     r->segs[id].mapped = 0;
+}
+
+/* Whether the store holds a copy of the segment: it was stored there, or
+ * it kept the copy it was restored from. */
+static int in_store(const kv_seg *s)
+{
+    return (s->tier == RB_TIER_STORED && !s->from_saved) || s->spilled;
 }
 
 /* A resident page about to change loses its kept spill copy. mu held. */
@@ -322,9 +326,9 @@ static void worker_loop(rb_residency *r, int own_is_io)
         pthread_mutex_unlock(&r->mu);
 
         rb_error err = {0};
-        double t0 = now_s();
+        double t0 = rb_throttle_now_s();
         int rc = restore_one(r, id, is_io, &err);
-        double t1 = now_s();
+        double t1 = rb_throttle_now_s();
 
         pthread_mutex_lock(&r->mu);
         uint32_t layer = seg_layer(r, id);
@@ -476,8 +480,7 @@ void rb_residency_destroy(rb_residency *r)
     }
     for (uint32_t i = 0; r->segs && i < r->n_kv_segs; i++) {
         free(r->segs[i].frame);
-        if (((r->segs[i].tier == RB_TIER_STORED && !r->segs[i].from_saved) ||
-             r->segs[i].spilled) && r->store)
+        if (in_store(&r->segs[i]) && r->store)
             rb_store_drop(r->store, i);
     }
     free(r->segs);
@@ -521,10 +524,10 @@ static void measure_decode(rb_residency *r, const void *page)
         return;
     double best = 0;
     for (int i = 0; i < 3; i++) {
-        double t0 = now_s();
+        double t0 = rb_throttle_now_s();
         if (decode_page(r, is_zram(r->p.ram_codec), r->enc_buf, n, probe, NULL) != RB_OK)
             break;
-        double t = now_s() - t0;
+        double t = rb_throttle_now_s() - t0;
         best = (i == 0 || t < best) ? t : best;
     }
     free(probe);
@@ -542,10 +545,10 @@ static void measure_storage(rb_residency *r, const void *page)
     void *probe = aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
     double best = 0;
     for (int i = 0; probe && i < 4; i++) {
-        double t0 = now_s();
+        double t0 = rb_throttle_now_s();
         if (rb_store_get(r->store, PROBE_ID, probe, r->kv.page_bytes, NULL) != RB_OK)
             break;
-        double t = now_s() - t0;
+        double t = rb_throttle_now_s() - t0;
         best = (i == 0 || t < best) ? t : best;
     }
     free(probe);
@@ -795,7 +798,7 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
             free(s->frame);
             s->frame = NULL;
             s->frame_bytes = 0;
-            if (((s->tier == RB_TIER_STORED && !s->from_saved) || s->spilled) && r->store)
+            if (in_store(s) && r->store)
                 rb_store_drop(r->store, id);
             s->tier = RB_TIER_RESIDENT;
             s->failed = s->saved = s->from_saved = s->spilled = 0;
@@ -844,7 +847,7 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     r->io_busy_s = r->dec_busy_s = r->wait_s = 0;
     r->bytes_io = r->bytes_dec = 0;
     r->weights_failed = 0;
-    r->t_begin = r->t_last_done = r->t_last_io_done = now_s();
+    r->t_begin = r->t_last_done = r->t_last_io_done = rb_throttle_now_s();
     r->n_ev = 0;
     r->cur_layer = -1;
     for (uint32_t l = 0; l < r->kv.n_layers; l++) {
@@ -899,13 +902,13 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
 int rb_residency_wait_layer(rb_residency *r, uint32_t layer)
 {
     pthread_mutex_lock(&r->mu);
-    double t = now_s();
+    double t = rb_throttle_now_s();
     if (r->cur_layer >= 0) /* the previous layer's compute ends here */
         log_event(r, RB_EVENT_COMPUTE, (uint32_t)r->cur_layer, r->cur_start, t);
     if (r->pending[layer] > 0) {
         while (r->pending[layer] > 0)
             pthread_cond_wait(&r->cv_layer, &r->mu);
-        double t1 = now_s();
+        double t1 = rb_throttle_now_s();
         r->wait_s += t1 - t;
         log_event(r, RB_EVENT_WAIT, layer, t, t1);
         t = t1;
@@ -921,7 +924,7 @@ void rb_residency_compute_done(rb_residency *r)
 {
     pthread_mutex_lock(&r->mu);
     if (r->cur_layer >= 0)
-        log_event(r, RB_EVENT_COMPUTE, (uint32_t)r->cur_layer, r->cur_start, now_s());
+        log_event(r, RB_EVENT_COMPUTE, (uint32_t)r->cur_layer, r->cur_start, rb_throttle_now_s());
     r->cur_layer = -1;
     pthread_mutex_unlock(&r->mu);
 }

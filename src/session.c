@@ -233,10 +233,10 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
         st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
                         NULL, &stopped);
         if (st == RB_OK && !stopped) {
-            double t0 = (double)rb_throttle_now_ns() * 1e-9;
+            double t0 = rb_throttle_now_s();
             st = run_tokens(s, tokens, n, (uint32_t)s->n_tokens, logits, &stopped);
             if (s->res && st == RB_OK && !stopped) /* the split's compute estimate */
-                rb_residency_note_compute(s->res, n, (double)rb_throttle_now_ns() * 1e-9 - t0);
+                rb_residency_note_compute(s->res, n, rb_throttle_now_s() - t0);
         }
         rb_status rst = RB_OK;
         damaged = UINT32_MAX;

@@ -55,9 +55,6 @@
 
 #define MAX_BLOB (256u << 10)
 
-/* the throttle's clock (CLOCK_MONOTONIC), in seconds */
-static double now_s(void) { return (double)rb_throttle_now_ns() * 1e-9; }
-
 /* The model's identity: a hash of its header (metadata and tensor index:
  * every tensor's type, shape and place) and of the first 64 bytes of every
  * tensor's data - two files with the same header but other weights (two
@@ -144,14 +141,14 @@ static void pin_put(void *ctx, uint32_t layer, uint32_t page)
 static rb_status run_commit(rb_session *s, const rb_commit_job *job, int with_tail,
                             rb_error *err)
 {
-    double t0 = now_s();
+    double t0 = rb_throttle_now_s();
     uint32_t written = 0;
     s->file_n_pinned = 0;
     s->file_epoch = job->epoch;
     rb_sessfile_source src = {pin_get, pin_put, s};
     rb_status st = rb_sessfile_commit(s->file, s->tokens, job->n_tokens, &src, with_tail,
                                       job->blob, job->blob_n, job->fsync, &written, err);
-    s->file_commit_s = s->file_commit_s + (now_s() - t0); /* one committer at a time */
+    s->file_commit_s = s->file_commit_s + (rb_throttle_now_s() - t0); /* one committer at a time */
     s->file_status = st;
     if (st != RB_OK)
         return st;
@@ -446,7 +443,7 @@ void rb_session_file_after_feed(rb_session *s)
 {
     if (!s->file)
         return;
-    double t0 = now_s();
+    double t0 = rb_throttle_now_s();
     take_worker_error(s); /* the previous commit's, if it failed */
     rb_commit_job job = current_job(s);
     if (!s->file_writer || rb_session_writer_submit(s->file_writer, &job) != RB_OK) {
@@ -455,7 +452,7 @@ void rb_session_file_after_feed(rb_session *s)
         if (run_commit(s, &job, 0, &err) != RB_OK)
             note_failure(s, &err);
     }
-    double dt = now_s() - t0;
+    double dt = rb_throttle_now_s() - t0;
     s->file_n_handover++;
     s->file_handover_s += dt;
     if (dt > s->file_handover_max_s)

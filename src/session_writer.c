@@ -43,8 +43,6 @@ struct rb_session_writer {
     rb_session_writer_stats st;
 };
 
-static double now_s(void) { return (double)rb_throttle_now_ns() * 1e-9; }
-
 static void *writer_main(void *arg)
 {
     rb_session_writer *w = arg;
@@ -73,9 +71,9 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&w->mu);
 
         rb_error err = {0};
-        double t0 = now_s();
+        double t0 = rb_throttle_now_s();
         rb_status rc = w->fn(w->ctx, &j->job, &err);
-        double t1 = now_s();
+        double t1 = rb_throttle_now_s();
 
         pthread_mutex_lock(&w->mu);
         w->is_running = 0;

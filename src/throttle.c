@@ -37,6 +37,8 @@ int64_t rb_throttle_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+double rb_throttle_now_s(void) { return (double)rb_throttle_now_ns() * 1e-9; }
+
 /* Sleeps until the absolute monotonic time until_ns; absolute so that an
  * interruption (EINTR) resumes toward the same deadline, never later. */
 static void sleep_until_ns(int64_t until_ns)

@@ -96,6 +96,8 @@ void rb_throttle_deinit(rb_throttle *t);
 /* Current CLOCK_MONOTONIC time in ns: take it just before a real I/O and
  * pass it to rb_throttle_io_since(). */
 int64_t rb_throttle_now_ns(void);
+/* The same clock in seconds: what the session's timings are kept in. */
+double rb_throttle_now_s(void);
 
 /*
  * Accounts one I/O of `bytes` that started at start_ns (rb_throttle_now_ns()
