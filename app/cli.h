@@ -30,7 +30,7 @@ int rb_cli_trace_attach(const char *cmd, rb_model *model, const char *model_path
                         const char *path, struct rb_trace_writer **out);
 int rb_cli_trace_detach(const char *cmd, struct rb_trace_writer *w);
 
-/* Reads a trace file (src/trace.h), prints its malformed lines as warnings
+/* Reads a trace file (tools/analysis/trace.h), prints its malformed lines as warnings
  * with their line numbers, and expands it to 4 KiB block accesses; prints
  * the error and returns 1 when nothing usable is left (cmd_trace.c). */
 struct rb_trace;

@@ -9,14 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "classify.h"
+#include "classify_offline.h"
 #include "cli.h"
 #include "trace.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: rebound classify TRACE\n"
-               "  TRACE   a trace from `rebound trace` or `rebound run --trace` (src/trace.h)\n");
+               "  TRACE   a trace from `rebound trace` or `rebound run --trace` (tools/analysis/trace.h)\n");
 }
 
 int rb_cmd_classify(int argc, char **argv)

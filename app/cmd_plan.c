@@ -1,5 +1,5 @@
 /*
- * cmd_plan.c - `rebound plan`: the capacity model (src/plan.h) for a device
+ * cmd_plan.c - `rebound plan`: the capacity model (tools/analysis/plan.h) for a device
  * profile: how much of the weight loop must stay pinned so that storage
  * delivers the rest in time, with the hot set and the KV cache drawing on
  * the same page-cache pool. With -m MODEL the loop is the model's per-token

@@ -41,7 +41,7 @@ static void print_usage(FILE *f)
         "  --ram-codec C        lossless (default), q8: the compressed RAM tier\n"
         "  --spill-dir DIR      where evicted KV goes on storage (default $TMPDIR or /tmp)\n"
         "  --trace FILE         record the model-file accesses (load, and per token the weight\n"
-        "                       ranges read) for `rebound classify|sim` (format: src/trace.h)\n");
+        "                       ranges read) for `rebound classify|sim` (format: tools/analysis/trace.h)\n");
 }
 
 static int32_t *read_token_file(const char *path, size_t *n)

@@ -1,6 +1,6 @@
 /*
  * cmd_sim.c - `rebound sim TRACE`: replay a trace against each policy over
- * a sweep of cache sizes (src/sim.h); print hit ratios, storage bytes and
+ * a sweep of cache sizes (tools/analysis/sim.h); print hit ratios, storage bytes and
  * modelled I/O time per token as tables, the class-vs-OPT gap, the replay
  * speed per policy; optionally a CSV and an SVG plot.
  * A tool subcommand: uses the internal headers of trace, classify, sim.
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "classify.h"
+#include "classify_offline.h"
 #include "cli.h"
 #include "policy.h"
 #include "profile.h"

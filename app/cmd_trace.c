@@ -1,6 +1,6 @@
 /*
  * cmd_trace.c - `rebound trace`: make a block-level trace of model-file I/O
- * (format in src/trace.h), three ways:
+ * (format in tools/analysis/trace.h), three ways:
  *   - of a rebound run: `rebound trace -o FILE -- rebound run|bench ARGS`
  *     runs the command in this process with `--trace FILE` (the same as
  *     passing --trace to run or bench);
@@ -34,7 +34,7 @@ int rb_cli_trace_attach(const char *cmd, rb_model *model, const char *model_path
     rb_trace_writer *w = NULL;
     if (rb_trace_writer_open(path, &w, &err) != RB_OK)
         return rb_cli_fail(cmd, err.message, NULL);
-    if (rb_model_set_trace(model, w, model_path) != RB_OK) {
+    if (rb_trace_writer_attach_model(w, model, model_path) != RB_OK) {
         rb_trace_writer_close(w, NULL);
         return rb_cli_fail(cmd, rb_model_errmsg(model), NULL);
     }
@@ -57,7 +57,7 @@ static void usage(FILE *f)
         "       rebound trace -o FILE -- PROGRAM ARGS...             trace any program (strace)\n"
         "       rebound trace --import-strace LOG -o FILE [--only SUBSTR]\n"
         "       rebound trace --synthetic -o FILE [--loop 64M] [--hot 2M] [--tokens 8] [--seed 1]\n"
-        "  -o FILE               the trace to write (format: src/trace.h)\n"
+        "  -o FILE               the trace to write (format: tools/analysis/trace.h)\n"
         "  --import-strace LOG   `strace -f -tt -e trace=openat,read,pread64,lseek,mmap,close`\n"
         "                        output; descriptors are followed to files\n"
         "  --only SUBSTR         keep only files whose path contains SUBSTR\n"

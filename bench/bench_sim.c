@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "classify.h"
+#include "classify_offline.h"
 #include "policy.h"
 #include "sim.h"
 #include "trace.h"

@@ -1,5 +1,5 @@
 /*
- * fuzz_gguf.c - libFuzzer target for the GGUF reader (src/gguf.c).
+ * fuzz_gguf.c - libFuzzer target for the GGUF reader (src/format/gguf.c).
  *
  * Each input is opened twice: with rb_gguf_open_memory, and with
  * rb_gguf_open through an rb_os table whose pread serves the same bytes

@@ -1,6 +1,6 @@
 /*
  * fuzz_kvcodec.c - libFuzzer target for the KV codec's decoder
- * (src/kvcodec*.c).
+ * (src/kvcodec/kvcodec*.c).
  *
  * Input: one control byte, then a frame. Random bytes almost never carry a
  * valid header check, which would leave the payload decoders unexplored,

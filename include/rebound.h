@@ -489,7 +489,7 @@ RB_API size_t rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, s
 /* Writes what remains (an unfinished character becomes U+FFFD). */
 RB_API size_t rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size);
 
-/* ---- sampling (src/sampler.h describes the chain) ---------------------- */
+/* ---- sampling (src/model/sampler.h describes the chain) ---------------------- */
 
 typedef struct rb_sampler rb_sampler;
 

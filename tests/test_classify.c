@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "check.h"
-#include "classify.h"
+#include "classify_offline.h"
 #include "trace.h"
 
 static void online(void)

@@ -1,5 +1,5 @@
 /*
- * test_gguf.c - the GGUF reader (src/gguf.c) and writer (src/gguf_write.c).
+ * test_gguf.c - the GGUF reader (src/format/gguf.c) and writer (src/format/gguf_write.c).
  *
  * Four parts:
  *   1. broken files: a table of hostile files, each a small valid file built

@@ -1,6 +1,6 @@
 /*
  * test_quant.c - the type traits table, fp16/bf16 conversions and the
- * reference quantizers of src/quant.c.
+ * reference quantizers of src/base/quant.c.
  *
  * Three kinds of evidence:
  *   1. exact facts: block sizes of every type, row_bytes edge cases, all

@@ -270,7 +270,7 @@ static void model_trace(void)
         return;
     rb_trace_writer *w = NULL;
     CHECK(rb_trace_writer_open(path, &w, &err) == RB_OK);
-    CHECK(rb_model_set_trace(m, w, model_path) == RB_OK);
+    CHECK(rb_trace_writer_attach_model(w, m, model_path) == RB_OK);
     rb_session_params p = rb_session_default_params();
     p.n_ctx = 64;
     p.n_threads = 1;

@@ -59,7 +59,7 @@ typedef struct rb_forward {
     int (*rows_gate)(void *ctx, const int32_t *tokens, uint32_t n);
     void *rows_gate_ctx;
     size_t mem_bytes;        /* run state bytes (the scratch account) */
-    struct rb_trace_writer *trace; /* borrowed from the model; NULL: not traced */
+    const rb_model_observer *obs; /* the model's; NULL: not observed */
 
     /* run state, one allocation; shapes per batch row t < n_batch */
     float *x;       /* [B][n_embd] residual stream */

@@ -26,7 +26,7 @@
  *   A 1200 0 6803712 47104000 -1 load
  *   A 905000000 0 6803712 1152 0 prefill
  *
- * What a trace of rebound itself holds (rb_model_set_trace):
+ * What a trace of rebound itself holds (rb_trace_writer_attach_model):
  *   - the header read at open, recorded when the trace is attached as the
  *     range [0, data offset): metadata, tokenizer, tensor index
  *     (rb_gguf_open in fact reads the first 1 MiB at once, so with a small
@@ -149,6 +149,17 @@ rb_status rb_trace_writer_bind_model(rb_trace_writer *w, uint32_t file, const st
 void rb_trace_forward_begin(rb_trace_writer *w, const int32_t *tokens, uint32_t n, uint32_t pos0);
 void rb_trace_forward_layer(rb_trace_writer *w, uint32_t layer);
 void rb_trace_forward_end(rb_trace_writer *w);
+
+/*
+ * Attaches the writer to a model as its observer (model.h): declares the
+ * model's file (path as given), binds it, records the header read that
+ * rb_model_open already made; from then on the model's weight loads and
+ * the forward passes of sessions created after this call are recorded.
+ * The writer must outlive the model's sessions; rb_model_set_observer(m,
+ * NULL) detaches. Errors (RB_E_NOMEM) go to the model's message slot.
+ */
+struct rb_model;
+rb_status rb_trace_writer_attach_model(rb_trace_writer *w, struct rb_model *m, const char *path);
 
 /* ---- block streams ---------------------------------------------------------- */
 

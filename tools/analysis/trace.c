@@ -449,6 +449,40 @@ void rb_trace_forward_end(rb_trace_writer *w)
         rb_trace_writer_access(w, w->model_file, w->ranges[i].offset, w->ranges[i].length);
 }
 
+static void obs_load(void *ctx) { rb_trace_writer_phase(ctx, RB_PHASE_LOAD, -1); }
+
+static void obs_read(void *ctx, uint64_t offset, uint64_t n)
+{
+    rb_trace_writer *w = ctx;
+    rb_trace_writer_access(w, w->model_file, offset, n);
+}
+
+static void obs_begin(void *ctx, const int32_t *tokens, uint32_t n, uint32_t pos0)
+{
+    rb_trace_forward_begin(ctx, tokens, n, pos0);
+}
+
+static void obs_layer(void *ctx, uint32_t layer) { rb_trace_forward_layer(ctx, layer); }
+static void obs_end(void *ctx) { rb_trace_forward_end(ctx); }
+
+rb_status rb_trace_writer_attach_model(rb_trace_writer *w, rb_model *m, const char *path)
+{
+    rb_model_set_observer(m, NULL);
+    if (!w)
+        return RB_OK;
+    const rb_gguf *g = rb_model_gguf(m);
+    uint32_t file = rb_trace_writer_file(w, path ? path : "?", rb_gguf_file_size(g));
+    rb_status st = rb_trace_writer_bind_model(w, file, g, rb_model_error(m));
+    if (st != RB_OK)
+        return st;
+    /* the header (metadata, tokenizer, tensor index) was read at open */
+    rb_trace_writer_phase(w, RB_PHASE_LOAD, -1);
+    rb_trace_writer_access(w, file, 0, rb_gguf_data_offset(g));
+    const rb_model_observer obs = {w, obs_load, obs_read, obs_begin, obs_layer, obs_end};
+    rb_model_set_observer(m, &obs);
+    return RB_OK;
+}
+
 /* ---- block streams -------------------------------------------------------------- */
 
 void rb_block_stream_free(rb_block_stream *s)

@@ -95,16 +95,31 @@ struct rb_tokenizer;
 rb_status rb_model_tokenizer(rb_model *model, const struct rb_tokenizer **out);
 
 /*
- * Tracing hook (trace.h): attaches a trace writer, owned by the caller, that
- * records this model's file accesses from now on. Declares the file (path
- * as given) and records the header read that rb_model_open already made;
- * rb_model_load_weights then records its reads, and a forward pass bound
- * after this call records its per-batch tensor accesses. NULL detaches.
- * The writer must outlive the model's sessions. RB_E_NOMEM.
+ * Observer: what an analysis tool sees of a model without the engine
+ * knowing the tool (tools/analysis/trace.c records the weight I/O this
+ * way). on_load: the weights are about to be loaded; on_read: the model
+ * read [file_offset, +n_bytes) of its file (the header read at open is not
+ * reported: the observer adds it when it attaches). The forward pass of a
+ * session created after this call reports each batch: on_forward_begin
+ * (the batch's tokens), on_forward_layer before each layer, on_forward_end
+ * after the last (or when a gate stops the pass). Callbacks run on the
+ * thread that loads or computes, never concurrently for one model; NULL
+ * members are skipped. An observed model loads by reading, never by
+ * mapping, so that every read is seen. The struct is copied; NULL
+ * detaches. Set it before the weights are loaded and before sessions exist.
  */
-struct rb_trace_writer;
-rb_status rb_model_set_trace(rb_model *model, struct rb_trace_writer *w, const char *path);
-struct rb_trace_writer *rb_model_trace(const rb_model *model);
+typedef struct rb_model_observer {
+    void *ctx;
+    void (*on_load)(void *ctx);
+    void (*on_read)(void *ctx, uint64_t file_offset, uint64_t n_bytes);
+    void (*on_forward_begin)(void *ctx, const int32_t *tokens, uint32_t n, uint32_t pos0);
+    void (*on_forward_layer)(void *ctx, uint32_t layer);
+    void (*on_forward_end)(void *ctx);
+} rb_model_observer;
+
+void rb_model_set_observer(rb_model *model, const rb_model_observer *obs);
+/* The observer set, or NULL when none. Valid until the next set. */
+const rb_model_observer *rb_model_get_observer(const rb_model *model);
 
 /* The model's message slot, for modules that report through it. */
 rb_error *rb_model_error(rb_model *model);

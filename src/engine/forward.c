@@ -33,7 +33,6 @@
 #include "matmul.h"
 #include "quant.h"
 #include "status.h"
-#include "trace.h"
 
 /* ---- binding weights ----------------------------------------------------- */
 
@@ -202,7 +201,7 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
     f->n_batch = n_batch;
     f->n_ctx = n_ctx;
     f->pool = pool;
-    f->trace = rb_model_trace(model);
+    f->obs = rb_model_get_observer(model);
     f->layers = calloc(hp->n_layers, sizeof *f->layers);
     if (!f->layers)
         return rb_error_set(err, RB_E_NOMEM, "forward: out of memory");
@@ -492,24 +491,25 @@ int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint3
     size_t row_bytes = rb_type_row_bytes(f->token_embd.type, E);
     if (f->rows_gate && f->rows_gate(f->rows_gate_ctx, tokens, n) != 0)
         return -1;
-    if (f->trace) /* the weight ranges this batch reads, for the I/O analysis */
-        rb_trace_forward_begin(f->trace, tokens, n, pos0);
+    const rb_model_observer *obs = f->obs; /* the I/O analysis sees each batch */
+    if (obs && obs->on_forward_begin)
+        obs->on_forward_begin(obs->ctx, tokens, n, pos0);
     for (uint32_t t = 0; t < n; t++)
         et->dequantize_row((const uint8_t *)f->token_embd.data + (size_t)tokens[t] * row_bytes,
                            f->x + (size_t)t * E, E);
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         if (f->layer_gate && f->layer_gate(f->layer_gate_ctx, l) != 0) {
-            if (f->trace)
-                rb_trace_forward_end(f->trace);
+            if (obs && obs->on_forward_end)
+                obs->on_forward_end(obs->ctx);
             return -1;
         }
-        if (f->trace)
-            rb_trace_forward_layer(f->trace, l);
+        if (obs && obs->on_forward_layer)
+            obs->on_forward_layer(obs->ctx, l);
         attention_block(f, kv, l, n, pos0);
         ffn_block(f, l, n);
     }
-    if (f->trace)
-        rb_trace_forward_end(f->trace);
+    if (obs && obs->on_forward_end)
+        obs->on_forward_end(obs->ctx);
     /* "all layers done": closes the last layer's span; the output's weights */
     if (f->layer_gate && f->layer_gate(f->layer_gate_ctx, hp->n_layers) != 0)
         return -1;

@@ -24,8 +24,6 @@
 #include "quant.h"
 #include "status.h"
 #include "tokenizer.h"
-#include "trace.h"
-#include "wcache.h"
 
 struct rb_model {
     rb_gguf *gguf;
@@ -48,8 +46,8 @@ struct rb_model {
     int n_weight_users;     /* sessions computing from the buffer as loaded */
     int is_streamed;        /* a streaming session owns the buffer */
     rb_tokenizer *tokenizer; /* built on first use */
-    struct rb_trace_writer *trace; /* borrowed; NULL: not traced */
-    uint32_t trace_file;    /* this file's id in the trace */
+    rb_model_observer obs;  /* copied from the caller; all NULL: none */
+    int is_observed;        /* obs has a member set */
     rb_error err;           /* last failure on this handle */
 };
 
@@ -388,8 +386,8 @@ static rb_status load_tensors(rb_model *m, int skip_layers)
         return RB_OK;
     for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
         const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
-        if (m->trace)
-            rb_trace_writer_access(m->trace, m->trace_file, t->file_offset, t->n_bytes);
+        if (m->obs.on_read)
+            m->obs.on_read(m->obs.ctx, t->file_offset, t->n_bytes);
         /* a mapping holds the file's own pages: fault them in, no copy */
         rb_status st = m->data_map ? populate_tensor(m, t)
                                    : rb_gguf_read(m->gguf, t, 0, m->data + t->offset,
@@ -491,9 +489,10 @@ static rb_status rb_model_load_weights_impl(rb_model *m, int skip_layers, int as
         return RB_OK; /* mapped */
     uint64_t start = rb_gguf_data_offset(m->gguf);
     uint64_t n = rb_gguf_file_size(m->gguf) - start;
-    if (m->trace)
-        rb_trace_writer_phase(m->trace, RB_PHASE_LOAD, -1);
-    if (as_map && !m->trace && map_data_private(m))
+    if (m->obs.on_load)
+        m->obs.on_load(m->obs.ctx);
+    /* observed: read tensor by tensor, so that the observer sees each read */
+    if (as_map && !m->is_observed && map_data_private(m))
         return load_tensors(m, skip_layers);
     /* placed so that address - file offset is a multiple of 4 KiB: every
        RAM page then holds one file block, which lets the weight cache give
@@ -535,22 +534,17 @@ rb_status rb_model_tokenizer(rb_model *m, const rb_tokenizer **out)
 
 rb_error *rb_model_error(rb_model *m) { return &m->err; }
 
-rb_status rb_model_set_trace(rb_model *m, struct rb_trace_writer *w, const char *path)
+void rb_model_set_observer(rb_model *m, const rb_model_observer *obs)
 {
-    m->trace = NULL;
-    if (!w)
-        return RB_OK;
-    m->trace_file = rb_trace_writer_file(w, path ? path : "?", rb_gguf_file_size(m->gguf));
-    rb_status st = rb_trace_writer_bind_model(w, m->trace_file, m->gguf, &m->err);
-    if (st != RB_OK)
-        return st;
-    /* the header (metadata, tokenizer, tensor index) was read at open */
-    rb_trace_writer_phase(w, RB_PHASE_LOAD, -1);
-    rb_trace_writer_access(w, m->trace_file, 0, rb_gguf_data_offset(m->gguf));
-    m->trace = w;
-    return RB_OK;
+    static const rb_model_observer none = {0};
+    m->obs = obs ? *obs : none;
+    m->is_observed = m->obs.on_read || m->obs.on_load || m->obs.on_forward_begin ||
+                     m->obs.on_forward_layer || m->obs.on_forward_end;
 }
 
-struct rb_trace_writer *rb_model_trace(const rb_model *m) { return m->trace; }
+const rb_model_observer *rb_model_get_observer(const rb_model *m)
+{
+    return m->is_observed ? &m->obs : NULL;
+}
 
 const char *rb_model_path(const rb_model *m) { return m->path; }
