@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# check_layout.sh SOURCE_DIR - the module map of docs/ARCHITECTURE.md, checked
+# from the sources: every quoted #include of a file under src/ or tools/ names
+# a header of its own module, of a module it may depend on (directly or
+# through another), or include/rebound.h; no include climbs with "../"; the
+# module graph that the includes draw has no cycle; every folder of src/ and
+# tools/ is a known module. The build enforces the same direction through
+# include paths (cmake/RbModule.cmake); this check also catches what a
+# transitive include path would let through, and says where.
+set -euo pipefail
+ROOT=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+cd "$ROOT"
+
+# module -> the modules it may include directly (the rest follows by closure)
+declare -A DEPS=(
+    [base]=""
+    [kvcodec]="base"
+    [format]="base kvcodec"
+    [model]="base format"
+    [memory]="base kvcodec format model"
+    [engine]="base format model memory"
+    [session]="base kvcodec format model memory engine"
+    [analysis]="session"
+    [synth]="session"
+    [harness]="session"
+)
+dir_of() { case $1 in analysis|synth|harness) echo "tools/$1" ;; *) echo "src/$1" ;; esac; }
+
+fail=0
+err() { echo "check_layout: $*" >&2; fail=1; }
+
+# every folder is a module
+for d in src/*/ tools/*/; do
+    m=$(basename "$d")
+    [ -n "${DEPS[$m]+x}" ] || err "folder $d is not in the module map (docs/ARCHITECTURE.md)"
+done
+for f in src/*.c src/*.h tools/*.c tools/*.h; do
+    [ -e "$f" ] && err "$f lies outside a module folder"
+done
+
+# closure of the allowed dependencies
+declare -A ALLOWED
+closure() {
+    local m=$1 seen=" $1 " todo=("${DEPS[$1]}") d
+    todo=(${DEPS[$1]})
+    while [ ${#todo[@]} -gt 0 ]; do
+        d=${todo[0]}; todo=("${todo[@]:1}")
+        case $seen in *" $d "*) continue ;; esac
+        seen+="$d "
+        todo+=(${DEPS[$d]})
+    done
+    ALLOWED[$m]=$seen
+}
+for m in "${!DEPS[@]}"; do closure "$m"; done
+
+# header -> module
+declare -A OWNER
+for m in "${!DEPS[@]}"; do
+    for h in $(dir_of "$m")/*.h; do
+        [ -e "$h" ] || continue
+        b=$(basename "$h")
+        [ -z "${OWNER[$b]+x}" ] || err "header $b exists in two modules: ${OWNER[$b]} and $m"
+        OWNER[$b]=$m
+    done
+done
+
+# the includes; edges of the module graph
+declare -A EDGE
+n_inc=0
+for m in "${!DEPS[@]}"; do
+    for f in $(dir_of "$m")/*.[ch]; do
+        [ -e "$f" ] || continue
+        while IFS= read -r inc; do
+            n_inc=$((n_inc + 1))
+            case $inc in
+                *../*) err "$f includes \"$inc\": no relative climbing; use the module's include path" ; continue ;;
+                rebound.h) continue ;;
+            esac
+            o=${OWNER[$inc]:-}
+            if [ -z "$o" ]; then
+                err "$f includes \"$inc\", which no module holds"
+                continue
+            fi
+            [ "$o" = "$m" ] && continue
+            EDGE["$m $o"]=1
+            case ${ALLOWED[$m]} in
+                *" $o "*) ;;
+                *) a=${ALLOWED[$m]#" $m "}
+                   err "$f includes \"$inc\" of module $o: $m may use only: ${a:-include/rebound.h}" ;;
+            esac
+        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+    done
+done
+
+# no cycle in the drawn graph (depth-first search, three colours)
+declare -A COLOUR
+visit() {
+    local m=$1 e o
+    COLOUR[$m]=grey
+    for e in "${!EDGE[@]}"; do
+        [ "${e%% *}" = "$m" ] || continue
+        o=${e#* }
+        case ${COLOUR[$o]:-white} in
+            grey) err "cycle between modules: $m -> $o -> ... -> $m" ;;
+            white) visit "$o" ;;
+        esac
+    done
+    COLOUR[$m]=black
+}
+for m in "${!DEPS[@]}"; do
+    [ "${COLOUR[$m]:-white}" = white ] && visit "$m"
+done
+
+if [ $fail -ne 0 ]; then
+    echo "check_layout: FAILED (the map: docs/ARCHITECTURE.md)"
+    exit 1
+fi
+echo "check_layout: ${#DEPS[@]} modules, ${#EDGE[@]} module edges from $n_inc includes, no cycle, every include in the direction of the map"
