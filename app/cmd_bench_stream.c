@@ -1,7 +1,7 @@
 /*
  * cmd_bench_stream.c - `rebound bench --weights-budget 25%,50%,75%
  * [--policy class,lru] [--device phone]`: decode speed when the weights do
- * not fit the memory given (issue 8), every configuration in one run:
+ * not fit the memory given, every configuration in one run:
  *
  *   1. the compute rate C: decode with every weight in RAM;
  *   2. per budget and policy: a streaming session (wcache_stream.h) warmed

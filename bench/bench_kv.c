@@ -1,5 +1,5 @@
 /*
- * bench_kv.c - the KV codec benchmark (issue 4): ratio, encode and decode
+ * bench_kv.c - the KV codec benchmark: ratio, encode and decode
  * speed of every codec mode on KV captured from a real model run, next to
  * lz4 and zstd (-1, -3), the codecs zRAM would use.
  *

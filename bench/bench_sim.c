@@ -1,6 +1,6 @@
 /*
  * bench_sim.c - replay speed of every cache policy in the simulator (not a
- * test; never registered). Target (issue 5): >= 10 M block accesses per
+ * test; never registered). Target: >= 10 M block accesses per
  * second per policy, OPT included (with its precomputed next-use index).
  *
  * The stream: a synthetic model app (rb_trace_synth: load scan, hot set,

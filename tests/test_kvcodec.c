@@ -94,7 +94,7 @@ static void test_names_and_bounds(void)
     CHECK_EQ_U64(rb_kvcodec_bound(&d, RB_KVCODEC_STORE), 48 + 262144);
     double q8_ratio = 262144.0 / (double)rb_kvcodec_bound(&d, RB_KVCODEC_Q8);
     double q4_ratio = 262144.0 / (double)rb_kvcodec_bound(&d, RB_KVCODEC_Q4);
-    CHECK(q8_ratio >= 1.88); /* issue 4's targets, met by the layout itself */
+    CHECK(q8_ratio >= 1.88); /* the codec's targets, met by the layout itself */
     CHECK(q4_ratio >= 3.5);
     /* odd dims: 4-bit row of 67 = 2 chunks of 32 (32 B) + 3 values (2 B) */
     rb_kvcodec_dims o = dims4(1, 1, 67, 67);

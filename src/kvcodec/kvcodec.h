@@ -130,7 +130,7 @@ rb_status rb_kvcodec_frame_info_get(const void *src, size_t src_size,
                                     rb_kvcodec_frame_info *out, rb_error *err);
 
 /*
- * The empirical limit of the lossless model (issue 4): for every channel
+ * The empirical limit of the lossless model: for every channel
  * (head, dim) of K and of V, the order-0 entropy of its 6 sign+exponent
  * bits over the page's tokens, plus 10 raw mantissa bits per value.
  * Tables and framing are free in this bound; the codec pays for them.

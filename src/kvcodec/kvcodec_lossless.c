@@ -55,51 +55,12 @@
  * decoder checks), so a decode table indexed by the next 7 bits has no
  * invalid entry, and each symbol owns one run of it.
  *
- * Why these numbers (bench_kv, one core, 64 MiB of pages, medians of 9
- * passes on a shared 2-core Zen 3 VM, +-10% run to run; synthetic
- * qwen3-0.6b KV: pages of 256 tokens x 8 heads x 128/128; stories260K:
- * 128 tokens x 4 heads x 8/8):
- *   - 7-bit codes instead of 8: 96.2% -> 96.1% of the entropy bound but 8
- *     symbols per 64-bit load and half-size tables, 1.6 -> 1.7 GB/s;
- *     3-bit lengths in the descriptor instead of 4: 96.1% -> 96.6%
- *     (stories260K 95.0% -> 95.6%).
- *   - clustered codes (version 2) instead of one per channel (version 1,
- *     whose decoder built 128 tables a head: ~30% of its time), measured
- *     side by side (medians, wall / thread CPU time): qwen3 decode 1.76 /
- *     1.74 -> 2.09 / 2.19 GB/s (a busier session: 1.20 / 1.54 -> 2.05 /
- *     2.05), ratio 1.2538 -> 1.2537 (96.6% of 1.2974; 1.2550, 96.7%,
- *     without the pairing pass); stories260K 1.53 / 1.38 -> 1.84 / 1.92
- *     (busier: 1.22 / 1.43 -> 1.69 / 1.81), ratio 1.1732 -> 1.1769
- *     (95.6% -> 95.9% of 1.2276; with SHARED's 8 streams below). Up to
- *     16 codes a chunk instead of 32: qwen3 96.3% (its random-weight keys
- *     use all 32: 1940 of 2048 chunks) and no decode speed gained above
- *     the noise; a per-table penalty in the clustering (48 or 128 bits)
- *     cost ratio (stories260K 95.9% -> 95.8%, 95.4%), no speed.
- *   - SHARED with 8 interleaved streams instead of 4 quarters (the same
- *     8-wide loop as CLUSTERED): stories260K 1.6 -> 1.9 GB/s, 4 more
- *     length fields a head.
- *   - the encoder: the full pair matrix (~128^2 entropy estimates a chunk)
- *     took qwen3 from version 1's 0.16-0.22 to 0.04-0.05 GB/s; now (thread
- *     CPU time, bench medians, the three binaries side by side twice):
- *     qwen3 0.05 -> 0.22-0.23 GB/s (version 1: 0.23), ratio 1.2537 ->
- *     1.2517 (96.6% -> 96.5%), decode 2.18-2.23 -> 2.19-2.27; stories260K
- *     0.10 -> 0.14 (version 1: 0.13; its 8-channel chunks keep the full
- *     matrix: ratio unchanged, 95.9%), decode 1.97 -> 1.79-1.99. Steps
- *     on qwen3's 28 pages (best of 15 passes, one binary after the other,
- *     noisy): neighbours only in mean-exponent order 0.05 -> 0.07 (ratio
- *     1.2551 -> 1.2455); the refinement's bits a vectorized sum over the
- *     codes that hold all of a channel's symbols -> 0.13; SHARED's 8
- *     histograms summed from the chunks', codes only for the kept
- *     lengths, the merge's argmin a linear scan, build_lengths' length
- *     limit walking its sorted leaves instead of 64 symbols a step ->
- *     0.21; four channels' streams written at once (their sizes known)
- *     0.21 -> 0.22; a window of 2 instead of 1: 0.16 (1.2535); its pair
- *     costs kept, one refinement pass instead of 4: 0.22 (1.2531).
- *
- * Tried and dropped: two adjacent channels' entries in one 32-bit store
- * (fewer stores, two more ALU operations a pair): ~3-5% slower on both
- * pages; skipping the empty blocks of 8 symbols in the entropy estimate:
- * no encode speed above the noise.
+ * Why these numbers: 7-bit codes (8 symbols per 64-bit load, half-size
+ * tables), up to 32 clustered codes a chunk (a code per channel cost the
+ * decoder 30% in table builds), SHARED's 8 interleaved streams, the
+ * encoder's neighbour-only merges for wide chunks: each was measured
+ * against its alternatives with bench_kv; the figures and what was tried
+ * and dropped are in docs/notes/kvcodec-lossless.md.
  *
  * Decoding (kvcodec_lossless_dec.c): per code a table (entry = symbol <<
  * 10 | length), copied into one of 8 slots for the channels that use it.

@@ -1,6 +1,6 @@
 /*
  * policy.h - block replacement policies behind one method table, shared by
- * the simulator (sim.c) and the runtime weight cache (wcache, issue 8): the
+ * the simulator (sim.c) and the runtime weight cache (wcache_stream): the
  * same code decides in both, so a simulated hit ratio is the runtime's.
  *
  * Keys are dense block ids in [0, n_keys): the runtime numbers the 4 KiB
@@ -111,7 +111,7 @@ int rb_policy_fetch(rb_policy *p, uint32_t key, uint64_t now, uint32_t *victim);
 
 /*
  * Changes the capacity: the runtime re-balances its pinned loop prefix S as
- * the KV cache grows and takes pool bytes from the weights (issue 8).
+ * the KV cache grows and takes pool bytes from the weights.
  * Growing keeps every block; shrinking evicts n_resident - capacity blocks
  * in the policy's own eviction order (class: streamed and SEQ blocks, then
  * the loop prefix's end, the hot set last) and writes their keys to

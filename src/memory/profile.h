@@ -2,8 +2,8 @@
  * profile.h - device profiles: the storage a model's weights are read from
  * and the page-cache pool the OS gives a model app. One definition for all
  * of rebound: the simulator's I/O-time model (sim.c), the capacity planner
- * (plan.c) and, later, the weight cache's throttle and sizing (issue 8) all
- * read the same numbers.
+ * (plan.c) and the weight cache's throttle and sizing (wcache_stream.c)
+ * all read the same numbers.
  *
  * Units: bytes and seconds. Sizes are binary (1 MiB = 2^20 B) and so are
  * bandwidths (MiB/s), so that the paper's arithmetic (Kim, Lee, Bahn 2025:

@@ -594,30 +594,30 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
 }
 
 /*
- * The trim algorithm:
- *  1. The level names the layers whose KV goes (last quarter, last half,
- *     all) and whether weights go (complete); a byte count walks the same
- *     order until enough is freed.
- *  2. Layers from the last to the first: the restore runs in layer order
- *     and the forward pass starts on layer 0, so the last layers have the
- *     longest time to come back.
- *  3. For each resident page: recompute mode drops it; eager mode stores
- *     it; a page already in the session file is dropped (no write);
- *     otherwise (pipelined) residency_split.c picks its path, walking the
- *     pages in restore order: storage when the storage path (at R, or the
- *     lower rate the last restores saw) delivers it before the forward
- *     pass reaches its layer (layer x the last turn's compute per layer),
- *     else, for a level, the path whose predicted finish time with this
- *     page is smaller (compressed bytes / D, storage bytes / R + per-I/O
- *     latency: the two finish together, the split D/(D+R)); for a byte
- *     count, the path with the smaller predicted restore time per byte
- *     freed: a compressed page frees only what the codec saves (lossless
- *     at 1.25x frees 20% of a page), and every byte it does not free takes
- *     a page of an earlier layer - so a byte count takes pages until the
- *     split frees enough.
- *  4. A store write that fails (a full disk) keeps the page: it is
- *     compressed instead and counted (n_disk_full).
- *  5. If the KV was not enough (bytes) or the level is complete, the
+ * The trim algorithm (the steps are labelled in the code):
+ *  1. The candidates: every resident KV page of the layers the level names
+ *     (last quarter, last half, all), or of all layers for a byte count,
+ *     from the last layer to the first (the restore runs in layer order and
+ *     the forward pass starts on layer 0, so the last layers have the
+ *     longest time to come back). A byte count skips pages the session
+ *     file's worker has pinned (never a wait inside a feed); a level waits.
+ *  2. The tiers: recompute mode drops every page; eager mode stores it; a
+ *     page already on storage (the spill's kept copy, the session file) is
+ *     dropped without a write; otherwise (pipelined) residency_split.c
+ *     picks its path, walking the pages in restore order: storage when the
+ *     storage path (at R, or the lower rate the last restores saw) delivers
+ *     it before the forward pass reaches its layer (layer x the last turn's
+ *     compute per layer), else, for a level, the path whose predicted
+ *     finish time with this page is smaller (compressed bytes / D, storage
+ *     bytes / R + per-I/O latency: the two finish together, the split
+ *     D/(D+R)); for a byte count, the path with the smaller predicted
+ *     restore time per byte freed: a compressed page frees only what the
+ *     codec saves (lossless at 1.25x frees 20% of a page), and every byte
+ *     it does not free takes a page of an earlier layer - so a byte count
+ *     takes pages until the split frees enough.
+ *  3. Move them, in trim order. A store write that fails (a full disk)
+ *     keeps the page: it is compressed instead and counted (n_disk_full).
+ *  4. If the KV was not enough (bytes) or the level is complete, the
  *     weights of layers go, last first.
  */
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
@@ -751,7 +751,8 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
         }
         freed += f;
     }
-    /* the zram baseline compresses KV only, as the zRAM case does */
+    /* 4. the weights, last layer first (the zram baseline compresses KV
+       only, as the kernel's zRAM would) */
     if (st == RB_OK && r->wcache &&
         (weights || (by_bytes && freed < bytes && !is_zram(r->p.ram_codec)))) {
         for (uint32_t l = L; l-- > 0;) {

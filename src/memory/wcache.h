@@ -2,7 +2,7 @@
  * wcache.h - the weight cache: owns the release and reload of a model's
  * weight bytes, layer by layer.
  *
- * Today (issue 6) it works on the weight buffer rb_model_load_weights
+ * It works on the weight buffer rb_model_load_weights
  * filled: releasing layer L gives the pages of blk.L.*'s byte range back to
  * the OS (madvise MADV_DONTNEED: RSS drops, the addresses stay valid), and
  * reloading reads that range from the model file into the same addresses,
@@ -10,8 +10,8 @@
  * extra copy. Reads bypass the page cache (O_DIRECT: the model buffer is
  * placed so that its pages line up with the file's 4 KiB blocks, see
  * model.c) and go through the storage throttle, so a reload costs what the
- * device profile says. Issue 8 grows this into the block cache with
- * pinning and streaming; the residency manager decides what to release.
+ * device profile says. The block cache with pinning and streaming is
+ * wcache_stream.h; the residency manager decides what to release.
  *
  * Only whole 4 KiB pages inside a layer's range are released: the pages a
  * layer shares with its neighbours at either end stay (at most 8 KiB per

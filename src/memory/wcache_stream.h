@@ -1,5 +1,5 @@
 /*
- * wcache_stream.h - the weight cache's streaming mode (issue 8): run a
+ * wcache_stream.h - the weight cache's streaming mode: run a
  * model whose weights do not fit the memory it is given, at the speed the
  * capacity model predicts (plan.h: S >= max(0, N - BW*T)).
  *

@@ -2,7 +2,7 @@
 # cli_kvquality.sh - `rebound kvquality` end to end: a lossless codec leaves
 # the logits exactly as they were, a lossy one reports agreement and KL in
 # its result line, the errors a user can cause; on stories260K (when the
-# reference models are present) issue 4's quality targets: 8-bit top-1
+# reference models are present) the codec's quality targets: 8-bit top-1
 # >= 99% and mean KL <= 0.001, 4-bit top-1 >= 97%, over >= 300 positions.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
