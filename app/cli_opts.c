@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "rebound_experimental.h"
 
 /* "pipelined" / "eager" / "recompute" -> mode; -1 when unknown */
 int rb_cli_parse_restore(const char *s)
@@ -45,7 +46,11 @@ int rb_cli_session_opt(const char *o, const char *v, rb_session_params *p, int *
         *bad = rb_cli_parse_u64(v, &u) || u > 256;
         p->n_threads = (int)u;
     } else if (!strcmp(o, "--device")) {
-        *bad = !v, p->device = v;
+        static rb_experimental_params x; /* p keeps a pointer to it */
+        x = p->experimental ? *p->experimental : rb_experimental_default_params();
+        x.device = v;
+        p->experimental = &x;
+        *bad = !v;
     } else if (!strcmp(o, "--spill-dir")) {
         *bad = !v, p->spill_dir = v;
     } else if (!strcmp(o, "--mem-budget")) {

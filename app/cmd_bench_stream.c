@@ -35,6 +35,7 @@
 #include "cgroup.h"
 #include "cli.h"
 #include "rebound.h"
+#include "rebound_experimental.h"
 
 #define MAX_ITEMS 16
 
@@ -295,7 +296,9 @@ int rb_cmd_bench_stream(int argc, char **argv)
     rb_session_params p = rb_session_default_params();
     p.n_threads = (int)n_threads;
     p.n_ctx = (uint32_t)n_tg + 16;
-    p.device = device;
+    rb_experimental_params x = rb_experimental_default_params();
+    x.device = device;
+    p.experimental = &x;
     const char *name = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
 
     /* 1. the compute rate, every weight in RAM */

@@ -373,10 +373,10 @@ static int chat_turn(struct chat *c, const char *message)
     double t0 = rb_cli_now_s();
     int rc = 0;
     while (c->n_predict < 0 || n_out < c->n_predict) {
-        int32_t next = rb_sampler_sample(c->sampler, rb_session_logits(c->session),
-                                         rb_session_tokens(c->session),
-                                         rb_session_n_tokens(c->session));
-        if (next < 0) {
+        int32_t next;
+        if (rb_sampler_sample(c->sampler, rb_session_get_logits(c->session),
+                              rb_session_get_tokens(c->session),
+                              rb_session_n_tokens(c->session), &next) != RB_OK) {
             rc = rb_cli_fail(CMD, rb_sampler_errmsg(c->sampler), NULL);
             break;
         }

@@ -235,8 +235,12 @@ int rb_cmd_run(int argc, char **argv)
             fprintf(stderr, "\nrebound run: context full (%" PRIu32 " tokens)\n", rb_session_n_ctx(s));
             break;
         }
-        int32_t next = rb_sampler_sample(sampler, rb_session_logits(s), rb_session_tokens(s),
-                                         rb_session_n_tokens(s));
+        int32_t next;
+        if (rb_sampler_sample(sampler, rb_session_get_logits(s), rb_session_get_tokens(s),
+                              rb_session_n_tokens(s), &next) != RB_OK) {
+            rb_cli_fail("run", rb_sampler_errmsg(sampler), NULL);
+            goto done;
+        }
         if (rb_model_token_is_eog(model, next))
             break;
         if (n_gen == 0 && report_ttft) { /* for `switch`: CLOCK_MONOTONIC is system-wide */

@@ -42,6 +42,7 @@
 
 #include "cli.h"
 #include "rebound.h"
+#include "rebound_experimental.h"
 #include "switch.h"
 
 static const char *ALL_STRATEGIES =
@@ -602,7 +603,9 @@ int rb_cmd_switch(int argc, char **argv)
     rb_session_params sp = rb_session_default_params();
     sp.n_ctx = o.n_ctx + o.n_turn + 16;
     sp.n_threads = o.n_threads;
-    sp.device = o.device;
+    rb_experimental_params sx = rb_experimental_default_params();
+    sx.device = o.device;
+    sp.experimental = &sx;
     sp.spill_dir = o.spill_dir;
     rb_session *s = NULL;
 

@@ -6,16 +6,33 @@
  * and brings the model back fast when the user returns.
  *
  * Conventions (hold for every function below):
- *   - Functions return an rb_status; RB_OK (0) is success.
- *   - Objects are opaque handles with lifetime pairs _open/_close (bound to a
- *     file) or _create/_destroy.
+ *   - Errors: a function that can fail returns an rb_status; RB_OK (0) is
+ *     success. A failed call leaves a message on its handle
+ *     (rb_<object>_errmsg); a call that has no handle yet (_open, _create)
+ *     writes status and message to an rb_error the caller passes (may be
+ *     NULL); a call on a const handle leaves no message (the status says
+ *     which of its documented errors it was). Functions that cannot fail
+ *     return their value directly (a count, a pointer, a documented
+ *     "none" value such as -1 for a missing special token). No call
+ *     truncates or drops data silently.
  *   - On failure an object stays valid and out-parameters stay unchanged.
- *   - A failed call leaves a message on its handle (rb_model_errmsg). A call
- *     that has no handle yet (an _open) writes its message to an rb_error
- *     the caller passes (may be NULL).
+ *   - Names: rb_<object>_<verb>; objects are opaque handles with lifetime
+ *     pairs _open/_close (bound to a file) or _create/_destroy. Accessors:
+ *     rb_<object>_get_<what> / _set_<what>; counts rb_<object>_n_<what>;
+ *     predicates rb_<object>_is_<what>.
+ *   - Structs the library fills (rb_model_info, rb_session_stats) only ever
+ *     grow at their end: the getters take the caller's sizeof (the macros
+ *     pass it), so a program built against an older header keeps working
+ *     with a newer library.
+ *   - Cost: each function says when it may block on I/O or allocate; a
+ *     function that says neither does neither.
  *   - The library never prints and never exits.
  *   - Thread rule: a handle may be used by one thread at a time; distinct
- *     handles are independent.
+ *     handles are independent, except as rb_session_create states for
+ *     sessions of one model.
+ *   - Research and benchmark knobs (emulated storage devices, the tier
+ *     split's rates, the baselines rebound is measured against) are in
+ *     rebound_experimental.h, not here.
  */
 #ifndef REBOUND_H
 #define REBOUND_H
@@ -34,8 +51,15 @@ extern "C" {
 #endif
 
 #define REBOUND_VERSION_MAJOR 0
-#define REBOUND_VERSION_MINOR 1
+#define REBOUND_VERSION_MINOR 2
 #define REBOUND_VERSION_PATCH 0
+#define REBOUND_VERSION_STRING "0.2.0"
+
+/* The library's version as "MAJOR.MINOR.PATCH" (the library the program
+ * runs against, which may be newer than the header it was built with), and
+ * as MAJOR << 16 | MINOR << 8 | PATCH. */
+RB_API const char *rb_version(void);
+RB_API uint32_t rb_version_number(void);
 
 /* ---- status ------------------------------------------------------------ */
 
@@ -84,6 +108,8 @@ RB_API rb_model_params rb_model_default_params(void);
  * Errors: RB_E_IO, RB_E_SHORT_READ, RB_E_FORMAT, RB_E_UNSUPPORTED (GGUF
  *         version, or a model without the hyperparameters of its
  *         architecture), RB_E_NOMEM.
+ * Cost: reads the header and index (blocks on I/O); allocates them. The
+ * weights are loaded by the first session.
  */
 RB_API rb_status rb_model_open(const char *path, const rb_model_params *params,
                                rb_model **out, rb_error *err);
@@ -121,9 +147,14 @@ typedef struct rb_model_info {
     uint64_t layer_weight_bytes; /* sum over blk.* tensors */
     uint64_t other_weight_bytes; /* embeddings, output, final norm */
     uint64_t kv_bytes_per_token; /* f16 K and V over all layers */
+    /* new fields only here, at the end */
 } rb_model_info;
 
-RB_API rb_status rb_model_get_info(const rb_model *model, rb_model_info *out);
+/* Fills out (out_size bytes of it: the caller's sizeof, which the macro
+ * passes). Errors: RB_E_INVALID_ARG (NULL, or out_size 0). */
+RB_API rb_status rb_model_get_info_sized(const rb_model *model, rb_model_info *out,
+                                         size_t out_size);
+#define rb_model_get_info(model, out) rb_model_get_info_sized((model), (out), sizeof *(out))
 
 /*
  * A string value of the file's metadata by key, e.g.
@@ -137,11 +168,11 @@ RB_API rb_status rb_model_get_info(const rb_model *model, rb_model_info *out);
  * key), RB_E_FORMAT (the key holds another type than a string). The model
  * is const, so no message is left: the status says which.
  */
-RB_API rb_status rb_model_meta_str(const rb_model *model, const char *key, const char **out,
-                                   size_t *len);
+RB_API rb_status rb_model_get_meta_str(const rb_model *model, const char *key,
+                                       const char **out, size_t *len);
 
 /* Bytes of the tensors of one layer (blk.<layer>.*). 0 when out of range. */
-RB_API uint64_t rb_model_layer_bytes(const rb_model *model, uint32_t layer);
+RB_API uint64_t rb_model_get_layer_bytes(const rb_model *model, uint32_t layer);
 
 /* One tensor of the file's index, by position (0 .. n_tensors-1). */
 typedef struct rb_tensor_info {
@@ -153,14 +184,16 @@ typedef struct rb_tensor_info {
     uint64_t file_offset;   /* absolute offset of the data in the file */
 } rb_tensor_info;
 
-RB_API rb_status rb_model_tensor_info(rb_model *model, uint64_t index,
-                                      rb_tensor_info *out);
+/* Errors: RB_E_INVALID_ARG (index out of range; message on the model). */
+RB_API rb_status rb_model_get_tensor_info(rb_model *model, uint64_t index,
+                                          rb_tensor_info *out);
 
 /* ---- session ----------------------------------------------------------- */
 
 /*
  * A session is one conversation on a model: its tokens, its KV cache and
- * the compute state to extend it. Several sessions may share one model.
+ * the compute state to extend it. Several sessions may share one model
+ * (see rb_session_create for the rules today).
  */
 typedef struct rb_session rb_session;
 
@@ -173,24 +206,22 @@ typedef enum rb_tier {
     RB_TIER_COUNT
 } rb_tier;
 
-/* How evicted KV comes back (rb_session_params.restore). */
+/* How evicted KV comes back (rb_session_params.restore). Value 1 is the
+ * storage-offload baseline of rebound_experimental.h. */
 typedef enum rb_restore_mode {
     RB_RESTORE_PIPELINED = 0, /* both tiers, restored in layer order while the
                                  forward pass computes (the default) */
-    RB_RESTORE_EAGER = 1,     /* the storage-offload baseline: everything to
-                                 storage, read back completely before compute */
     RB_RESTORE_RECOMPUTE = 2  /* KV dropped, rebuilt from the tokens */
 } rb_restore_mode;
 
-/* The codec of the compressed RAM tier (rb_session_params.ram_codec). */
+/* The codec of the compressed RAM tier (rb_session_params.ram_codec).
+ * Values 2 and 3 are the zRAM baselines of rebound_experimental.h. */
 typedef enum rb_ram_codec {
     RB_RAM_CODEC_LOSSLESS = 0, /* bit-exact (the default) */
-    RB_RAM_CODEC_Q8 = 1,       /* 8-bit groups of 64: ~1.9x smaller, lossy */
-    RB_RAM_CODEC_LZ4 = 2,      /* the zRAM baseline: lz4 / zstd -1 on the raw */
-    RB_RAM_CODEC_ZSTD = 3      /* bytes, RAM only (nothing spilled); present when
-                                  the build found the libraries, else
-                                  RB_E_UNSUPPORTED */
+    RB_RAM_CODEC_Q8 = 1        /* 8-bit groups of 64: ~1.9x smaller, lossy */
 } rb_ram_codec;
+
+struct rb_experimental_params; /* rebound_experimental.h */
 
 typedef struct rb_session_params {
     uint32_t n_ctx;     /* context length; 0: the model's trained context
@@ -201,14 +232,9 @@ typedef struct rb_session_params {
     /* memory manager (rb_session_trim) */
     rb_restore_mode restore;
     rb_ram_codec ram_codec;
-    const char *device;        /* storage profile: "phone", "watch", "host"
-                                  (default: "host", unthrottled) */
     const char *spill_dir;     /* spill file folder; NULL: $TMPDIR or /tmp */
     uint64_t budget_bytes;     /* 0: none; else RAM the session may hold:
                                   after a feed beyond it, it trims itself */
-    double decode_bytes_per_s; /* D of the tier split; 0: measured */
-    double storage_bytes_per_s;/* R of the tier split; 0: the profile's
-                                  bandwidth, or measured on "host" */
     /* weight streaming: the weights are read through rebound's own block
        cache (bypassing the page cache) instead of being loaded whole; the
        hot set and a loop prefix stay, the rest streams from storage every
@@ -223,6 +249,9 @@ typedef struct rb_session_params {
     const char *weights_policy;    /* "class" (NULL: class), or "lru" (the page
                                       cache's policy), fifo, clock, 2q, arc,
                                       lirs, mru */
+    /* research and benchmark knobs (rebound_experimental.h); NULL: none.
+       Copied at creation. */
+    const struct rb_experimental_params *experimental;
 } rb_session_params;
 
 RB_API rb_session_params rb_session_default_params(void);
@@ -232,12 +261,22 @@ RB_API rb_session_params rb_session_default_params(void);
  * mapped when the model was opened with use_mmap), checks that rebound can
  * run the architecture and every tensor, and allocates the run state.
  * The model must outlive the session.
+ * Sessions of one model: create (and open_saved) them from one thread at a
+ * time (the first loads the model's weights); once created, each may be
+ * fed from its own thread. A session that releases weights (a complete
+ * trim, weight streaming, a budget below the weights) acts on the model's
+ * one weight buffer and must be the model's only session.
  * Errors: RB_E_UNSUPPORTED (architecture, tensor type), RB_E_FORMAT
  * (missing tensor, wrong shape), RB_E_NOMEM, RB_E_IO; message in err.
+ * Cost: the first session of a model reads its weights (blocks on I/O);
+ * allocates the run state and a thread pool (starts n_threads - 1 threads).
  */
 RB_API rb_status rb_session_create(rb_model *model, const rb_session_params *params,
                                    rb_session **out, rb_error *err);
+/* Stops the session's threads (waits for a pending session-file commit)
+ * and frees everything it owns. NULL is a no-op. */
 RB_API void rb_session_destroy(rb_session *session);
+/* The message of the last failed call on this handle ("" if none). */
 RB_API const char *rb_session_errmsg(const rb_session *session);
 
 /*
@@ -248,16 +287,22 @@ RB_API const char *rb_session_errmsg(const rb_session *session);
  * Errors: RB_E_INVALID_ARG (a token id outside the vocabulary: nothing is
  * fed), RB_E_BUDGET (the context would exceed n_ctx: nothing is fed),
  * RB_E_NOMEM. On failure the session's tokens are unchanged.
+ * Cost: the forward pass (all n_threads); restores what a trim evicted
+ * (blocks on storage I/O, layer by layer beside the compute); may allocate
+ * KV pages as the context grows; hands a commit to the session file's
+ * worker when bound.
  */
 RB_API rb_status rb_session_feed(rb_session *session, const int32_t *tokens, size_t n,
                                  float *logits);
 
 /* Logits of the last token fed (n_vocab floats), or NULL before any. Valid
  * until the next feed. */
-RB_API const float *rb_session_logits(const rb_session *session);
+RB_API const float *rb_session_get_logits(const rb_session *session);
 
+/* The session's tokens (rb_session_n_tokens of them), valid until the next
+ * feed, rewind or destroy. */
 RB_API size_t rb_session_n_tokens(const rb_session *session);
-RB_API const int32_t *rb_session_tokens(const rb_session *session);
+RB_API const int32_t *rb_session_get_tokens(const rb_session *session);
 RB_API uint32_t rb_session_n_ctx(const rb_session *session);
 RB_API uint32_t rb_session_n_vocab(const rb_session *session);
 
@@ -285,6 +330,9 @@ typedef enum rb_trim_level {
  * RB_E_IO / RB_E_NOMEM (then what was trimmed so far stays trimmed, the
  * rest resident: the session stays usable). A full disk is not an error:
  * the page is compressed instead, and the stats count it.
+ * Cost: writes pages to storage (blocks on I/O) and encodes them (CPU);
+ * allocates compressed frames. Call between feeds, from the session's
+ * thread.
  */
 RB_API rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_level level,
                                  uint64_t *freed_out);
@@ -346,9 +394,15 @@ typedef struct rb_session_stats {
     /* the device profile's storage bandwidth (0: host, unthrottled); the
        split's R (storage_bytes_per_s) is lower when the disk gave less */
     double device_bytes_per_s;
+    /* new fields only here, at the end */
 } rb_session_stats;
 
-RB_API rb_status rb_session_get_stats(const rb_session *session, rb_session_stats *out);
+/* Fills out (out_size bytes of it: the caller's sizeof, which the macro
+ * passes). Errors: RB_E_INVALID_ARG (NULL, or out_size 0). */
+RB_API rb_status rb_session_get_stats_sized(const rb_session *session, rb_session_stats *out,
+                                            size_t out_size);
+#define rb_session_get_stats(session, out) \
+    rb_session_get_stats_sized((session), (out), sizeof *(out))
 
 /*
  * How later trims place KV and how the next feeds restore it (see
@@ -381,6 +435,8 @@ RB_API rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
  * with a checksum. flags: RB_SAVE_FSYNC, RB_SAVE_SNAPSHOT (below).
  * Errors: RB_E_IO (the message names the path; a full disk leaves the
  * file's previous state and the session in RAM as it was).
+ * Cost: writes and (RB_SAVE_FSYNC) syncs the file: blocks on I/O; waits
+ * for a pending commit first.
  */
 enum {
     RB_SAVE_FSYNC = 1,    /* fdatasync each commit: survives a power cut too */
@@ -404,6 +460,8 @@ RB_API rb_status rb_session_save(rb_session *session, const char *path, unsigned
  * Errors: RB_E_NOT_FOUND (no file), RB_E_FORMAT (not a session file, or
  * damaged beyond its tokens), RB_E_INVALID_ARG (another model),
  * RB_E_UNSUPPORTED (another context length), and rb_session_create's.
+ * Cost: reads the file's catalog and the non-layer weights (blocks on
+ * I/O); starts the restore's workers; allocates as rb_session_create.
  */
 RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
                                        const char *path, rb_session **out, rb_error *err);
@@ -420,8 +478,9 @@ RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params 
 RB_API rb_status rb_session_unbind(rb_session *session);
 
 /* The caller's bytes saved with the session (sampler state, chat history):
- * copied; at most 256 KiB. The getter's pointer lives until the next
- * set_blob or open. RB_E_INVALID_ARG when too large. */
+ * copied (allocates); at most 256 KiB; RB_E_INVALID_ARG when larger. The
+ * getter's pointer lives until the next set_blob or open; NULL (and *n 0)
+ * when there is none. */
 RB_API rb_status rb_session_set_blob(rb_session *session, const void *data, size_t n);
 RB_API const void *rb_session_get_blob(const rb_session *session, size_t *n);
 
@@ -457,6 +516,7 @@ RB_API size_t rb_session_restore_events(const rb_session *session, rb_restore_ev
  * count needed; tokens may be NULL with n_max 0 to ask for it), and the
  * tokenizer's load errors (RB_E_FORMAT, RB_E_UNSUPPORTED naming the key).
  * Message on the model.
+ * Cost: the first call builds the tokenizer (allocates its tables).
  */
 RB_API rb_status rb_model_tokenize(rb_model *model, const char *text, size_t len,
                                    int add_special, int parse_special, int32_t *tokens,
@@ -558,32 +618,33 @@ RB_API void rb_sampler_destroy(rb_sampler *s);
  *            generated alike, as llama.cpp feeds its penalty sampler); may
  *            be NULL when n_history is 0. Ids outside [0, n_vocab) are
  *            ignored.
- * Returns the token, or -1 when s or logits is NULL, or history is NULL
- * with n_history > 0 (the message is left on s when s is not NULL).
+ * token      receives the token id on success; unchanged on failure.
+ * Errors: RB_E_INVALID_ARG when s, logits or token is NULL, or history is
+ * NULL with n_history > 0 (the message is left on s when s is not NULL).
  * Advances the PRNG by one draw when temp > 0, not at all otherwise.
- * Thread rule: one thread at a time per sampler.
+ * Thread rule: one thread at a time per sampler. Allocates nothing.
  */
-RB_API int32_t rb_sampler_sample(rb_sampler *s, const float *logits,
-                          const int32_t *history, size_t n_history);
+RB_API rb_status rb_sampler_sample(rb_sampler *s, const float *logits, const int32_t *history,
+                                   size_t n_history, int32_t *token);
 
 /*
  * Runs the chain without the draw and exposes the survivors: *out points to
- * the returned number of candidates (>= 1), valid until the next call on s.
- * Their order is unspecified. The PRNG is not touched. With temp <= 0 the
- * one survivor is the greedy token. Returns 0 (and *out unchanged) on the
- * argument errors of rb_sampler_sample.
+ * *n_out candidates (>= 1), valid until the next call on s. Their order is
+ * unspecified. The PRNG is not touched. With temp <= 0 the one survivor is
+ * the greedy token. Errors: those of rb_sampler_sample (out and n_out
+ * unchanged).
  */
-RB_API size_t rb_sampler_candidates(rb_sampler *s, const float *logits,
-                             const int32_t *history, size_t n_history,
-                             const rb_sampler_candidate **out);
+RB_API rb_status rb_sampler_get_candidates(rb_sampler *s, const float *logits,
+                                           const int32_t *history, size_t n_history,
+                                           const rb_sampler_candidate **out, size_t *n_out);
 
 /* Copies the random state out. */
-RB_API void rb_sampler_state_get(const rb_sampler *s, rb_sampler_state *out);
+RB_API void rb_sampler_get_state(const rb_sampler *s, rb_sampler_state *out);
 
-/* Restores a state saved by rb_sampler_state_get: the following draws
+/* Restores a state saved by rb_sampler_get_state: the following draws
  * repeat those that followed the save. Errors: RB_E_INVALID_ARG when the
  * xoshiro state is all zero (left as a message on s; s unchanged). */
-RB_API rb_status rb_sampler_state_set(rb_sampler *s, const rb_sampler_state *state);
+RB_API rb_status rb_sampler_set_state(rb_sampler *s, const rb_sampler_state *state);
 
 /* The parameters the sampler was created with. */
 RB_API rb_sampler_params rb_sampler_get_params(const rb_sampler *s);
@@ -591,6 +652,22 @@ RB_API rb_sampler_params rb_sampler_get_params(const rb_sampler *s);
 /* The message of the last failed call on s ("" if none). Valid until the
  * next call on s. */
 RB_API const char *rb_sampler_errmsg(const rb_sampler *s);
+
+/* ---- names of 0.1 ------------------------------------------------------ */
+
+/* The 0.1 names of renamed functions, kept for source compatibility until
+ * 0.3; define REBOUND_NO_COMPAT to leave them out. (rb_sampler_sample and
+ * rb_sampler_candidates changed their signature: they return an rb_status
+ * now.) */
+#ifndef REBOUND_NO_COMPAT
+#define rb_model_meta_str rb_model_get_meta_str
+#define rb_model_layer_bytes rb_model_get_layer_bytes
+#define rb_model_tensor_info rb_model_get_tensor_info
+#define rb_session_logits rb_session_get_logits
+#define rb_session_tokens rb_session_get_tokens
+#define rb_sampler_state_get rb_sampler_get_state
+#define rb_sampler_state_set rb_sampler_set_state
+#endif
 
 #ifdef __cplusplus
 }

@@ -37,22 +37,23 @@ cd "$SCRATCH"
 step "cmake --install $BUILD --prefix $PREFIX"
 "$CMAKE" --install "$BUILD" --prefix "$PREFIX" > install.log 2>&1 || { cat install.log >&2; fail "cmake --install failed"; }
 
-step "installed files: lib*/librebound.so*, include/rebound.h, lib*/pkgconfig/rebound.pc, bin/rebound"
+step "installed files: lib*/librebound.so*, include/rebound.h and rebound_experimental.h, lib*/pkgconfig/rebound.pc, bin/rebound"
 PC=$(find "$PREFIX" -path '*/pkgconfig/rebound.pc' | head -n 1)
 [ -n "$PC" ] || { find "$PREFIX" >&2; fail "no pkgconfig/rebound.pc under the prefix"; }
 LIBDIR=$(dirname "$(dirname "$PC")")
 case "$LIBDIR" in "$PREFIX"/lib|"$PREFIX"/lib64|"$PREFIX"/lib/*) ;; *) fail "unexpected libdir $LIBDIR" ;; esac
-for f in "$LIBDIR/librebound.so" "$LIBDIR/librebound.so.0" "$PREFIX/include/rebound.h"; do
+for f in "$LIBDIR/librebound.so" "$LIBDIR/librebound.so.0" "$PREFIX/include/rebound.h" \
+         "$PREFIX/include/rebound_experimental.h"; do
     [ -e "$f" ] || fail "$f is not installed"
 done
 [ -x "$PREFIX/bin/rebound" ] || fail "$PREFIX/bin/rebound is not installed"
 ls "$LIBDIR"/librebound.so.0.* >/dev/null 2>&1 || fail "no versioned librebound.so.0.* in $LIBDIR"
 # Captured first, never piped into grep -q: under pipefail, grep -q leaving
 # early kills the writer with SIGPIPE and fails a pipeline that matched.
-INTERNAL_HEADERS=$(find "$PREFIX" -name '*.h' ! -name rebound.h)
+INTERNAL_HEADERS=$(find "$PREFIX" -name '*.h' ! -name rebound.h ! -name rebound_experimental.h)
 if [ -n "$INTERNAL_HEADERS" ]; then
     find "$PREFIX" -name '*.h' >&2
-    fail "internal headers are installed; only include/rebound.h is public"
+    fail "internal headers are installed; only include/rebound.h and rebound_experimental.h are public"
 fi
 
 step "rebound.pc points into the prefix"

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rebound_experimental.h"
 #include "convert.h"
 #include "residency.h"
 #include "residency_split.h"
@@ -56,8 +57,11 @@ static rb_session *open_session(rb_model *m, rb_restore_mode mode, rb_ram_codec 
     p.restore = mode;
     p.ram_codec = codec;
     /* equal D and R: the split sends about half of the pages each way */
-    p.decode_bytes_per_s = 1e9;
-    p.storage_bytes_per_s = 1e9;
+    static rb_experimental_params x;
+    x = rb_experimental_default_params();
+    x.decode_bytes_per_s = 1e9;
+    x.storage_bytes_per_s = 1e9;
+    p.experimental = &x;
     rb_session *s = NULL;
     rb_error err;
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
@@ -434,7 +438,9 @@ int main(void)
         CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
         CHECK(strstr(err.message, "restore mode") != NULL);
         p = rb_session_default_params();
-        p.device = "toaster";
+        rb_experimental_params toaster = rb_experimental_default_params();
+        toaster.device = "toaster";
+        p.experimental = &toaster;
         CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_NOT_FOUND);
         p = rb_session_default_params();
         p.spill_dir = "/nonexistent/dir";

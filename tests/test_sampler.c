@@ -24,6 +24,24 @@ static rb_sampler *make(rb_sampler_params p, uint32_t n_vocab)
     return s;
 }
 
+/* The API's status-returning calls as the token / count, -1 / 0 on error,
+ * so that the checks below read as values. */
+static int32_t sample1(rb_sampler *s, const float *logits, const int32_t *history,
+                       size_t n_history)
+{
+    int32_t token = -1;
+    return rb_sampler_sample(s, logits, history, n_history, &token) == RB_OK ? token : -1;
+}
+
+static size_t candidates1(rb_sampler *s, const float *logits, const int32_t *history,
+                          size_t n_history, const rb_sampler_candidate **out)
+{
+    size_t n = 0;
+    if (rb_sampler_get_candidates(s, logits, history, n_history, out, &n) != RB_OK)
+        return 0;
+    return n;
+}
+
 static rb_sampler_params plain(float temp, uint64_t seed)
 {
     rb_sampler_params p = rb_sampler_default_params();
@@ -56,7 +74,7 @@ static size_t cand_ids(rb_sampler *s, const float *logits, const int32_t *hist, 
                        int32_t *ids)
 {
     const rb_sampler_candidate *c = NULL;
-    size_t n = rb_sampler_candidates(s, logits, hist, n_hist, &c);
+    size_t n = candidates1(s, logits, hist, n_hist, &c);
     for (size_t i = 0; i < n; i++)
         ids[i] = c[i].id;
     qsort(ids, n, sizeof *ids, cmp_i32);
@@ -111,13 +129,13 @@ static void test_defaults_and_invalid(void)
     CHECK(rb_sampler_size_bytes(150000) >= 150000ull * 16);
     CHECK_EQ_U64(rb_sampler_size_bytes(0), 0);
     CHECK_EQ_U64(rb_sampler_size_bytes(UINT32_MAX), 0);
-    CHECK_EQ_INT(rb_sampler_candidates(s, (const float[10]){0}, NULL, 0, NULL), 0);
+    CHECK_EQ_INT(candidates1(s, (const float[10]){0}, NULL, 0, NULL), 0);
     float row[10] = {0};
-    CHECK_EQ_INT(rb_sampler_sample(s, NULL, NULL, 0), -1);
+    CHECK_EQ_INT(sample1(s, NULL, NULL, 0), -1);
     CHECK_CONTAINS(rb_sampler_errmsg(s), "logits");
-    CHECK_EQ_INT(rb_sampler_sample(s, row, NULL, 3), -1);
+    CHECK_EQ_INT(sample1(s, row, NULL, 3), -1);
     CHECK_CONTAINS(rb_sampler_errmsg(s), "history");
-    CHECK_EQ_INT(rb_sampler_sample(NULL, row, NULL, 0), -1);
+    CHECK_EQ_INT(sample1(NULL, row, NULL, 0), -1);
     rb_sampler_destroy(s);
     rb_sampler_destroy(NULL);
 }
@@ -132,11 +150,11 @@ static void test_greedy(void)
         rb_sampler_state before, after;
         rb_sampler_state_get(s, &before);
         for (int i = 0; i < 5; i++)
-            CHECK_EQ_INT(rb_sampler_sample(s, row, NULL, 0), 1); /* tie 1/4 -> 1 */
+            CHECK_EQ_INT(sample1(s, row, NULL, 0), 1); /* tie 1/4 -> 1 */
         rb_sampler_state_get(s, &after);
         CHECK(memcmp(&before, &after, sizeof before) == 0); /* no draws */
         float row2[6] = {-5, -4, -3, -2, -1, -0.5f};
-        CHECK_EQ_INT(rb_sampler_sample(s, row2, NULL, 0), 5);
+        CHECK_EQ_INT(sample1(s, row2, NULL, 0), 5);
         rb_sampler_destroy(s);
     }
     /* Greedy on a 150k row with the maximum tied at the end and start. */
@@ -147,7 +165,7 @@ static void test_greedy(void)
     big[n - 1] = 20.0f;
     big[77777] = 20.0f;
     rb_sampler *s = make(plain(0.0f, 1), n);
-    CHECK_EQ_INT(rb_sampler_sample(s, big, NULL, 0), 77777);
+    CHECK_EQ_INT(sample1(s, big, NULL, 0), 77777);
     rb_sampler_destroy(s);
     free(big);
 }
@@ -171,9 +189,9 @@ static void test_seed_and_state(void)
     int32_t sa[N], sb[N];
     int n_diff = 0;
     for (int i = 0; i < N; i++) {
-        sa[i] = rb_sampler_sample(a, row, NULL, 0);
-        sb[i] = rb_sampler_sample(b, row, NULL, 0);
-        n_diff += sa[i] != rb_sampler_sample(c, row, NULL, 0);
+        sa[i] = sample1(a, row, NULL, 0);
+        sb[i] = sample1(b, row, NULL, 0);
+        n_diff += sa[i] != sample1(c, row, NULL, 0);
         CHECK(sa[i] >= 0 && sa[i] < V);
     }
     CHECK(memcmp(sa, sb, sizeof sa) == 0);
@@ -185,7 +203,7 @@ static void test_seed_and_state(void)
     p.seed = 42;
     b = make(p, V);
     for (int i = 0; i < 12; i++)
-        CHECK_EQ_INT(rb_sampler_sample(b, row, NULL, 0), golden[i]);
+        CHECK_EQ_INT(sample1(b, row, NULL, 0), golden[i]);
 
     /* The generator is xoshiro256**: from state {1, 2, 3, 4} its published
      * outputs start 11520, 0, 1509978240, 1215971899390074240. On 256 equal
@@ -198,7 +216,7 @@ static void test_seed_and_state(void)
         rb_sampler_state ref = {0, {1, 2, 3, 4}};
         CHECK_EQ_INT(rb_sampler_state_set(f, &ref), RB_OK);
         for (int i = 0; i < 16; i++)
-            CHECK_EQ_INT(rb_sampler_sample(f, flat, NULL, 0), top8[i]);
+            CHECK_EQ_INT(sample1(f, flat, NULL, 0), top8[i]);
         rb_sampler_destroy(f);
     }
 
@@ -206,19 +224,19 @@ static void test_seed_and_state(void)
      * differently), and the 30 repeat. */
     rb_sampler_state st, st2;
     for (int i = 0; i < 10; i++)
-        rb_sampler_sample(a, row, NULL, 0);
+        sample1(a, row, NULL, 0);
     rb_sampler_state_get(a, &st);
     CHECK_EQ_U64(st.seed, 42);
     int32_t rec[30];
     for (int i = 0; i < 30; i++)
-        rec[i] = rb_sampler_sample(a, row, NULL, 0);
+        rec[i] = sample1(a, row, NULL, 0);
     CHECK_EQ_INT(rb_sampler_state_set(a, &st), RB_OK);
     CHECK_EQ_INT(rb_sampler_state_set(c, &st), RB_OK);
     rb_sampler_state_get(c, &st2);
     CHECK(memcmp(&st, &st2, sizeof st) == 0);
     for (int i = 0; i < 30; i++) {
-        CHECK_EQ_INT(rb_sampler_sample(a, row, NULL, 0), rec[i]);
-        CHECK_EQ_INT(rb_sampler_sample(c, row, NULL, 0), rec[i]);
+        CHECK_EQ_INT(sample1(a, row, NULL, 0), rec[i]);
+        CHECK_EQ_INT(sample1(c, row, NULL, 0), rec[i]);
     }
 
     /* An all-zero xoshiro state is refused and leaves the sampler as it was. */
@@ -238,8 +256,8 @@ static void test_seed_and_state(void)
     p.seed = 9;
     rb_sampler *x = make(p, V), *y = make(p, V);
     for (int i = 0; i < 7; i++) {
-        rb_sampler_sample(x, row, NULL, 0);
-        rb_sampler_sample(y, i % 2 ? dead : row, NULL, 0);
+        sample1(x, row, NULL, 0);
+        sample1(y, i % 2 ? dead : row, NULL, 0);
     }
     rb_sampler_state_get(x, &st);
     rb_sampler_state_get(y, &st2);
@@ -264,7 +282,7 @@ static void test_top_k_1_is_greedy(void)
         random_row(row, V, 8.0);
         if (t % 5 == 0)
             row[V - 1] = row[t] = 100.0f; /* tie: lowest id wins */
-        CHECK_EQ_INT(rb_sampler_sample(s, row, NULL, 0), rb_sampler_sample(g, row, NULL, 0));
+        CHECK_EQ_INT(sample1(s, row, NULL, 0), sample1(g, row, NULL, 0));
     }
     rb_sampler_destroy(s);
     rb_sampler_destroy(g);
@@ -276,7 +294,7 @@ static double chi_square(rb_sampler *s, const float *row, int v, const double *q
 {
     int count[16] = {0};
     for (int i = 0; i < n; i++) {
-        int32_t t = rb_sampler_sample(s, row, NULL, 0);
+        int32_t t = sample1(s, row, NULL, 0);
         CHECK(t >= 0 && t < v);
         if (t >= 0 && t < v)
             count[t]++;
@@ -524,7 +542,7 @@ static void test_penalties(void)
     rb_sampler *s = make(p, 6);
     const rb_sampler_candidate *c;
     for (int round = 0; round < 2; round++) { /* `seen` must be clean again */
-        size_t n = rb_sampler_candidates(s, row, hist, 7, &c);
+        size_t n = candidates1(s, row, hist, 7, &c);
         CHECK_EQ_INT(n, 6);
         CHECK_NEAR(logit_of(c, n, 0), 2.0, 0);   /* not in history */
         CHECK_NEAR(logit_of(c, n, 1), -2.0, 0);  /* <= 0: multiplied */
@@ -538,25 +556,25 @@ static void test_penalties(void)
     /* The window is the last repeat_last_n tokens: 3 entries = {-7, 4, 1000}. */
     p.repeat_last_n = 3;
     s = make(p, 6);
-    size_t n = rb_sampler_candidates(s, row, hist, 7, &c);
+    size_t n = candidates1(s, row, hist, 7, &c);
     CHECK_NEAR(logit_of(c, n, 3), 3.0, 0);
     CHECK_NEAR(logit_of(c, n, 5), 1.0, 0);
     rb_sampler_destroy(s);
     p.repeat_last_n = 5; /* {1, 3, -7, 4, 1000} */
     s = make(p, 6);
-    n = rb_sampler_candidates(s, row, hist, 7, &c);
+    n = candidates1(s, row, hist, 7, &c);
     CHECK_NEAR(logit_of(c, n, 3), 1.5, 0);
     CHECK_NEAR(logit_of(c, n, 1), -2.0, 0);
     CHECK_NEAR(logit_of(c, n, 5), 1.0, 0);
     rb_sampler_destroy(s);
     p.repeat_last_n = 0; /* off */
     s = make(p, 6);
-    n = rb_sampler_candidates(s, row, hist, 7, &c);
+    n = candidates1(s, row, hist, 7, &c);
     CHECK_NEAR(logit_of(c, n, 3), 3.0, 0);
     rb_sampler_destroy(s);
     p.repeat_last_n = -1; /* whole history */
     s = make(p, 6);
-    n = rb_sampler_candidates(s, row, hist, 7, &c);
+    n = candidates1(s, row, hist, 7, &c);
     CHECK_NEAR(logit_of(c, n, 5), 0.5, 0);
     rb_sampler_destroy(s);
 
@@ -564,14 +582,14 @@ static void test_penalties(void)
     p = plain(0.0f, 0);
     p.repeat_penalty = 2.0f;
     s = make(p, 6);
-    CHECK_EQ_INT(rb_sampler_sample(s, row, NULL, 0), 3);
-    CHECK_EQ_INT(rb_sampler_sample(s, row, hist, 7), 0);
+    CHECK_EQ_INT(sample1(s, row, NULL, 0), 3);
+    CHECK_EQ_INT(sample1(s, row, hist, 7), 0);
     rb_sampler_destroy(s);
     /* A penalty below 1 boosts. */
     p.repeat_penalty = 0.5f;
     s = make(p, 6);
     const int32_t h2[1] = {0};
-    CHECK_EQ_INT(rb_sampler_sample(s, row, h2, 1), 0); /* 2.0 / 0.5 = 4 > 3 */
+    CHECK_EQ_INT(sample1(s, row, h2, 1), 0); /* 2.0 / 0.5 = 4 > 3 */
     rb_sampler_destroy(s);
 }
 
@@ -583,36 +601,36 @@ static void test_nan_inf(void)
     float r1[V] = {NAN, 0.0f, NAN, 0.5f, NAN, -0.5f};
     int ok = 1;
     for (int i = 0; i < N; i++) {
-        int32_t t = rb_sampler_sample(s, r1, NULL, 0);
+        int32_t t = sample1(s, r1, NULL, 0);
         ok &= t == 1 || t == 3 || t == 5;
     }
     CHECK(ok);
-    CHECK_EQ_INT(rb_sampler_sample(g, r1, NULL, 0), 3);
+    CHECK_EQ_INT(sample1(g, r1, NULL, 0), 3);
     /* +inf tokens share everything, equally. */
     float r2[V] = {5.0f, INFINITY, NAN, INFINITY, -INFINITY, 100.0f};
     int c1 = 0, c3 = 0;
     for (int i = 0; i < N; i++) {
-        int32_t t = rb_sampler_sample(s, r2, NULL, 0);
+        int32_t t = sample1(s, r2, NULL, 0);
         c1 += t == 1;
         c3 += t == 3;
     }
     CHECK_EQ_INT(c1 + c3, N);
     CHECK_NEAR((double)c1 / N, 0.5, 0.02);
-    CHECK_EQ_INT(rb_sampler_sample(g, r2, NULL, 0), 1);
+    CHECK_EQ_INT(sample1(g, r2, NULL, 0), 1);
     /* Nothing finite: the raw argmax (first -inf), or 0 when all NaN. */
     float r3[V] = {NAN, NAN, -INFINITY, NAN, -INFINITY, NAN};
     float r4[V] = {NAN, NAN, NAN, NAN, NAN, NAN};
     float r5[V] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    CHECK_EQ_INT(rb_sampler_sample(s, r3, NULL, 0), 2);
-    CHECK_EQ_INT(rb_sampler_sample(g, r3, NULL, 0), 2);
-    CHECK_EQ_INT(rb_sampler_sample(s, r4, NULL, 0), 0);
-    CHECK_EQ_INT(rb_sampler_sample(g, r4, NULL, 0), 0);
-    CHECK_EQ_INT(rb_sampler_sample(s, r5, NULL, 0), 0);
+    CHECK_EQ_INT(sample1(s, r3, NULL, 0), 2);
+    CHECK_EQ_INT(sample1(g, r3, NULL, 0), 2);
+    CHECK_EQ_INT(sample1(s, r4, NULL, 0), 0);
+    CHECK_EQ_INT(sample1(g, r4, NULL, 0), 0);
+    CHECK_EQ_INT(sample1(s, r5, NULL, 0), 0);
     /* Extreme finite logits: no overflow into NaN. */
     float r6[V] = {FLT_MAX, -FLT_MAX, 0.0f, FLT_MAX, 1e-38f, -0.0f};
     ok = 1;
     for (int i = 0; i < 1000; i++) {
-        int32_t t = rb_sampler_sample(s, r6, NULL, 0);
+        int32_t t = sample1(s, r6, NULL, 0);
         ok &= t == 0 || t == 3;
     }
     CHECK(ok);
@@ -628,7 +646,7 @@ static void test_nan_inf(void)
         row[i] = NAN;
     row[11] = -INFINITY;
     int32_t hist[3] = {11, 14, 1999};
-    int32_t t = rb_sampler_sample(s, row, hist, 3);
+    int32_t t = sample1(s, row, hist, 3);
     CHECK(t >= 0 && t < 2000 && t % 7 != 0 && t != 11);
     free(row);
     rb_sampler_destroy(s);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "rebound_experimental.h"
 #include "convert.h"
 #include "model.h"
 #include "residency.h"
@@ -219,7 +220,9 @@ static void mapped_weights_test(void)
        restore at once, open_restore_test), so the page cache can be
        looked at in between */
     p.restore = RB_RESTORE_EAGER;
-    p.device = "phone"; /* 1000 MiB/s and 80 us an I/O, no burst */
+    rb_experimental_params phone = rb_experimental_default_params();
+    phone.device = "phone"; /* 1000 MiB/s and 80 us an I/O, no burst */
+    p.experimental = &phone;
     if (!cold || rb_session_open_saved(cold, &p, sess, &s, &err) != RB_OK) {
         CHECK(0 && "open_saved of the mapped-weights model");
         rb_model_close(cold);
@@ -401,8 +404,10 @@ static void kill_loop(rb_model *m)
             rb_session *s = NULL;
             rb_session_params p = params();
             p.n_threads = 1;
+            rb_experimental_params watch = rb_experimental_default_params();
+            watch.device = "watch";
             if (iter % 2)
-                p.device = "watch";
+                p.experimental = &watch;
             if (rb_model_open(model_path, NULL, &cm, &err) != RB_OK ||
                 rb_session_create(cm, &p, &s, &err) != RB_OK ||
                 rb_session_feed(s, prompt, 250, NULL) != RB_OK ||

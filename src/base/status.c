@@ -1,12 +1,21 @@
 /*
- * status.c - names of rb_status values, and the one formatting helper that
- * every module uses to leave a message in an rb_error.
+ * status.c - the library's version, names of rb_status values, and the one
+ * formatting helper that every module uses to leave a message in an
+ * rb_error.
  */
 #include <stdarg.h>
 #include <stdio.h>
 
 #include "rebound.h"
 #include "status.h"
+
+const char *rb_version(void) { return REBOUND_VERSION_STRING; }
+
+uint32_t rb_version_number(void)
+{
+    return (uint32_t)REBOUND_VERSION_MAJOR << 16 | (uint32_t)REBOUND_VERSION_MINOR << 8 |
+           (uint32_t)REBOUND_VERSION_PATCH;
+}
 
 const char *rb_status_name(rb_status status)
 {

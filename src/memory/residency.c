@@ -54,6 +54,7 @@
 #include <time.h>
 
 #include "residency.h"
+#include "rebound_experimental.h"
 #include "residency_split.h"
 #include "status.h"
 #include "zram.h"

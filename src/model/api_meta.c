@@ -13,8 +13,8 @@
 #include "model.h"
 #include "rebound.h"
 
-rb_status rb_model_meta_str(const rb_model *model, const char *key, const char **out,
-                            size_t *len)
+rb_status rb_model_get_meta_str(const rb_model *model, const char *key, const char **out,
+                                size_t *len)
 {
     if (!model || !key || !out || !len)
         return RB_E_INVALID_ARG;

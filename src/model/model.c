@@ -260,9 +260,9 @@ const char *rb_model_errmsg(const rb_model *model)
     return model && model->err.status ? model->err.message : "";
 }
 
-rb_status rb_model_get_info(const rb_model *m, rb_model_info *out)
+rb_status rb_model_get_info_sized(const rb_model *m, rb_model_info *out, size_t out_size)
 {
-    if (!m || !out)
+    if (!m || !out || !out_size)
         return RB_E_INVALID_ARG;
     rb_model_info info;
     memset(&info, 0, sizeof info);
@@ -287,16 +287,17 @@ rb_status rb_model_get_info(const rb_model *m, rb_model_info *out)
     info.other_weight_bytes = m->other_bytes;
     info.layer_weight_bytes = m->total_bytes - m->other_bytes;
     info.kv_bytes_per_token = rb_hparams_kv_bytes_per_token(&m->hp);
-    *out = info;
+    /* the caller's struct may be an older, shorter one: fill what it has */
+    memcpy(out, &info, out_size < sizeof info ? out_size : sizeof info);
     return RB_OK;
 }
 
-uint64_t rb_model_layer_bytes(const rb_model *m, uint32_t layer)
+uint64_t rb_model_get_layer_bytes(const rb_model *m, uint32_t layer)
 {
     return m && layer < m->hp.n_layers ? m->layer_bytes[layer] : 0;
 }
 
-rb_status rb_model_tensor_info(rb_model *m, uint64_t index, rb_tensor_info *out)
+rb_status rb_model_get_tensor_info(rb_model *m, uint64_t index, rb_tensor_info *out)
 {
     if (!m || !out)
         return RB_E_INVALID_ARG;

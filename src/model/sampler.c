@@ -220,9 +220,9 @@ rb_sampler_params rb_sampler_get_params(const rb_sampler *s) { return s->params;
 
 const char *rb_sampler_errmsg(const rb_sampler *s) { return s->message; }
 
-void rb_sampler_state_get(const rb_sampler *s, rb_sampler_state *out) { *out = s->state; }
+void rb_sampler_get_state(const rb_sampler *s, rb_sampler_state *out) { *out = s->state; }
 
-rb_status rb_sampler_state_set(rb_sampler *s, const rb_sampler_state *state)
+rb_status rb_sampler_set_state(rb_sampler *s, const rb_sampler_state *state)
 {
     if (!state) {
         snprintf(s->message, sizeof s->message, "sampler: state is NULL");
@@ -528,23 +528,27 @@ static int check_args(rb_sampler *s, const float *logits, const int32_t *history
     return 1;
 }
 
-size_t rb_sampler_candidates(rb_sampler *s, const float *logits, const int32_t *history,
-                             size_t n_history, const rb_sampler_candidate **out)
+rb_status rb_sampler_get_candidates(rb_sampler *s, const float *logits, const int32_t *history,
+                                    size_t n_history, const rb_sampler_candidate **out,
+                                    size_t *n_out)
 {
-    if (!check_args(s, logits, history, n_history) || !out)
-        return 0;
+    if (!check_args(s, logits, history, n_history))
+        return RB_E_INVALID_ARG;
+    if (!out || !n_out) {
+        snprintf(s->message, sizeof s->message, "sampler: out and n_out are required");
+        return RB_E_INVALID_ARG;
+    }
     rb_sampler_candidate *c;
     float max;
     size_t n = run_chain(s, logits, history, n_history, &c, &max);
     *out = c;
-    return n;
+    *n_out = n;
+    return RB_OK;
 }
 
-int32_t rb_sampler_sample(rb_sampler *s, const float *logits, const int32_t *history,
-                          size_t n_history)
+/* The chain, then 7. the draw. */
+static int32_t sample(rb_sampler *s, const float *logits, const int32_t *history, size_t n_history)
 {
-    if (!check_args(s, logits, history, n_history))
-        return -1;
     rb_sampler_candidate *c;
     float max;
     size_t n = run_chain(s, logits, history, n_history, &c, &max);
@@ -573,4 +577,17 @@ int32_t rb_sampler_sample(rb_sampler *s, const float *logits, const int32_t *his
         }
     }
     return c[last].id; /* rounding left target at the very top */
+}
+
+rb_status rb_sampler_sample(rb_sampler *s, const float *logits, const int32_t *history,
+                            size_t n_history, int32_t *token)
+{
+    if (!check_args(s, logits, history, n_history))
+        return RB_E_INVALID_ARG;
+    if (!token) {
+        snprintf(s->message, sizeof s->message, "sampler: token is NULL");
+        return RB_E_INVALID_ARG;
+    }
+    *token = sample(s, logits, history, n_history);
+    return RB_OK;
 }

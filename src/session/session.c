@@ -42,6 +42,13 @@ rb_session_params rb_session_default_params(void)
     return p;
 }
 
+rb_experimental_params rb_experimental_default_params(void)
+{
+    rb_experimental_params x;
+    memset(&x, 0, sizeof x);
+    return x;
+}
+
 rb_status rb_session_create(rb_model *model, const rb_session_params *params,
                             rb_session **out, rb_error *err)
 {
@@ -72,6 +79,8 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
         return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
     s->model = model;
     s->params = p;
+    s->exp = p.experimental ? *p.experimental : rb_experimental_default_params();
+    s->params.experimental = &s->exp;
     rb_status st;
     /* the weight buffer first (nothing read): the forward pass binds its
        addresses, and only then is it known whether the weights fit. A
@@ -289,12 +298,12 @@ rb_status rb_session_rewind(rb_session *s, size_t n_tokens)
     return RB_OK;
 }
 
-const float *rb_session_logits(const rb_session *s)
+const float *rb_session_get_logits(const rb_session *s)
 {
     return s->has_logits ? s->logits : NULL;
 }
 
 size_t rb_session_n_tokens(const rb_session *s) { return s->n_tokens; }
-const int32_t *rb_session_tokens(const rb_session *s) { return s->tokens; }
+const int32_t *rb_session_get_tokens(const rb_session *s) { return s->tokens; }
 uint32_t rb_session_n_ctx(const rb_session *s) { return s->kv.n_ctx; }
 uint32_t rb_session_n_vocab(const rb_session *s) { return s->fwd.hp.n_vocab; }

@@ -17,6 +17,7 @@
 #include "kvcache.h"
 #include "model.h"
 #include "rebound.h"
+#include "rebound_experimental.h"
 #include "threadpool.h"
 
 struct rb_session {
@@ -31,7 +32,8 @@ struct rb_session {
     rb_error err;
 
     /* the memory manager (session_memory.c) */
-    rb_session_params params;
+    rb_session_params params;   /* .experimental points to exp */
+    rb_experimental_params exp; /* the caller's copy, or the defaults */
     struct rb_throttle *throttle;   /* the emulated device; NULL: host as is */
     double device_bw;               /* its bandwidth (bytes/s); 0: host */
     struct rb_store *store;         /* NULL: no spill tier (store_note says why) */

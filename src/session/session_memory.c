@@ -2,7 +2,7 @@
  * session_memory.c - a session's memory manager: the emulated storage
  * device (profile + throttle), the spill store, the weight cache and the
  * residency manager, wired to the forward pass's layer gate; and the public
- * rb_session_trim / rb_session_get_stats.
+ * rb_session_trim / rb_session_get_stats_sized.
  *
  * Ownership: everything here belongs to the session and dies with it; the
  * residency manager's workers are stopped first (rb_session_memory_deinit
@@ -125,15 +125,16 @@ static rb_status stream_init(rb_session *s, rb_error *err)
 rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
 {
     const rb_session_params *p = &s->params;
+    const rb_experimental_params *x = &s->exp;
     if ((unsigned)p->restore > RB_RESTORE_RECOMPUTE)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: restore mode %d is not one of "
                             "pipelined, eager, recompute", (int)p->restore);
-    if (!(p->decode_bytes_per_s >= 0) || !(p->storage_bytes_per_s >= 0))
+    if (!(x->decode_bytes_per_s >= 0) || !(x->storage_bytes_per_s >= 0))
         return rb_error_set(err, RB_E_INVALID_ARG, "session: decode (%g) and storage (%g) "
-                            "bandwidths must be >= 0 (0: measured)", p->decode_bytes_per_s,
-                            p->storage_bytes_per_s);
+                            "bandwidths must be >= 0 (0: measured)", x->decode_bytes_per_s,
+                            x->storage_bytes_per_s);
     rb_profile prof;
-    rb_status st = rb_profile_get(p->device && *p->device ? p->device : "host", &prof, err);
+    rb_status st = rb_profile_get(x->device && *x->device ? x->device : "host", &prof, err);
     if (st != RB_OK)
         return st;
     s->device_bw = prof.is_throttled ? prof.bw_bytes_per_s : 0;
@@ -183,11 +184,11 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
     rb_residency_params rp = {
         .restore = p->restore,
         .ram_codec = p->ram_codec,
-        .decode_bytes_per_s = p->decode_bytes_per_s,
-        .storage_bytes_per_s = p->storage_bytes_per_s > 0 ? p->storage_bytes_per_s
+        .decode_bytes_per_s = x->decode_bytes_per_s,
+        .storage_bytes_per_s = x->storage_bytes_per_s > 0 ? x->storage_bytes_per_s
                                : prof.is_throttled ? prof.bw_bytes_per_s : 0,
         .storage_latency_s = prof.latency_s,
-        .storage_bw_fixed = p->storage_bytes_per_s > 0,
+        .storage_bw_fixed = x->storage_bytes_per_s > 0,
     };
     if (is_cold && !s->wcache && !s->wstream)
         return rb_error_set(err, RB_E_UNSUPPORTED, "session: a cold start needs the weight "
@@ -251,10 +252,8 @@ rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,
     return st;
 }
 
-rb_status rb_session_get_stats(const rb_session *s, rb_session_stats *out)
+static void fill_stats(const rb_session *s, rb_session_stats *out)
 {
-    if (!s || !out)
-        return RB_E_INVALID_ARG;
     memset(out, 0, sizeof *out);
     rb_model_info info;
     rb_model_get_info(s->model, &info);
@@ -301,6 +300,16 @@ rb_status rb_session_get_stats(const rb_session *s, rb_session_stats *out)
     out->file_pages_written = s->file_pages_written;
     out->file_commit_s = s->file_commit_s;
     out->file_status = s->file_status;
+}
+
+rb_status rb_session_get_stats_sized(const rb_session *s, rb_session_stats *out, size_t out_size)
+{
+    if (!s || !out || !out_size)
+        return RB_E_INVALID_ARG;
+    /* the caller's struct may be an older, shorter one: fill what it has */
+    rb_session_stats all;
+    fill_stats(s, &all);
+    memcpy(out, &all, out_size < sizeof all ? out_size : sizeof all);
     return RB_OK;
 }
 

@@ -1,0 +1,143 @@
+/*
+ * test_api.c - the public API's conventions (rebound.h): the version, the
+ * sized getters (a program built against an older, shorter struct gets
+ * only its bytes), the experimental parameters (copied at creation), the
+ * status-returning sampler, and the 0.1 names that still compile.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rebound.h"
+#include "rebound_experimental.h"
+#include "testlib.h"
+
+#ifndef REBOUND_PROJECT_VERSION
+#define REBOUND_PROJECT_VERSION "?"
+#endif
+
+static char model_path[1024];
+
+static void test_version(void)
+{
+    CHECK_STR_EQ(rb_version(), REBOUND_VERSION_STRING);
+    CHECK_STR_EQ(rb_version(), REBOUND_PROJECT_VERSION); /* header == CMake project */
+    CHECK_EQ_U64(rb_version_number(), (uint64_t)REBOUND_VERSION_MAJOR << 16 |
+                                          REBOUND_VERSION_MINOR << 8 | REBOUND_VERSION_PATCH);
+}
+
+static void test_sized_info(rb_model *m)
+{
+    rb_model_info full;
+    CHECK_EQ_INT(rb_model_get_info(m, &full), RB_OK);
+    CHECK_EQ_INT(full.n_layers, 3);
+    /* an older caller whose struct ended before n_vocab: nothing written past it */
+    unsigned char buf[sizeof(rb_model_info) + 16];
+    memset(buf, 0xa5, sizeof buf);
+    size_t old_size = offsetof(rb_model_info, n_vocab);
+    CHECK_EQ_INT(rb_model_get_info_sized(m, (rb_model_info *)(void *)buf, old_size), RB_OK);
+    CHECK(memcmp(buf, &full, old_size) == 0);
+    int untouched = 1;
+    for (size_t i = old_size; i < sizeof buf; i++)
+        untouched &= buf[i] == 0xa5;
+    CHECK(untouched);
+    CHECK_EQ_INT(rb_model_get_info_sized(m, &full, 0), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_model_get_info_sized(NULL, &full, sizeof full), RB_E_INVALID_ARG);
+}
+
+static void test_session(rb_model *m)
+{
+    rb_experimental_params x = rb_experimental_default_params();
+    CHECK(x.device == NULL && x.decode_bytes_per_s == 0 && x.storage_bytes_per_s == 0);
+    x.device = "phone";
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = 256;
+    p.n_threads = 1;
+    p.experimental = &x;
+    rb_session *s = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (!s)
+        return;
+    x.device = "toaster"; /* copied at creation: this changes nothing */
+    int32_t toks[8] = {1, 5, 9, 13, 17, 21, 25, 29};
+    CHECK_EQ_INT(rb_session_feed(s, toks, 8, NULL), RB_OK);
+
+    rb_session_stats st;
+    CHECK_EQ_INT(rb_session_get_stats(s, &st), RB_OK);
+    CHECK_NEAR(st.device_bytes_per_s, 1000.0 * 1024 * 1024, 1.0); /* the phone profile */
+    CHECK(st.kv_raw_bytes > 0);
+    CHECK_EQ_U64(st.total_bytes, st.weights_bytes + st.kv_raw_bytes + st.kv_compressed_bytes +
+                                     st.scratch_bytes + st.other_bytes);
+    /* an older, shorter struct: only its bytes */
+    unsigned char buf[sizeof(rb_session_stats) + 16];
+    memset(buf, 0x5a, sizeof buf);
+    size_t old_size = offsetof(rb_session_stats, budget_bytes);
+    CHECK_EQ_INT(rb_session_get_stats_sized(s, (rb_session_stats *)(void *)buf, old_size), RB_OK);
+    CHECK(memcmp(buf, &st, offsetof(rb_session_stats, scratch_bytes)) == 0);
+    int untouched = 1;
+    for (size_t i = old_size; i < sizeof buf; i++)
+        untouched &= buf[i] == 0x5a;
+    CHECK(untouched);
+    CHECK_EQ_INT(rb_session_get_stats_sized(s, &st, 0), RB_E_INVALID_ARG);
+
+    /* the 0.1 names are the new functions */
+    CHECK(rb_session_logits(s) == rb_session_get_logits(s));
+    CHECK(rb_session_tokens(s) == rb_session_get_tokens(s));
+    CHECK_EQ_U64(rb_model_layer_bytes(m, 0), rb_model_get_layer_bytes(m, 0));
+
+    /* the sampler returns a status; the token through its out-parameter */
+    rb_sampler_params sp = rb_sampler_default_params();
+    sp.temp = 0;
+    rb_sampler *smp = NULL;
+    CHECK_EQ_INT(rb_sampler_create(&sp, rb_session_n_vocab(s), &smp, &err), RB_OK);
+    if (smp) {
+        int32_t tok = -7;
+        CHECK_EQ_INT(rb_sampler_sample(smp, rb_session_get_logits(s), NULL, 0, &tok), RB_OK);
+        const float *l = rb_session_get_logits(s);
+        int32_t best = 0;
+        for (uint32_t i = 1; i < rb_session_n_vocab(s); i++)
+            if (l[i] > l[best])
+                best = (int32_t)i;
+        CHECK_EQ_INT(tok, best);
+        int32_t before = tok;
+        CHECK_EQ_INT(rb_sampler_sample(smp, NULL, NULL, 0, &tok), RB_E_INVALID_ARG);
+        CHECK_EQ_INT(tok, before); /* out-parameter unchanged on failure */
+        CHECK_CONTAINS(rb_sampler_errmsg(smp), "logits");
+        CHECK_EQ_INT(rb_sampler_sample(smp, l, NULL, 0, NULL), RB_E_INVALID_ARG);
+        const rb_sampler_candidate *c = NULL;
+        size_t n = 0;
+        CHECK_EQ_INT(rb_sampler_get_candidates(smp, l, NULL, 0, &c, &n), RB_OK);
+        CHECK_EQ_U64(n, 1);
+        CHECK(c && c[0].id == best);
+        rb_sampler_destroy(smp);
+    }
+    rb_session_destroy(s);
+
+    /* an unknown device is named */
+    x.device = "toaster";
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_NOT_FOUND);
+    CHECK_CONTAINS(err.message, "toaster");
+}
+
+int main(void)
+{
+    test_version();
+    rb_test_tmp_path(model_path, sizeof model_path, "test_api", "m.gguf");
+    CHECK_EQ_INT(rb_test_make_model(model_path, &(rb_test_model_spec){
+                                                    .n_embd = 64, .n_layers = 3, .n_head = 4,
+                                                    .n_head_kv = 2, .n_ff = 128, .n_vocab = 512,
+                                                    .n_ctx = 512, .seed = 3}),
+                 RB_OK);
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(model_path, NULL, &m, &err), RB_OK);
+    if (m) {
+        test_sized_info(m);
+        test_session(m);
+        rb_model_close(m);
+    }
+    remove(model_path);
+    return check_report();
+}
