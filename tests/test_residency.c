@@ -12,41 +12,132 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "kvcache.h"
+#include "quant.h"
 #include "rebound_experimental.h"
-#include "convert.h"
 #include "residency.h"
 #include "residency_split.h"
 #include "session_internal.h"
 #include "store.h"
-#include "synth.h"
+#include "testlib.h"
 
 #define N_PROMPT 700 /* 3 pages of 256: the last one partly filled */
 #define N_STEPS 6
 
 static char model_path[512];
 
-static uint64_t rng = 12345;
-static uint32_t rnd(uint32_t n)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng >> 33) % n;
-}
+static rb_test_rng rng = {12345};
+static uint32_t rnd(uint32_t n) { return rb_test_rng_below(&rng, n); }
 
 static void make_model(void)
 {
-    snprintf(model_path, sizeof model_path, "%s/residency.gguf", REBOUND_TEST_TMP);
-    rb_synth_shape s = *rb_synth_shape_find("tiny");
-    s.name = "custom";
-    s.n_embd = 128;
-    s.n_layers = 4;
-    s.n_head = 4;
-    s.n_head_kv = 2;
-    s.n_ff = 256;
-    s.n_vocab = 512;
-    s.n_ctx = 1024;
-    rb_synth_params sp = {s, rb_file_kind_find("q8_0"), 7, 2};
+    rb_test_tmp_path(model_path, sizeof model_path, "test_residency", "m.gguf");
+    CHECK_EQ_INT(rb_test_make_model(model_path, &(rb_test_model_spec){
+                                                    .n_embd = 128, .n_layers = 4, .n_head = 4,
+                                                    .n_head_kv = 2, .n_ff = 256, .n_vocab = 512,
+                                                    .n_ctx = 1024, .seed = 7}),
+                 RB_OK);
+}
+
+/*
+ * The manager through its own interface, no session: a table of KV page
+ * slots with known contents, a spill store, no weight cache. Trims by
+ * level and by bytes, restores in layer order (the workers run, this
+ * thread waits layer by layer as the forward pass would), and every page
+ * comes back byte-equal; recompute mode reports the first position to
+ * recompute; a forget frees the pages from there on.
+ */
+static void unit_test(void)
+{
+    enum { L = 4, P = 4 };
+    rb_residency_kv kv = {.n_layers = L, .pages_per_layer = P,
+                          .dims = {.n_tokens = 64, .n_kv_heads = 2, .head_dim_k = 64,
+                                   .head_dim_v = 64}};
+    kv.page_bytes = (size_t)rb_kvcodec_page_bytes(&kv.dims);
+    void *slots[L * P];
+    uint8_t *want = malloc((size_t)L * P * kv.page_bytes);
+    kv.slots = slots;
+    rb_test_rng r = rb_test_rng_seed(99);
+    for (uint32_t i = 0; i < L * P; i++) {
+        slots[i] = rb_kvpage_alloc(kv.page_bytes);
+        rb_f16 *h = slots[i];
+        for (size_t k = 0; k < kv.page_bytes / 2; k++) /* K/V-like values: narrow exponents */
+            h[k] = rb_fp32_to_fp16((float)rb_test_rng_normal(&r) * 0.5f);
+        memcpy(want + (size_t)i * kv.page_bytes, slots[i], kv.page_bytes);
+    }
+    rb_store_params sp = rb_store_default_params();
+    sp.dir = REBOUND_TEST_TMP;
+    rb_store *store = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_synth_write(model_path, &sp, NULL, &err), RB_OK);
+    CHECK_EQ_INT(rb_store_open(&sp, &store, &err), RB_OK);
+    rb_residency_params rp = {.restore = RB_RESTORE_PIPELINED,
+                              .ram_codec = RB_RAM_CODEC_LOSSLESS,
+                              .decode_bytes_per_s = 1e9, .storage_bytes_per_s = 1e9};
+    rb_residency *res = NULL;
+    CHECK_EQ_INT(rb_residency_create(&rp, &kv, store, NULL, &res, &err), RB_OK);
+    if (!res || !store) {
+        free(want);
+        return;
+    }
+    rb_residency_set_pages(res, P);
+
+    const rb_trim_level levels[] = {RB_TRIM_MODERATE, RB_TRIM_COMPLETE, RB_TRIM_BYTES};
+    for (int t = 0; t < 3; t++) {
+        uint64_t freed = 0;
+        CHECK_EQ_INT(rb_residency_trim(res, 3 * kv.page_bytes, levels[t], &freed, &err), RB_OK);
+        CHECK(freed > 0);
+        int n_out = 0, early_out = 0;
+        for (uint32_t i = 0; i < L * P; i++) {
+            n_out += slots[i] == NULL;
+            early_out += slots[i] == NULL && i / P < L / 2;
+        }
+        if (levels[t] == RB_TRIM_MODERATE) /* the last half of the layers, all of it */
+            CHECK(n_out == L * P / 2 && early_out == 0);
+        if (levels[t] == RB_TRIM_COMPLETE)
+            CHECK_EQ_INT(n_out, L * P);
+        if (levels[t] == RB_TRIM_BYTES) /* last layers first */
+            CHECK(n_out >= 1 && early_out == 0 && slots[L * P - 1] == NULL);
+        rb_session_stats st;
+        memset(&st, 0, sizeof st);
+        rb_residency_stats(res, &st);
+        CHECK_EQ_U64(st.n_kv_pages[RB_TIER_RESIDENT], (uint64_t)(L * P - n_out));
+
+        uint32_t recompute_from = 0, damaged_from = 0;
+        CHECK_EQ_INT(rb_residency_begin_restore(res, &recompute_from, &err), RB_OK);
+        CHECK_EQ_U64(recompute_from, UINT32_MAX);
+        for (uint32_t l = 0; l < L; l++)
+            CHECK_EQ_INT(rb_residency_wait_layer(res, l), 0);
+        rb_residency_compute_done(res);
+        CHECK_EQ_INT(rb_residency_end_restore(res, &damaged_from, &err), RB_OK);
+        CHECK_EQ_U64(damaged_from, UINT32_MAX);
+        int same_bytes = 1;
+        for (uint32_t i = 0; i < L * P; i++)
+            same_bytes &= slots[i] && !memcmp(slots[i], want + (size_t)i * kv.page_bytes,
+                                              kv.page_bytes);
+        CHECK(same_bytes);
+    }
+
+    /* recompute: the dropped pages' first position comes back to the caller */
+    CHECK_EQ_INT(rb_residency_set_mode(res, RB_RESTORE_RECOMPUTE, RB_RAM_CODEC_LOSSLESS, &err),
+                 RB_OK);
+    CHECK_EQ_INT(rb_residency_trim(res, 0, RB_TRIM_BACKGROUND, NULL, &err), RB_OK);
+    CHECK(slots[L * P - 1] == NULL && slots[0] != NULL);
+    uint32_t recompute_from = 0, damaged_from = 0;
+    CHECK_EQ_INT(rb_residency_begin_restore(res, &recompute_from, &err), RB_OK);
+    CHECK_EQ_U64(recompute_from, 0); /* every page of the last layer: from position 0 */
+    rb_residency_forget_from(res, 0);
+    CHECK_EQ_INT(rb_residency_end_restore(res, &damaged_from, &err), RB_OK);
+    int all_freed = 1;
+    for (uint32_t i = 0; i < L * P; i++)
+        all_freed &= slots[i] == NULL;
+    CHECK(all_freed);
+
+    rb_residency_destroy(res);
+    rb_store_close(store);
+    for (uint32_t i = 0; i < L * P; i++)
+        if (slots[i])
+            rb_kvpage_free(slots[i], kv.page_bytes);
+    free(want);
 }
 
 static rb_session *open_session(rb_model *m, rb_restore_mode mode, rb_ram_codec codec)
@@ -297,6 +388,7 @@ static void spill_reuse_test(rb_model *m, const int32_t *prompt)
 int main(void)
 {
     split_test();
+    unit_test();
     make_model();
     rb_model *m = NULL;
     rb_error err;
@@ -318,7 +410,7 @@ int main(void)
 
     /* 1. random trims, pipelined, lossless: bit-identical, 3 seeds */
     for (int seed = 0; seed < 3; seed++) {
-        rng = 1000 + (uint64_t)seed;
+        rng = rb_test_rng_seed(1000 + (uint64_t)seed);
         rb_session *s = open_session(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS);
         memset(got, 0, n_out * sizeof(float));
         run(s, prompt, steps, got, trim_random);

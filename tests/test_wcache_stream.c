@@ -13,15 +13,22 @@
  *   - a model file that shrinks under the session fails the feed with an
  *     error naming the file, the tokens stay, and once the file is whole
  *     again the same feed gives the right logits.
+ * And the two weight caches through their own interfaces, no session:
+ * wcache releases a layer (its bytes leave RAM) and reloads it byte-equal;
+ * wcache_stream at its minimum budget serves every unit in order with the
+ * file's bytes while holding no more than its budget, and drops them all.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check.h"
-#include "convert.h"
+#include "gguf.h"
+#include "model.h"
 #include "session_internal.h"
-#include "synth.h"
+#include "testlib.h"
+#include "wcache.h"
+#include "wcache_stream.h"
 
 #define N_PROMPT 40
 #define N_STEPS 8
@@ -31,19 +38,95 @@ static int32_t prompt[600], steps[N_STEPS];
 
 static void make_model(const char *path, int tied)
 {
-    rb_synth_shape s = *rb_synth_shape_find("tiny");
-    s.name = "custom";
-    s.n_embd = 128;
-    s.n_layers = 4;
-    s.n_head = 4;
-    s.n_head_kv = 2;
-    s.n_ff = 384;
-    s.n_vocab = V;
-    s.n_ctx = 1024;
-    s.is_tied_output = tied;
-    rb_synth_params sp = {s, rb_file_kind_find("q8_0"), 11, 2};
+    CHECK_EQ_INT(rb_test_make_model(path, &(rb_test_model_spec){
+                                              .n_embd = 128, .n_layers = 4, .n_head = 4,
+                                              .n_head_kv = 2, .n_ff = 384, .n_vocab = V,
+                                              .n_ctx = 1024, .is_tied_output = tied,
+                                              .seed = 11}),
+                 RB_OK);
+}
+
+/* The bytes of every tensor of blk.<layer> (layer < 0: all tensors) of a
+ * loaded model equal those of ref. */
+static int layer_equal(const rb_model *m, const rb_model *ref, int layer)
+{
+    const rb_gguf *g = rb_model_gguf(m);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "blk.%d.", layer);
+    int same = 1;
+    for (uint64_t i = 0; i < rb_gguf_n_tensors(g); i++) {
+        const rb_gguf_tensor *t = rb_gguf_tensor_at(g, i);
+        if (layer >= 0 && strncmp(t->name, prefix, strlen(prefix)) != 0)
+            continue;
+        const void *a = rb_model_tensor_data(m, t);
+        const void *b = rb_model_tensor_data(ref, rb_gguf_tensor_at(rb_model_gguf(ref), i));
+        same &= a && b && memcmp(a, b, t->n_bytes) == 0;
+    }
+    return same;
+}
+
+static void unit_test(const char *path)
+{
+    rb_model *m = NULL, *ref = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    CHECK_EQ_INT(rb_model_open(path, NULL, &ref, &err), RB_OK);
+    if (!m || !ref)
+        goto done;
+    CHECK_EQ_INT(rb_model_load_weights(m), RB_OK);
+    CHECK_EQ_INT(rb_model_load_weights(ref), RB_OK);
+
+    rb_wcache *w = NULL;
+    CHECK_EQ_INT(rb_wcache_create(m, path, NULL, NULL, &w, &err), RB_OK);
+    if (w) {
+        uint64_t all = rb_wcache_resident_bytes(w), lb = rb_wcache_layer_bytes(w, 1);
+        CHECK(lb > 0 && all == rb_wcache_total_bytes(w));
+        rb_wcache_release(w, 1);
+        CHECK(!rb_wcache_is_resident(w, 1) && rb_wcache_is_resident(w, 0));
+        CHECK_EQ_U64(rb_wcache_resident_bytes(w), all - lb);
+        CHECK(!layer_equal(m, ref, 1)); /* the released pages read as zero */
+        CHECK_EQ_INT(rb_wcache_reload(w, 1, &err), RB_OK);
+        CHECK(rb_wcache_is_resident(w, 1));
+        CHECK_EQ_U64(rb_wcache_resident_bytes(w), all);
+        CHECK(layer_equal(m, ref, -1));
+        rb_wcache_destroy(w);
+    }
+    rb_model_close(m);
+    m = NULL;
+
+    /* streaming at its minimum budget */
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    if (!m)
+        goto done;
+    CHECK_EQ_INT(rb_model_reserve_weights(m, 0), RB_OK);
+    uint64_t min_budget = 0;
+    rb_wcache_stream_params sp = {.budget_bytes = 1, .min_budget_out = &min_budget};
+    rb_wcache_stream *ws = NULL;
+    CHECK_EQ_INT(rb_wcache_stream_create(m, path, NULL, NULL, &sp, &ws, &err), RB_E_BUDGET);
+    CHECK(min_budget > 0);
+    sp.budget_bytes = min_budget;
+    CHECK_EQ_INT(rb_wcache_stream_create(m, path, NULL, NULL, &sp, &ws, &err), RB_OK);
+    if (ws) {
+        const uint32_t L = 4;
+        for (int pass = 0; pass < 2; pass++)
+            for (uint32_t u = 0; u <= L; u++) {
+                CHECK_EQ_INT(rb_wcache_stream_acquire(ws, u), 0);
+                if (u < L)
+                    CHECK(layer_equal(m, ref, (int)u));
+            }
+        rb_wcache_stream_stats st;
+        rb_wcache_stream_get_stats(ws, &st);
+        CHECK(st.max_resident_bytes <= st.budget_bytes);
+        CHECK(st.read_bytes > 0 && st.n_passes == 2);
+        uint64_t before = st.resident_bytes, freed = rb_wcache_stream_drop(ws);
+        rb_wcache_stream_get_stats(ws, &st);
+        CHECK(freed > 0 && st.resident_bytes + freed == before);
+        CHECK(st.resident_bytes * 8 < before); /* nearly all of it goes */
+        rb_wcache_stream_destroy(ws);
+    }
+done:
+    rb_model_close(m);
+    rb_model_close(ref);
 }
 
 static rb_session_params params(uint64_t weights_budget, const char *policy)
@@ -341,6 +424,7 @@ int main(void)
     test_exact_and_reads(tied);
     test_mem_budget(sep);
     test_file_shrinks(sep);
+    unit_test(sep);
     unlink(sep);
     unlink(tied);
     return check_report();
