@@ -10,6 +10,7 @@
 
 #include "attention.h"
 #include "check.h"
+#include "testlib.h"
 
 /* ggml_vec_dot_f16 on AVX2, element by element */
 static float ggml_order_dot(const rb_f16 *x, const rb_f16 *y, int n)
@@ -34,15 +35,12 @@ static float ggml_order_dot(const rb_f16 *x, const rb_f16 *y, int n)
     return (float)sum;
 }
 
-static float frand(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((int64_t)(*s >> 11) % 2000001 - 1000000) / 250000.0f;
-}
+/* Uniform in [-4, 4). */
+static float frand(rb_test_rng *r) { return (float)(rb_test_rng_uniform(r) * 8.0 - 4.0); }
 
 int main(void)
 {
-    uint64_t seed = 42;
+    rb_test_rng seed = rb_test_rng_seed(42);
     int dims[] = {8, 32, 64, 128, 6, 34, 80, 96};
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
         int n = dims[d];

@@ -19,30 +19,18 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "testlib.h"
 
 /* ---- fixed-seed N(0,1) ---------------------------------------------------- */
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull); /* splitmix64 */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_uniform(void) /* (0, 1) */
-{
-    return ((double)(rng_next() >> 11) + 0.5) * 0x1p-53;
-}
+static rb_test_rng rng;
 
 static void fill_normal(float *x, int n, uint64_t seed)
 {
-    rng_state = seed;
+    rng = rb_test_rng_seed(seed);
     for (int i = 0; i < n; i += 2) {
-        double r = sqrt(-2.0 * log(rng_uniform()));
-        double t = 2.0 * 3.14159265358979323846 * rng_uniform();
+        double r = sqrt(-2.0 * log(rb_test_rng_open01(&rng)));
+        double t = 2.0 * 3.14159265358979323846 * rb_test_rng_open01(&rng);
         x[i] = (float)(r * cos(t));
         if (i + 1 < n)
             x[i + 1] = (float)(r * sin(t));

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "testlib.h"
 #include "sampler.h"
 
 /* chi-square critical values at p = 0.001 by degrees of freedom. */
@@ -53,15 +54,9 @@ static rb_sampler_params plain(float temp, uint64_t seed)
     return p;
 }
 
-/* Test-local splitmix64 for random rows (independent of the sampler's). */
-static uint64_t rnd_state = 12345;
-static double rnd(void)
-{
-    uint64_t z = (rnd_state += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
+/* Random rows: a stream of their own, independent of the sampler's. */
+static rb_test_rng rnd_state = {12345};
+static double rnd(void) { return rb_test_rng_uniform(&rnd_state); }
 
 /* Sorted candidate ids, for set comparisons. */
 static int cmp_i32(const void *a, const void *b)

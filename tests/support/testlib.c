@@ -26,11 +26,14 @@ double rb_test_rng_uniform(rb_test_rng *r)
     return (double)(rb_test_rng_u64(r) >> 11) * 0x1.0p-53;
 }
 
+double rb_test_rng_open01(rb_test_rng *r)
+{
+    return ((double)(rb_test_rng_u64(r) >> 11) + 0.5) * 0x1.0p-53;
+}
+
 double rb_test_rng_normal(rb_test_rng *r)
 {
-    double u1 = rb_test_rng_uniform(r), u2 = rb_test_rng_uniform(r);
-    if (u1 < 1e-300)
-        u1 = 1e-300;
+    double u1 = rb_test_rng_open01(r), u2 = rb_test_rng_open01(r);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 

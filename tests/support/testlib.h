@@ -25,8 +25,9 @@ static inline rb_test_rng rb_test_rng_seed(uint64_t seed) { return (rb_test_rng)
 uint64_t rb_test_rng_u64(rb_test_rng *r);
 /* Uniform in [0, n); n > 0. */
 uint32_t rb_test_rng_below(rb_test_rng *r, uint32_t n);
-/* Uniform in [0, 1). */
+/* Uniform in [0, 1), and in (0, 1) (safe under log). */
 double rb_test_rng_uniform(rb_test_rng *r);
+double rb_test_rng_open01(rb_test_rng *r);
 /* Standard normal (Box-Muller). */
 double rb_test_rng_normal(rb_test_rng *r);
 
