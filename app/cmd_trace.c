@@ -9,7 +9,9 @@
  *   - from a saved log: `rebound trace --import-strace LOG -o FILE`.
  * Also `--synthetic` writes a made-up model app's trace (load scan + hot
  * set + loop) for trying classify and sim without a model.
- * A tool subcommand: it uses the internal headers of trace and model.
+ * A tool subcommand: it uses the internal headers of trace and model. The
+ * --trace of run and bench is cli_trace.c (so that run and bench, which
+ * this command runs, do not depend on it).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -21,34 +23,10 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "model.h"
 #include "trace.h"
 #include "trace_strace.h"
 
 extern char **environ;
-
-int rb_cli_trace_attach(const char *cmd, rb_model *model, const char *model_path,
-                        const char *path, struct rb_trace_writer **out)
-{
-    rb_error err;
-    rb_trace_writer *w = NULL;
-    if (rb_trace_writer_open(path, &w, &err) != RB_OK)
-        return rb_cli_fail(cmd, err.message, NULL);
-    if (rb_trace_writer_attach_model(w, model, model_path) != RB_OK) {
-        rb_trace_writer_close(w, NULL);
-        return rb_cli_fail(cmd, rb_model_errmsg(model), NULL);
-    }
-    *out = w;
-    return 0;
-}
-
-int rb_cli_trace_detach(const char *cmd, struct rb_trace_writer *w)
-{
-    rb_error err;
-    if (w && rb_trace_writer_close(w, &err) != RB_OK)
-        return rb_cli_fail(cmd, err.message, NULL);
-    return 0;
-}
 
 static void usage(FILE *f)
 {
