@@ -1,11 +1,22 @@
 /*
- * cli_opts.c - the flags `run` and `chat` share, parsed in one place: the
- * session's shape and memory manager (-c -b -t --device --spill-dir
- * --mem-budget --weights-budget --policy --restore --ram-codec) and the sampler (--temp --top-k
- * --top-p --min-p --repeat-penalty --repeat-last-n --seed).
+ * cli_opts.c - the option parser of every `rebound` command, the help it
+ * generates from the same table, and the rows run and chat share (the
+ * session's shape and memory manager, the sampler, llama.cpp's GPU flags).
+ *
+ * A command describes its options in a table of rb_opt rows (cli.h); this
+ * file walks argv once against it. Names are matched whole, never as
+ * prefixes or bundles: "-sys" is llama.cpp's system prompt, not -s -y -s,
+ * which is why this is not getopt_long. Nothing is allocated: values point
+ * into argv, numbers go straight to the row's destination.
  */
+#include <errno.h>
+#include <stdint.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "rebound_experimental.h"
@@ -31,68 +42,480 @@ int rb_cli_parse_ram_codec(const char *s)
     return -1;
 }
 
-int rb_cli_session_opt(const char *o, const char *v, rb_session_params *p, int *bad)
+int rb_cli_opt_restore(void *dest, const char *v, char *why, size_t why_n)
 {
-    uint64_t u = 0;
-    int r;
-    if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
-        *bad = rb_cli_parse_u64(v, &u) || u > UINT32_MAX;
-        p->n_ctx = (uint32_t)u;
-    } else if (!strcmp(o, "-b") || !strcmp(o, "--batch-size")) {
-        *bad = rb_cli_parse_u64(v, &u) || u > 65536;
-        if (u) /* 0: the default */
-            p->n_batch = (uint32_t)u;
-    } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-        *bad = rb_cli_parse_u64(v, &u) || u > 256;
-        p->n_threads = (int)u;
-    } else if (!strcmp(o, "--device")) {
-        static rb_experimental_params x; /* p keeps a pointer to it */
-        x = p->experimental ? *p->experimental : rb_experimental_default_params();
-        x.device = v;
-        p->experimental = &x;
-        *bad = !v;
-    } else if (!strcmp(o, "--spill-dir")) {
-        *bad = !v, p->spill_dir = v;
-    } else if (!strcmp(o, "--mem-budget")) {
-        *bad = rb_cli_parse_u64(v, &p->budget_bytes) || p->budget_bytes == 0;
-    } else if (!strcmp(o, "--weights-budget")) {
-        *bad = rb_cli_parse_u64(v, &p->weights_budget_bytes) || p->weights_budget_bytes == 0;
-    } else if (!strcmp(o, "--policy")) {
-        *bad = !v, p->weights_policy = v;
-    } else if (!strcmp(o, "--restore")) {
-        *bad = (r = rb_cli_parse_restore(v)) < 0;
-        p->restore = (rb_restore_mode)(r < 0 ? 0 : r);
-    } else if (!strcmp(o, "--ram-codec")) {
-        *bad = (r = rb_cli_parse_ram_codec(v)) < 0;
-        p->ram_codec = (rb_ram_codec)(r < 0 ? 0 : r);
-    } else {
-        return 0;
+    int r = rb_cli_parse_restore(v);
+    if (r < 0) {
+        snprintf(why, why_n, "pipelined, eager or recompute");
+        return -1;
     }
-    return 1;
+    *(rb_restore_mode *)dest = (rb_restore_mode)r;
+    return 0;
 }
 
-int rb_cli_sampler_opt(const char *o, const char *v, rb_sampler_params *sp, int *bad)
+int rb_cli_opt_ram_codec(void *dest, const char *v, char *why, size_t why_n)
 {
-    if (!strcmp(o, "--temp")) {
-        *bad = !v || sscanf(v, "%f", &sp->temp) != 1;
-    } else if (!strcmp(o, "--top-k")) {
-        *bad = !v || sscanf(v, "%d", &sp->top_k) != 1;
-    } else if (!strcmp(o, "--top-p")) {
-        *bad = !v || sscanf(v, "%f", &sp->top_p) != 1;
-    } else if (!strcmp(o, "--min-p")) {
-        *bad = !v || sscanf(v, "%f", &sp->min_p) != 1;
-    } else if (!strcmp(o, "--repeat-penalty")) {
-        *bad = !v || sscanf(v, "%f", &sp->repeat_penalty) != 1;
-    } else if (!strcmp(o, "--repeat-last-n")) {
-        *bad = !v || sscanf(v, "%d", &sp->repeat_last_n) != 1;
-    } else if (!strcmp(o, "--seed")) {
-        uint64_t seed = 0;
-        *bad = rb_cli_parse_u64(v, &seed);
-        sp->seed = seed;
-    } else {
+    int r = rb_cli_parse_ram_codec(v);
+    if (r < 0) {
+        snprintf(why, why_n, "lossless, q8, lz4 or zstd");
+        return -1;
+    }
+    *(rb_ram_codec *)dest = (rb_ram_codec)r;
+    return 0;
+}
+
+/* --device: the emulated storage profile, an experimental knob; the
+ * params keep a pointer to the copy here, which lives as long as the
+ * process (one command line is parsed per process) */
+int rb_cli_opt_device(void *dest, const char *v, char *why, size_t why_n)
+{
+    static rb_experimental_params x;
+    rb_session_params *p = dest;
+    (void)why, (void)why_n;
+    x = p->experimental ? *p->experimental : rb_experimental_default_params();
+    x.device = v;
+    p->experimental = &x;
+    return 0;
+}
+
+/* 0 keeps the library's default batch */
+int rb_cli_opt_batch(void *dest, const char *v, char *why, size_t why_n)
+{
+    uint64_t u;
+    if (rb_cli_parse_u64(v, &u) || u > 65536) {
+        snprintf(why, why_n, "a token count from 0 to 65536");
+        return -1;
+    }
+    if (u)
+        *(uint32_t *)dest = (uint32_t)u;
+    return 0;
+}
+
+/* llama.cpp's -s: an unsigned number, or -1 (its default) for a random one */
+int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n)
+{
+    uint64_t u;
+    if (!strcmp(v, "-1"))
+        return 1; /* random: rb_cli_seed picks one */
+    if (rb_cli_parse_u64(v, &u)) {
+        snprintf(why, why_n, "a non-negative integer, or -1 for a random seed");
+        return -1;
+    }
+    *(uint64_t *)dest = u;
+    return 0;
+}
+
+void rb_cli_seed(const char *cmd, uint64_t *seed, int seed_given)
+{
+    if (!seed_given) {
+        /* 32 bits, as llama.cpp's seeds: short enough to type back */
+        uint64_t x = 0;
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&x, sizeof x, 1, f) != 1) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            x = (uint64_t)ts.tv_nsec * 2654435761u ^ (uint64_t)ts.tv_sec ^ (uint64_t)getpid();
+        }
+        if (f)
+            fclose(f);
+        *seed = x & 0xffffffffu;
+    }
+    fprintf(stderr, "rebound %s: seed %llu%s\n", cmd, (unsigned long long)*seed,
+            seed_given ? "" : " (random; -s with it repeats this run)");
+}
+
+char *rb_cli_read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (n < cap - 1)
+            break;
+        char *nb = cap > SIZE_MAX / 2 ? NULL : realloc(buf, cap * 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            errno = ENOMEM;
+            break;
+        }
+        buf = nb, cap *= 2;
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        buf = NULL;
+        errno = EIO;
+    }
+    fclose(f);
+    if (!buf)
+        return NULL;
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    buf[n] = 0;
+    return buf;
+}
+
+void rb_cli_unescape(char *s)
+{
+    char *out = s;
+    for (const char *in = s; *in; in++) {
+        if (in[0] != '\\' || !in[1]) {
+            *out++ = *in;
+            continue;
+        }
+        char c = *++in;
+        switch (c) {
+        case 'n': *out++ = '\n'; break;
+        case 'r': *out++ = '\r'; break;
+        case 't': *out++ = '\t'; break;
+        case '\'': case '"': case '\\': *out++ = c; break;
+        case 'x': {
+            char hex[3] = {0}, *end;
+            if (in[1] && in[2]) {
+                hex[0] = in[1], hex[1] = in[2];
+                long v = strtol(hex, &end, 16);
+                if (end == hex + 2) {
+                    *out++ = (char)v;
+                    in += 2;
+                    break;
+                }
+            }
+        }
+            /* fall through */
+        default:
+            *out++ = '\\';
+            *out++ = c;
+        }
+    }
+    *out = 0;
+}
+
+int rb_cli_usage_error(const char *cmd, const char *msg, const char *hint)
+{
+    fprintf(stderr, "rebound %s: error: %s\n", cmd, msg);
+    if (hint)
+        fprintf(stderr, "hint: %s\n", hint);
+    else
+        fprintf(stderr, "hint: `rebound %s --help` lists the options\n", cmd);
+    return RB_CLI_EXIT_USAGE;
+}
+
+/* 1 when arg is one of the row's '|'-separated names; *eq_value is set when
+ * arg is "--name=value" */
+static int name_matches(const char *names, const char *arg, const char **eq_value)
+{
+    const char *eq = strchr(arg, '=');
+    size_t arg_len = strlen(arg), key_len = eq && arg[1] == '-' ? (size_t)(eq - arg) : arg_len;
+    for (const char *p = names; *p;) {
+        size_t n = strcspn(p, "|");
+        if (n == arg_len && !strncmp(p, arg, n)) {
+            *eq_value = NULL;
+            return 1;
+        }
+        if (n == key_len && key_len < arg_len && !strncmp(p, arg, n)) {
+            *eq_value = eq + 1;
+            return 1;
+        }
+        p += n + (p[n] == '|');
+    }
+    return 0;
+}
+
+static int takes_value(const rb_opt *o)
+{
+    switch (o->kind) {
+    case RB_OPT_FLAG:
+    case RB_OPT_FLAG_OFF:
+        return 0;
+    case RB_OPT_CALL:
+    case RB_OPT_IGNORED:
+        return o->arg != NULL;
+    default:
+        return 1;
+    }
+}
+
+static int has_range(const rb_opt *o) { return o->lo != 0 || o->hi != 0; }
+
+/* " from LO to HI" for the messages */
+static void range_text(const rb_opt *o, char *buf, size_t n)
+{
+    buf[0] = 0;
+    if (!has_range(o))
+        return;
+    if (o->hi >= 1e18)
+        snprintf(buf, n, " of at least %.15g", o->lo);
+    else
+        snprintf(buf, n, " from %.15g to %.15g", o->lo, o->hi);
+}
+
+static int parse_int64(const char *s, int64_t *out)
+{
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Stores value into o's destination; 0, or -1 with what was expected in
+ * want, or 1 when a RB_OPT_CALL row took the value as "the default". */
+static int store(const rb_opt *o, const char *v, char *want, size_t want_n)
+{
+    char range[96];
+    range_text(o, range, sizeof range);
+    int64_t i;
+    uint64_t u;
+    double d;
+    switch (o->kind) {
+    case RB_OPT_STR:
+        *(const char **)o->dest = v;
+        return 0;
+    case RB_OPT_INT:
+    case RB_OPT_I64: {
+        int64_t lo = o->kind == RB_OPT_INT ? -2147483647 - 1 : INT64_MIN;
+        int64_t hi = o->kind == RB_OPT_INT ? 2147483647 : INT64_MAX;
+        if (parse_int64(v, &i) || i < lo || i > hi ||
+            (has_range(o) && ((double)i < o->lo || (double)i > o->hi))) {
+            snprintf(want, want_n, "an integer%s", range);
+            return -1;
+        }
+        if (o->kind == RB_OPT_INT)
+            *(int *)o->dest = (int)i;
+        else
+            *(int64_t *)o->dest = i;
         return 0;
     }
-    return 1;
+    case RB_OPT_U32:
+    case RB_OPT_SIZE:
+        if (rb_cli_parse_u64(v, &u) || (o->kind == RB_OPT_U32 && u > UINT32_MAX) ||
+            (has_range(o) && ((double)u < o->lo || (double)u > o->hi))) {
+            snprintf(want, want_n, "a non-negative integer (K/M/G: x1024)%s", range);
+            return -1;
+        }
+        if (o->kind == RB_OPT_U32)
+            *(uint32_t *)o->dest = (uint32_t)u;
+        else
+            *(uint64_t *)o->dest = u;
+        return 0;
+    case RB_OPT_FLOAT:
+    case RB_OPT_DOUBLE:
+        if (parse_double(v, &d) || (has_range(o) && (d < o->lo || d > o->hi))) {
+            snprintf(want, want_n, "a number%s", range);
+            return -1;
+        }
+        if (o->kind == RB_OPT_FLOAT)
+            *(float *)o->dest = (float)d;
+        else
+            *(double *)o->dest = d;
+        return 0;
+    case RB_OPT_LIST: {
+        rb_cli_list *l = o->dest;
+        l->n = 0;
+        const char *p = v;
+        for (;;) {
+            char item[64];
+            size_t n = strcspn(p, ",");
+            if (n == 0 || n >= sizeof item || l->n == RB_CLI_LIST_MAX) {
+                l->n = 0;
+                snprintf(want, want_n, "a comma-separated list of at most %d integers%s",
+                         RB_CLI_LIST_MAX, range);
+                return -1;
+            }
+            memcpy(item, p, n);
+            item[n] = 0;
+            if (rb_cli_parse_u64(item, &u) ||
+                (has_range(o) && ((double)u < o->lo || (double)u > o->hi))) {
+                l->n = 0;
+                snprintf(want, want_n, "a comma-separated list of integers%s", range);
+                return -1;
+            }
+            l->v[l->n++] = u;
+            if (!p[n])
+                return 0;
+            p += n + 1;
+        }
+    }
+    case RB_OPT_CALL:
+        want[0] = 0;
+        return o->fn(o->dest, v, want, want_n);
+    default:
+        return 0;
+    }
+}
+
+/* "-n, --n-predict" as the help shows it */
+static int format_names(const rb_opt *o, char *buf, size_t n)
+{
+    size_t k = 0;
+    for (const char *p = o->names; *p && k + 1 < n;) {
+        size_t len = strcspn(p, "|");
+        k += (size_t)snprintf(buf + k, n - k, "%s%.*s", k ? ", " : "", (int)len, p);
+        if (k >= n)
+            k = n - 1;
+        p += len + (p[len] == '|');
+    }
+    if (takes_value(o) && o->arg && k + 1 < n)
+        k += (size_t)snprintf(buf + k, n - k, " %s", o->arg);
+    return (int)(k < n ? k : n - 1);
+}
+
+void rb_cli_help(const rb_cli_cmd *c, FILE *f)
+{
+    enum { COL = 26 };
+    const char *u = c->usage ? c->usage : "[options]";
+    /* one "usage:" per line of the usage text */
+    for (int first = 1; *u; first = 0) {
+        size_t n = strcspn(u, "\n");
+        fprintf(f, "%s rebound %s %.*s\n", first ? "usage:" : "      ", c->name, (int)n, u);
+        u += n + (u[n] == '\n');
+    }
+    if (c->about)
+        fprintf(f, "\n%s\n", c->about);
+    fprintf(f, "\noptions:\n");
+    for (const rb_opt *o = c->opts; o && o->kind != RB_OPT_END; o++) {
+        if (o->kind == RB_OPT_SECTION) {
+            fprintf(f, "%s\n", o->help);
+            continue;
+        }
+        char names[128];
+        int k = format_names(o, names, sizeof names);
+        fprintf(f, "  %s", names);
+        if (k + 2 >= COL)
+            fprintf(f, "\n%*s", COL, "");
+        else
+            fprintf(f, "%*s", COL - 2 - k, "");
+        for (const char *h = o->help ? o->help : ""; *h;) {
+            size_t n = strcspn(h, "\n");
+            fprintf(f, "%.*s\n", (int)n, h);
+            h += n;
+            if (*h == '\n' && *++h)
+                fprintf(f, "%*s", COL, "");
+        }
+        if (!o->help || !*o->help)
+            fputc('\n', f);
+    }
+    fprintf(f, "  -h, --help%*sthis help\n", COL - 12, "");
+    if (c->footer)
+        fprintf(f, "%s%s", c->footer, c->footer[strlen(c->footer) - 1] == '\n' ? "" : "\n");
+    fprintf(f, "exit status: 0 success, 1 failure, 2 usage error (as this one's messages say)\n");
+}
+
+int rb_cli_parse(const rb_cli_cmd *c, int argc, char **argv)
+{
+    int n_pos = 0, options_done = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (options_done || a[0] != '-' || a[1] == 0) {
+            if (!c->n_pos) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "unexpected argument '%.200s'", a);
+                return rb_cli_usage_error(c->name, msg, NULL);
+            }
+            if (n_pos < c->max_pos)
+                c->pos[n_pos] = a;
+            n_pos++;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            if (c->rest_at) {
+                *c->rest_at = i + 1;
+                break;
+            }
+            options_done = 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            rb_cli_help(c, stdout);
+            return RB_CLI_EXIT_OK;
+        }
+        const rb_opt *o = c->opts;
+        const char *eq = NULL;
+        for (; o && o->kind != RB_OPT_END; o++)
+            if (o->kind != RB_OPT_SECTION && name_matches(o->names, a, &eq))
+                break;
+        if (!o || o->kind == RB_OPT_END) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "unknown option '%.200s'", a);
+            return rb_cli_usage_error(c->name, msg, NULL);
+        }
+        const char *v = NULL;
+        if (takes_value(o)) {
+            if (eq) {
+                v = eq;
+            } else if (i + 1 < argc) {
+                v = argv[++i];
+            } else {
+                char msg[256];
+                snprintf(msg, sizeof msg, "option %s needs a value (%s)", a,
+                         o->arg ? o->arg : "an argument");
+                return rb_cli_usage_error(c->name, msg, NULL);
+            }
+        } else if (eq) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "option %.100s takes no value", a);
+            return rb_cli_usage_error(c->name, msg, NULL);
+        }
+        switch (o->kind) {
+        case RB_OPT_FLAG:
+            *(int *)o->dest = 1;
+            break;
+        case RB_OPT_FLAG_OFF:
+            *(int *)o->dest = 0;
+            break;
+        case RB_OPT_IGNORED:
+            fprintf(stderr, "rebound %s: note: %s%s%s is ignored: %s\n", c->name, a, v ? " " : "",
+                    v ? v : "", o->help);
+            break;
+        case RB_OPT_CALL:
+            if (!v) {
+                char why[8];
+                o->fn(o->dest, NULL, why, sizeof why);
+                break;
+            }
+            /* fall through */
+        default: {
+            char want[160];
+            int r = store(o, v, want, sizeof want);
+            if (r > 0) { /* e.g. llama.cpp's -s -1: as if not given */
+                if (o->given)
+                    *o->given = 0;
+                continue;
+            }
+            if (r < 0) {
+                char msg[512];
+                snprintf(msg, sizeof msg, "option %s needs a valid value: '%.200s' is not %s", a,
+                         v, want[0] ? want : "valid");
+                return rb_cli_usage_error(c->name, msg, NULL);
+            }
+        }
+        }
+        if (o->given)
+            *o->given = 1;
+    }
+    if (c->n_pos)
+        *c->n_pos = n_pos;
+    return -1;
 }
 
 void rb_cli_warn_ctx(const char *cmd, rb_model *model, uint32_t n_ctx)

@@ -4,9 +4,12 @@
  * batches to an empty context; tg feeds N tokens one at a time, each after
  * the previous one (no sampling: the speed of the forward pass). A warm-up
  * run first, then -r repeats; the median and the spread are reported, one
- * machine-readable line per result and a table. Uses only the public API.
+ * machine-readable line per result and a table (or, with -o, llama-bench's
+ * json / jsonl / csv fields). Lists (-p 16,32 -n 64 -t 1,2) run every
+ * combination, in llama-bench's order. Uses only the public API.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,52 +52,219 @@ static int run_once(rb_model *model, const rb_session_params *p, const int32_t *
     return 0;
 }
 
+/* One test of the run: pp (n_prompt) or tg (n_gen), its shape and samples. */
+typedef struct bench_test {
+    uint32_t n_prompt, n_gen, n_threads, n_batch;
+    double *tok_s; /* reps samples, in run order (reps <= 100) */
+    char time[32]; /* when it started, ISO 8601 UTC as llama-bench's test_time */
+} bench_test;
+
+static double mean(const double *x, uint64_t n)
+{
+    double s = 0;
+    for (uint64_t i = 0; i < n; i++)
+        s += x[i];
+    return n ? s / (double)n : 0;
+}
+
+/* sample standard deviation (n - 1), 0 for one sample, as llama-bench */
+static double stdev(const double *x, uint64_t n)
+{
+    if (n <= 1)
+        return 0;
+    double m = mean(x, n), s = 0;
+    for (uint64_t i = 0; i < n; i++)
+        s += (x[i] - m) * (x[i] - m);
+    return sqrt(s / (double)(n - 1));
+}
+
+/* A string for JSON or CSV: quoted, with " escaped the format's way. */
+static void put_quoted(FILE *f, const char *s, int csv)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputs(csv ? "\"\"" : "\\\"", f);
+        else if (*s == '\\' && !csv)
+            fputs("\\\\", f);
+        else if ((unsigned char)*s < 0x20 && !csv)
+            fprintf(f, "\\u%04x", (unsigned)*s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* Fields of llama-bench's json/csv output that apply to rebound, under the
+ * same names (CPU only: no GPU layers; one batch size, so n_ubatch =
+ * n_batch; an f16 KV cache; no depth). */
+static const char *const FIELDS[] = {
+    "cpu_info", "model_filename", "model_type", "model_size", "model_n_params", "n_batch",
+    "n_ubatch", "n_threads", "type_k", "type_v", "n_gpu_layers", "n_prompt", "n_gen", "n_depth",
+    "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
+};
+enum { N_FIELDS = sizeof FIELDS / sizeof FIELDS[0] };
+
+typedef struct bench_model {
+    const char *cpu, *name, *arch;
+    uint64_t size_bytes, n_params;
+} bench_model;
+
+/* Field k of test t as text; *is_str when JSON quotes it. */
+static void field(const bench_model *m, const bench_test *t, uint64_t reps, int k, char *buf,
+                  size_t n, int *is_str)
+{
+    double ns[128], tok = t->n_prompt + t->n_gen;
+    for (uint64_t r = 0; r < reps && r < 128; r++)
+        ns[r] = 1e9 * tok / t->tok_s[r];
+    *is_str = 0;
+    switch (k) {
+    case 0: *is_str = 1, snprintf(buf, n, "%s", m->cpu); break;
+    case 1: *is_str = 1, snprintf(buf, n, "%s", m->name); break;
+    case 2: *is_str = 1, snprintf(buf, n, "%s", m->arch); break;
+    case 3: snprintf(buf, n, "%" PRIu64, m->size_bytes); break;
+    case 4: snprintf(buf, n, "%" PRIu64, m->n_params); break;
+    case 5: case 6: snprintf(buf, n, "%" PRIu32, t->n_batch); break;
+    case 7: snprintf(buf, n, "%" PRIu32, t->n_threads); break;
+    case 8: case 9: *is_str = 1, snprintf(buf, n, "f16"); break;
+    case 10: snprintf(buf, n, "0"); break;
+    case 11: snprintf(buf, n, "%" PRIu32, t->n_prompt); break;
+    case 12: snprintf(buf, n, "%" PRIu32, t->n_gen); break;
+    case 13: snprintf(buf, n, "0"); break;
+    case 14: *is_str = 1, snprintf(buf, n, "%s", t->time); break;
+    case 15: snprintf(buf, n, "%.0f", mean(ns, reps)); break;
+    case 16: snprintf(buf, n, "%.0f", stdev(ns, reps)); break;
+    case 17: snprintf(buf, n, "%.6f", mean(t->tok_s, reps)); break;
+    default: snprintf(buf, n, "%.6f", stdev(t->tok_s, reps)); break;
+    }
+}
+
+/* -o json, jsonl or csv: llama-bench's layout (json: an array of objects
+ * with samples_ns and samples_ts; jsonl: one object per line; csv: a
+ * header line, then every value quoted). */
+static void print_machine(FILE *f, const char *fmt, const bench_model *m, const bench_test *t,
+                          int n_tests, uint64_t reps)
+{
+    int csv = !strcmp(fmt, "csv"), jsonl = !strcmp(fmt, "jsonl");
+    char buf[256];
+    int is_str;
+    if (csv) {
+        for (int k = 0; k < N_FIELDS; k++)
+            fprintf(f, "%s%s", k ? "," : "", FIELDS[k]);
+        fputc('\n', f);
+    } else if (!jsonl) {
+        fprintf(f, "[\n");
+    }
+    for (int i = 0; i < n_tests; i++) {
+        if (!csv)
+            fprintf(f, "%s{", jsonl ? "" : i ? ",\n  " : "  ");
+        for (int k = 0; k < N_FIELDS; k++) {
+            field(m, &t[i], reps, k, buf, sizeof buf, &is_str);
+            if (csv) {
+                fprintf(f, "%s", k ? "," : "");
+                put_quoted(f, buf, 1);
+                continue;
+            }
+            fprintf(f, "%s\"%s\": ", jsonl ? "" : "\n    ", FIELDS[k]);
+            if (is_str)
+                put_quoted(f, buf, 0);
+            else
+                fputs(buf, f);
+            fputs(jsonl ? ", " : ",", f);
+        }
+        if (csv) {
+            fputc('\n', f);
+            continue;
+        }
+        double tok = t[i].n_prompt + t[i].n_gen;
+        fprintf(f, "%s\"samples_ns\": [ ", jsonl ? "" : "\n    ");
+        for (uint64_t r = 0; r < reps; r++)
+            fprintf(f, "%s%.0f", r ? ", " : "", 1e9 * tok / t[i].tok_s[r]);
+        fprintf(f, " ],%s\"samples_ts\": [ ", jsonl ? " " : "\n    ");
+        for (uint64_t r = 0; r < reps; r++)
+            fprintf(f, "%s%.6f", r ? ", " : "", t[i].tok_s[r]);
+        fprintf(f, " ]%s}%s", jsonl ? "" : "\n  ", jsonl ? "\n" : "");
+    }
+    if (!csv && !jsonl)
+        fprintf(f, "\n]\n");
+}
+
+static int opt_output(void *dest, const char *v, char *why, size_t why_n)
+{
+    if (strcmp(v, "md") && strcmp(v, "json") && strcmp(v, "jsonl") && strcmp(v, "csv")) {
+        snprintf(why, why_n, "md, json, jsonl or csv");
+        return -1;
+    }
+    *(const char **)dest = v;
+    return 0;
+}
+
 int rb_cmd_bench(int argc, char **argv)
 {
-    const char *model_path = NULL, *trace_path = NULL;
-    uint64_t n_pp = 512, n_tg = 128, n_threads = 0, reps = 3, n_batch = 0;
-    int use_mmap = 0;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--weights-budget"))
-            return rb_cmd_bench_stream(argc, argv);
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            printf("usage: rebound bench -m MODEL [-p 512] [-n 128] [-t THREADS] [-r 3] [-b BATCH] [--mmap] [--trace FILE]\n"
-                   "       rebound bench -m MODEL --weights-budget 25%%,50%%,75%% [--policy class,lru] [--device phone|watch|host] [-n 16] [-t THREADS] [--no-cgroup]\n");
-            return 0;
-        } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-            bad = !v, model_path = v, i++;
-        } else if (!strcmp(o, "-p") || !strcmp(o, "--n-prompt")) {
-            bad = rb_cli_parse_u64(v, &n_pp) || n_pp > 65536, i++;
-        } else if (!strcmp(o, "-n") || !strcmp(o, "--n-gen")) {
-            bad = rb_cli_parse_u64(v, &n_tg) || n_tg > 65536, i++;
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            bad = rb_cli_parse_u64(v, &n_threads) || n_threads > 256, i++;
-        } else if (!strcmp(o, "-r") || !strcmp(o, "--repetitions")) {
-            bad = rb_cli_parse_u64(v, &reps) || reps == 0 || reps > 100, i++;
-        } else if (!strcmp(o, "-b") || !strcmp(o, "--batch-size")) {
-            bad = rb_cli_parse_u64(v, &n_batch) || n_batch > 65536, i++;
-        } else if (!strcmp(o, "--mmap")) {
-            use_mmap = 1;
-        } else if (!strcmp(o, "--trace")) {
-            bad = !v, trace_path = v, i++;
-        } else {
-            return rb_cli_fail("bench", "unknown option", o);
-        }
-        if (bad) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
-            return rb_cli_fail("bench", msg, NULL);
-        }
-    }
+    const char *model_path = NULL, *trace_path = NULL, *output = "md";
+    const char *weights_budget = NULL, *policy = NULL, *device = NULL;
+    rb_cli_list n_pp = {{512}, 1}, n_tg = {{128}, 1}, threads = {{0}, 1}, batch = {{0}, 1};
+    uint64_t reps = 3;
+    int use_mmap = 0, no_cgroup = 0;
+    const rb_opt opts[] = {
+        {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
+        {"-p|--n-prompt", RB_OPT_LIST, "N[,N..]",
+         "prompt-processing tests: N tokens fed at once (default 512; 0: none)", &n_pp, 0, 65536,
+         NULL, NULL},
+        {"-n|--n-gen", RB_OPT_LIST, "N[,N..]",
+         "generation tests: N tokens fed one by one (default 128; 0: none)", &n_tg, 0, 65536,
+         NULL, NULL},
+        {"-t|--threads", RB_OPT_LIST, "N[,N..]", "threads (default: all cores)", &threads, 0, 256,
+         NULL, NULL},
+        {"-b|--batch-size", RB_OPT_LIST, "N[,N..]",
+         "prefill batch (default: the prompt's length up to 512)", &batch, 0, 65536, NULL, NULL},
+        {"-r|--repetitions", RB_OPT_SIZE, "N", "runs of each test after a warm-up (default 3)",
+         &reps, 1, 100, NULL, NULL},
+        {"-o|--output", RB_OPT_CALL, "FMT",
+         "stdout as md (default: a table), json, jsonl or csv (llama-bench's\n"
+         "field names); the result lines on stderr stay", &output, 0, 0, opt_output, NULL},
+        {"--mmap", RB_OPT_FLAG, NULL, "map the model file instead of reading it", &use_mmap, 0, 0,
+         NULL, NULL},
+        {"--no-mmap", RB_OPT_FLAG_OFF, NULL, "read the model file into RAM (the default)",
+         &use_mmap, 0, 0, NULL, NULL},
+        {"--trace", RB_OPT_STR, "FILE", "record the model-file accesses (see `rebound trace`)",
+         &trace_path, 0, 0, NULL, NULL},
+        {NULL, RB_OPT_SECTION, NULL,
+         "weight streaming (decode under a weight budget; -p and -r do not apply):", NULL, 0, 0,
+         NULL, NULL},
+        {"--weights-budget", RB_OPT_STR, "B[,B..]",
+         "budgets: BYTES (K/M/G) or N% of the weights, comma-separated", &weights_budget, 0, 0,
+         NULL, NULL},
+        {"--policy", RB_OPT_STR, "P[,P..]", "weight cache policies: class, lru (default both)",
+         &policy, 0, 0, NULL, NULL},
+        {"--device", RB_OPT_STR, "D", "storage profile: phone (default), watch, host", &device, 0,
+         0, NULL, NULL},
+        {"--no-cgroup", RB_OPT_FLAG, NULL,
+         "skip the page-cache baseline under a memory cgroup", &no_cgroup, 0, 0, NULL, NULL},
+        RB_CLI_GPU_OPTS,
+        {0},
+    };
+    const rb_cli_cmd cmd = {
+        "bench",
+        "-m MODEL [-p 512[,N..]] [-n 128[,N..]] [-t N[,N..]] [-r 3] [-o md|json|csv] [options]\n"
+        "-m MODEL --weights-budget 25%,50%,75% [--policy class,lru] [--device D] [-n 16]",
+        "Prompt processing (pp) and text generation (tg) speed the way llama-bench\n"
+        "measures them: every test (each -p and -n value, for each -t and -b value)\n"
+        "after a warm-up, -r runs, no sampling.",
+        opts, NULL, NULL, 0, NULL, NULL,
+    };
+    int rc0 = rb_cli_parse(&cmd, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
+    if (weights_budget)
+        return rb_cmd_bench_stream(argc, argv);
     if (!model_path)
-        return rb_cli_fail("bench", "no model given (-m MODEL)", NULL);
-    if (n_threads == 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (uint64_t)n : 1;
-    }
+        return rb_cli_usage_error("bench", "no model given (-m MODEL)", NULL);
+    for (int i = 0; i < threads.n; i++)
+        if (threads.v[i] == 0) {
+            long n = sysconf(_SC_NPROCESSORS_ONLN);
+            threads.v[i] = n > 0 ? (uint64_t)n : 1;
+        }
     rb_error err;
     rb_model_params mp = rb_model_default_params();
     mp.use_mmap = use_mmap;
@@ -108,40 +278,76 @@ int rb_cmd_bench(int argc, char **argv)
     }
     rb_model_info mi;
     rb_model_get_info(model, &mi);
-    uint32_t n_max = (uint32_t)(n_pp > n_tg ? n_pp : n_tg);
+    uint64_t n_params = 0;
+    for (uint64_t i = 0; i < mi.n_tensors; i++) {
+        rb_tensor_info ti;
+        if (rb_model_get_tensor_info(model, i, &ti) != RB_OK)
+            continue;
+        uint64_t e = 1;
+        for (uint32_t d = 0; d < ti.n_dims; d++)
+            e *= ti.dims[d];
+        n_params += e;
+    }
+    uint32_t n_max = 0;
+    int n_tests = 0;
+    for (int i = 0; i < n_pp.n; i++) {
+        n_max = n_pp.v[i] > n_max ? (uint32_t)n_pp.v[i] : n_max;
+        n_tests += n_pp.v[i] > 0;
+    }
+    for (int i = 0; i < n_tg.n; i++) {
+        n_max = n_tg.v[i] > n_max ? (uint32_t)n_tg.v[i] : n_max;
+        n_tests += n_tg.v[i] > 0;
+    }
+    n_tests *= threads.n * batch.n;
     int32_t *tokens = malloc((n_max + 1) * sizeof *tokens);
-    double *pp = calloc(reps, sizeof *pp), *tg = calloc(reps, sizeof *tg);
-    int rc = 1;
-    if (!tokens || !pp || !tg) {
+    bench_test *tests = calloc((size_t)n_tests + 1, sizeof *tests);
+    double *samples = calloc((size_t)n_tests * reps + 1, sizeof *samples);
+    int rc = 1, k = 0;
+    if (!tokens || !tests || !samples) {
         rb_cli_fail("bench", "out of memory", NULL);
         goto done;
     }
     /* token ids spread over the vocabulary, fixed: speed does not depend on them */
     for (uint32_t i = 0; i <= n_max; i++)
         tokens[i] = (int32_t)(((uint64_t)i * 2654435761u + 1) % mi.n_vocab);
-    /* each test with its own session shape, and all of one test's runs
-       before the next test's, as llama-bench does: a tg run then never
-       follows a prefill's seconds of full load, nor inherits its batch */
-    rb_session_params p = rb_session_default_params(), ptg;
-    p.n_threads = (int)n_threads;
-    ptg = p;
-    p.n_ctx = (uint32_t)n_pp + 16;
-    ptg.n_ctx = (uint32_t)n_tg + 16;
-    if (n_batch)
-        p.n_batch = ptg.n_batch = (uint32_t)n_batch;
-    else if (n_pp > 0)
-        p.n_batch = (uint32_t)(n_pp < 512 ? n_pp : 512);
-    double warm;
-    if (n_pp && run_once(model, &p, tokens, (uint32_t)(n_pp < 32 ? n_pp : 32), 0, &warm))
-        goto done;
-    for (uint64_t r = 0; n_pp && r < reps; r++)
-        if (run_once(model, &p, tokens, (uint32_t)n_pp, 0, &pp[r]))
-            goto done;
-    if (n_tg && run_once(model, &ptg, tokens, (uint32_t)(n_tg < 4 ? n_tg : 4), 1, &warm))
-        goto done;
-    for (uint64_t r = 0; n_tg && r < reps; r++)
-        if (run_once(model, &ptg, tokens, (uint32_t)n_tg, 1, &tg[r]))
-            goto done;
+    /* llama-bench's order: per shape (batch, then threads), its pp tests,
+       then its tg tests; each test with its own session shape and all its
+       runs before the next test's, so a tg run never follows a prefill's
+       seconds of full load, nor inherits its batch */
+    for (int bi = 0; bi < batch.n; bi++)
+        for (int ti = 0; ti < threads.n; ti++)
+            for (int which = 0; which < 2; which++) {
+                const rb_cli_list *l = which ? &n_tg : &n_pp;
+                for (int li = 0; li < l->n; li++) {
+                    uint32_t n = (uint32_t)l->v[li];
+                    if (n == 0)
+                        continue;
+                    bench_test *t = &tests[k];
+                    t->tok_s = samples + (size_t)k * reps;
+                    k++;
+                    rb_session_params p = rb_session_default_params();
+                    p.n_threads = (int)threads.v[ti];
+                    p.n_ctx = n + 16;
+                    if (batch.v[bi])
+                        p.n_batch = (uint32_t)batch.v[bi];
+                    else if (!which)
+                        p.n_batch = n < 512 ? n : 512;
+                    t->n_prompt = which ? 0 : n;
+                    t->n_gen = which ? n : 0;
+                    t->n_threads = (uint32_t)p.n_threads;
+                    t->n_batch = p.n_batch;
+                    time_t now = time(NULL);
+                    struct tm tmv;
+                    strftime(t->time, sizeof t->time, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+                    double warm;
+                    uint32_t n_warm = which ? (n < 4 ? n : 4) : (n < 32 ? n : 32);
+                    if (run_once(model, &p, tokens, n_warm, which, &warm))
+                        goto done;
+                    for (uint64_t r = 0; r < reps; r++)
+                        if (run_once(model, &p, tokens, n, which, &t->tok_s[r]))
+                            goto done;
+                }
+            }
     char cpu[128] = "unknown";
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
@@ -158,31 +364,42 @@ int rb_cmd_bench(int argc, char **argv)
         fclose(f);
     }
     const char *name = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
-    printf("| model | size MiB | threads | test | tok/s (median) | min - max |\n");
-    printf("|---|---|---|---|---|---|\n");
-    for (int which = 0; which < 2; which++) {
-        uint64_t n = which ? n_tg : n_pp;
-        double *x = which ? tg : pp;
-        if (n == 0)
-            continue;
-        qsort(x, reps, sizeof *x, cmp_double);
-        double med = reps % 2 ? x[reps / 2] : 0.5 * (x[reps / 2 - 1] + x[reps / 2]);
-        printf("| %s | %.1f | %" PRIu64 " | %s%" PRIu64 " | %.2f | %.2f - %.2f |\n", name,
-               (double)mi.tensor_data_bytes / (1 << 20), n_threads, which ? "tg" : "pp", n, med,
-               x[0], x[reps - 1]);
-        fprintf(stderr, "result bench=%s%" PRIu64 " model=%s arch=%s size_bytes=%" PRIu64
-                " threads=%" PRIu64 " reps=%" PRIu64 " tok_s_median=%.3f tok_s_min=%.3f "
-                "tok_s_max=%.3f cpu=\"%s\"\n", which ? "tg" : "pp", n, name, mi.architecture,
-                mi.tensor_data_bytes, n_threads, reps, med, x[0], x[reps - 1], cpu);
-        if (which)
+    int is_md = !strcmp(output, "md");
+    if (is_md) {
+        printf("| model | size MiB | threads | test | tok/s (median) | min - max |\n");
+        printf("|---|---|---|---|---|---|\n");
+    }
+    for (int i = 0; i < n_tests; i++) {
+        bench_test *t = &tests[i];
+        int is_tg = t->n_gen > 0;
+        uint32_t n = is_tg ? t->n_gen : t->n_prompt;
+        double *x = t->tok_s;
+        double sorted[128];
+        uint64_t m = reps < 128 ? reps : 128;
+        memcpy(sorted, x, m * sizeof *x);
+        qsort(sorted, m, sizeof *sorted, cmp_double);
+        double med = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
+        if (is_md)
+            printf("| %s | %.1f | %" PRIu32 " | %s%" PRIu32 " | %.2f | %.2f - %.2f |\n", name,
+                   (double)mi.tensor_data_bytes / (1 << 20), t->n_threads, is_tg ? "tg" : "pp",
+                   n, med, sorted[0], sorted[m - 1]);
+        fprintf(stderr, "result bench=%s%" PRIu32 " model=%s arch=%s size_bytes=%" PRIu64
+                " threads=%" PRIu32 " reps=%" PRIu64 " tok_s_median=%.3f tok_s_min=%.3f "
+                "tok_s_max=%.3f cpu=\"%s\"\n", is_tg ? "tg" : "pp", n, name, mi.architecture,
+                mi.tensor_data_bytes, t->n_threads, reps, med, sorted[0], sorted[m - 1], cpu);
+        if (is_tg)
             fprintf(stderr, "tg reads the weights once per token: %.1f GB/s at the median\n",
                     med * (double)mi.tensor_data_bytes / 1e9);
+    }
+    if (!is_md) {
+        bench_model bm = {cpu, name, mi.architecture, mi.tensor_data_bytes, n_params};
+        print_machine(stdout, output, &bm, tests, n_tests, reps);
     }
     rc = 0;
 done:
     free(tokens);
-    free(pp);
-    free(tg);
+    free(tests);
+    free(samples);
     rb_model_close(model);
     if (rb_cli_trace_detach("bench", trace))
         rc = 1;

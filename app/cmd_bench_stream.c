@@ -237,36 +237,44 @@ int rb_cmd_bench_stream(int argc, char **argv)
     const char *device = "phone";
     uint64_t n_tg = 16, n_threads = 0;
     int do_cgroup = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-            bad = !v, model_path = v, i++;
-        } else if (!strcmp(o, "--weights-budget")) {
-            bad = !v, budgets_arg = v, i++;
-        } else if (!strcmp(o, "--policy")) {
-            bad = !v, policies_arg = v, i++;
-        } else if (!strcmp(o, "--device")) {
-            bad = !v, device = v, i++;
-        } else if (!strcmp(o, "-n") || !strcmp(o, "--n-gen")) {
-            bad = rb_cli_parse_u64(v, &n_tg) || n_tg == 0 || n_tg > 4096, i++;
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            bad = rb_cli_parse_u64(v, &n_threads) || n_threads > 256, i++;
-        } else if (!strcmp(o, "--no-cgroup")) {
-            do_cgroup = 0;
-        } else if (!strcmp(o, "-p") || !strcmp(o, "-r")) {
-            i++; /* pp and repeats do not apply: one decode run per configuration */
-        } else {
-            return rb_cli_fail("bench", "unknown option", o);
-        }
-        if (bad) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
-            return rb_cli_fail("bench", msg, NULL);
-        }
-    }
+    /* bench's table (cmd_bench.c) parsed argv already and has the help */
+    const char *ignored = NULL;
+    int ignored_flag = 0;
+    const rb_opt opts[] = {
+        {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
+        {"--weights-budget", RB_OPT_STR, "B[,B..]",
+         "budgets: BYTES (K/M/G) or N% of the weights, comma-separated", &budgets_arg, 0, 0,
+         NULL, NULL},
+        {"--policy", RB_OPT_STR, "P[,P..]", "weight cache policies: class, lru (default both)",
+         &policies_arg, 0, 0, NULL, NULL},
+        {"--device", RB_OPT_STR, "D", "storage profile: phone (default), watch, host", &device, 0,
+         0, NULL, NULL},
+        {"-n|--n-gen", RB_OPT_SIZE, "N", "tokens decoded per configuration (default 16)", &n_tg,
+         1, 4096, NULL, NULL},
+        {"-t|--threads", RB_OPT_SIZE, "N", "threads (default: all cores)", &n_threads, 0, 256,
+         NULL, NULL},
+        {"--no-cgroup", RB_OPT_FLAG_OFF, NULL,
+         "skip the page-cache baseline under a memory cgroup", &do_cgroup, 0, 0, NULL, NULL},
+        /* one decode run per configuration: pp tests and repeats do not apply */
+        {"-p|--n-prompt|-r|--repetitions|-o|--output|-b|--batch-size", RB_OPT_STR, "X",
+         "accepted, do not apply here", &ignored, 0, 0, NULL, NULL},
+        {"--mmap|--no-mmap", RB_OPT_FLAG, NULL, "accepted, do not apply here", &ignored_flag, 0,
+         0, NULL, NULL},
+        /* llama.cpp's GPU flags: `bench` noted them already */
+        {"-ngl|--gpu-layers|--n-gpu-layers|-fa|--flash-attn", RB_OPT_STR, "X", "noted by bench",
+         &ignored, 0, 0, NULL, NULL},
+        {"--mlock", RB_OPT_FLAG, NULL, "noted by bench", &ignored_flag, 0, 0, NULL, NULL},
+        {0},
+    };
+    const rb_cli_cmd cmd = {
+        "bench", "-m MODEL --weights-budget 25%,50%,75% [--policy class,lru] [--device D] [-n 16]",
+        NULL, opts, NULL, NULL, 0, NULL, NULL,
+    };
+    int rc0 = rb_cli_parse(&cmd, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
     if (!model_path)
-        return rb_cli_fail("bench", "no model given (-m MODEL)", NULL);
+        return rb_cli_usage_error("bench", "no model given (-m MODEL)", NULL);
     rb_error err;
     rb_model_params mp = rb_model_default_params();
     rb_model *model = NULL;

@@ -43,41 +43,6 @@
 
 #define CMD "chat"
 
-static void print_usage(FILE *f)
-{
-    fprintf(f,
-        "usage: rebound chat -m MODEL [options]   (one message per line on stdin)\n"
-        "  -m, --model F        GGUF model\n"
-        "  --system TEXT        system prompt, fed once at the start (and after /reset)\n"
-        "  --template NAME      chat format: %s\n"
-        "                       (default: from the file's tokenizer.chat_template, else\n"
-        "                       from its vocabulary, architecture and name)\n"
-        "  -n, --n-predict N    most tokens per reply (default -1: until the model ends it)\n"
-        "  -c, --ctx-size N     context length (default: the model's trained context)\n"
-        "  --ctx-shift          when the context is full, drop the oldest turns (keeping the\n"
-        "                       system prompt) instead of stopping\n"
-        "  -b, --batch-size N   prefill batch (default 128)\n"
-        "  -t, --threads N      threads (default: all cores)\n"
-        "  --temp T             temperature (default 0.8; 0: greedy)\n"
-        "  --top-k N  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N  --seed S\n"
-        "  --session FILE       keep the conversation in FILE: resumed when it exists, saved\n"
-        "                       after every turn (a kill loses at most the turn in progress)\n"
-        "  --mmap               map the model file instead of reading it\n"
-        "  -v, --verbose        one line per turn on stderr: tokens in and out, speed, context\n"
-        "  --device D           storage profile for the memory manager: phone, watch, host\n"
-        "  --mem-budget BYTES   RAM the session may hold (K/M/G); beyond it, it trims itself\n"
-        "  --restore MODE       pipelined (default), eager, recompute\n"
-        "  --ram-codec C        lossless (default), q8: the compressed RAM tier\n"
-        "  --spill-dir DIR      where evicted KV goes on storage (default $TMPDIR or /tmp)\n"
-        "commands (a line that starts with /):\n"
-        "  /stats               memory by category and tier, and the context used\n"
-        "  /trim [LEVEL]        give memory back: background, moderate (default), complete,\n"
-        "                       or BYTES (K/M/G); the next turn restores what it needs\n"
-        "  /reset               forget the conversation (the system prompt stays)\n"
-        "  /quit                end (so does end of input)\n",
-        rb_chat_template_names());
-}
-
 /*
  * Where the turns lie in the session's tokens: what a context shift needs
  * to cut at turn boundaries. This (with the tokens and the sampler state)
@@ -651,60 +616,87 @@ static long read_line(char **line, size_t *cap)
 int rb_cmd_chat(int argc, char **argv)
 {
     const char *model_path = NULL, *template_name = NULL, *session_path = NULL;
-    const char *system = NULL;
+    const char *system = NULL, *system_file = NULL;
     int64_t n_predict = -1;
     rb_sampler_params sp = rb_sampler_default_params();
     rb_session_params p = rb_session_default_params();
-    int use_mmap = 0, ctx_shift = 0, verbose = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            print_usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-            bad = !v, model_path = v, i++;
-        } else if (!strcmp(o, "--system")) {
-            bad = !v, system = v, i++;
-        } else if (!strcmp(o, "--template")) {
-            bad = !v, template_name = v, i++;
-        } else if (!strcmp(o, "--session")) {
-            bad = !v, session_path = v, i++;
-        } else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
-            uint64_t n = 0;
-            if (v && !strcmp(v, "-1"))
-                n_predict = -1;
-            else
-                bad = rb_cli_parse_u64(v, &n) || n > INT64_MAX, n_predict = (int64_t)n;
-            i++;
-        } else if (!strcmp(o, "--ctx-shift")) {
-            ctx_shift = 1;
-        } else if (!strcmp(o, "--mmap")) {
-            use_mmap = 1;
-        } else if (!strcmp(o, "-v") || !strcmp(o, "--verbose")) {
-            verbose = 1;
-        } else if (rb_cli_session_opt(o, v, &p, &bad) || rb_cli_sampler_opt(o, v, &sp, &bad)) {
-            i++;
-        } else {
-            print_usage(stderr);
-            return rb_cli_fail(CMD, "unknown option", o);
-        }
-        if (bad) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
-            return rb_cli_fail(CMD, msg, NULL);
-        }
-    }
+    int use_mmap = 0, ctx_shift = 0, verbose = 0, cnv = 1, seed_given = 0;
+    char template_help[256];
+    snprintf(template_help, sizeof template_help,
+             "chat format: %s\n(default: from the file's tokenizer.chat_template, else from its\n"
+             "vocabulary, architecture and name)", rb_chat_template_names());
+    const rb_opt opts[] = {
+        {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
+        {"-sys|--system-prompt|--system", RB_OPT_STR, "TEXT",
+         "system prompt, fed once at the start (and after /reset)", &system, 0, 0, NULL, NULL},
+        {"-sysf|--system-prompt-file", RB_OPT_STR, "FILE",
+         "the system prompt from a file (one final newline dropped)", &system_file, 0, 0, NULL,
+         NULL},
+        {"--chat-template|--template", RB_OPT_STR, "NAME", template_help, &template_name, 0, 0,
+         NULL, NULL},
+        {"-n|--n-predict|--predict", RB_OPT_I64, "N",
+         "most tokens per reply (default -1: until the model ends it)", &n_predict, -1, 9.2e18,
+         NULL, NULL},
+        {"--ctx-shift|--context-shift", RB_OPT_FLAG, NULL,
+         "when the context is full, drop the oldest turns (keeping the system\n"
+         "prompt) instead of stopping", &ctx_shift, 0, 0, NULL, NULL},
+        {"--session", RB_OPT_STR, "FILE",
+         "keep the conversation in FILE: resumed when it exists, saved after\n"
+         "every turn (a kill loses at most the turn in progress)", &session_path, 0, 0, NULL,
+         NULL},
+        {"-cnv|--conversation", RB_OPT_FLAG, NULL,
+         "conversation mode: what chat always does (plain completion: `rebound run`)", &cnv, 0,
+         0, NULL, NULL},
+        {"--mmap", RB_OPT_FLAG, NULL, "map the model file instead of reading it", &use_mmap, 0, 0,
+         NULL, NULL},
+        {"--no-mmap", RB_OPT_FLAG_OFF, NULL, "read the model file into RAM (the default)",
+         &use_mmap, 0, 0, NULL, NULL},
+        {"-v|--verbose", RB_OPT_FLAG, NULL,
+         "one line per turn on stderr: tokens in and out, speed, context", &verbose, 0, 0, NULL,
+         NULL},
+        RB_CLI_SESSION_OPTS(&p),
+        RB_CLI_SAMPLER_OPTS(&sp, &seed_given),
+        RB_CLI_GPU_OPTS,
+        {0},
+    };
+    const rb_cli_cmd cmd = {
+        CMD, "-m MODEL [options]   (one message per line on stdin)",
+        "An interactive chat on one session with the model's chat template and\n"
+        "llama.cpp's flag names (llama-cli). stdout: the replies, one line each;\n"
+        "everything else goes to stderr.",
+        opts,
+        "commands (a line that starts with /):\n"
+        "  /stats                  memory by category and tier, and the context used\n"
+        "  /trim [LEVEL]           give memory back: background, moderate (default),\n"
+        "                          complete, or BYTES (K/M/G); the next turn restores it\n"
+        "  /reset                  forget the conversation (the system prompt stays)\n"
+        "  /quit                   end (so does end of input)\n",
+        NULL, 0, NULL, NULL,
+    };
+    int rc0 = rb_cli_parse(&cmd, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
+    (void)cnv;
     if (!model_path)
-        return rb_cli_fail(CMD, "no model given (-m MODEL)",
-                           "rebound make-model --shape stories260k -o m.gguf");
+        return rb_cli_usage_error(CMD, "no model given (-m MODEL)",
+                                  "rebound make-model --shape stories260k -o m.gguf");
+    if (system && system_file)
+        return rb_cli_usage_error(CMD, "give one of -sys TEXT and -sysf FILE", NULL);
     /* a bad name is the user's typo: say so before loading anything */
     if (template_name && rb_chat_template_from_name(template_name) < 0) {
         char msg[160], hint[96];
-        snprintf(msg, sizeof msg, "unknown --template '%s'", template_name);
+        snprintf(msg, sizeof msg, "unknown --chat-template '%s'", template_name);
         snprintf(hint, sizeof hint, "known templates: %s", rb_chat_template_names());
-        return rb_cli_fail(CMD, msg, hint);
+        return rb_cli_usage_error(CMD, msg, hint);
     }
+    char *system_buf = NULL;
+    if (system_file && !(system = system_buf = rb_cli_read_text(system_file))) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "cannot read the system prompt from '%s': %s", system_file,
+                 strerror(errno));
+        return rb_cli_fail(CMD, msg, NULL);
+    }
+    rb_cli_seed(CMD, &sp.seed, seed_given);
 
     struct chat c = {0};
     c.system = system;
@@ -715,8 +707,10 @@ int rb_cmd_chat(int argc, char **argv)
     rb_error err;
     rb_model_params mp = rb_model_default_params();
     mp.use_mmap = use_mmap;
-    if (rb_model_open(model_path, &mp, &c.model, &err) != RB_OK)
+    if (rb_model_open(model_path, &mp, &c.model, &err) != RB_OK) {
+        free(system_buf);
         return rb_cli_fail(CMD, err.message, NULL);
+    }
     rb_cli_warn_ctx("chat", c.model, p.n_ctx);
 
     char *line = NULL;
@@ -800,6 +794,7 @@ int rb_cmd_chat(int argc, char **argv)
     }
     rc = 0;
 done:
+    free(system_buf);
     free(line);
     free(c.tokens);
     free(c.piece);

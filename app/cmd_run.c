@@ -16,34 +16,6 @@
 #include "cli.h"
 #include "rebound.h"
 
-static void print_usage(FILE *f)
-{
-    fprintf(f,
-        "usage: rebound run -m MODEL (-p PROMPT | --tokens FILE) [options]\n"
-        "  -m, --model F        GGUF model\n"
-        "  -p, --prompt TEXT    prompt text (BOS added as the model asks)\n"
-        "  --tokens FILE        prompt as token ids (whitespace-separated), fed as they are\n"
-        "  -n, --n-predict N    tokens to generate (default 64; 0: none)\n"
-        "  -c, --ctx-size N     context length (default: the model's trained context)\n"
-        "  -b, --batch-size N   prefill batch (default 128)\n"
-        "  -t, --threads N      threads (default: all cores)\n"
-        "  --temp T             temperature (default 0.8; 0: greedy)\n"
-        "  --top-k N  --top-p P  --min-p P  --repeat-penalty R  --repeat-last-n N  --seed S\n"
-        "  --mmap               map the model file instead of reading it\n"
-        "  --dump-logits FILE   write the logits of every position fed (f32 [positions][n_vocab])\n"
-        "  --stats              print the session's memory by category and tier at the end\n"
-        "  --session FILE       continue the session saved in FILE (the prompt is appended),\n"
-        "                       or start it; saved there at the end (and after every feed)\n"
-        "  --report-ttft        print the CLOCK_MONOTONIC time of the first token (stderr)\n"
-        "  --device D           storage profile for the memory manager: phone, watch, host\n"
-        "  --mem-budget BYTES   RAM the session may hold (K/M/G); beyond it, it trims itself\n"
-        "  --restore MODE       pipelined (default), eager, recompute\n"
-        "  --ram-codec C        lossless (default), q8: the compressed RAM tier\n"
-        "  --spill-dir DIR      where evicted KV goes on storage (default $TMPDIR or /tmp)\n"
-        "  --trace FILE         record the model-file accesses (load, and per token the weight\n"
-        "                       ranges read) for `rebound classify|sim` (format: tools/analysis/trace.h)\n");
-}
-
 static int32_t *read_token_file(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "r");
@@ -89,65 +61,109 @@ static void emit(rb_detokenizer *d, char *buf, const int32_t *tokens, size_t n)
 int rb_cmd_run(int argc, char **argv)
 {
     const char *model_path = NULL, *prompt = NULL, *tokens_path = NULL, *dump_path = NULL;
-    const char *trace_path = NULL;
-    uint64_t n_predict = 64;
+    const char *trace_path = NULL, *prompt_file = NULL;
+    int64_t n_predict_arg = 64;
     rb_sampler_params sp = rb_sampler_default_params();
     rb_session_params p = rb_session_default_params();
-    int use_mmap = 0, show_stats = 0, report_ttft = 0;
+    int use_mmap = 0, show_stats = 0, report_ttft = 0, escape = 0, no_cnv = 1, seed_given = 0;
     const char *session_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            print_usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-            bad = !v, model_path = v, i++;
-        } else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
-            bad = !v, prompt = v, i++;
-        } else if (!strcmp(o, "--tokens")) {
-            bad = !v, tokens_path = v, i++;
-        } else if (!strcmp(o, "--trace")) {
-            bad = !v, trace_path = v, i++;
-        } else if (!strcmp(o, "--dump-logits")) {
-            bad = !v, dump_path = v, i++;
-        } else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
-            bad = rb_cli_parse_u64(v, &n_predict), i++;
-        } else if (!strcmp(o, "--mmap")) {
-            use_mmap = 1;
-        } else if (!strcmp(o, "--stats")) {
-            show_stats = 1;
-        } else if (!strcmp(o, "--report-ttft")) {
-            report_ttft = 1;
-        } else if (!strcmp(o, "--session")) {
-            bad = !v, session_path = v, i++;
-        } else if (rb_cli_session_opt(o, v, &p, &bad) || rb_cli_sampler_opt(o, v, &sp, &bad)) {
-            i++;
-        } else {
-            print_usage(stderr);
-            return rb_cli_fail("run", "unknown option", o);
-        }
-        if (bad) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
+    const rb_opt opts[] = {
+        {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
+        {"-p|--prompt", RB_OPT_STR, "TEXT", "prompt text (BOS added as the model asks)", &prompt,
+         0, 0, NULL, NULL},
+        {"-f|--file", RB_OPT_STR, "FILE", "the prompt from a file (one final newline dropped)",
+         &prompt_file, 0, 0, NULL, NULL},
+        {"--tokens", RB_OPT_STR, "FILE",
+         "prompt as token ids (whitespace-separated), fed as they are", &tokens_path, 0, 0, NULL,
+         NULL},
+        {"-e|--escape", RB_OPT_FLAG, NULL,
+         "process escapes in the prompt: \\n \\r \\t \\' \\\" \\\\ \\xHH (llama.cpp does by\n"
+         "default; rebound only when asked)", &escape, 0, 0, NULL, NULL},
+        {"--no-escape", RB_OPT_FLAG_OFF, NULL, "take the prompt as it is (the default)", &escape,
+         0, 0, NULL, NULL},
+        {"-n|--n-predict|--predict", RB_OPT_I64, "N",
+         "tokens to generate (default 64; 0: none; -1: until the end of text or a\nfull context)",
+         &n_predict_arg, -1, 9.2e18, NULL, NULL},
+        {"-no-cnv|--no-conversation", RB_OPT_FLAG, NULL,
+         "plain completion: what run always does (conversations: `rebound chat`)", &no_cnv, 0, 0,
+         NULL, NULL},
+        {"--mmap", RB_OPT_FLAG, NULL, "map the model file instead of reading it", &use_mmap, 0, 0,
+         NULL, NULL},
+        {"--no-mmap", RB_OPT_FLAG_OFF, NULL, "read the model file into RAM (the default)",
+         &use_mmap, 0, 0, NULL, NULL},
+        {"--dump-logits", RB_OPT_STR, "FILE",
+         "write the logits of every position fed (f32 [positions][n_vocab])", &dump_path, 0, 0,
+         NULL, NULL},
+        {"--stats", RB_OPT_FLAG, NULL,
+         "print the session's memory by category and tier at the end", &show_stats, 0, 0, NULL,
+         NULL},
+        {"--session", RB_OPT_STR, "FILE",
+         "continue the session saved in FILE (the prompt is appended), or start\n"
+         "it; saved there at the end (and after every feed)", &session_path, 0, 0, NULL, NULL},
+        {"--report-ttft", RB_OPT_FLAG, NULL,
+         "print the CLOCK_MONOTONIC time of the first token (stderr)", &report_ttft, 0, 0, NULL,
+         NULL},
+        {"--trace", RB_OPT_STR, "FILE",
+         "record the model-file accesses (load, and per token the weight ranges\n"
+         "read) for `rebound classify|sim` (format: tools/analysis/trace.h)", &trace_path, 0, 0, NULL, NULL},
+        RB_CLI_SESSION_OPTS(&p),
+        RB_CLI_SAMPLER_OPTS(&sp, &seed_given),
+        RB_CLI_GPU_OPTS,
+        {"-sys|--system-prompt", RB_OPT_IGNORED, "TEXT",
+         "run is plain completion (llama.cpp's -no-cnv); `rebound chat` applies\n"
+         "a system prompt", NULL, 0, 0, NULL, NULL},
+        {"--chat-template", RB_OPT_IGNORED, "NAME",
+         "run is plain completion (llama.cpp's -no-cnv); `rebound chat` applies\n"
+         "a chat template", NULL, 0, 0, NULL, NULL},
+        {0},
+    };
+    const rb_cli_cmd cmd = {
+        "run", "-m MODEL (-p PROMPT | -f FILE | --tokens FILE) [options]",
+        "Prompt in, text out, with llama.cpp's flag names (llama-completion -no-cnv).\n"
+        "stdout: the prompt and the generated text, nothing else; stderr: the seed, load\n"
+        "time, prefill and decode speed, peak RSS.",
+        opts, NULL, NULL, 0, NULL, NULL,
+    };
+    int rc0 = rb_cli_parse(&cmd, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
+    (void)no_cnv;
+    uint64_t n_predict = n_predict_arg < 0 ? UINT64_MAX : (uint64_t)n_predict_arg;
+    if (!model_path)
+        return rb_cli_usage_error("run", "no model given (-m MODEL)",
+                                  "rebound make-model --shape stories260k -o m.gguf");
+    if (!!prompt + !!prompt_file + !!tokens_path != 1)
+        return rb_cli_usage_error("run", "give exactly one of -p PROMPT, -f FILE and --tokens FILE",
+                                  NULL);
+    char *prompt_buf = NULL; /* -f's text, or -e's copy of the prompt */
+    if (prompt_file) {
+        if (!(prompt_buf = rb_cli_read_text(prompt_file))) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "cannot read the prompt from '%s': %s", prompt_file,
+                     strerror(errno));
             return rb_cli_fail("run", msg, NULL);
         }
+        prompt = prompt_buf;
+    } else if (prompt && escape && !(prompt = prompt_buf = strdup(prompt))) {
+        return rb_cli_fail("run", "out of memory", NULL);
     }
-    if (!model_path)
-        return rb_cli_fail("run", "no model given (-m MODEL)", "rebound make-model --shape stories260k -o m.gguf");
-    if (!!prompt == !!tokens_path)
-        return rb_cli_fail("run", "give exactly one of -p PROMPT and --tokens FILE", NULL);
+    if (escape && prompt_buf)
+        rb_cli_unescape(prompt_buf);
+    rb_cli_seed("run", &sp.seed, seed_given);
 
     double t0 = rb_cli_now_s();
     rb_error err;
     rb_model_params mp = rb_model_default_params();
     mp.use_mmap = use_mmap;
     rb_model *model = NULL;
-    if (rb_model_open(model_path, &mp, &model, &err) != RB_OK)
+    if (rb_model_open(model_path, &mp, &model, &err) != RB_OK) {
+        free(prompt_buf);
         return rb_cli_fail("run", err.message, NULL);
+    }
     rb_cli_warn_ctx("run", model, p.n_ctx);
     struct rb_trace_writer *trace = NULL;
     if (trace_path && rb_cli_trace_attach("run", model, model_path, trace_path, &trace)) {
+        free(prompt_buf);
         rb_model_close(model);
         return 1;
     }
@@ -292,6 +308,7 @@ int rb_cmd_run(int argc, char **argv)
     }
     rc = 0;
 done:
+    free(prompt_buf);
     free(tokens);
     free(dump);
     free(piece);

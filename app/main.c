@@ -37,7 +37,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: rebound <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "\n`rebound <command> --help` shows a command's options.\n");
+    fprintf(f, "  %-12s %s\n", "help", "this list, or `rebound help COMMAND`: a command's options");
+    fprintf(f, "\n`rebound <command> --help` (or `rebound help <command>`) shows a command's "
+            "options.\nexit status: 0 success, 1 failure, 2 usage error (unknown command or "
+            "option, bad value)\n");
 }
 
 double rb_cli_now_s(void)
@@ -116,10 +119,24 @@ int main(int argc, char **argv)
                REBOUND_VERSION_PATCH);
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "rebound: unknown command '%s'\n\n", argv[1]);
+    const char *name = argv[1];
+    int is_help = strcmp(name, "help") == 0;
+    if (is_help && argc == 2) {
+        usage(stdout);
+        return 0;
+    }
+    if (is_help)
+        name = argv[2];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(name, commands[i].name) != 0)
+            continue;
+        if (is_help) { /* `rebound help run` is `rebound run --help` */
+            char *args[] = {(char *)commands[i].name, "--help", NULL};
+            return commands[i].run(2, args);
+        }
+        return commands[i].run(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "rebound: unknown command '%s'\n\n", name);
     usage(stderr);
     return 2;
 }
