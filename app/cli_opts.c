@@ -310,7 +310,7 @@ static int store(const rb_opt *o, const char *v, char *want, size_t want_n)
     case RB_OPT_SIZE:
         if (rb_cli_parse_u64(v, &u) || (o->kind == RB_OPT_U32 && u > UINT32_MAX) ||
             (has_range(o) && ((double)u < o->lo || (double)u > o->hi))) {
-            snprintf(want, want_n, "a non-negative integer (K/M/G: x1024)%s", range);
+            snprintf(want, want_n, "a non-negative integer%s (suffixes K, M, G: x1024)", range);
             return -1;
         }
         if (o->kind == RB_OPT_U32)
@@ -401,7 +401,7 @@ void rb_cli_help(const rb_cli_cmd *c, FILE *f)
         char names[128];
         int k = format_names(o, names, sizeof names);
         fprintf(f, "  %s", names);
-        if (k + 2 >= COL)
+        if (k + 4 > COL)
             fprintf(f, "\n%*s", COL, "");
         else
             fprintf(f, "%*s", COL - 2 - k, "");
@@ -418,7 +418,7 @@ void rb_cli_help(const rb_cli_cmd *c, FILE *f)
     fprintf(f, "  -h, --help%*sthis help\n", COL - 12, "");
     if (c->footer)
         fprintf(f, "%s%s", c->footer, c->footer[strlen(c->footer) - 1] == '\n' ? "" : "\n");
-    fprintf(f, "exit status: 0 success, 1 failure, 2 usage error (as this one's messages say)\n");
+    fprintf(f, "exit status: 0 success, 1 failure, 2 usage error\n");
 }
 
 int rb_cli_parse(const rb_cli_cmd *c, int argc, char **argv)

@@ -13,32 +13,24 @@
 #include "cli.h"
 #include "trace.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: rebound classify TRACE\n"
-               "  TRACE   a trace from `rebound trace` or `rebound run --trace` (tools/analysis/trace.h)\n");
-}
-
 int rb_cmd_classify(int argc, char **argv)
 {
     const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            usage(stderr);
-            return rb_cli_fail("classify", "unknown option", argv[i]);
-        } else if (path) {
-            return rb_cli_fail("classify", "give one trace", NULL);
-        } else {
-            path = argv[i];
-        }
-    }
-    if (!path) {
-        usage(stderr);
-        return rb_cli_fail("classify", "no trace given", NULL);
-    }
+    int n_pos = 0;
+    const rb_opt opts[] = {{0}};
+    const rb_cli_cmd cmd = {
+        "classify", "TRACE",
+        "Every block of TRACE (from `rebound trace` or `rebound run --trace`;\n"
+        "tools/analysis/trace.h) labelled SEQ, HOT or LOOP, online (Algorithm 1) and offline.",
+        opts, NULL, &path, 1, &n_pos, NULL,
+    };
+    int rc0 = rb_cli_parse(&cmd, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
+    if (n_pos > 1)
+        return rb_cli_usage_error("classify", "give one trace", NULL);
+    if (!path)
+        return rb_cli_usage_error("classify", "no trace given", NULL);
     rb_trace t;
     rb_block_stream s;
     if (rb_cli_load_trace("classify", path, &t, &s))

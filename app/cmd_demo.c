@@ -13,18 +13,6 @@
 
 #include "cli.h"
 
-static void print_usage(FILE *f)
-{
-    fprintf(f,
-        "usage: rebound demo [-m MODEL] [-c CONTEXT] [--device D] [-o PREFIX]\n"
-        "  -m MODEL     a GGUF model (default: a generated qwen3-0.6b-shape Q8_0, cached in\n"
-        "               $XDG_CACHE_HOME/rebound or ~/.cache/rebound)\n"
-        "  -c N         tokens of conversation (default 2048)\n"
-        "  --device D   storage profile: phone (default), watch, host\n"
-        "  -o PREFIX    output files PREFIX.svg and PREFIX.json (default rebound-demo)\n"
-        "  -t N         threads (default: all cores)\n");
-}
-
 /* mkdir -p for the cache folder (two levels at most) */
 static int ensure_dir(const char *path)
 {
@@ -43,26 +31,30 @@ int rb_cmd_demo(int argc, char **argv)
 {
     const char *model = NULL, *ctx = "2048", *device = "phone", *prefix = "rebound-demo";
     const char *threads = NULL;
-    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            print_usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            print_usage(stderr);
-            return rb_cli_fail("demo", "an option needs a value (or is unknown)", o);
-        }
-        if (!strcmp(o, "-m") || !strcmp(o, "--model")) model = v;
-        else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) ctx = v;
-        else if (!strcmp(o, "--device")) device = v;
-        else if (!strcmp(o, "-o")) prefix = v;
-        else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) threads = v;
-        else {
-            print_usage(stderr);
-            return rb_cli_fail("demo", "unknown option", o);
-        }
-    }
+    const rb_opt opts[] = {
+        {"-m|--model", RB_OPT_STR, "FILE",
+         "a GGUF model (default: a generated qwen3-0.6b-shape Q8_0, cached in\n"
+         "$XDG_CACHE_HOME/rebound or ~/.cache/rebound)", &model, 0, 0, NULL, NULL},
+        {"-c|--ctx-size", RB_OPT_STR, "N", "tokens of conversation (default 2048)", &ctx, 0, 0,
+         NULL, NULL},
+        {"--device", RB_OPT_STR, "D", "storage profile: phone (default), watch, host", &device, 0,
+         0, NULL, NULL},
+        {"-o|--output", RB_OPT_STR, "PREFIX",
+         "output files PREFIX.svg and PREFIX.json (default rebound-demo)", &prefix, 0, 0, NULL,
+         NULL},
+        {"-t|--threads", RB_OPT_STR, "N", "threads (default: all cores)", &threads, 0, 0, NULL,
+         NULL},
+        {0},
+    };
+    const rb_cli_cmd cmd = {
+        "demo", "[-m MODEL] [-c CONTEXT] [--device D] [-o PREFIX] [-t N]",
+        "The app-switch experiment (`rebound switch`) on the phone profile, with the\n"
+        "timeline picture next to the JSON; -c, --device and -t go to switch as they are.",
+        opts, NULL, NULL, 0, NULL, NULL,
+    };
+    int rc0 = rb_cli_parse(&cmd, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
     char path[1100];
     if (!model) {
         char dir[1024];

@@ -13,40 +13,33 @@
 
 #define MAX_TYPES 32
 
-static void print_usage(FILE *f)
-{
-    fprintf(f, "usage: rebound info MODEL.gguf [-c CTX] [--tensors]\n"
-               "  -c CTX      context length for the KV figures (default: the model's trained context)\n"
-               "  --tensors   list every tensor with its type, dims, bytes and file offset\n");
-}
-
 int rb_cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
     uint64_t ctx = 0;
-    int list_tensors = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            print_usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "-c") == 0 || strcmp(argv[i], "--ctx") == 0) {
-            if (i + 1 >= argc || rb_cli_parse_u64(argv[++i], &ctx) != 0 || ctx == 0)
-                return rb_cli_fail("info", "-c needs a positive token count", NULL);
-        } else if (strcmp(argv[i], "--tensors") == 0) {
-            list_tensors = 1;
-        } else if (argv[i][0] == '-') {
-            print_usage(stderr);
-            return rb_cli_fail("info", "unknown option", argv[i]);
-        } else if (!path) {
-            path = argv[i];
-        } else {
-            return rb_cli_fail("info", "more than one model given", NULL);
-        }
-    }
-    if (!path) {
-        print_usage(stderr);
-        return rb_cli_fail("info", "no model given", "rebound make-model -o tiny.gguf; rebound info tiny.gguf");
-    }
+    int list_tensors = 0, n_pos = 0;
+    const rb_opt opts[] = {
+        {"-c|--ctx-size|--ctx", RB_OPT_SIZE, "N",
+         "context length for the KV figures (default: the model's trained context)", &ctx, 1,
+         UINT32_MAX, NULL, NULL},
+        {"--tensors", RB_OPT_FLAG, NULL, "list every tensor with its type, dims, bytes and file offset",
+         &list_tensors, 0, 0, NULL, NULL},
+        {0},
+    };
+    const rb_cli_cmd cmd = {
+        "info", "MODEL.gguf [-c CTX] [--tensors]",
+        "What a model is and what it costs in memory: shape, tensor types, weight\n"
+        "bytes in total and per layer, KV cache per token and at a context length.",
+        opts, NULL, &path, 1, &n_pos, NULL,
+    };
+    int rc0 = rb_cli_parse(&cmd, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
+    if (n_pos > 1)
+        return rb_cli_usage_error("info", "more than one model given", NULL);
+    if (!path)
+        return rb_cli_usage_error("info", "no model given",
+                                  "rebound make-model -o tiny.gguf; rebound info tiny.gguf");
 
     rb_model *model = NULL;
     rb_error err;

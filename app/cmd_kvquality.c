@@ -44,21 +44,6 @@ static const char *const BUILTIN_PROMPTS[] = {
     "Sam wanted to build a tall tower",
 };
 
-static void print_usage(FILE *f)
-{
-    fprintf(f,
-        "usage: rebound kvquality -m MODEL --codec MODE [options]\n"
-        "  -m, --model F        GGUF model\n"
-        "  --codec MODE         lossless, q8, q4, q2 (or store)\n"
-        "  -p, --prompt TEXT    a prompt; repeat for several (default: 6 built-in ones)\n"
-        "  -n, --n-predict N    greedy tokens after each prompt (default 256; capped by the context)\n"
-        "  -c, --ctx-size N     context (default: the model's trained context)\n"
-        "  -t, --threads N      threads (default: all cores)\n"
-        "  --label TEXT         model label in the result lines (default: the file name)\n"
-        "Runs each prompt three times (generate; reference; KV round-tripped through the codec\n"
-        "at the midpoint) and reports top-1 agreement and KL divergence after the round trip.\n");
-}
-
 static int32_t argmax(const float *x, uint32_t n)
 {
     uint32_t best = 0;
@@ -136,53 +121,68 @@ static int round_trip(rb_session *s, rb_kvcodec_id codec, uint8_t *buf, size_t b
     return 0;
 }
 
+/* -p, repeatable: the prompts in order */
+struct prompt_list {
+    const char **v;
+    int n;
+};
+
+static int opt_prompt(void *dest, const char *v, char *why, size_t why_n)
+{
+    struct prompt_list *l = dest;
+    if (l->n == MAX_PROMPTS) {
+        snprintf(why, why_n, "taken: at most %d prompts", MAX_PROMPTS);
+        return -1;
+    }
+    l->v[l->n++] = v;
+    return 0;
+}
+
 int rb_cmd_kvquality(int argc, char **argv)
 {
     const char *model_path = NULL, *codec_name = NULL, *label = NULL;
     const char *prompts[MAX_PROMPTS];
     int n_prompts = 0;
     uint64_t n_predict = 256, n_ctx = 0, n_threads = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            print_usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-            bad = !v, model_path = v, i++;
-        } else if (!strcmp(o, "--codec")) {
-            bad = !v, codec_name = v, i++;
-        } else if (!strcmp(o, "--label")) {
-            bad = !v, label = v, i++;
-        } else if (!strcmp(o, "-p") || !strcmp(o, "--prompt")) {
-            if (n_prompts == MAX_PROMPTS)
-                return rb_cli_fail("kvquality", "too many prompts (at most 64)", NULL);
-            bad = !v, prompts[n_prompts++] = v, i++;
-        } else if (!strcmp(o, "-n") || !strcmp(o, "--n-predict")) {
-            bad = rb_cli_parse_u64(v, &n_predict), i++;
-        } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
-            bad = rb_cli_parse_u64(v, &n_ctx) || n_ctx > UINT32_MAX, i++;
-        } else if (!strcmp(o, "-t") || !strcmp(o, "--threads")) {
-            bad = rb_cli_parse_u64(v, &n_threads) || n_threads > 256, i++;
-        } else {
-            print_usage(stderr);
-            return rb_cli_fail("kvquality", "unknown option", o);
-        }
-        if (bad) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
-            return rb_cli_fail("kvquality", msg, NULL);
-        }
-    }
+    struct prompt_list pl = {prompts, 0};
+    const rb_opt opts[] = {
+        {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
+        {"--codec", RB_OPT_STR, "MODE", "lossless, q8, q4, q2 (or store)", &codec_name, 0, 0, NULL,
+         NULL},
+        {"-p|--prompt", RB_OPT_CALL, "TEXT",
+         "a prompt; repeat for several (default: 6 built-in ones)", &pl, 0, 0, opt_prompt, NULL},
+        {"-n|--n-predict", RB_OPT_SIZE, "N",
+         "greedy tokens after each prompt (default 256; capped by the context)", &n_predict, 0, 0,
+         NULL, NULL},
+        {"-c|--ctx-size", RB_OPT_SIZE, "N", "context (default: the model's trained context)",
+         &n_ctx, 0, UINT32_MAX, NULL, NULL},
+        {"-t|--threads", RB_OPT_SIZE, "N", "threads (default: all cores)", &n_threads, 0, 256,
+         NULL, NULL},
+        {"--label", RB_OPT_STR, "TEXT", "model label in the result lines (default: the file name)",
+         &label, 0, 0, NULL, NULL},
+        {0},
+    };
+    const rb_cli_cmd cli = {
+        "kvquality", "-m MODEL --codec MODE [options]",
+        "Runs each prompt three times (generate; reference; KV round-tripped through the\n"
+        "codec at the midpoint) and reports top-1 agreement and KL divergence after the\n"
+        "round trip.",
+        opts, NULL, NULL, 0, NULL, NULL,
+    };
+    int rc0 = rb_cli_parse(&cli, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
+    n_prompts = pl.n;
     if (!model_path)
-        return rb_cli_fail("kvquality", "no model given (-m MODEL)", NULL);
+        return rb_cli_usage_error("kvquality", "no model given (-m MODEL)", NULL);
     if (!codec_name)
-        return rb_cli_fail("kvquality", "no codec given (--codec MODE)", "lossless, q8, q4 or q2");
+        return rb_cli_usage_error("kvquality", "no codec given (--codec MODE)",
+                                  "lossless, q8, q4 or q2");
     const int codec = rb_kvcodec_from_name(codec_name);
     if (codec < 0) {
         char msg[160];
         snprintf(msg, sizeof msg, "unknown codec '%s'", codec_name);
-        return rb_cli_fail("kvquality", msg, "lossless, q8, q4, q2 or store");
+        return rb_cli_usage_error("kvquality", msg, "lossless, q8, q4, q2 or store");
     }
     if (n_prompts == 0)
         for (size_t i = 0; i < sizeof BUILTIN_PROMPTS / sizeof *BUILTIN_PROMPTS; i++)

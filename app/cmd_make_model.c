@@ -14,31 +14,26 @@
 #include "progress.h"
 #include "synth.h"
 
-static void print_usage(FILE *f)
+static int opt_arch(void *dest, const char *v, char *why, size_t why_n)
 {
-    fprintf(f,
-        "usage: rebound make-model [-o OUT.gguf] [--shape NAME] [--type TYPE] [options]\n"
-        "  --shape NAME     %s (default tiny)\n"
-        "  --type TYPE      %s (default f32)\n"
-        "  -o, --output F   output file (default <shape>-<type>.gguf)\n"
-        "  --seed N         weight seed (default 1)\n"
-        "  -t, --threads N  worker threads (default: all cores)\n"
-        "custom dims, starting from the shape:\n"
-        "  --arch llama|qwen3  --dim N  --layers N  --heads N  --kv-heads N  --head-dim N\n"
-        "  --ffn N  --vocab N  --ctx N  --rope-base F  --tied | --separate-output  --vocab-style spm|bpe\n",
-        rb_synth_shape_names(), rb_file_kind_names());
-}
-
-static int need_u32(const char *opt, const char *val, uint32_t *out)
-{
-    uint64_t v;
-    if (!val || rb_cli_parse_u64(val, &v) != 0 || v > UINT32_MAX) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "%s needs a non-negative integer", opt);
-        rb_cli_fail("make-model", msg, NULL);
+    if (strcmp(v, "llama") != 0 && strcmp(v, "qwen3") != 0) {
+        snprintf(why, why_n, "llama or qwen3");
         return -1;
     }
-    *out = (uint32_t)v;
+    ((rb_synth_shape *)dest)->arch = strcmp(v, "llama") == 0 ? "llama" : "qwen3";
+    return 0;
+}
+
+static int opt_vocab_style(void *dest, const char *v, char *why, size_t why_n)
+{
+    rb_synth_shape *shape = dest;
+    if (strcmp(v, "spm") != 0 && strcmp(v, "bpe") != 0) {
+        snprintf(why, why_n, "spm or bpe");
+        return -1;
+    }
+    shape->is_bpe_vocab = strcmp(v, "bpe") == 0;
+    if (shape->is_bpe_vocab && !shape->bpe_pre)
+        shape->bpe_pre = "qwen2";
     return 0;
 }
 
@@ -58,81 +53,59 @@ int rb_cmd_make_model(int argc, char **argv)
             shape_name = argv[i + 1];
             base = rb_synth_shape_find(shape_name);
             if (!base)
-                return rb_cli_fail("make-model", "unknown shape", rb_synth_shape_names());
+                return rb_cli_usage_error("make-model", "unknown shape", rb_synth_shape_names());
             shape = *base;
         }
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int custom = 1, rc = 0;
-        if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
-            print_usage(stdout);
-            return 0;
-        } else if (strcmp(o, "--shape") == 0) {
-            i++, custom = 0;
-        } else if (strcmp(o, "--type") == 0) {
-            if (!v)
-                return rb_cli_fail("make-model", "--type needs a value", rb_file_kind_names());
-            type_name = v, i++, custom = 0;
-        } else if (strcmp(o, "-o") == 0 || strcmp(o, "--output") == 0) {
-            if (!v)
-                return rb_cli_fail("make-model", "-o needs a file name", NULL);
-            out = v, i++, custom = 0;
-        } else if (strcmp(o, "--seed") == 0) {
-            if (!v || rb_cli_parse_u64(v, &seed) != 0)
-                return rb_cli_fail("make-model", "--seed needs an integer", NULL);
-            i++, custom = 0;
-        } else if (strcmp(o, "-t") == 0 || strcmp(o, "--threads") == 0) {
-            rc = need_u32(o, v, &threads), i++, custom = 0;
-        } else if (strcmp(o, "--arch") == 0) {
-            if (!v || (strcmp(v, "llama") != 0 && strcmp(v, "qwen3") != 0))
-                return rb_cli_fail("make-model", "--arch must be llama or qwen3", NULL);
-            shape.arch = strcmp(v, "llama") == 0 ? "llama" : "qwen3";
-            i++;
-        } else if (strcmp(o, "--dim") == 0) {
-            rc = need_u32(o, v, &shape.n_embd), i++;
-        } else if (strcmp(o, "--layers") == 0) {
-            rc = need_u32(o, v, &shape.n_layers), i++;
-        } else if (strcmp(o, "--heads") == 0) {
-            rc = need_u32(o, v, &shape.n_head), i++;
-        } else if (strcmp(o, "--kv-heads") == 0) {
-            rc = need_u32(o, v, &shape.n_head_kv), i++;
-        } else if (strcmp(o, "--head-dim") == 0) {
-            rc = need_u32(o, v, &shape.head_dim), i++;
-        } else if (strcmp(o, "--ffn") == 0) {
-            rc = need_u32(o, v, &shape.n_ff), i++;
-        } else if (strcmp(o, "--vocab") == 0) {
-            rc = need_u32(o, v, &shape.n_vocab), i++;
-        } else if (strcmp(o, "--ctx") == 0) {
-            rc = need_u32(o, v, &shape.n_ctx), i++;
-        } else if (strcmp(o, "--rope-base") == 0) {
-            float f;
-            if (!v || sscanf(v, "%f", &f) != 1 || !(f > 0))
-                return rb_cli_fail("make-model", "--rope-base needs a positive number", NULL);
-            shape.rope_freq_base = f, i++;
-        } else if (strcmp(o, "--tied") == 0) {
-            shape.is_tied_output = 1;
-        } else if (strcmp(o, "--separate-output") == 0) {
-            shape.is_tied_output = 0;
-        } else if (strcmp(o, "--vocab-style") == 0) {
-            if (!v || (strcmp(v, "spm") != 0 && strcmp(v, "bpe") != 0))
-                return rb_cli_fail("make-model", "--vocab-style must be spm or bpe", NULL);
-            shape.is_bpe_vocab = strcmp(v, "bpe") == 0;
-            if (shape.is_bpe_vocab && !shape.bpe_pre)
-                shape.bpe_pre = "qwen2";
-            i++;
-        } else {
-            print_usage(stderr);
-            return rb_cli_fail("make-model", "unknown option", o);
-        }
-        if (rc)
-            return 1;
-        is_custom |= custom;
-    }
+    char shape_help[512], type_help[512];
+    snprintf(shape_help, sizeof shape_help, "%s (default tiny)", rb_synth_shape_names());
+    snprintf(type_help, sizeof type_help, "%s (default f32)", rb_file_kind_names());
+    const char *shape_arg = NULL;
+    const rb_opt opts[] = {
+        {"--shape", RB_OPT_STR, "NAME", shape_help, &shape_arg, 0, 0, NULL, NULL},
+        {"--type", RB_OPT_STR, "TYPE", type_help, &type_name, 0, 0, NULL, NULL},
+        {"-o|--output", RB_OPT_STR, "FILE", "output file (default <shape>-<type>.gguf)", &out, 0,
+         0, NULL, NULL},
+        {"--seed", RB_OPT_SIZE, "N", "weight seed (default 1)", &seed, 0, 0, NULL, NULL},
+        {"-t|--threads", RB_OPT_U32, "N", "worker threads (default: all cores)", &threads, 0, 0,
+         NULL, NULL},
+        {NULL, RB_OPT_SECTION, NULL, "custom dims, starting from the shape (wherever --shape stands):",
+         NULL, 0, 0, NULL, NULL},
+        {"--arch", RB_OPT_CALL, "A", "llama or qwen3", &shape, 0, 0, opt_arch, &is_custom},
+        {"--dim", RB_OPT_U32, "N", "embedding width", &shape.n_embd, 0, 0, NULL, &is_custom},
+        {"--layers", RB_OPT_U32, "N", "layers", &shape.n_layers, 0, 0, NULL, &is_custom},
+        {"--heads", RB_OPT_U32, "N", "attention heads", &shape.n_head, 0, 0, NULL, &is_custom},
+        {"--kv-heads", RB_OPT_U32, "N", "KV heads", &shape.n_head_kv, 0, 0, NULL, &is_custom},
+        {"--head-dim", RB_OPT_U32, "N", "width per head (default dim / heads)", &shape.head_dim, 0,
+         0, NULL, &is_custom},
+        {"--ffn", RB_OPT_U32, "N", "feed-forward width", &shape.n_ff, 0, 0, NULL, &is_custom},
+        {"--vocab", RB_OPT_U32, "N", "vocabulary size", &shape.n_vocab, 0, 0, NULL, &is_custom},
+        {"--ctx", RB_OPT_U32, "N", "trained context", &shape.n_ctx, 0, 0, NULL, &is_custom},
+        {"--rope-base", RB_OPT_FLOAT, "F", "rope frequency base (positive)", &shape.rope_freq_base,
+         1e-30, 3e38, NULL, &is_custom},
+        {"--tied", RB_OPT_FLAG, NULL, "no output.weight: token_embd is reused",
+         &shape.is_tied_output, 0, 0, NULL, &is_custom},
+        {"--separate-output", RB_OPT_FLAG_OFF, NULL, "a separate output.weight",
+         &shape.is_tied_output, 0, 0, NULL, &is_custom},
+        {"--vocab-style", RB_OPT_CALL, "spm|bpe",
+         "SentencePiece-style vocabulary, or GPT-2 byte-level BPE", &shape, 0, 0,
+         opt_vocab_style, &is_custom},
+        {0},
+    };
+    const rb_cli_cmd cli = {
+        "make-model", "[-o OUT.gguf] [--shape NAME] [--type TYPE] [options]",
+        "A synthetic GGUF model of a named shape (or custom dims) in one of the file\n"
+        "kinds, with llama.cpp's metadata keys, tensor names and tokenizer arrays;\n"
+        "weights N(0, 0.02), deterministic in the seed.",
+        opts, NULL, NULL, 0, NULL, NULL,
+    };
+    int rc0 = rb_cli_parse(&cli, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
     if (is_custom)
         shape.name = "custom";
     const rb_file_kind *kind = rb_file_kind_find(type_name);
     if (!kind)
-        return rb_cli_fail("make-model", "unknown --type", rb_file_kind_names());
+        return rb_cli_usage_error("make-model", "unknown --type", rb_file_kind_names());
     char default_out[160];
     if (!out) {
         snprintf(default_out, sizeof default_out, "%s-%s.gguf", shape.name, kind->name);

@@ -18,27 +18,6 @@
 #include "plan.h"
 #include "profile.h"
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-        "usage: rebound plan --device watch|phone|host|custom|all [options]\n"
-        "  --bw MIB_S         storage read bandwidth (overrides the profile)\n"
-        "  --latency US       per-request latency in microseconds\n"
-        "  --request BYTES    largest merged read request\n"
-        "  --cache BYTES      the page-cache pool the OS gives the model app (default: the\n"
-        "                     profile's range: watch 64M, phone 512M and 1G)\n"
-        "  --hot BYTES        hot set (default 4M, or the model's GGUF header with -m)\n"
-        "  -m MODEL           take the loop (per-token weight bytes) and KV size from a GGUF model\n"
-        "  -c CTX             context length: KV share = KV bytes per token x CTX (needs -m)\n"
-        "  --kv BYTES         KV share given directly\n"
-        "  --loop BYTES       loop length N per token given directly\n"
-        "  --params N         loop from a parameter count (1.1B, 360M) at --quant\n"
-        "  --quant Q          int4, q4_0 (default), q4_k, q8_0, f16: bytes per parameter\n"
-        "  --tps R            target tokens/s (default 10: T = 0.1 s)\n"
-        "Without --kv or -c, the profile's default share of the pool stands for hot set + KV\n"
-        "(phone: half the pool, the paper's 256-512 MB loop share of a 512 MB-1 GB pool).\n");
-}
-
 /* "1.1B", "360M", "7e9": a parameter count with decimal suffixes. */
 static int parse_count(const char *s, double *out)
 {
@@ -58,6 +37,38 @@ static int parse_count(const char *s, double *out)
     return 0;
 }
 
+static int opt_count(void *dest, const char *v, char *why, size_t why_n)
+{
+    if (parse_count(v, dest)) {
+        snprintf(why, why_n, "a positive count (K, M, B suffixes: 1.1B, 360M)");
+        return -1;
+    }
+    return 0;
+}
+
+static int opt_quant(void *dest, const char *v, char *why, size_t why_n)
+{
+    if (rb_plan_bytes_per_param(v) == 0) {
+        snprintf(why, why_n, "int4, q4_0, q4_k, q8_0 or f16");
+        return -1;
+    }
+    *(const char **)dest = v;
+    return 0;
+}
+
+static int opt_cache(void *dest, const char *v, char *why, size_t why_n)
+{
+    if (v[0] == '-') {
+        snprintf(why, why_n, "a pool size: the cache pool cannot be negative");
+        return -1;
+    }
+    if (rb_cli_parse_u64(v, dest)) {
+        snprintf(why, why_n, "a size in bytes (K/M/G)");
+        return -1;
+    }
+    return 0;
+}
+
 static void mib(char *buf, size_t n, uint64_t b) { snprintf(buf, n, "%.1f MiB", (double)b / RB_MIB); }
 
 int rb_cmd_plan(int argc, char **argv)
@@ -66,52 +77,52 @@ int rb_cmd_plan(int argc, char **argv)
     double bw = NAN, lat_us = NAN, tps = 10.0, params = 0;
     uint64_t request = 0, cache = 0, hot = 0, ctx = 0, kv = 0, loop = 0;
     int has_cache = 0, has_hot = 0, has_kv = 0, has_ctx = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--device")) {
-            bad = !v, device = v, i++;
-        } else if (!strcmp(o, "--bw")) {
-            bad = !v || sscanf(v, "%lf", &bw) != 1, i++;
-        } else if (!strcmp(o, "--latency")) {
-            bad = !v || sscanf(v, "%lf", &lat_us) != 1, i++;
-        } else if (!strcmp(o, "--request")) {
-            bad = rb_cli_parse_u64(v, &request), i++;
-        } else if (!strcmp(o, "--cache")) {
-            if (v && v[0] == '-')
-                return rb_cli_fail("plan", "the cache pool cannot be negative", NULL);
-            bad = rb_cli_parse_u64(v, &cache), has_cache = 1, i++;
-        } else if (!strcmp(o, "--hot")) {
-            bad = rb_cli_parse_u64(v, &hot), has_hot = 1, i++;
-        } else if (!strcmp(o, "-m") || !strcmp(o, "--model")) {
-            bad = !v, model_path = v, i++;
-        } else if (!strcmp(o, "-c") || !strcmp(o, "--ctx-size")) {
-            bad = rb_cli_parse_u64(v, &ctx) || ctx > UINT32_MAX, has_ctx = 1, i++;
-        } else if (!strcmp(o, "--kv")) {
-            bad = rb_cli_parse_u64(v, &kv), has_kv = 1, i++;
-        } else if (!strcmp(o, "--loop")) {
-            bad = rb_cli_parse_u64(v, &loop), i++;
-        } else if (!strcmp(o, "--params")) {
-            bad = parse_count(v, &params), i++;
-        } else if (!strcmp(o, "--quant")) {
-            bad = !v || rb_plan_bytes_per_param(v) == 0, quant = v, i++;
-        } else if (!strcmp(o, "--tps")) {
-            bad = !v || sscanf(v, "%lf", &tps) != 1, i++;
-        } else {
-            usage(stderr);
-            return rb_cli_fail("plan", "unknown option", o);
-        }
-        if (bad) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
-            return rb_cli_fail("plan", msg, NULL);
-        }
-    }
+    const rb_opt opts[] = {
+        {"--device", RB_OPT_STR, "D", "watch, phone, host, custom, or all (each in turn)", &device,
+         0, 0, NULL, NULL},
+        {"--bw", RB_OPT_DOUBLE, "MIB_S", "storage read bandwidth (overrides the profile)", &bw, 0,
+         0, NULL, NULL},
+        {"--latency", RB_OPT_DOUBLE, "US", "per-request latency in microseconds", &lat_us, 0, 0,
+         NULL, NULL},
+        {"--request", RB_OPT_SIZE, "BYTES", "largest merged read request", &request, 0, 0, NULL,
+         NULL},
+        {"--cache", RB_OPT_CALL, "BYTES",
+         "the page-cache pool the OS gives the model app (default: the\n"
+         "profile's range: watch 64M, phone 512M and 1G)", &cache, 0, 0, opt_cache, &has_cache},
+        {"--hot", RB_OPT_SIZE, "BYTES", "hot set (default 4M, or the model's GGUF header with -m)",
+         &hot, 0, 0, NULL, &has_hot},
+        {"-m|--model", RB_OPT_STR, "FILE",
+         "take the loop (per-token weight bytes) and KV size from a GGUF model", &model_path, 0,
+         0, NULL, NULL},
+        {"-c|--ctx-size", RB_OPT_SIZE, "CTX",
+         "context length: KV share = KV bytes per token x CTX (needs -m)", &ctx, 0, UINT32_MAX,
+         NULL, &has_ctx},
+        {"--kv", RB_OPT_SIZE, "BYTES", "KV share given directly", &kv, 0, 0, NULL, &has_kv},
+        {"--loop", RB_OPT_SIZE, "BYTES", "loop length N per token given directly", &loop, 0, 0,
+         NULL, NULL},
+        {"--params", RB_OPT_CALL, "N", "loop from a parameter count (1.1B, 360M) at --quant",
+         &params, 0, 0, opt_count, NULL},
+        {"--quant", RB_OPT_CALL, "Q", "int4, q4_0 (default), q4_k, q8_0, f16: bytes per parameter",
+         &quant, 0, 0, opt_quant, NULL},
+        {"--tps", RB_OPT_DOUBLE, "R", "target tokens/s (default 10: T = 0.1 s)", &tps, 0, 0, NULL,
+         NULL},
+        {0},
+    };
+    const rb_cli_cmd cli = {
+        "plan", "--device watch|phone|host|custom|all [options]",
+        "The capacity model: the pinned loop S >= max(0, N - BW*T), the hot set and\n"
+        "the KV share of the pool.",
+        opts,
+        "Without --kv or -c, the profile's default share of the pool stands for hot set + KV\n"
+        "(phone: half the pool, the paper's 256-512 MB loop share of a 512 MB-1 GB pool).",
+        NULL, 0, NULL, NULL,
+    };
+    int rc0 = rb_cli_parse(&cli, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
     if (!device)
-        return rb_cli_fail("plan", "no device given (--device watch|phone|host|custom|all)", NULL);
+        return rb_cli_usage_error("plan", "no device given (--device watch|phone|host|custom|all)",
+                                  NULL);
     if (!strcmp(device, "all")) {
         /* every profile in turn: the same arguments with --device NAME */
         int rc = 0;

@@ -21,22 +21,6 @@
 #define MAX_SIZES 64
 #define MAX_POLICIES 16
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-        "usage: rebound sim TRACE [options]\n"
-        "  --cache SIZES       comma list of cache sizes: bytes with K/M/G, or percentages of the\n"
-        "                      loop length N per token (default 10%%,20%%,...,100%%)\n"
-        "  --policy LIST       comma list of lru,fifo,clock,2q,arc,lirs,mru,class,opt (default all)\n"
-        "  --device NAME       device profile for the I/O time: watch, phone (default), host, custom\n"
-        "  --bw MIB_S  --latency US  --request BYTES   override the profile's numbers\n"
-        "  --window BLOCKS     class: streaming window (default min(16, capacity/64), at least 1)\n"
-        "  --labels online|offline   class: Algorithm 1 as it runs (default) or whole-trace labels\n"
-        "  --csv FILE          every result as CSV\n"
-        "  --svg FILE          plot of hit ratio vs cache size per policy\n"
-        "  --tok               plot the hit ratio of the per-token accesses (default: all)\n");
-}
-
 static int parse_sizes(const char *s, uint64_t loop, uint64_t *out, int *n)
 {
     char buf[1024];
@@ -61,6 +45,16 @@ static int parse_sizes(const char *s, uint64_t loop, uint64_t *out, int *n)
     return *n > 0 ? 0 : -1;
 }
 
+static int opt_labels(void *dest, const char *v, char *why, size_t why_n)
+{
+    if (strcmp(v, "online") && strcmp(v, "offline")) {
+        snprintf(why, why_n, "online or offline");
+        return -1;
+    }
+    *(const char **)dest = v;
+    return 0;
+}
+
 int rb_cmd_sim(int argc, char **argv)
 {
     const char *path = NULL, *sizes_arg = NULL, *pol_arg = NULL, *csv = NULL, *svg = NULL;
@@ -68,52 +62,49 @@ int rb_cmd_sim(int argc, char **argv)
     double bw = 0, lat_us = -1;
     uint64_t request = 0, window = 0;
     int use_tok = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--cache")) {
-            bad = !v, sizes_arg = v, i++;
-        } else if (!strcmp(o, "--policy")) {
-            bad = !v, pol_arg = v, i++;
-        } else if (!strcmp(o, "--device")) {
-            bad = !v, device = v, i++;
-        } else if (!strcmp(o, "--bw")) {
-            bad = !v || sscanf(v, "%lf", &bw) != 1 || !(bw > 0), i++;
-        } else if (!strcmp(o, "--latency")) {
-            bad = !v || sscanf(v, "%lf", &lat_us) != 1 || !(lat_us >= 0), i++;
-        } else if (!strcmp(o, "--request")) {
-            bad = rb_cli_parse_u64(v, &request) || request < 4096, i++;
-        } else if (!strcmp(o, "--window")) {
-            bad = rb_cli_parse_u64(v, &window) || window > (1u << 30), i++;
-        } else if (!strcmp(o, "--labels")) {
-            bad = !v || (strcmp(v, "online") && strcmp(v, "offline")), labels_arg = v, i++;
-        } else if (!strcmp(o, "--csv")) {
-            bad = !v, csv = v, i++;
-        } else if (!strcmp(o, "--svg")) {
-            bad = !v, svg = v, i++;
-        } else if (!strcmp(o, "--tok")) {
-            use_tok = 1;
-        } else if (o[0] == '-' && o[1]) {
-            usage(stderr);
-            return rb_cli_fail("sim", "unknown option", o);
-        } else if (path) {
-            return rb_cli_fail("sim", "give one trace", NULL);
-        } else {
-            path = o;
-        }
-        if (bad) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
-            return rb_cli_fail("sim", msg, NULL);
-        }
-    }
-    if (!path) {
-        usage(stderr);
-        return rb_cli_fail("sim", "no trace given", NULL);
-    }
+    int n_pos = 0;
+    const rb_opt opts[] = {
+        {"--cache", RB_OPT_STR, "SIZES",
+         "comma list of cache sizes: bytes with K/M/G, or percentages of the\n"
+         "loop length N per token (default 10%,20%,...,100%)", &sizes_arg, 0, 0, NULL, NULL},
+        {"--policy", RB_OPT_STR, "LIST",
+         "comma list of lru,fifo,clock,2q,arc,lirs,mru,class,opt (default all)", &pol_arg, 0, 0,
+         NULL, NULL},
+        {"--device", RB_OPT_STR, "NAME",
+         "device profile for the I/O time: watch, phone (default), host, custom", &device, 0, 0,
+         NULL, NULL},
+        {"--bw", RB_OPT_DOUBLE, "MIB_S", "override the profile's read bandwidth", &bw, 1e-9, 1e18,
+         NULL, NULL},
+        {"--latency", RB_OPT_DOUBLE, "US", "override the profile's per-request latency", &lat_us,
+         0, 1e18, NULL, NULL},
+        {"--request", RB_OPT_SIZE, "BYTES", "override the profile's largest request (at least 4K)",
+         &request, 4096, 1e19, NULL, NULL},
+        {"--window", RB_OPT_SIZE, "BLOCKS",
+         "class: streaming window (default min(16, capacity/64), at least 1)", &window, 0,
+         1u << 30, NULL, NULL},
+        {"--labels", RB_OPT_CALL, "online|offline",
+         "class: Algorithm 1 as it runs (default) or whole-trace labels", &labels_arg, 0, 0,
+         opt_labels, NULL},
+        {"--csv", RB_OPT_STR, "FILE", "every result as CSV", &csv, 0, 0, NULL, NULL},
+        {"--svg", RB_OPT_STR, "FILE", "plot of hit ratio vs cache size per policy", &svg, 0, 0,
+         NULL, NULL},
+        {"--tok", RB_OPT_FLAG, NULL, "plot the hit ratio of the per-token accesses (default: all)",
+         &use_tok, 0, 0, NULL, NULL},
+        {0},
+    };
+    const rb_cli_cmd cli = {
+        "sim", "TRACE [options]",
+        "Replays TRACE against cache policies over cache sizes (the policies' method\n"
+        "table is the runtime's) and OPT.",
+        opts, NULL, &path, 1, &n_pos, NULL,
+    };
+    int rc0 = rb_cli_parse(&cli, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
+    if (n_pos > 1)
+        return rb_cli_usage_error("sim", "give one trace", NULL);
+    if (!path)
+        return rb_cli_usage_error("sim", "no trace given", NULL);
     rb_error err;
     rb_sim_params sp;
     memset(&sp, 0, sizeof sp);
@@ -136,7 +127,7 @@ int rb_cmd_sim(int argc, char **argv)
             if (!rb_policy_find(p) || n_pol >= MAX_POLICIES) {
                 char msg[128];
                 snprintf(msg, sizeof msg, "unknown policy '%.60s' in --policy", p);
-                return rb_cli_fail("sim", msg, "lru,fifo,clock,2q,arc,lirs,mru,class,opt");
+                return rb_cli_usage_error("sim", msg, "lru,fifo,clock,2q,arc,lirs,mru,class,opt");
             }
             pols[n_pol++] = p;
         }
@@ -168,7 +159,8 @@ int rb_cmd_sim(int argc, char **argv)
     }
     if (parse_sizes(sizes_arg ? sizes_arg : "10%,20%,30%,40%,50%,60%,70%,80%,90%,100%", loop,
                     sizes, &n_sizes) != 0) {
-        rb_cli_fail("sim", "--cache needs a comma list of sizes (64M) or percentages (50%)", NULL);
+        rc = rb_cli_usage_error("sim", "--cache needs a comma list of sizes (64M) or "
+                                "percentages (50%)", NULL);
         goto done;
     }
     for (int i = 0; i < n_sizes; i++)

@@ -64,33 +64,6 @@ static const char *CONVERSATION =
 static const char *TURN = "\nUser: Thanks! One more question: which map should I buy for the "
                           "northern ridge?\nAssistant:";
 
-static void print_usage(FILE *f)
-{
-    fprintf(f,
-        "usage: rebound switch -m MODEL [options]\n"
-        "  -m, --model F         GGUF model (read into RAM, not mapped)\n"
-        "  -c, --ctx-size N      tokens of conversation before the turn (default 2048)\n"
-        "  --turn N              tokens of the returning user turn (default 8)\n"
-        "  --trim SPEC[,SPEC..]  memory taken away: P%% of the KV bytes (default 50%%), a byte\n"
-        "                        count (K/M/G), or a level: background, moderate, complete\n"
-        "                        (complete also evicts every layer's weights); up to 4\n"
-        "                        amounts on one context, a table (and files) for each\n"
-        "  --device D            storage profile: phone, watch, host (default phone)\n"
-        "  --strategies LIST     comma-separated, of %s\n"
-        "  --json FILE           every figure as JSON\n"
-        "  --plot FILE           the timeline picture (SVG)\n"
-        "  -t, --threads N       threads (default: all cores)\n"
-        "  --spill-dir DIR       where the spill file goes (default $TMPDIR or /tmp)\n"
-        "  --context FILE        keep the built context in FILE (a session file) and start\n"
-        "                        from it when it holds this model's context of the same\n"
-        "                        length (building 8192 tokens takes minutes)\n"
-        "  --pressure MODE       explicit (default): trim as --trim says; cgroup: share a\n"
-        "                        memory cgroup with a competing process that grows, and trim\n"
-        "                        on the kernel's pressure signals (needs root and a memory\n"
-        "                        cgroup; otherwise says why and uses --trim)\n",
-        ALL_STRATEGIES);
-}
-
 typedef struct sw_opts {
     const char *model, *trim, *device, *strategies, *json, *plot, *spill_dir, *pressure;
     const char *context; /* --context FILE, or NULL */
@@ -107,47 +80,56 @@ static int parse_args(int argc, char **argv, sw_opts *o)
     o->strategies = ALL_STRATEGIES;
     o->n_ctx = 2048;
     o->n_turn = 8;
-    for (int i = 1; i < argc; i += 2) { /* every option takes a value */
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        uint64_t u;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            print_usage(stdout);
-            return 2;
-        }
-        if (!v)
-            return rb_cli_fail("switch", "an option needs a value (or is unknown)", a), -1;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--trim")) o->trim = v;
-        else if (!strcmp(a, "--device")) o->device = v;
-        else if (!strcmp(a, "--strategies")) o->strategies = v;
-        else if (!strcmp(a, "--json")) o->json = v;
-        else if (!strcmp(a, "--plot")) o->plot = v;
-        else if (!strcmp(a, "--spill-dir")) o->spill_dir = v;
-        else if (!strcmp(a, "--pressure")) o->pressure = v;
-        else if (!strcmp(a, "--context")) o->context = v;
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size") || !strcmp(a, "--turn") ||
-                 !strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (rb_cli_parse_u64(v, &u) != 0 || u == 0 || u > (1u << 24)) {
-                char msg[160];
-                snprintf(msg, sizeof msg, "%s wants a positive number, got '%s'", a, v);
-                return rb_cli_fail("switch", msg, NULL), -1;
-            }
-            if (a[1] == 'c' || !strcmp(a, "--ctx-size")) o->n_ctx = (uint32_t)u;
-            else if (!strcmp(a, "--turn")) o->n_turn = (uint32_t)u;
-            else o->n_threads = (int)u;
-        } else {
-            char msg[160];
-            snprintf(msg, sizeof msg, "unknown option '%s'", a);
-            return rb_cli_fail("switch", msg, "rebound switch --help"), -1;
-        }
-    }
+    char strategies_help[256];
+    snprintf(strategies_help, sizeof strategies_help, "comma-separated, of %s", ALL_STRATEGIES);
+    const rb_opt opts[] = {
+        {"-m|--model", RB_OPT_STR, "FILE", "GGUF model (read into RAM, not mapped)", &o->model, 0,
+         0, NULL, NULL},
+        {"-c|--ctx-size", RB_OPT_U32, "N", "tokens of conversation before the turn (default 2048)",
+         &o->n_ctx, 1, 1u << 24, NULL, NULL},
+        {"--turn", RB_OPT_U32, "N", "tokens of the returning user turn (default 8)", &o->n_turn, 1,
+         1u << 24, NULL, NULL},
+        {"--trim", RB_OPT_STR, "SPEC[,SPEC..]",
+         "memory taken away: P% of the KV bytes (default 50%), a byte\n"
+         "count (K/M/G), or a level: background, moderate, complete\n"
+         "(complete also evicts every layer's weights); up to 4\n"
+         "amounts on one context, a table (and files) for each", &o->trim, 0, 0, NULL, NULL},
+        {"--device", RB_OPT_STR, "D", "storage profile: phone, watch, host (default phone)",
+         &o->device, 0, 0, NULL, NULL},
+        {"--strategies", RB_OPT_STR, "LIST", strategies_help, &o->strategies, 0, 0, NULL, NULL},
+        {"--json", RB_OPT_STR, "FILE", "every figure as JSON", &o->json, 0, 0, NULL, NULL},
+        {"--plot", RB_OPT_STR, "FILE", "the timeline picture (SVG)", &o->plot, 0, 0, NULL, NULL},
+        {"-t|--threads", RB_OPT_INT, "N", "threads (default: all cores)", &o->n_threads, 1,
+         1u << 24, NULL, NULL},
+        {"--spill-dir", RB_OPT_STR, "DIR", "where the spill file goes (default $TMPDIR or /tmp)",
+         &o->spill_dir, 0, 0, NULL, NULL},
+        {"--context", RB_OPT_STR, "FILE",
+         "keep the built context in FILE (a session file) and start\n"
+         "from it when it holds this model's context of the same\n"
+         "length (building 8192 tokens takes minutes)", &o->context, 0, 0, NULL, NULL},
+        {"--pressure", RB_OPT_STR, "MODE",
+         "explicit (default): trim as --trim says; cgroup: share a\n"
+         "memory cgroup with a competing process that grows, and trim\n"
+         "on the kernel's pressure signals (needs root and a memory\n"
+         "cgroup; otherwise says why and uses --trim)", &o->pressure, 0, 0, NULL, NULL},
+        {0},
+    };
+    const rb_cli_cmd cli = {
+        "switch", "-m MODEL [options]",
+        "The app-switch experiment: builds a context of -c tokens, measures the time\n"
+        "to the first token of a user turn warm, then per strategy after memory was\n"
+        "taken away.",
+        opts, NULL, NULL, 0, NULL, NULL,
+    };
+    int rc = rb_cli_parse(&cli, argc, argv);
+    if (rc >= 0)
+        return rc;
     if (strcmp(o->pressure, "explicit") && strcmp(o->pressure, "cgroup"))
-        return rb_cli_fail("switch", "--pressure is explicit or cgroup", o->pressure), -1;
+        return rb_cli_usage_error("switch", "--pressure is explicit or cgroup", o->pressure);
     if (!o->model)
-        return rb_cli_fail("switch", "no model: -m MODEL", "make one: rebound make-model "
-                           "--shape qwen3-0.6b --type q8_0 -o m.gguf"), -1;
-    return 0;
+        return rb_cli_usage_error("switch", "no model: -m MODEL", "make one: rebound make-model "
+                                  "--shape qwen3-0.6b --type q8_0 -o m.gguf");
+    return -1;
 }
 
 /* "50%" -> fraction 0.5; a level name -> level; else bytes. -1 on error. */
@@ -548,8 +530,8 @@ int rb_cmd_switch(int argc, char **argv)
 {
     sw_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc == 2 ? 0 : 1;
+    if (rc >= 0)
+        return rc;
     /* --trim A[,B...]: several amounts on one context */
     char trim_list[256], *specs[4];
     double spec_fraction[4];
@@ -560,18 +542,18 @@ int rb_cmd_switch(int argc, char **argv)
     for (char *save = NULL, *t = strtok_r(trim_list, ",", &save); t;
          t = strtok_r(NULL, ",", &save)) {
         if (n_specs == 4)
-            return rb_cli_fail("switch", "--trim takes at most 4 amounts", o.trim);
+            return rb_cli_usage_error("switch", "--trim takes at most 4 amounts", o.trim);
         if (parse_trim(t, &spec_fraction[n_specs], &spec_level[n_specs],
                        &spec_bytes[n_specs]) != 0) {
             char msg[200];
             snprintf(msg, sizeof msg, "--trim '%s' is not a percentage (1%%..100%%), a byte "
                      "count or one of background, moderate, complete", t);
-            return rb_cli_fail("switch", msg, NULL);
+            return rb_cli_usage_error("switch", msg, NULL);
         }
         specs[n_specs++] = t;
     }
     if (n_specs == 0)
-        return rb_cli_fail("switch", "--trim is empty", NULL);
+        return rb_cli_usage_error("switch", "--trim is empty", NULL);
 
     rb_error err;
     rb_model *m = NULL;
@@ -715,7 +697,7 @@ int rb_cmd_switch(int argc, char **argv)
         if (!is_known_strategy(names[i])) {
             char msg[200];
             snprintf(msg, sizeof msg, "unknown strategy '%s' (of %s)", names[i], ALL_STRATEGIES);
-            rc = rb_cli_fail("switch", msg, NULL);
+            rc = rb_cli_usage_error("switch", msg, NULL);
             goto done;
         }
     for (int phase = 0; phase < 2; phase++)

@@ -28,21 +28,6 @@
 
 extern char **environ;
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-        "usage: rebound trace -o FILE -- rebound run|bench ARGS...   trace a rebound run\n"
-        "       rebound trace -o FILE -- PROGRAM ARGS...             trace any program (strace)\n"
-        "       rebound trace --import-strace LOG -o FILE [--only SUBSTR]\n"
-        "       rebound trace --synthetic -o FILE [--loop 64M] [--hot 2M] [--tokens 8] [--seed 1]\n"
-        "  -o FILE               the trace to write (format: tools/analysis/trace.h)\n"
-        "  --import-strace LOG   `strace -f -tt -e trace=openat,read,pread64,lseek,mmap,close`\n"
-        "                        output; descriptors are followed to files\n"
-        "  --only SUBSTR         keep only files whose path contains SUBSTR\n"
-        "A rebound run holds its weights in RAM after the load: per token the trace records the\n"
-        "weight ranges the forward pass reads (what a weight cache would see), not page faults.\n");
-}
-
 /* Prints the skipped lines of a lenient parse. */
 static void print_diag(const char *cmd, const char *path, const rb_trace_diag *d)
 {
@@ -147,52 +132,51 @@ int rb_cmd_trace(int argc, char **argv)
     const char *out = NULL, *log = NULL, *only = NULL;
     int is_synth = 0, cmd_at = 0;
     uint64_t loop = 64ull << 20, hot = 2ull << 20, tokens = 8, seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(o, "--")) {
-            cmd_at = i + 1;
-            break;
-        } else if (!strcmp(o, "-o") || !strcmp(o, "--output")) {
-            bad = !v, out = v, i++;
-        } else if (!strcmp(o, "--import-strace")) {
-            bad = !v, log = v, i++;
-        } else if (!strcmp(o, "--only")) {
-            bad = !v, only = v, i++;
-        } else if (!strcmp(o, "--synthetic")) {
-            is_synth = 1;
-        } else if (!strcmp(o, "--loop")) {
-            bad = rb_cli_parse_u64(v, &loop) || loop == 0, i++;
-        } else if (!strcmp(o, "--hot")) {
-            bad = rb_cli_parse_u64(v, &hot) || hot < 4096, i++;
-        } else if (!strcmp(o, "--tokens")) {
-            bad = rb_cli_parse_u64(v, &tokens) || tokens > 100000, i++;
-        } else if (!strcmp(o, "--seed")) {
-            bad = rb_cli_parse_u64(v, &seed), i++;
-        } else {
-            usage(stderr);
-            return rb_cli_fail("trace", "unknown option", o);
-        }
-        if (bad) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "option %s needs a valid value", o);
-            return rb_cli_fail("trace", msg, NULL);
-        }
-    }
+    const rb_opt opts[] = {
+        {"-o|--output", RB_OPT_STR, "FILE", "the trace to write (format: tools/analysis/trace.h)", &out, 0, 0,
+         NULL, NULL},
+        {"--import-strace", RB_OPT_STR, "LOG",
+         "`strace -f -tt -e trace=openat,read,pread64,lseek,mmap,close` output;\n"
+         "descriptors are followed to files", &log, 0, 0, NULL, NULL},
+        {"--only", RB_OPT_STR, "SUBSTR", "keep only files whose path contains SUBSTR", &only, 0,
+         0, NULL, NULL},
+        {"--synthetic", RB_OPT_FLAG, NULL,
+         "a synthetic model app's trace: load scan, hot set, weight loop", &is_synth, 0, 0, NULL,
+         NULL},
+        {"--loop", RB_OPT_SIZE, "BYTES", "--synthetic: the weight loop per token (default 64M)",
+         &loop, 1, 1e19, NULL, NULL},
+        {"--hot", RB_OPT_SIZE, "BYTES", "--synthetic: the hot set (default 2M, at least 4K)", &hot,
+         4096, 1e19, NULL, NULL},
+        {"--tokens", RB_OPT_SIZE, "N", "--synthetic: tokens (default 8)", &tokens, 0, 100000,
+         NULL, NULL},
+        {"--seed", RB_OPT_SIZE, "N", "--synthetic: seed (default 1)", &seed, 0, 0, NULL, NULL},
+        {0},
+    };
+    const rb_cli_cmd cli = {
+        "trace",
+        "-o FILE -- rebound run|bench ARGS...   trace a rebound run\n"
+        "-o FILE -- PROGRAM ARGS...             trace any program (strace)\n"
+        "--import-strace LOG -o FILE [--only SUBSTR]\n"
+        "--synthetic -o FILE [--loop 64M] [--hot 2M] [--tokens 8] [--seed 1]",
+        "A rebound run holds its weights in RAM after the load: per token the trace\n"
+        "records the weight ranges the forward pass reads (what a weight cache would\n"
+        "see), not page faults.",
+        opts, NULL, NULL, 0, NULL, &cmd_at,
+    };
+    int rc0 = rb_cli_parse(&cli, argc, argv);
+    if (rc0 >= 0)
+        return rc0;
     if (!out)
-        return rb_cli_fail("trace", "no output given (-o FILE)", NULL);
+        return rb_cli_usage_error("trace", "no output given (-o FILE)", NULL);
     if (!!log + is_synth + !!cmd_at != 1)
-        return rb_cli_fail("trace", "give exactly one of --import-strace LOG, --synthetic, "
-                           "or -- COMMAND ARGS", NULL);
+        return rb_cli_usage_error("trace", "give exactly one of --import-strace LOG, --synthetic, "
+                                  "or -- COMMAND ARGS", NULL);
     if (log)
         return import_log(log, only, out);
     if (is_synth)
         return synthetic(out, loop, hot, tokens, seed);
     if (cmd_at >= argc)
-        return rb_cli_fail("trace", "no command after --", NULL);
+        return rb_cli_usage_error("trace", "no command after --", NULL);
     char **cmd = argv + cmd_at;
     int n = argc - cmd_at;
     if (is_rebound(cmd[0]) && n >= 2 && (!strcmp(cmd[1], "run") || !strcmp(cmd[1], "bench"))) {

@@ -37,7 +37,6 @@ static void usage(FILE *f)
     fprintf(f, "usage: rebound <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].help);
-    fprintf(f, "  %-12s %s\n", "help", "this list, or `rebound help COMMAND`: a command's options");
     fprintf(f, "\n`rebound <command> --help` (or `rebound help <command>`) shows a command's "
             "options.\nexit status: 0 success, 1 failure, 2 usage error (unknown command or "
             "option, bad value)\n");
@@ -121,7 +120,7 @@ int main(int argc, char **argv)
     }
     const char *name = argv[1];
     int is_help = strcmp(name, "help") == 0;
-    if (is_help && argc == 2) {
+    if (is_help && (argc == 2 || !strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"))) {
         usage(stdout);
         return 0;
     }

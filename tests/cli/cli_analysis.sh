@@ -119,9 +119,9 @@ check "plan: impossible parameters get a clear error"
 run_fails q1 1 "bandwidth 0 MiB/s is impossible" "$REBOUND" plan --device custom --bw 0
 run_fails q2 1 "bandwidth -5 MiB/s is impossible" "$REBOUND" plan --device custom --bw -5
 run_fails q3 1 "smaller than the hot set" "$REBOUND" plan --device watch --cache 2M
-run_fails q4 1 "cannot be negative" "$REBOUND" plan --device watch --cache -64M
+run_fails q4 2 "cannot be negative" "$REBOUND" plan --device watch --cache -64M
 run_fails q5 1 "exceed the pool" "$REBOUND" plan --device watch --kv 100M
 run_fails q6 1 "unknown device 'toaster'" "$REBOUND" plan --device toaster
-run_fails q7 1 "no device given" "$REBOUND" plan
+run_fails q7 2 "no device given" "$REBOUND" plan
 
 passed

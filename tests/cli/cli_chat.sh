@@ -130,15 +130,15 @@ expect_line part2.err 'resumed conv.rbs: [0-9]+ tokens, 2 turns'
     fail "resumed turn 3 '$(sed -n 1p part2.out)' differs from '$(sed -n 3p whole.out)'"
 
 check "errors: bad --template, a session of another model or context, no model, bad -n"
-run_fails e1 1 "unknown --template 'foo'" "$REBOUND" chat -m tiny.gguf --template foo
+run_fails e1 2 "unknown --chat-template 'foo'" "$REBOUND" chat -m tiny.gguf --template foo
 expect_line e1.err 'hint: known templates: chatml, llama3, llama2, zephyr, plain'
 run_ok mk2 "$REBOUND" make-model --shape tiny --type q8_0 --seed 9 -o other.gguf
 run_fails e2 1 "written for another model" "$REBOUND" chat -m other.gguf -c 512 --session conv.rbs
 run_fails e2b 1 "holds a context of" "$REBOUND" chat -m tiny.gguf -c 256 --session conv.rbs
 printf 'not a session' > junk.rbs
 run_fails e2c 1 "not a rebound session file" "$REBOUND" chat -m tiny.gguf --session junk.rbs
-run_fails e3 1 "no model given" "$REBOUND" chat
-run_fails e4 1 "option -n needs a valid value" "$REBOUND" chat -m tiny.gguf -n many
+run_fails e3 2 "no model given" "$REBOUND" chat
+run_fails e4 2 "option -n needs a valid value: 'many' is not an integer" "$REBOUND" chat -m tiny.gguf -n many
 run_fails e5 1 "cannot open 'nope.gguf'" "$REBOUND" chat -m nope.gguf
 
 if [ -n "$MODELS" ] && [ -f "$MODELS/parity-qwen3-Q8_0.gguf" ]; then

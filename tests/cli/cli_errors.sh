@@ -51,10 +51,10 @@ check "info on random bytes behind a valid magic and version"
 run_fails magic-random 1 'magic-random.gguf' "$REBOUND" info magic-random.gguf
 
 check "info usage errors"
-run_fails noarg 1 'no model given' "$REBOUND" info
-run_fails badopt 1 'unknown option' "$REBOUND" info --bogus whole.gguf
-run_fails badctx 1 '-c needs a positive token count' "$REBOUND" info whole.gguf -c 0
-run_fails twomodels 1 'more than one model' "$REBOUND" info whole.gguf whole.gguf
+run_fails noarg 2 'no model given' "$REBOUND" info
+run_fails badopt 2 "unknown option '--bogus'" "$REBOUND" info --bogus whole.gguf
+run_fails badctx 2 "option -c needs a valid value: '0' is not a non-negative integer from 1 to" "$REBOUND" info whole.gguf -c 0
+run_fails twomodels 2 'more than one model' "$REBOUND" info whole.gguf whole.gguf
 
 check "rebound with an unknown command exits 2 with the usage"
 run_fails unknown 2 "unknown command 'frobnicate'" "$REBOUND" frobnicate

@@ -24,10 +24,10 @@ for c in q8 q4 q2; do
 done
 
 check "errors: unknown codec, no codec, missing model, unknown option"
-run_fails e1 1 "unknown codec 'zip'" "$REBOUND" kvquality -m tiny.gguf --codec zip
-run_fails e2 1 "no codec given" "$REBOUND" kvquality -m tiny.gguf
+run_fails e1 2 "unknown codec 'zip'" "$REBOUND" kvquality -m tiny.gguf --codec zip
+run_fails e2 2 "no codec given" "$REBOUND" kvquality -m tiny.gguf
 run_fails e3 1 "cannot open 'nope.gguf'" "$REBOUND" kvquality -m nope.gguf --codec q8
-run_fails e4 1 "unknown option" "$REBOUND" kvquality -m tiny.gguf --codec q8 --frobnicate
+run_fails e4 2 "unknown option '--frobnicate'" "$REBOUND" kvquality -m tiny.gguf --codec q8 --frobnicate
 
 if [ -n "$MODELS" ] && [ -f "$MODELS/stories260K.gguf" ]; then
     check "stories260K, 6 built-in prompts: q8 top-1 >= 99%, mean KL <= 0.001; q4 top-1 >= 97%"

@@ -168,15 +168,15 @@ done
 
 # ---- errors ------------------------------------------------------------------
 check "errors: non-zero exit and a message on stderr"
-run_fails e-shape any 'unknown shape' "$REBOUND" make-model --shape nope -o e.gguf
-run_fails e-type any 'unknown --type' "$REBOUND" make-model --type q9_9 -o e.gguf
-run_fails e-num any '--dim needs a non-negative integer' "$REBOUND" make-model --dim abc -o e.gguf
-run_fails e-neg any '--layers needs a non-negative integer' "$REBOUND" make-model --layers -3 -o e.gguf
-run_fails e-seed any '--seed needs an integer' "$REBOUND" make-model --seed x1 -o e.gguf
+run_fails e-shape 2 'unknown shape' "$REBOUND" make-model --shape nope -o e.gguf
+run_fails e-type 2 'unknown --type' "$REBOUND" make-model --type q9_9 -o e.gguf
+run_fails e-num 2 "option --dim needs a valid value: 'abc' is not a non-negative integer" "$REBOUND" make-model --dim abc -o e.gguf
+run_fails e-neg 2 "option --layers needs a valid value: '-3' is not a non-negative integer" "$REBOUND" make-model --layers -3 -o e.gguf
+run_fails e-seed 2 "option --seed needs a valid value: 'x1' is not" "$REBOUND" make-model --seed x1 -o e.gguf
 run_fails e-vocab any 'vocab 100' "$REBOUND" make-model --vocab 100 -o e.gguf
 run_fails e-heads any 'not a multiple of heads 3' "$REBOUND" make-model --heads 3 -o e.gguf
 run_fails e-dir any 'No such file or directory' "$REBOUND" make-model -o "$SCRATCH/no/such/dir/x.gguf"
-run_fails e-opt any 'unknown option' "$REBOUND" make-model --bogus
+run_fails e-opt 2 "unknown option '--bogus'" "$REBOUND" make-model --bogus
 [ ! -e e.gguf ] || fail "a failed make-model left e.gguf behind"
 ls ./*.tmp >/dev/null 2>&1 && fail "a failed make-model left a .tmp file behind"
 

@@ -68,10 +68,10 @@ run_fails e-requant any 'already Q4_0.*F32, F16 or BF16' "$REBOUND" quantize tin
 
 check "errors: missing input, unknown type, same file, bad thread count, wrong argument count"
 run_fails e-missing any "cannot open 'nothere.gguf': No such file or directory" "$REBOUND" quantize nothere.gguf r.gguf q4_0
-run_fails e-type any 'unknown TYPE' "$REBOUND" quantize tiny-f32.gguf r.gguf q3_k
-run_fails e-same any 'same file' "$REBOUND" quantize tiny-f32.gguf tiny-f32.gguf q4_0
-run_fails e-threads any '-t needs a thread count' "$REBOUND" quantize tiny-f32.gguf r.gguf q4_0 -t 0x
-run_fails e-args any 'needs IN.gguf OUT.gguf TYPE' "$REBOUND" quantize tiny-f32.gguf r.gguf
+run_fails e-type 2 'unknown TYPE' "$REBOUND" quantize tiny-f32.gguf r.gguf q3_k
+run_fails e-same 2 'same file' "$REBOUND" quantize tiny-f32.gguf tiny-f32.gguf q4_0
+run_fails e-threads 2 "option -t needs a valid value: '0x' is not a non-negative integer from 0 to 64" "$REBOUND" quantize tiny-f32.gguf r.gguf q4_0 -t 0x
+run_fails e-args 2 'needs IN.gguf OUT.gguf TYPE' "$REBOUND" quantize tiny-f32.gguf r.gguf
 run_fails e-outdir any 'No such file or directory' "$REBOUND" quantize tiny-f32.gguf "$SCRATCH/no/dir/r.gguf" q4_0
 run_fails e-garbage any 'not a GGUF file' "$REBOUND" quantize "$REBOUND" r.gguf q4_0
 [ ! -e r.gguf ] || fail "a failed quantize left r.gguf behind"

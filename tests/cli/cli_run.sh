@@ -62,8 +62,8 @@ echo "1 99999" > bad.txt
 run_fails e3 1 "outside the vocabulary" "$REBOUND" run -m tiny.gguf --tokens bad.txt -n 1
 echo "1 two" > bad2.txt
 run_fails e4 1 "cannot read token ids" "$REBOUND" run -m tiny.gguf --tokens bad2.txt
-run_fails e5 1 "unknown option" "$REBOUND" run -m tiny.gguf -p hi --frobnicate
-run_fails e6 1 "exactly one of -p" "$REBOUND" run -m tiny.gguf
+run_fails e5 2 "unknown option '--frobnicate'" "$REBOUND" run -m tiny.gguf -p hi --frobnicate
+run_fails e6 2 "exactly one of -p" "$REBOUND" run -m tiny.gguf
 
 if [ -n "$MODELS" ] && [ -f "$MODELS/stories260K.gguf" ]; then
     check "stories260K greedy text equals llama.cpp's golden/stories260K/greedy.txt"

@@ -97,9 +97,9 @@ else
 fi
 
 check "errors: bad trim, strategy, device, pressure mode; no model"
-run_fails e1 1 "--trim '150%'" "$REBOUND" switch -m sw.gguf --trim 150%
-run_fails e2 1 "unknown strategy 'teleport'" "$REBOUND" switch -m sw.gguf -c 64 --strategies teleport
+run_fails e1 2 "--trim '150%'" "$REBOUND" switch -m sw.gguf --trim 150%
+run_fails e2 2 "unknown strategy 'teleport'" "$REBOUND" switch -m sw.gguf -c 64 --strategies teleport
 run_fails e3 1 "toaster" "$REBOUND" switch -m sw.gguf --device toaster
-run_fails e4 1 "--pressure is explicit or cgroup" "$REBOUND" switch -m sw.gguf --pressure magic
-run_fails e5 1 "no model" "$REBOUND" switch
+run_fails e4 2 "--pressure is explicit or cgroup" "$REBOUND" switch -m sw.gguf --pressure magic
+run_fails e5 2 "no model" "$REBOUND" switch
 passed
