@@ -473,7 +473,8 @@ int rb_cli_parse(const rb_cli_cmd *c, int argc, char **argv)
             }
         } else if (eq) {
             char msg[256];
-            snprintf(msg, sizeof msg, "option %.100s takes no value", a);
+            snprintf(msg, sizeof msg, "option %.*s takes no value: '%.100s'",
+                     (int)(eq - 1 - a), a, eq);
             return rb_cli_usage_error(c->name, msg, NULL);
         }
         switch (o->kind) {
@@ -504,8 +505,9 @@ int rb_cli_parse(const rb_cli_cmd *c, int argc, char **argv)
             }
             if (r < 0) {
                 char msg[512];
-                snprintf(msg, sizeof msg, "option %s needs a valid value: '%.200s' is not %s", a,
-                         v, want[0] ? want : "valid");
+                int name_len = eq ? (int)(eq - 1 - a) : (int)strlen(a);
+                snprintf(msg, sizeof msg, "option %.*s needs a valid value: '%.200s' is not %s",
+                         name_len, a, v, want[0] ? want : "valid");
                 return rb_cli_usage_error(c->name, msg, NULL);
             }
         }
