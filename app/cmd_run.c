@@ -82,8 +82,9 @@ int rb_cmd_run(int argc, char **argv)
         {"--no-escape", RB_OPT_FLAG_OFF, NULL, "take the prompt as it is (the default)", &escape,
          0, 0, NULL, NULL},
         {"-n|--n-predict|--predict", RB_OPT_I64, "N",
-         "tokens to generate (default 64; 0: none; -1: until the end of text or a\nfull context)",
-         &n_predict_arg, -1, 9.2e18, NULL, NULL},
+         "tokens to generate (default 64; 0: none; -1: until the end of text or a\n"
+         "full context; -2, llama.cpp's \"until the context is full\", is the same here)",
+         &n_predict_arg, -2, 9.2e18, NULL, NULL},
         {"-no-cnv|--no-conversation", RB_OPT_FLAG, NULL,
          "plain completion: what run always does (conversations: `rebound chat`)", &no_cnv, 0, 0,
          NULL, NULL},

@@ -93,7 +93,7 @@ for cmd in $COMMANDS; do
         "$REBOUND" $cmd --no-such-option
 done
 run_fails v1 2 "option -n needs a valid value: 'x' is not an integer" "$REBOUND" run -m tiny.gguf -p hi -n x
-run_fails v2 2 "option -n needs a valid value: '-2' is not an integer of at least -1" "$REBOUND" run -m tiny.gguf -p hi -n -2
+run_fails v2 2 "option -n needs a valid value: '-3' is not an integer of at least -2" "$REBOUND" run -m tiny.gguf -p hi -n -3
 run_fails v3 2 "option --temp needs a valid value: 'hot' is not a number" "$REBOUND" run -m tiny.gguf -p hi --temp hot
 run_fails v4 2 "option --restore needs a valid value: 'later' is not pipelined, eager or recompute" "$REBOUND" run -m tiny.gguf -p hi --restore later
 run_fails v5 2 "option -c needs a value" "$REBOUND" run -m tiny.gguf -p hi -c
@@ -127,6 +127,8 @@ check "run: -n -1 generates until the end of text or a full context (past the de
 run_ok n1 "$REBOUND" run -m tiny.gguf -p "Hello" -n -1 -c 100 --temp 0
 expect_line n1.err '^rebound run: context full \(100 tokens\)'
 expect_line n1.err 'decode 9[0-9] tokens'
+run_ok n2 "$REBOUND" run -m tiny.gguf -p "Hello" -n -2 -c 100 --temp 0
+cmp -s n1.out n2.out || fail "-n -2 differs from -n -1"
 
 check "run: a random seed by default, printed; -s with it repeats the run; -s -1 is random"
 run_ok r1 "$REBOUND" run -m tiny.gguf -p "a" -n 24 --temp 1.5
