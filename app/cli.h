@@ -48,7 +48,7 @@ double rb_cli_now_s(void);
 int rb_cli_fail(const char *cmd, const char *msg, const char *hint);
 
 /* Parses an unsigned integer with an optional K/M/G suffix (powers of
- * 1024); 0 on success, -1 when not a number or out of range. */
+ * 1024); 0 on success, -1 when not a number or out of range (cli_opts.c). */
 int rb_cli_parse_u64(const char *s, uint64_t *out);
 
 /* A session's memory by category and tier, and its last restore

@@ -21,6 +21,30 @@
 #include "cli.h"
 #include "rebound_experimental.h"
 
+int rb_cli_parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s || *s == '-')
+        return -1;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    uint64_t mul = 1;
+    if (*end == 'K' || *end == 'k')
+        mul = 1ull << 10;
+    else if (*end == 'M' || *end == 'm')
+        mul = 1ull << 20;
+    else if (*end == 'G' || *end == 'g')
+        mul = 1ull << 30;
+    if (mul != 1)
+        end++;
+    if (*end != 0 || (v != 0 && mul > UINT64_MAX / v))
+        return -1;
+    *out = (uint64_t)v * mul;
+    return 0;
+}
+
 /* "pipelined" / "eager" / "recompute" -> mode; -1 when unknown */
 int rb_cli_parse_restore(const char *s)
 {
