@@ -20,8 +20,9 @@ int rb_cmd_classify(int argc, char **argv)
     const rb_opt opts[] = {{0}};
     const rb_cli_cmd cmd = {
         "classify", "TRACE",
-        "Every block of TRACE (from `rebound trace` or `rebound run --trace`;\n"
-        "tools/analysis/trace.h) labelled SEQ, HOT or LOOP, online (Algorithm 1) and offline.",
+        "Every block of TRACE (from `rebound trace` or `rebound run --trace`; the\n"
+        "format: tools/analysis/trace.h) labelled SEQ, HOT or LOOP, online (Algorithm 1)\n"
+        "and offline.",
         opts, NULL, &path, 1, &n_pos, NULL,
     };
     int rc0 = rb_cli_parse(&cmd, argc, argv);

@@ -106,7 +106,8 @@ int rb_cmd_run(int argc, char **argv)
          NULL},
         {"--trace", RB_OPT_STR, "FILE",
          "record the model-file accesses (load, and per token the weight ranges\n"
-         "read) for `rebound classify|sim` (format: tools/analysis/trace.h)", &trace_path, 0, 0, NULL, NULL},
+         "read) for `rebound classify|sim` (format: tools/analysis/trace.h)", &trace_path, 0,
+         0, NULL, NULL},
         RB_CLI_SESSION_OPTS(&p),
         RB_CLI_SAMPLER_OPTS(&sp, &seed_given),
         RB_CLI_GPU_OPTS,

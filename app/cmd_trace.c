@@ -133,8 +133,8 @@ int rb_cmd_trace(int argc, char **argv)
     int is_synth = 0, cmd_at = 0;
     uint64_t loop = 64ull << 20, hot = 2ull << 20, tokens = 8, seed = 1;
     const rb_opt opts[] = {
-        {"-o|--output", RB_OPT_STR, "FILE", "the trace to write (format: tools/analysis/trace.h)", &out, 0, 0,
-         NULL, NULL},
+        {"-o|--output", RB_OPT_STR, "FILE", "the trace to write (format: tools/analysis/trace.h)",
+         &out, 0, 0, NULL, NULL},
         {"--import-strace", RB_OPT_STR, "LOG",
          "`strace -f -tt -e trace=openat,read,pread64,lseek,mmap,close` output;\n"
          "descriptors are followed to files", &log, 0, 0, NULL, NULL},
