@@ -203,8 +203,7 @@ int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n);
     {"-fa|--flash-attn", RB_OPT_IGNORED, "on|off|auto",                                       \
      "rebound has one attention path on the CPU", NULL, 0, 0, NULL, NULL},                    \
     {"--mlock", RB_OPT_IGNORED, NULL,                                                         \
-     "rebound's memory manager decides what stays in RAM (see --mem-budget)", NULL, 0, 0,     \
-     NULL, NULL}
+     "rebound's memory manager decides what stays in RAM", NULL, 0, 0, NULL, NULL}
 
 /* A whole text file, NUL-terminated, with one final newline dropped (as
  * llama.cpp's -f); NULL with errno set on failure. The caller frees it. */
