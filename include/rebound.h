@@ -73,6 +73,7 @@ typedef enum rb_status {
     RB_E_UNSUPPORTED = 6,  /* well-formed but not supported (version, type, arch) */
     RB_E_NOT_FOUND = 7,    /* a named key, tensor or file does not exist */
     RB_E_BUDGET = 8,       /* a memory budget cannot be met */
+    RB_E_BUSY = 9,         /* another process holds the file (its pid in the message) */
 } rb_status;
 
 /* A short constant name for a status ("RB_E_FORMAT"); never NULL. */
@@ -252,6 +253,9 @@ typedef struct rb_session_params {
     /* research and benchmark knobs (rebound_experimental.h); NULL: none.
        Copied at creation. */
     const struct rb_experimental_params *experimental;
+    unsigned file_flags;           /* RB_SAVE_* flags rb_session_open_saved
+                                      binds the file with (FSYNC, ON_REQUEST,
+                                      WAIT) */
 } rb_session_params;
 
 RB_API rb_session_params rb_session_default_params(void);
@@ -395,6 +399,10 @@ typedef struct rb_session_stats {
        split's R (storage_bytes_per_s) is lower when the disk gave less */
     double device_bytes_per_s;
     /* new fields only here, at the end */
+    const char *file_recovery;       /* NULL; or why the open fell back to an
+                                        older state of the file (damage) */
+    uint64_t file_lost_tokens;       /* tokens that newer state held beyond
+                                        the one opened (0: none or unknown) */
 } rb_session_stats;
 
 /* Fills out (out_size bytes of it: the caller's sizeof, which the macro
@@ -430,7 +438,11 @@ RB_API rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
  * pages that filled up and the tokens (not the partly filled last page:
  * its positions are recomputed on open if it was never saved), so a kill
  * at any instant leaves the file at the last feed (or the one before).
- * An explicit call also writes the last page. The file holds the tokens,
+ * An explicit call also writes the last page. A new file appears at path
+ * only with this first state (created under a temporary name, mode 0600);
+ * a symbolic link at path is followed. The file is locked while bound: a
+ * second process gets RB_E_BUSY naming the holder's pid (RB_SAVE_WAIT:
+ * waits). The file holds the tokens,
  * the blob (rb_session_set_blob), the model's fingerprint and every KV page
  * with a checksum. flags: RB_SAVE_FSYNC, RB_SAVE_SNAPSHOT (below).
  * Errors: RB_E_IO (the message names the path; a full disk leaves the
@@ -440,8 +452,14 @@ RB_API rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
  */
 enum {
     RB_SAVE_FSYNC = 1,    /* fdatasync each commit: survives a power cut too */
-    RB_SAVE_SNAPSHOT = 2  /* write a copy of the session now and stay as before
+    RB_SAVE_SNAPSHOT = 2, /* write a copy of the session now and stay as before
                              (not bound to path, no commits after feeds) */
+    RB_SAVE_ON_REQUEST = 4, /* feeds do not commit: the file changes only at
+                             rb_session_save, so each of its states is one
+                             the caller saved (with a blob that describes it,
+                             e.g. a chat's turns) */
+    RB_SAVE_WAIT = 8      /* a file another process holds (one writer at a
+                             time): wait until it lets go, instead of RB_E_BUSY */
 };
 RB_API rb_status rb_session_save(rb_session *session, const char *path, unsigned flags);
 
@@ -457,9 +475,15 @@ RB_API rb_status rb_session_save(rb_session *session, const char *path, unsigned
  * reading short (what was not read stays in the file); a save waits for
  * it. Pages that fail their checksum, or that the file does not have, are
  * recomputed from the tokens. The session stays bound to path.
- * Errors: RB_E_NOT_FOUND (no file), RB_E_FORMAT (not a session file, or
- * damaged beyond its tokens), RB_E_INVALID_ARG (another model),
- * RB_E_UNSUPPORTED (another context length), and rb_session_create's.
+ * A damaged newest state falls back to the older one: the stats say so
+ * (file_recovery, file_lost_tokens). params->file_flags: RB_SAVE_FSYNC,
+ * RB_SAVE_ON_REQUEST, RB_SAVE_WAIT.
+ * Errors: RB_E_NOT_FOUND (no file), RB_E_BUSY (another process holds it),
+ * RB_E_FORMAT (not a session file, damaged beyond its tokens, a token
+ * outside the vocabulary), RB_E_INVALID_ARG (another model: its dimensions
+ * in the message), RB_E_UNSUPPORTED (another context length, or more
+ * tokens than n_ctx: the message says which -c opens it), and
+ * rb_session_create's.
  * Cost: reads the file's catalog and the non-layer weights (blocks on
  * I/O); starts the restore's workers; allocates as rb_session_create.
  */

@@ -735,7 +735,7 @@ static void full_disk(void)
 {
     rb_os os = *rb_os_default();
     os.pwrite = failing_pwrite;
-    rb_sessfile_geom g = {2, 1, 8, 8, 16, 4, 2 * 16 * 16 * 2, 4096, 64};
+    rb_sessfile_geom g = {2, 1, 8, 8, 16, 4, 2 * 16 * 16 * 2, 4096, 64, 0, 0, 0};
     rb_sessfile *f = NULL;
     rb_error err;
     char path[600];

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvcodec.h"
@@ -21,6 +22,18 @@
 
 #define SF_A 4096u
 #define SF_MAGIC "RBSESS01"
+
+/* A fuzzing build skips the checksums, so that mutated files reach the
+   checks behind them (never in a normal build). */
+#ifdef REBOUND_FUZZ
+#define HASH_OK(stored, computed) ((void)(stored), (void)(computed), 1)
+#else
+#define HASH_OK(stored, computed) ((stored) == (computed))
+#endif
+
+/* Whose lock: the holder also locks the byte at SF_LOCK_PID + its pid, so
+   that another process can name it (an OFD lock reports no pid). */
+#define SF_LOCK_PID (1ll << 62)
 
 typedef struct sf_entry {
     uint64_t off;    /* 0: not saved */
@@ -32,7 +45,7 @@ typedef struct sf_super {
     uint64_t seq, fingerprint;
     uint32_t n_layers, n_kv_heads, head_dim_k, head_dim_v, page_tokens, pages_per_layer;
     uint64_t page_bytes, cat_area;
-    uint32_t active;
+    uint32_t active, n_ctx;
     uint64_t cat_bytes, cat_hash, data_end;
 } sf_super;
 
@@ -50,7 +63,12 @@ struct rb_sessfile {
     uint8_t *blob;
     size_t blob_n;
     uint8_t *buf;     /* catalog serialisation, cat_area bytes */
-    char path[512];
+    char *path;       /* the file (a symbolic link's target) */
+    char *tmp_path;   /* a new file not yet published at path: its name */
+    int publish_pending;  /* the next commit publishes tmp_path at path */
+    int replace_fd;   /* the file at path a publish replaces (locked), or -1 */
+    uint64_t lost_tokens;     /* the open fell back: tokens of the newer state */
+    char recovery[320];       /* the open fell back: why ("" when not) */
 };
 
 static void put32(uint8_t **p, uint32_t v) { memcpy(*p, &v, 4); *p += 4; }
@@ -82,7 +100,7 @@ static size_t sb_encode(const sf_super *s, uint8_t *out)
     put64(&p, s->page_bytes);
     put64(&p, s->cat_area);
     put32(&p, s->active);
-    put32(&p, 0);
+    put32(&p, s->n_ctx);
     put64(&p, s->cat_bytes);
     put64(&p, s->cat_hash);
     put64(&p, s->data_end);
@@ -107,12 +125,12 @@ static int sb_decode(const uint8_t *in, sf_super *s)
     s->page_bytes = get64(&p);
     s->cat_area = get64(&p);
     s->active = get32(&p);
-    (void)get32(&p);
+    s->n_ctx = get32(&p);
     s->cat_bytes = get64(&p);
     s->cat_hash = get64(&p);
     s->data_end = get64(&p);
     uint64_t h = rb_kvcodec_hash64(in, (size_t)(p - in));
-    return get64(&p) == h ? 0 : -2;
+    return HASH_OK(get64(&p), h) ? 0 : -2;
 }
 
 static size_t n_entries(const rb_sessfile *f)
@@ -128,46 +146,162 @@ static rb_sessfile *alloc_handle(const char *path, const rb_sessfile_geom *g, co
         return NULL;
     f->os = os ? os : rb_os_default();
     f->throttle = throttle;
-    f->fd = f->fd_direct = -1;
+    f->fd = f->fd_direct = f->replace_fd = -1;
     f->g = *g;
     f->cap_tokens = (uint64_t)g->pages_per_layer * g->page_tokens;
     f->tokens = malloc((f->cap_tokens ? f->cap_tokens : 1) * sizeof *f->tokens);
     f->pages = calloc(n_entries(f) ? n_entries(f) : 1, sizeof *f->pages);
     f->blob = malloc(g->max_blob ? g->max_blob : 1);
     f->buf = aligned_alloc(SF_A, cat_area_bytes(g));
-    snprintf(f->path, sizeof f->path, "%s", path);
-    if (!f->tokens || !f->pages || !f->blob || !f->buf) {
+    f->path = strdup(path);
+    if (!f->tokens || !f->pages || !f->blob || !f->buf || !f->path) {
         rb_sessfile_close(f);
         return NULL;
     }
     return f;
 }
 
-static void open_direct(rb_sessfile *f, int flags)
+static void open_direct(rb_sessfile *f, const char *path, int flags)
 {
-    f->fd_direct = f->os->open(f->path, flags | O_DIRECT | O_CLOEXEC, 0600);
+    f->fd_direct = f->os->open(path, flags | O_DIRECT | O_CLOEXEC, 0600);
     if (f->fd_direct < 0) /* e.g. a file system without O_DIRECT: buffered */
         f->fd_direct = f->fd;
+}
+
+/* Takes the file's writer lock on fd (an OFD lock: it belongs to this open
+ * file, dies with it, and a dead holder never blocks), waiting for it when
+ * wait. RB_OK; RB_E_BUSY naming the holder's pid; RB_E_IO. */
+static rb_status take_lock(int fd, const char *path, int wait, rb_error *err)
+{
+    struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    int rc;
+    while ((rc = fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &l)) != 0 && errno == EINTR)
+        ;
+    if (rc == 0) {
+        struct flock me = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                           .l_start = SF_LOCK_PID + getpid(), .l_len = 1};
+        (void)fcntl(fd, F_OFD_SETLK, &me); /* only to be named: best effort */
+        return RB_OK;
+    }
+    if (errno != EAGAIN && errno != EACCES)
+        return rb_error_set(err, RB_E_IO, "session file: cannot lock '%s': %s", path,
+                            strerror(errno));
+    struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = SF_LOCK_PID,
+                      .l_len = 1ll << 32};
+    long pid = 0;
+    if (fcntl(fd, F_OFD_GETLK, &q) == 0 && q.l_type != F_UNLCK)
+        pid = (long)(q.l_start - SF_LOCK_PID);
+    char who[48] = "another process";
+    if (pid > 0)
+        snprintf(who, sizeof who, "process %ld", pid);
+    return rb_error_set(err, RB_E_BUSY, "session file: '%s' is in use by %s (one writer at a "
+                        "time: wait for it to end, or give --wait)", path, who);
+}
+
+/* Opens path and takes its lock. A file replaced at path while this waited
+ * (a new file renamed over it) is opened again: the lock is on what path
+ * names. -1 with *err set. */
+static int open_locked(const rb_os *os, const char *path, int flags, int wait, rb_error *err)
+{
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int fd = os->open(path, flags | O_CLOEXEC, 0);
+        if (fd < 0) {
+            int e = errno;
+            rb_error_set(err, e == ENOENT ? RB_E_NOT_FOUND : RB_E_IO,
+                         "session file: cannot open '%s': %s", path, strerror(e));
+            return -1;
+        }
+        if (take_lock(fd, path, wait, err) != RB_OK) {
+            os->close(fd);
+            return -1;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+            return fd;
+        os->close(fd);
+    }
+    rb_error_set(err, RB_E_BUSY, "session file: '%s' keeps being replaced by another process",
+                 path);
+    return -1;
+}
+
+/* The file a session path names: itself, or a symbolic link's target (a
+ * link is followed, never replaced); a link to nothing or a loop is
+ * refused. *out is malloc'd. */
+static rb_status resolve_path(const char *path, char **out, rb_error *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT)
+            return rb_error_set(err, RB_E_IO, "session file: '%s': %s", path, strerror(errno));
+        *out = strdup(path);
+    } else if (S_ISLNK(st.st_mode)) {
+        *out = realpath(path, NULL);
+        if (!*out) {
+            int e = errno;
+            return rb_error_set(err, e == ENOMEM ? RB_E_NOMEM : RB_E_IO,
+                                "session file: '%s' is a symbolic link that leads nowhere (%s); "
+                                "refusing to replace it: remove the link or give a real file",
+                                path, strerror(e));
+        }
+        if (stat(*out, &st) == 0 && !S_ISREG(st.st_mode)) {
+            free(*out);
+            return rb_error_set(err, RB_E_IO, "session file: '%s' is a link to something that "
+                                "is not a regular file", path);
+        }
+    } else if (!S_ISREG(st.st_mode)) {
+        return rb_error_set(err, RB_E_IO, "session file: '%s' exists and is not a regular "
+                            "file", path);
+    } else {
+        *out = strdup(path);
+    }
+    return *out ? RB_OK : rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
 }
 
 rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_sessfile_geom *g,
                              const rb_os *os, rb_throttle *throttle, rb_sessfile **out,
                              rb_error *err)
 {
-    rb_sessfile *f = alloc_handle(path, g, os, throttle);
-    if (!f)
+    char *target = NULL;
+    rb_status st = resolve_path(path, &target, err);
+    if (st != RB_OK)
+        return st;
+    rb_sessfile *f = alloc_handle(target, g, os, throttle);
+    size_t tn = strlen(target) + 32;
+    char *tmp = malloc(tn);
+    free(target);
+    if (!f || !tmp) {
+        free(tmp);
+        rb_sessfile_close(f);
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
-    /* written under another name and renamed over path: a file at path is
-       never truncated, since a session may map its pages (a cold restore:
-       rb_sessfile_map_page) and a cut file under a mapping is SIGBUS */
-    char tmp[sizeof f->path + 8];
-    snprintf(tmp, sizeof tmp, "%s.new", f->path);
-    f->fd = f->os->open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
+    /* A file at path stays until the new one is renamed over it: a
+       session may map its pages (rb_sessfile_map_page), and a cut file
+       under a mapping is SIGBUS. It is locked meanwhile: a file another
+       process writes is never replaced. */
+    if (access(f->path, F_OK) == 0 &&
+        (f->replace_fd = open_locked(f->os, f->path, O_RDWR, g->is_lock_wait, err)) < 0) {
+        free(tmp);
+        rb_sessfile_close(f);
+        return err->status;
+    }
+    /* The new file, under a name of this process's own, appears at path
+       only with its first real state (the first commit after this one). */
+    snprintf(tmp, tn, "%s.new-%ld", f->path, (long)getpid());
+    f->fd = f->os->open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (f->fd < 0) {
         int e = errno;
         rb_sessfile_close(f);
-        return rb_error_set(err, RB_E_IO, "session file: cannot create '%s': %s", tmp,
-                            strerror(e));
+        st = rb_error_set(err, e == ENAMETOOLONG ? RB_E_INVALID_ARG : RB_E_IO,
+                          "session file: cannot create '%s': %s", tmp, strerror(e));
+        free(tmp);
+        return st;
+    }
+    f->tmp_path = tmp;
+    if ((st = take_lock(f->fd, tmp, 0, err)) != RB_OK) {
+        rb_sessfile_close(f);
+        return st;
     }
     sf_super *s = &f->sb;
     s->seq = 0;
@@ -180,59 +314,155 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
     s->pages_per_layer = g->pages_per_layer;
     s->page_bytes = g->page_bytes;
     s->cat_area = cat_area_bytes(g);
+    s->n_ctx = g->n_ctx;
     s->active = 1; /* the first commit writes area 0 */
     s->data_end = 2ull * SF_A + 2 * s->cat_area;
-    /* an empty, valid state at once: a file is never left unreadable */
-    rb_status st = rb_sessfile_commit(f, NULL, 0, NULL, 0, NULL, 0, 0, NULL, err);
-    if (st == RB_OK && f->os->rename(tmp, path) != 0) {
-        int e = errno;
-        st = rb_error_set(err, RB_E_IO, "session file: cannot rename '%s' to '%s': %s", tmp,
-                          path, strerror(e));
-    }
-    if (st != RB_OK) {
+    /* an empty, valid state at once: the file is never unreadable */
+    if ((st = rb_sessfile_commit(f, NULL, 0, NULL, 0, NULL, 0, 0, NULL, err)) != RB_OK) {
         rb_sessfile_close(f);
-        unlink(tmp);
         return st;
     }
-    open_direct(f, O_RDWR);
+    f->publish_pending = 1;
+    open_direct(f, tmp, O_RDWR);
     *out = f;
     return RB_OK;
 }
 
-/* Loads the catalog s points to; 0 or -1 (bad). */
-static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size)
+/* Makes the new file the one at path: renamed over the file it replaces,
+ * or linked where none is (so that a file another process created
+ * meanwhile is never replaced: RB_E_BUSY). */
+static rb_status publish(rb_sessfile *f, int do_fsync, rb_error *err)
 {
+    if (f->replace_fd >= 0) {
+        if (f->os->rename(f->tmp_path, f->path) != 0)
+            return rb_error_set(err, RB_E_IO, "session file: cannot rename '%s' to '%s': %s",
+                                f->tmp_path, f->path, strerror(errno));
+        f->os->close(f->replace_fd);
+        f->replace_fd = -1;
+    } else {
+        if (link(f->tmp_path, f->path) != 0) {
+            int e = errno;
+            return rb_error_set(err, e == EEXIST ? RB_E_BUSY : RB_E_IO, "session file: cannot "
+                                "create '%s': %s", f->path, e == EEXIST ? "another process "
+                                "created it meanwhile" : strerror(e));
+        }
+        f->os->unlink(f->tmp_path);
+    }
+    if (do_fsync) { /* the name too survives a power cut */
+        char *dir = strdup(f->path);
+        char *slash = dir ? strrchr(dir, '/') : NULL;
+        int dfd = -1;
+        if (dir) {
+            if (slash)
+                *(slash == dir ? slash + 1 : slash) = 0;
+            dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        }
+        if (dfd >= 0) {
+            rb_os_fault_point();
+            fsync(dfd);
+            close(dfd);
+        }
+        free(dir);
+    }
+    free(f->tmp_path);
+    f->tmp_path = NULL;
+    f->publish_pending = 0;
+    return RB_OK;
+}
+
+/* Loads the catalog s points to. 0; -1 damaged (*why says what, *claimed
+ * the token count it claims, unverified); -2 a mismatch with this session
+ * that no other state can cure (err set). */
+static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, char *why,
+                        size_t why_n, uint64_t *claimed, rb_error *err)
+{
+    const uint64_t data0 = 2ull * SF_A + 2 * s->cat_area;
     uint64_t area_off = 2ull * SF_A + (uint64_t)s->active * s->cat_area;
+    *claimed = 0;
+    if (s->active > 1 || s->cat_bytes < 12 || s->cat_bytes > s->cat_area) {
+        snprintf(why, why_n, "its superblock names catalog area %" PRIu32 " of %" PRIu64
+                 " bytes (2 areas of %" PRIu64 ")", s->active, s->cat_bytes, s->cat_area);
+        return -1;
+    }
+    /* a data end beyond the file is a file cut short: the pages past its
+       end are lost (recomputed), and appends go on at its end */
+    if (s->data_end < data0 || s->data_end % SF_A) {
+        snprintf(why, why_n, "its data end %" PRIu64 " lies before the data (%" PRIu64
+                 ") or off its 4 KiB grid", s->data_end, data0);
+        return -1;
+    }
     /* the catalog must be whole; pages past the end of a cut file are
        only lost pages (their reads fail and they are recomputed) */
-    if (s->cat_bytes > s->cat_area || area_off + s->cat_bytes > file_size)
+    if (area_off + s->cat_bytes > file_size ||
+        rb_os_read_full(f->os, f->fd, f->buf, (size_t)s->cat_bytes, area_off, NULL, NULL) !=
+            RB_OK) {
+        snprintf(why, why_n, "its catalog [%" PRIu64 ", +%" PRIu64 ") is cut short", area_off,
+                 s->cat_bytes);
         return -1;
-    if (rb_os_read_full(f->os, f->fd, f->buf, (size_t)s->cat_bytes, area_off, NULL, NULL) !=
-        RB_OK)
-        return -1;
-    if (rb_kvcodec_hash64(f->buf, (size_t)s->cat_bytes) != s->cat_hash)
-        return -1;
+    }
     const uint8_t *p = f->buf, *end = f->buf + s->cat_bytes;
-    if (end - p < 8)
+    uint64_t n;
+    memcpy(&n, p, 8);
+    *claimed = n;
+    if (!HASH_OK(rb_kvcodec_hash64(f->buf, (size_t)s->cat_bytes), s->cat_hash)) {
+        snprintf(why, why_n, "its catalog fails its checksum");
         return -1;
-    uint64_t n = get64(&p);
-    if (n > f->cap_tokens || (uint64_t)(end - p) < 4 * n + 24ull * n_entries(f) + 4)
+    }
+    n = get64(&p);
+    if (n > f->cap_tokens || (uint64_t)(end - p) < 4 * n + 24ull * n_entries(f) + 4) {
+        snprintf(why, why_n, "its catalog claims %" PRIu64 " tokens, more than its %" PRIu64
+                 " bytes or its context of %" PRIu64 " hold", n, s->cat_bytes, f->cap_tokens);
         return -1;
+    }
+    if (f->g.n_ctx && n > f->g.n_ctx) {
+        char saved[48] = "";
+        if (s->n_ctx)
+            snprintf(saved, sizeof saved, ", saved with -c %" PRIu32, s->n_ctx);
+        rb_error_set(err, RB_E_UNSUPPORTED, "session file: '%s' holds %" PRIu64 " tokens%s; "
+                     "this session's context is %" PRIu32 " tokens: open it with -c %" PRIu64
+                     " or more", f->path, n, saved, f->g.n_ctx,
+                     s->n_ctx > n ? (uint64_t)s->n_ctx : n);
+        return -2;
+    }
     memcpy(f->tokens, p, 4 * n);
     p += 4 * n;
+    for (uint64_t i = 0; f->g.n_vocab && i < n; i++)
+        if (f->tokens[i] < 0 || (uint32_t)f->tokens[i] >= f->g.n_vocab) {
+            rb_error_set(err, RB_E_FORMAT, "session file: '%s': token %" PRIu64 " is %" PRId32
+                         ", outside the model's vocabulary of %" PRIu32, f->path, i,
+                         f->tokens[i], f->g.n_vocab);
+            return -2;
+        }
     f->n_tokens = (size_t)n;
     for (size_t i = 0; i < n_entries(f); i++) {
-        f->pages[i].off = get64(&p);
-        f->pages[i].hash = get64(&p);
-        f->pages[i].tokens = get32(&p);
+        sf_entry *e = &f->pages[i];
+        e->off = get64(&p);
+        e->hash = get64(&p);
+        e->tokens = get32(&p);
         (void)get32(&p);
-        if (f->pages[i].off && (f->pages[i].off + f->g.page_alloc > s->data_end ||
-                                f->pages[i].tokens > f->g.page_tokens))
+        uint64_t first = (uint64_t)(i % f->g.pages_per_layer) * f->g.page_tokens;
+        if (!e->off) {
+            e->tokens = 0;
+            continue;
+        }
+        if (e->off < data0 || e->off % SF_A || e->off > s->data_end ||
+            s->data_end - e->off < f->g.page_alloc || !e->tokens ||
+            e->tokens > f->g.page_tokens || first + e->tokens > n) {
+            snprintf(why, why_n, "its catalog entry of layer %zu page %zu (offset %" PRIu64
+                     ", %" PRIu32 " tokens) lies outside the data [%" PRIu64 ", %" PRIu64
+                     ") or the %" PRIu64 " tokens", i / f->g.pages_per_layer,
+                     i % f->g.pages_per_layer, e->off, e->tokens, data0, s->data_end, n);
             return -1;
+        }
+        if (e->off + f->g.page_alloc > file_size)
+            memset(e, 0, sizeof *e);
     }
     uint32_t bn = get32(&p);
-    if (bn > f->g.max_blob || (uint64_t)(end - p) < bn)
+    if (bn > f->g.max_blob || (uint64_t)(end - p) < bn) {
+        snprintf(why, why_n, "its catalog's blob of %" PRIu32 " bytes exceeds its room",
+                 bn);
         return -1;
+    }
     memcpy(f->blob, p, bn);
     f->blob_n = bn;
     return 0;
@@ -247,6 +477,38 @@ rb_status rb_sessfile_check_model(const rb_sessfile *f, uint64_t fingerprint, rb
                         f->path, f->sb.fingerprint, fingerprint);
 }
 
+/* A state whose shape is not this session's: what differs, said as such.
+ * RB_OK when it fits. */
+static rb_status check_shape(const rb_sessfile *f, const sf_super *s, rb_error *err)
+{
+    const rb_sessfile_geom *g = &f->g;
+    if (s->n_layers != g->n_layers || s->n_kv_heads != g->n_kv_heads ||
+        s->head_dim_k != g->head_dim_k || s->head_dim_v != g->head_dim_v ||
+        s->page_tokens != g->page_tokens || s->page_bytes != g->page_bytes)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session file: '%s' was written for another "
+                            "model: %" PRIu32 " layers, %" PRIu32 " KV heads, head dims %" PRIu32
+                            "/%" PRIu32 ", pages of %" PRIu32 " tokens; this model has %" PRIu32
+                            ", %" PRIu32 ", %" PRIu32 "/%" PRIu32 ", %" PRIu32, f->path,
+                            s->n_layers, s->n_kv_heads, s->head_dim_k, s->head_dim_v,
+                            s->page_tokens, g->n_layers, g->n_kv_heads, g->head_dim_k,
+                            g->head_dim_v, g->page_tokens);
+    if (s->pages_per_layer != g->pages_per_layer || s->cat_area != cat_area_bytes(g)) {
+        char saved[64];
+        if (s->n_ctx)
+            snprintf(saved, sizeof saved, "-c %" PRIu32, s->n_ctx);
+        else
+            snprintf(saved, sizeof saved, "a -c in (%" PRIu64 ", %" PRIu64 "]",
+                     (uint64_t)(s->pages_per_layer ? s->pages_per_layer - 1 : 0) *
+                         s->page_tokens, (uint64_t)s->pages_per_layer * s->page_tokens);
+        return rb_error_set(err, RB_E_UNSUPPORTED, "session file: '%s' was saved with %s "
+                            "(%" PRIu32 " pages of %" PRIu32 " tokens per layer); this session "
+                            "has -c %" PRIu32 " (%" PRIu32 " page%s): open it with %s", f->path,
+                            saved, s->pages_per_layer, s->page_tokens, g->n_ctx,
+                            g->pages_per_layer, g->pages_per_layer == 1 ? "" : "s", saved);
+    }
+    return RB_OK;
+}
+
 rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                            const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
                            rb_sessfile **out, rb_error *err)
@@ -254,15 +516,17 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
     rb_sessfile *f = alloc_handle(path, g, os, throttle);
     if (!f)
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
-    f->fd = f->os->open(path, O_RDWR | O_CLOEXEC, 0);
+    f->fd = open_locked(f->os, path, O_RDWR, g->is_lock_wait, err);
     if (f->fd < 0) {
-        int e = errno;
         rb_sessfile_close(f);
-        return rb_error_set(err, e == ENOENT ? RB_E_NOT_FOUND : RB_E_IO,
-                            "session file: cannot open '%s': %s", path, strerror(e));
+        return err->status;
     }
     uint64_t size = 0;
-    f->os->fstat_size(f->fd, &size);
+    if (f->os->fstat_size(f->fd, &size) != 0) {
+        int e = errno;
+        rb_sessfile_close(f);
+        return rb_error_set(err, RB_E_IO, "session file: '%s': %s", path, strerror(e));
+    }
     sf_super cand[2];
     int ok[2] = {0, 0};
     uint8_t *sbuf = f->buf;
@@ -282,6 +546,10 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
         order[0] = 1;
         order[1] = 0;
     }
+    char why[2][256] = {"", ""};
+    uint64_t claimed[2] = {0, 0};
+    if (!ok[order[1]]) /* one superblock damaged: which state it held is unknown */
+        snprintf(why[1], sizeof why[1], "superblock %d is damaged", order[1]);
     for (int k = 0; k < 2; k++) {
         const sf_super *s = &cand[order[k]];
         if (!ok[order[k]])
@@ -292,19 +560,31 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                                 "another model (fingerprint %016" PRIx64 ", this model %016"
                                 PRIx64 ")", path, s->fingerprint, *fingerprint);
         }
-        if (s->n_layers != g->n_layers || s->n_kv_heads != g->n_kv_heads ||
-            s->head_dim_k != g->head_dim_k || s->head_dim_v != g->head_dim_v ||
-            s->page_tokens != g->page_tokens || s->page_bytes != g->page_bytes ||
-            s->pages_per_layer > g->pages_per_layer || s->cat_area != cat_area_bytes(g)) {
+        rb_status st = check_shape(f, s, err);
+        int rc = st != RB_OK ? -2
+                             : load_catalog(f, s, size, why[k], sizeof why[k], &claimed[k], err);
+        if (rc == -2) {
             rb_sessfile_close(f);
-            return rb_error_set(err, RB_E_UNSUPPORTED, "session file: '%s' holds a context of "
-                                "%" PRIu32 " pages of %" PRIu32 " tokens; this session has %"
-                                PRIu32 " (open it with the same context length)", path,
-                                s->pages_per_layer, s->page_tokens, g->pages_per_layer);
+            return err->status;
         }
-        if (load_catalog(f, s, size) == 0) {
+        if (rc == 0) {
             f->sb = *s;
-            open_direct(f, O_RDWR);
+            if (f->sb.data_end > size) { /* cut short: appends at its end */
+                uint64_t end = (size + SF_A - 1) / SF_A * SF_A;
+                uint64_t data0 = 2ull * SF_A + 2 * s->cat_area;
+                f->sb.data_end = end > data0 ? end : data0;
+            }
+            if (k == 1) { /* fell back: say what was lost */
+                f->lost_tokens = claimed[0] > f->n_tokens && claimed[0] <= f->cap_tokens
+                                     ? claimed[0] - f->n_tokens : 0;
+                snprintf(f->recovery, sizeof f->recovery, "the newest state (#%" PRIu64 ") is "
+                         "damaged: %s; opened the one before it (#%" PRIu64 ", %zu tokens)",
+                         cand[order[0]].seq, why[0], s->seq, f->n_tokens);
+            } else if (why[1][0]) {
+                snprintf(f->recovery, sizeof f->recovery, "%s (the state opened, #%" PRIu64
+                         ", is the newest readable one)", why[1], s->seq);
+            }
+            open_direct(f, path, O_RDWR);
             /* mapped pages are read from storage, not from a copy an
                earlier process left in the page cache */
             posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -313,8 +593,18 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
         }
     }
     rb_sessfile_close(f);
-    return rb_error_set(err, RB_E_FORMAT, "session file: '%s': the catalog of every state is "
-                        "damaged or cut short (%" PRIu64 " bytes)", path, size);
+    int k0 = ok[order[0]] ? 0 : 1;
+    return rb_error_set(err, RB_E_FORMAT, "session file: '%s' (%" PRIu64 " bytes) has no "
+                        "readable state: %s%s%s", path, size, why[k0][0] ? why[k0] : "damaged",
+                        k0 == 0 && why[1][0] ? "; the older: " : "",
+                        k0 == 0 && why[1][0] ? why[1] : "");
+}
+
+const char *rb_sessfile_recovery(const rb_sessfile *f, uint64_t *lost_tokens)
+{
+    if (lost_tokens)
+        *lost_tokens = f->lost_tokens;
+    return f->recovery[0] ? f->recovery : NULL;
 }
 
 void rb_sessfile_close(rb_sessfile *f)
@@ -325,6 +615,12 @@ void rb_sessfile_close(rb_sessfile *f)
         f->os->close(f->fd_direct);
     if (f->fd >= 0)
         f->os->close(f->fd);
+    if (f->replace_fd >= 0)
+        f->os->close(f->replace_fd);
+    if (f->tmp_path) /* never published: nothing at path changed */
+        f->os->unlink(f->tmp_path);
+    free(f->tmp_path);
+    free(f->path);
     free(f->tokens);
     free(f->pages);
     free(f->blob);
@@ -354,6 +650,9 @@ uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t 
  * RB_E_SHORT_READ, RB_E_IO with *en; RB_E_NOMEM (no buffer left). */
 static rb_status page_in(rb_sessfile *f, const sf_entry *e, void *buf, int map, int *en)
 {
+    uint64_t size = 0;
+    if (map && (f->os->fstat_size(f->fd, &size) != 0 || size < e->off + f->g.page_alloc))
+        map = 0; /* cut (or unreadable): the read below says what */
     if (!map)
         return rb_os_read_full(f->os, f->fd_direct, buf, f->g.page_alloc, e->off, NULL, en);
     if (mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, f->fd,
@@ -387,7 +686,7 @@ static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *b
                             st == RB_E_SHORT_READ ? "the file ends first" : strerror(en));
     if (f->throttle)
         rb_throttle_io_since(f->throttle, f->g.page_alloc, t0);
-    if (rb_kvcodec_hash64(buf, f->g.page_bytes) != e->hash)
+    if (!HASH_OK(rb_kvcodec_hash64(buf, f->g.page_bytes), e->hash))
         return rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
                             PRIu32 " fails its checksum", f->path, layer, page);
     return RB_OK;
@@ -435,6 +734,12 @@ static rb_status write_all(rb_sessfile *f, int fd, const void *p, size_t n, uint
         return rb_error_set(err, RB_E_IO, "session file: '%s': writing %s (%zu bytes at %"
                             PRIu64 "): %s", f->path, what, n, off, strerror(en));
     return RB_OK;
+}
+
+static int sync_data(int fd)
+{
+    rb_os_fault_point();
+    return fdatasync(fd);
 }
 
 static const void *slot_get(void *ctx, uint32_t layer, uint32_t page)
@@ -508,7 +813,7 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
         if (f->pages[i].off && first + f->pages[i].tokens > n_tokens)
             memset(&f->pages[i], 0, sizeof f->pages[i]);
     }
-    if (st == RB_OK && do_fsync && fdatasync(f->fd_direct) != 0)
+    if (st == RB_OK && do_fsync && sync_data(f->fd_direct) != 0)
         st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", f->path,
                           strerror(errno));
 
@@ -535,7 +840,7 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
         uint64_t area = 2ull * SF_A + (uint64_t)f->sb.active * f->sb.cat_area;
         st = write_all(f, f->fd, f->buf, (size_t)f->sb.cat_bytes, area, err, "the catalog");
     }
-    if (st == RB_OK && do_fsync && fdatasync(f->fd) != 0)
+    if (st == RB_OK && do_fsync && sync_data(f->fd) != 0)
         st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", f->path,
                           strerror(errno));
 
@@ -545,10 +850,14 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
         uint8_t *sbuf = f->buf;
         sb_encode(&f->sb, sbuf);
         st = write_all(f, f->fd, sbuf, SF_A, (f->sb.seq % 2) * SF_A, err, "the superblock");
-        if (st == RB_OK && do_fsync && fdatasync(f->fd) != 0)
+        if (st == RB_OK && do_fsync && sync_data(f->fd) != 0)
             st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", f->path,
                               strerror(errno));
     }
+    /* 4. a new file appears at its path with its first state after the
+       empty one */
+    if (st == RB_OK && f->publish_pending)
+        st = publish(f, do_fsync, err);
     if (st != RB_OK) {
         f->sb = old_sb;
         /* only the entries this commit changed: a restore may be reading

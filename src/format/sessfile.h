@@ -25,12 +25,15 @@
  *     u64 offset (0: none) | u64 hash | u32 tokens held | u32 0 |
  *     u32 blob bytes | blob
  *
+ *   (the u32 after "active area" is the -c the file was saved with, 0 in
+ *   files written before it was kept)
+ *
  * Page records are written with O_DIRECT straight from the page buffers
  * (bypassing the page cache, as the spill store) and read back the same
  * way through the storage throttle, or, in a cold restore, mapped and
  * faulted into the page cache (rb_sessfile_map_page; the file's cached
  * copy is dropped at open, so that still reads storage); a new file is
- * written under path.new and renamed over path (a file that a session
+ * written under path.new-PID and renamed over path (a file that a session
  * maps is never truncated); superblocks and catalogs go through
  * the page cache (small, and kill -9 cannot lose what pwrite returned).
  * fsync only on request (power-loss durability; its cost is measured in
@@ -60,26 +63,44 @@ typedef struct rb_sessfile_geom {
     uint64_t page_bytes;     /* K+V of one page */
     uint64_t page_alloc;     /* its buffer size (4 KiB multiple) */
     uint32_t max_blob;       /* room for the caller blob */
+    uint32_t n_ctx;          /* tokens the session holds (0: pages x page_tokens) */
+    uint32_t n_vocab;        /* token ids must be below it (0: unchecked) */
+    int is_lock_wait;        /* not geometry: a file another process holds is
+                                waited for (1) or refused (0: RB_E_BUSY) */
 } rb_sessfile_geom;
 
 typedef struct rb_sessfile rb_sessfile;
 
-/* Creates (or truncates) path for a model of this fingerprint and
- * geometry, empty. throttle may be NULL; os NULL for the default.
- * Errors: RB_E_IO naming the path. */
+/* Creates a session file for a model of this fingerprint and geometry,
+ * empty, under a temporary name (path.new-PID, mode 0600): it appears at
+ * path only with the first commit after this call, renamed over the file
+ * there (locked meanwhile) or linked where none is. A symbolic link at path
+ * is followed (its target is replaced), one that leads nowhere refused.
+ * throttle may be NULL; os NULL for the default. Errors: RB_E_IO naming
+ * the path; RB_E_BUSY (another process holds the file at path: its pid in
+ * the message; or, at that first commit, created one at path meanwhile);
+ * RB_E_INVALID_ARG (a name too long for the file system). */
 rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_sessfile_geom *g,
                              const rb_os *os, rb_throttle *throttle, rb_sessfile **out,
                              rb_error *err);
 
 /*
- * Opens an existing session file: picks the newest superblock whose
- * checksum, catalog and bounds check out (a damaged newest one falls back
- * to the other). Errors: RB_E_NOT_FOUND (no file), RB_E_FORMAT (not a
- * session file, or both states damaged: the message says what), RB_E_UNSUPPORTED
- * (another geometry or a newer version), RB_E_INVALID_ARG (written for
- * another model: fingerprints in the message). fingerprint NULL: the
- * model is not checked here (a cold start reads pages while it computes
- * the model's fingerprint) - rb_sessfile_check_model must then follow.
+ * Opens an existing session file and takes its writer lock (an OFD lock,
+ * held until close; a dead holder's lock is gone with it). Picks the
+ * newest superblock whose checksum, catalog and bounds check out (a
+ * damaged newest one falls back to the other: rb_sessfile_recovery says
+ * so). Every field is checked against the file's size and this geometry
+ * before use: superblock (catalog area, data end), catalog (token count
+ * against the context, token ids against n_vocab, page records inside the
+ * data and the tokens). Errors: RB_E_NOT_FOUND (no file), RB_E_BUSY
+ * (another process holds it: its pid in the message), RB_E_FORMAT (not a
+ * session file, both states damaged, or a token outside the vocabulary:
+ * the message says what), RB_E_UNSUPPORTED (saved with another context
+ * length, or more tokens than n_ctx: the message says which -c opens it),
+ * RB_E_INVALID_ARG (written for another model: its dimensions or
+ * fingerprints in the message). fingerprint NULL: the model is not
+ * checked here (a cold start reads pages while it computes the model's
+ * fingerprint) - rb_sessfile_check_model must then follow.
  */
 rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                            const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
@@ -87,6 +108,11 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
 /* RB_OK, or RB_E_INVALID_ARG when the file was written for another model. */
 rb_status rb_sessfile_check_model(const rb_sessfile *f, uint64_t fingerprint, rb_error *err);
 void rb_sessfile_close(rb_sessfile *f);
+
+/* NULL when the open found the newest state; else why it fell back to an
+ * older one (or found a superblock damaged), and *lost_tokens (may be
+ * NULL) the tokens the newer state claimed beyond it (0: unknown). */
+const char *rb_sessfile_recovery(const rb_sessfile *f, uint64_t *lost_tokens);
 
 /* The committed state. Tokens and blob live until the next commit. */
 size_t rb_sessfile_n_tokens(const rb_sessfile *f);

@@ -103,6 +103,8 @@ static void geometry(const rb_session *s, rb_sessfile_geom *g)
     g->page_bytes = s->kv.page_bytes;
     g->page_alloc = rb_kvcache_page_alloc_bytes(&s->kv);
     g->max_blob = MAX_BLOB;
+    g->n_ctx = s->kv.n_ctx;
+    g->n_vocab = s->fwd.hp.n_vocab;
 }
 
 static int read_saved(void *ctx, uint32_t layer, uint32_t page, void *buf, int may_map,
@@ -291,6 +293,7 @@ rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
             return st;
         rb_sessfile_geom g;
         geometry(s, &g);
+        g.is_lock_wait = (flags & RB_SAVE_WAIT) != 0;
         rb_sessfile *f = NULL;
         rb_error err;
         if ((st = rb_sessfile_create(path, fp, &g, s->file_os, s->throttle, &f, &err)) != RB_OK)
@@ -314,6 +317,7 @@ rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
         }
     }
     s->file_fsync = fsync;
+    s->file_on_request = (flags & RB_SAVE_ON_REQUEST) != 0;
     return commit_now(s, 1);
 }
 
@@ -341,22 +345,28 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         return st;
     rb_sessfile_geom g;
     geometry(s, &g);
+    g.is_lock_wait = (s->params.file_flags & RB_SAVE_WAIT) != 0;
     rb_sessfile *f = NULL;
-    /* the model is checked below, once the restore reads */
+    /* the model is checked below, once the restore reads; the token ids
+       (against the vocabulary) and their count (against n_ctx) here */
     if ((st = rb_sessfile_open(path, NULL, &g, NULL, s->throttle, &f, err)) != RB_OK) {
         rb_session_destroy(s);
         return st;
     }
     size_t n = rb_sessfile_n_tokens(f);
-    const int32_t *toks = rb_sessfile_tokens(f);
-    for (size_t i = 0; i < n; i++)
-        if (toks[i] < 0 || (uint32_t)toks[i] >= s->fwd.hp.n_vocab) {
-            rb_sessfile_close(f);
-            rb_session_destroy(s);
-            return rb_error_set(err, RB_E_FORMAT, "session file: '%s': token %zu is %" PRId32
-                                ", outside the vocabulary", path, i, toks[i]);
-        }
-    memcpy(s->tokens, toks, n * sizeof *toks);
+    if (n > s->kv.n_ctx) { /* rb_sessfile_open checks it: never past s->tokens */
+        rb_sessfile_close(f);
+        rb_session_destroy(s);
+        return rb_error_set(err, RB_E_UNSUPPORTED, "session file: '%s' holds %zu tokens, more "
+                            "than the context of %" PRIu32, path, n, s->kv.n_ctx);
+    }
+    memcpy(s->tokens, rb_sessfile_tokens(f), n * sizeof *s->tokens);
+    const char *why = rb_sessfile_recovery(f, &s->file_lost_tokens);
+    if (why)
+        snprintf(s->file_recovery, sizeof s->file_recovery, "session file: '%s': %s", path,
+                 why);
+    s->file_fsync = (s->params.file_flags & RB_SAVE_FSYNC) != 0;
+    s->file_on_request = (s->params.file_flags & RB_SAVE_ON_REQUEST) != 0;
     s->n_tokens = n;
     size_t bn;
     const void *b = rb_sessfile_blob(f, &bn);
@@ -441,7 +451,7 @@ rb_status rb_session_unbind(rb_session *s)
 /* A failure is in the stats and the errmsg, never the feed's. */
 void rb_session_file_after_feed(rb_session *s)
 {
-    if (!s->file)
+    if (!s->file || s->file_on_request)
         return;
     double t0 = rb_throttle_now_s();
     take_worker_error(s); /* the previous commit's, if it failed */

@@ -54,6 +54,9 @@ struct rb_session {
     uint8_t *blob;                  /* the caller's blob, saved with the tokens */
     size_t blob_n;
     int file_fsync;
+    int file_on_request;            /* RB_SAVE_ON_REQUEST: feeds do not commit */
+    uint64_t file_lost_tokens;      /* the open fell back to an older state: */
+    char file_recovery[RB_ERROR_MESSAGE_MAX]; /* why ("" when it did not) */
     char file_note[RB_ERROR_MESSAGE_MAX]; /* the last failed commit's message */
     const struct rb_os *file_os;    /* the file's syscalls; NULL: the default (tests
                                        slow or fail them) */

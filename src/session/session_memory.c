@@ -300,6 +300,8 @@ static void fill_stats(const rb_session *s, rb_session_stats *out)
     out->file_pages_written = s->file_pages_written;
     out->file_commit_s = s->file_commit_s;
     out->file_status = s->file_status;
+    out->file_recovery = s->file_recovery[0] ? s->file_recovery : NULL;
+    out->file_lost_tokens = s->file_lost_tokens;
 }
 
 rb_status rb_session_get_stats_sized(const rb_session *s, rb_session_stats *out, size_t out_size)
