@@ -219,6 +219,9 @@ void rb_cli_seed(const char *cmd, uint64_t *seed, int seed_given);
 
 /* Warns on stderr when n_ctx exceeds the model's trained context. */
 void rb_cli_warn_ctx(const char *cmd, rb_model *model, uint32_t n_ctx);
+/* A session opened from a file that fell back to an older state (damage):
+ * one warning line on stderr saying why and how many tokens were lost. */
+void rb_cli_warn_recovery(const char *cmd, const rb_session *s);
 
 /* "1.23 GiB" style, into buf. */
 const char *rb_cli_bytes(uint64_t bytes, char *buf, int size);

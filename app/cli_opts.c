@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <stdint.h>
 #include <math.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,4 +552,16 @@ void rb_cli_warn_ctx(const char *cmd, rb_model *model, uint32_t n_ctx)
     if (n_ctx > mi.n_ctx_train && mi.n_ctx_train > 0)
         fprintf(stderr, "rebound %s: warning: context %u exceeds the model's trained context "
                 "%u; quality may degrade\n", cmd, (unsigned)n_ctx, (unsigned)mi.n_ctx_train);
+}
+
+void rb_cli_warn_recovery(const char *cmd, const rb_session *s)
+{
+    rb_session_stats st;
+    if (rb_session_get_stats(s, &st) != RB_OK || !st.file_recovery)
+        return;
+    if (st.file_lost_tokens)
+        fprintf(stderr, "rebound %s: warning: %s: %" PRIu64 " tokens lost\n", cmd,
+                st.file_recovery, st.file_lost_tokens);
+    else
+        fprintf(stderr, "rebound %s: warning: %s\n", cmd, st.file_recovery);
 }

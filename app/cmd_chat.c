@@ -63,6 +63,8 @@ struct chat {
     const char *system;       /* NULL or "": none */
     int32_t bos;              /* fed first when the model asks for it, else -1 */
     int ctx_shift;
+    unsigned save_flags;      /* RB_SAVE_ON_REQUEST, and RB_SAVE_WAIT with --wait */
+    int is_saved;             /* the session file exists with a state of this chat */
     int verbose;
     int64_t n_predict;        /* -1: until end of generation */
     size_t n_reply_end_tokens;/* room kept free so a reply can always be closed */
@@ -173,6 +175,10 @@ static enum room shift_context(struct chat *c, size_t need, size_t n_locked)
     if (n_drop == 0)
         return ROOM_FULL;
     size_t cut = n_drop < h->n_turns ? h->turn_starts[n_drop] : n;
+    if (cut < sys || cut > n) { /* load_chat checked the record: never */
+        rb_cli_fail(CMD, "the turn list does not match the context", NULL);
+        return ROOM_ERROR;
+    }
     /* llama2: the system block opened the first [INST]; the first kept
        turn, now right after it, must not open another. Each turn was
        tokenized alone, so its tokens start with the prefix's; the
@@ -447,7 +453,7 @@ static int command(struct chat *c, char *line)
     } else if (!strcmp(line, "/trim")) {
         trim(c, *arg ? arg : "moderate");
     } else if (!strcmp(line, "/reset")) {
-        if (chat_begin(c))
+        if (chat_begin(c) || save_chat(c))
             return -1;
         fprintf(stderr, "conversation reset (context %zu tokens)\n", rb_session_n_tokens(c->session));
     } else if (!strcmp(line, "/help")) {
@@ -496,11 +502,16 @@ static int save_chat(struct chat *c)
     memcpy(q, &st, sizeof st);
     rb_status rs = rb_session_set_blob(c->session, b, n);
     free(b);
+    /* the tokens and this record in one state: feeds do not commit, so a
+       kill leaves the previous turn's state or this one */
     if (rs == RB_OK)
-        rs = rb_session_save(c->session, c->session_path, 0);
+        rs = rb_session_save(c->session, c->session_path, c->save_flags);
+    if (rs != RB_OK && !c->is_saved) /* the file is not there: nothing to resume */
+        return rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
     if (rs != RB_OK) /* a full disk: the chat goes on in RAM */
         fprintf(stderr, "rebound chat: warning: the conversation was not saved: %s\n",
                 rb_session_errmsg(c->session));
+    c->is_saved |= rs == RB_OK;
     return 0;
 }
 
@@ -515,13 +526,27 @@ static int load_chat(struct chat *c, rb_sampler_state *st, int *has_state)
         return -1;
     memcpy(&ns, b + 8, 8);
     memcpy(&nt, b + 16, 8);
-    if (nt > (n - 24) / 8 || ns > rb_session_n_tokens(c->session))
+    size_t n_tok = rb_session_n_tokens(c->session);
+    if (nt > (n - 24) / 8 || ns > n_tok) {
+        fprintf(stderr, "rebound chat: the chat record claims %" PRIu64 " system tokens and %"
+                PRIu64 " turns; the file holds %zu tokens\n", ns, nt, n_tok);
         return -1;
+    }
     c->hist.n_system_tokens = (size_t)ns;
     c->hist.n_turns = 0;
+    /* each turn starts after the system prompt and the turn before it,
+       inside the tokens: what a context shift cuts at */
+    uint64_t prev = ns;
     for (uint64_t i = 0; i < nt; i++) {
         uint64_t v;
         memcpy(&v, b + 24 + 8 * i, 8);
+        if (v < prev || (i > 0 && v == prev) || v >= n_tok) {
+            fprintf(stderr, "rebound chat: the chat record's turn %" PRIu64 " starts at %"
+                    PRIu64 ", outside (%" PRIu64 ", %zu): the record does not match the "
+                    "tokens\n", i + 1, v, prev, n_tok);
+            return -1;
+        }
+        prev = v;
         if (push_turn_start(&c->hist, (size_t)v))
             return -1;
     }
@@ -537,12 +562,16 @@ static int open_session(struct chat *c, const char *session_path, const rb_sessi
     rb_error err;
     c->session_path = session_path;
     if (session_path && access(session_path, F_OK) == 0) {
-        if (rb_session_open_saved(c->model, p, session_path, &c->session, &err) != RB_OK)
+        rb_session_params op = *p;
+        op.file_flags = c->save_flags;
+        if (rb_session_open_saved(c->model, &op, session_path, &c->session, &err) != RB_OK)
             return rb_cli_fail(CMD, err.message, err.status == RB_E_UNSUPPORTED
                                ? "give the -c the conversation was saved with" : NULL);
+        c->is_saved = 1;
+        rb_cli_warn_recovery("chat", c->session);
         if (load_chat(c, &c->saved_state, &c->has_saved_state) != 0)
-            return rb_cli_fail(CMD, "the session file holds no chat (was it saved by "
-                               "`rebound run`?)", session_path);
+            return rb_cli_fail(CMD, "the session file holds no usable chat record (was it "
+                               "saved by `rebound run`?)", session_path);
         fprintf(stderr, "rebound chat: resumed %s: %zu tokens, %zu turns\n", session_path,
                 rb_session_n_tokens(c->session), c->hist.n_turns);
         return 0;
@@ -620,7 +649,7 @@ int rb_cmd_chat(int argc, char **argv)
     int64_t n_predict = -1;
     rb_sampler_params sp = rb_sampler_default_params();
     rb_session_params p = rb_session_default_params();
-    int use_mmap = 0, ctx_shift = 0, verbose = 0, cnv = 1, seed_given = 0;
+    int use_mmap = 0, ctx_shift = 0, verbose = 0, cnv = 1, seed_given = 0, wait = 0;
     char template_help[256];
     snprintf(template_help, sizeof template_help,
              "chat format: %s\n(default: from the file's tokenizer.chat_template, else from its\n"
@@ -644,6 +673,9 @@ int rb_cmd_chat(int argc, char **argv)
          "keep the conversation in FILE: resumed when it exists, saved after\n"
          "every turn (a kill loses at most the turn in progress)", &session_path, 0, 0, NULL,
          NULL},
+        {"--wait", RB_OPT_FLAG, NULL,
+         "a --session FILE another process is writing: wait for it (default:\n"
+         "refuse, naming that process)", &wait, 0, 0, NULL, NULL},
         {"-cnv|--conversation", RB_OPT_FLAG, NULL,
          "conversation mode: what chat always does (plain completion: `rebound run`)", &cnv, 0,
          0, NULL, NULL},
@@ -701,6 +733,7 @@ int rb_cmd_chat(int argc, char **argv)
     struct chat c = {0};
     c.system = system;
     c.ctx_shift = ctx_shift;
+    c.save_flags = RB_SAVE_ON_REQUEST | (wait ? RB_SAVE_WAIT : 0);
     c.verbose = verbose;
     c.n_predict = n_predict;
     c.bos = -1;
@@ -785,6 +818,12 @@ int rb_cmd_chat(int argc, char **argv)
         }
         if (chat_turn(&c, line))
             goto done;
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) { /* a full disk, a closed stdout */
+        char msg[128];
+        snprintf(msg, sizeof msg, "writing the replies to stdout: %s", strerror(errno));
+        rb_cli_fail(CMD, msg, NULL);
+        goto done;
     }
     if (ferror(stdin)) {
         char msg[128];

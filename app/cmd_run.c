@@ -16,15 +16,33 @@
 #include "cli.h"
 #include "rebound.h"
 
-static int32_t *read_token_file(const char *path, size_t *n)
+/* The ids of a token file; NULL with errno set (EINVAL: not a number;
+ * ERANGE: *bad receives the word that is no 32-bit id, never wrapped). */
+static int32_t *read_token_file(const char *path, size_t *n, char *bad, size_t bad_n)
 {
     FILE *f = fopen(path, "r");
     if (!f)
         return NULL;
     size_t cap = 256, k = 0;
     int32_t *t = malloc(cap * sizeof *t);
-    long v;
-    while (t && fscanf(f, "%ld", &v) == 1) {
+    char word[64];
+    while (t && fscanf(f, "%63s", word) == 1) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(word, &end, 10);
+        if (*end || end == word) {
+            free(t);
+            t = NULL;
+            errno = EINVAL;
+            break;
+        }
+        if (errno == ERANGE || v < INT32_MIN || v > INT32_MAX) {
+            snprintf(bad, bad_n, "%s", word);
+            free(t);
+            t = NULL;
+            errno = ERANGE;
+            break;
+        }
         if (k == cap) {
             int32_t *nt = realloc(t, (cap *= 2) * sizeof *t);
             if (!nt) {
@@ -36,7 +54,7 @@ static int32_t *read_token_file(const char *path, size_t *n)
         }
         t[k++] = (int32_t)v;
     }
-    if (t && !feof(f)) { /* stopped on something that is not a number */
+    if (t && !feof(f)) { /* stopped on a read error */
         free(t);
         t = NULL;
         errno = EINVAL;
@@ -66,6 +84,7 @@ int rb_cmd_run(int argc, char **argv)
     rb_sampler_params sp = rb_sampler_default_params();
     rb_session_params p = rb_session_default_params();
     int use_mmap = 0, show_stats = 0, report_ttft = 0, escape = 0, no_cnv = 1, seed_given = 0;
+    int wait = 0;
     const char *session_path = NULL;
     const rb_opt opts[] = {
         {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
@@ -101,6 +120,9 @@ int rb_cmd_run(int argc, char **argv)
         {"--session", RB_OPT_STR, "FILE",
          "continue the session saved in FILE (the prompt is appended), or start\n"
          "it; saved there at the end (and after every feed)", &session_path, 0, 0, NULL, NULL},
+        {"--wait", RB_OPT_FLAG, NULL,
+         "a --session FILE another process is writing: wait for it (default:\n"
+         "refuse, naming that process)", &wait, 0, 0, NULL, NULL},
         {"--report-ttft", RB_OPT_FLAG, NULL,
          "print the CLOCK_MONOTONIC time of the first token (stderr)", &report_ttft, 0, 0, NULL,
          NULL},
@@ -179,15 +201,19 @@ int rb_cmd_run(int argc, char **argv)
     /* --session: resume the file when it exists (the prompt continues it),
        else start one; saved again at the end */
     int resumed = session_path && access(session_path, F_OK) == 0;
+    unsigned save_flags = wait ? RB_SAVE_WAIT : 0;
+    p.file_flags = save_flags;
     if (resumed ? rb_session_open_saved(model, &p, session_path, &s, &err) != RB_OK
                 : rb_session_create(model, &p, &s, &err) != RB_OK) {
         rb_cli_fail("run", err.message, resumed && err.status == RB_E_UNSUPPORTED
                     ? "give the -c the session was saved with" : NULL);
         goto done;
     }
+    if (resumed)
+        rb_cli_warn_recovery("run", s);
     /* a new session file is bound now, so every feed below is committed
        (a kill loses at most the token in flight) */
-    if (session_path && !resumed && rb_session_save(s, session_path, 0) != RB_OK) {
+    if (session_path && !resumed && rb_session_save(s, session_path, save_flags) != RB_OK) {
         rb_cli_fail("run", rb_session_errmsg(s), NULL);
         goto done;
     }
@@ -205,11 +231,16 @@ int rb_cmd_run(int argc, char **argv)
 
     size_t n_prompt = 0;
     if (tokens_path) {
-        tokens = read_token_file(tokens_path, &n_prompt);
+        char bad_word[64] = "";
+        tokens = read_token_file(tokens_path, &n_prompt, bad_word, sizeof bad_word);
         if (!tokens) {
-            char msg[600];
-            snprintf(msg, sizeof msg, "cannot read token ids from '%s': %s", tokens_path,
-                     strerror(errno));
+            char msg[700];
+            if (errno == ERANGE)
+                snprintf(msg, sizeof msg, "'%s': token id %s is out of range (ids are 32-bit, "
+                         "below the vocabulary size)", tokens_path, bad_word);
+            else
+                snprintf(msg, sizeof msg, "cannot read token ids from '%s': %s", tokens_path,
+                         errno == EINVAL ? "a word that is not a number" : strerror(errno));
             rb_cli_fail("run", msg, NULL);
             goto done;
         }
@@ -248,6 +279,7 @@ int rb_cmd_run(int argc, char **argv)
     }
     double t_pp1 = rb_cli_now_s();
     uint64_t n_gen = 0;
+    int out_errno = 0;
     while (n_gen < n_predict) {
         if (rb_session_n_tokens(s) >= rb_session_n_ctx(s)) {
             fprintf(stderr, "\nrebound run: context full (%" PRIu32 " tokens)\n", rb_session_n_ctx(s));
@@ -279,10 +311,11 @@ int rb_cmd_run(int argc, char **argv)
     {
         size_t k = rb_detokenizer_flush(detok, piece, rb_detokenizer_max_bytes(detok));
         fwrite(piece, 1, k, stdout); /* no newline: stdout is exactly the text */
-        fflush(stdout);
+        if (fflush(stdout) != 0 || ferror(stdout)) /* a full disk, a closed stdout */
+            out_errno = errno ? errno : EIO;
     }
     double t_end = rb_cli_now_s();
-    if (session_path && rb_session_save(s, session_path, 0) != RB_OK) {
+    if (session_path && rb_session_save(s, session_path, save_flags) != RB_OK) {
         rb_cli_fail("run", rb_session_errmsg(s), NULL);
         goto done;
     }
@@ -295,6 +328,12 @@ int rb_cmd_run(int argc, char **argv)
             rb_cli_fail("run", msg, NULL);
             goto done;
         }
+    }
+    if (out_errno) { /* the session is saved; the text is not all out */
+        char msg[160];
+        snprintf(msg, sizeof msg, "writing the text to stdout: %s", strerror(out_errno));
+        rb_cli_fail("run", msg, NULL);
+        goto done;
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
