@@ -24,6 +24,7 @@
 #include "check.h"
 #include "rebound_experimental.h"
 #include "convert.h"
+#include "kvcodec.h"
 #include "model.h"
 #include "residency.h"
 #include "sessfile.h"
@@ -786,6 +787,457 @@ static void full_disk(void)
     unlink(path);
 }
 
+/* ---- crafted files: every field checked before use ------------------- */
+
+#define SB_ACTIVE 64
+#define SB_CAT_BYTES 72
+#define SB_CAT_HASH 80
+#define SB_DATA_END 88
+#define SB_HASH 96
+
+static const rb_sessfile_geom unit_geom = {2, 1, 8, 8, 16, 4, 2 * 16 * 16 * 2, 4096, 64,
+                                           64, 100, 0};
+
+static void pread_at(const char *path, void *buf, size_t n, long off)
+{
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0 && pread(fd, buf, n, off) == (ssize_t)n);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void pwrite_at(const char *path, const void *buf, size_t n, long off)
+{
+    int fd = open(path, O_WRONLY);
+    CHECK(fd >= 0 && pwrite(fd, buf, n, off) == (ssize_t)n);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* The slot of the newest superblock, read into sb (4 KiB). */
+static int newest_sb(const char *path, uint8_t *sb)
+{
+    uint8_t a[4096], b[4096];
+    pread_at(path, a, 4096, 0);
+    pread_at(path, b, 4096, 4096);
+    uint64_t sa, sbq;
+    memcpy(&sa, a + 8, 8);
+    memcpy(&sbq, b + 8, 8);
+    int slot = sbq > sa;
+    memcpy(sb, slot ? b : a, 4096);
+    return slot;
+}
+
+/* Sets a field of the newest superblock and its checksum: a crafted file
+ * that no checksum catches. */
+static void craft_sb(const char *path, size_t field, uint64_t v, size_t width)
+{
+    uint8_t sb[4096];
+    int slot = newest_sb(path, sb);
+    memcpy(sb + field, &v, width);
+    uint64_t h = rb_kvcodec_hash64(sb, SB_HASH);
+    memcpy(sb + SB_HASH, &h, 8);
+    pwrite_at(path, sb, 4096, slot * 4096L);
+}
+
+/* Writes n bytes at off into the newest catalog; rehash: its checksum and
+ * the superblock's follow (crafted), else the catalog is plainly damaged. */
+static void craft_cat(const char *path, size_t off, const void *bytes, size_t n, int rehash)
+{
+    uint8_t sb[4096];
+    int slot = newest_sb(path, sb);
+    uint32_t active;
+    uint64_t area, cat_bytes;
+    memcpy(&active, sb + SB_ACTIVE, 4);
+    memcpy(&area, sb + 56, 8);
+    memcpy(&cat_bytes, sb + SB_CAT_BYTES, 8);
+    uint8_t *cat = malloc(cat_bytes);
+    long cat_off = 8192 + (long)(active * area);
+    pread_at(path, cat, cat_bytes, cat_off);
+    memcpy(cat + off, bytes, n);
+    pwrite_at(path, cat, cat_bytes, cat_off);
+    if (rehash) {
+        uint64_t h = rb_kvcodec_hash64(cat, cat_bytes);
+        memcpy(sb + SB_CAT_HASH, &h, 8);
+        h = rb_kvcodec_hash64(sb, SB_HASH);
+        memcpy(sb + SB_HASH, &h, 8);
+        pwrite_at(path, sb, 4096, slot * 4096L);
+    }
+    free(cat);
+}
+
+/* A unit file of two states: 20 tokens (seq 2), then 40 (seq 3). */
+static void make_unit(const char *path)
+{
+    rb_sessfile *f = NULL;
+    rb_error err;
+    unlink(path);
+    CHECK_EQ_INT(rb_sessfile_create(path, 42, &unit_geom, NULL, NULL, &f, &err), RB_OK);
+    if (!f)
+        return;
+    void *pages[8];
+    for (int i = 0; i < 8; i++) {
+        pages[i] = aligned_alloc(4096, 4096);
+        memset(pages[i], i + 1, 4096);
+    }
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++)
+        toks[i] = i;
+    rb_sessfile_slot_table tab = {pages, 4};
+    rb_sessfile_source src = rb_sessfile_slots(&tab);
+    CHECK_EQ_INT(rb_sessfile_commit(f, toks, 20, &src, 1, "ab", 2, 0, NULL, &err), RB_OK);
+    CHECK_EQ_INT(rb_sessfile_commit(f, toks, 40, &src, 1, "abcd", 4, 0, NULL, &err), RB_OK);
+    rb_sessfile_close(f);
+    for (int i = 0; i < 8; i++)
+        free(pages[i]);
+}
+
+static rb_status open_unit(const char *path, rb_sessfile **f, rb_error *err)
+{
+    *f = NULL;
+    return rb_sessfile_open(path, NULL, &unit_geom, NULL, NULL, f, err);
+}
+
+static void crafted_test(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s.crafted", sess_path);
+    rb_sessfile *f = NULL;
+    rb_error err;
+    uint64_t lost = 0;
+
+    /* an active catalog area of 2: the older state, said so */
+    make_unit(path);
+    craft_sb(path, SB_ACTIVE, 2, 4);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 20);
+        const char *why = rb_sessfile_recovery(f, NULL);
+        CHECK(why && strstr(why, "catalog area 2"));
+        rb_sessfile_close(f);
+    }
+
+    /* a data end of 1 TiB: the next commit appends at the file's end */
+    make_unit(path);
+    craft_sb(path, SB_DATA_END, 1ull << 40, 8);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 40);
+        void *pg = aligned_alloc(4096, 4096);
+        memset(pg, 7, 4096);
+        void *slots[8] = {pg, pg, pg, pg, pg, pg, pg, pg};
+        rb_sessfile_slot_table tab = {slots, 4};
+        rb_sessfile_source src = rb_sessfile_slots(&tab);
+        int32_t toks[48] = {0};
+        CHECK_EQ_INT(rb_sessfile_commit(f, toks, 48, &src, 1, NULL, 0, 0, NULL, &err), RB_OK);
+        rb_sessfile_close(f);
+        free(pg);
+        CHECK(file_size(path) < (1L << 20));
+    }
+
+    /* a token outside the vocabulary (checksums valid): named, no state */
+    make_unit(path);
+    int32_t bad = 150;
+    craft_cat(path, 8 + 4 * 3, &bad, 4, 1);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_E_FORMAT);
+    CHECK(strstr(err.message, "token 3 is 150, outside the model's vocabulary of 100"));
+
+    /* more tokens than this session's context: the -c that opens it */
+    make_unit(path);
+    rb_sessfile_geom g = unit_geom;
+    g.n_ctx = 30;
+    CHECK_EQ_INT(rb_sessfile_open(path, NULL, &g, NULL, NULL, &f, &err), RB_E_UNSUPPORTED);
+    CHECK(strstr(err.message, "holds 40 tokens, saved with -c 64") &&
+          strstr(err.message, "open it with -c 64"));
+
+    /* a page record beyond the data end, one beyond the tokens: damaged
+       (the older state opens, and says why) */
+    make_unit(path);
+    uint64_t far = 1ull << 40;
+    craft_cat(path, 8 + 4 * 40, &far, 8, 1);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 20);
+        const char *why = rb_sessfile_recovery(f, &lost);
+        CHECK(why && strstr(why, "layer 0 page 0"));
+        CHECK_EQ_INT(lost, 20);
+        rb_sessfile_close(f);
+    }
+    make_unit(path);
+    uint8_t entry[24];
+    pread_at(path, entry, 8, 0); /* any nonzero offset: checked below */
+    uint64_t off0;
+    {
+        uint8_t sb[4096];
+        newest_sb(path, sb);
+        uint32_t active;
+        uint64_t area;
+        memcpy(&active, sb + SB_ACTIVE, 4);
+        memcpy(&area, sb + 56, 8);
+        uint8_t cat[8 + 4 * 40 + 24];
+        pread_at(path, cat, sizeof cat, 8192 + (long)(active * area));
+        memcpy(&off0, cat + 8 + 4 * 40, 8);
+        memcpy(entry, cat + 8 + 4 * 40, 24);
+    }
+    uint32_t held = 16;
+    memcpy(entry + 16, &held, 4);
+    craft_cat(path, 8 + 4 * 40 + 24 * 3, entry, 24, 1); /* layer 0 page 3: tokens 48.. */
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 20);
+        rb_sessfile_close(f);
+    }
+
+    /* a catalog damaged (no crafting): the older state, with what was lost */
+    make_unit(path);
+    craft_cat(path, 8 + 4 * 30, &bad, 4, 0);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 20);
+        const char *why = rb_sessfile_recovery(f, &lost);
+        CHECK(why && strstr(why, "fails its checksum"));
+        CHECK_EQ_INT(lost, 20);
+        rb_sessfile_close(f);
+    }
+    /* both catalog areas unusable: an error saying what */
+    make_unit(path);
+    craft_sb(path, SB_ACTIVE, 2, 4);
+    {
+        uint8_t sb[4096];
+        int slot = newest_sb(path, sb);
+        uint8_t other[4096];
+        pread_at(path, other, 4096, (1 - slot) * 4096L);
+        uint32_t two = 2;
+        memcpy(other + SB_ACTIVE, &two, 4);
+        uint64_t h = rb_kvcodec_hash64(other, SB_HASH);
+        memcpy(other + SB_HASH, &h, 8);
+        pwrite_at(path, other, 4096, (1 - slot) * 4096L);
+    }
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_E_FORMAT);
+    CHECK(strstr(err.message, "no readable state") && strstr(err.message, "catalog area 2"));
+    unlink(path);
+}
+
+/* ---- files and paths --------------------------------------------------- */
+
+static void files_test(void)
+{
+    rb_sessfile *f = NULL, *f2 = NULL;
+    rb_error err;
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++)
+        toks[i] = i;
+    char path[700];
+    snprintf(path, sizeof path, "%s.files", sess_path);
+    unlink(path);
+
+    /* created atomically: nothing at path until the first real state */
+    CHECK_EQ_INT(rb_sessfile_create(path, 42, &unit_geom, NULL, NULL, &f, &err), RB_OK);
+    CHECK(access(path, F_OK) != 0);
+    /* a second creator of the same new file: the first to commit wins,
+       the other is told (never a mix of the two) */
+    CHECK_EQ_INT(rb_sessfile_create(path, 42, &unit_geom, NULL, NULL, &f2, &err), RB_OK);
+    if (f && f2) {
+        CHECK_EQ_INT(rb_sessfile_commit(f2, toks, 7, NULL, 0, "b", 1, 0, NULL, &err), RB_OK);
+        CHECK_EQ_INT(rb_sessfile_commit(f, toks, 5, NULL, 0, "a", 1, 0, NULL, &err), RB_E_BUSY);
+        CHECK(strstr(err.message, "another process created it meanwhile"));
+    }
+    rb_sessfile_close(f);
+    rb_sessfile_close(f2);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 7);
+        /* one writer at a time, in this process too */
+        CHECK_EQ_INT(open_unit(path, &f2, &err), RB_E_BUSY);
+        char pid[32];
+        snprintf(pid, sizeof pid, "process %ld", (long)getpid());
+        CHECK(strstr(err.message, pid) != NULL);
+        CHECK_EQ_INT(rb_sessfile_create(path, 42, &unit_geom, NULL, NULL, &f2, &err),
+                     RB_E_BUSY);
+        rb_sessfile_close(f);
+    }
+
+    /* another process holds it: named; killed, its lock is gone */
+    int pfd[2];
+    CHECK(pipe(pfd) == 0);
+    pid_t child = fork();
+    if (child == 0) {
+        rb_sessfile *cf = NULL;
+        rb_error cerr;
+        char c = rb_sessfile_open(path, NULL, &unit_geom, NULL, NULL, &cf, &cerr) == RB_OK;
+        if (write(pfd[1], &c, 1) != 1)
+            _exit(1);
+        sleep(30);
+        _exit(0);
+    }
+    char ok = 0;
+    CHECK(read(pfd[0], &ok, 1) == 1 && ok == 1);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_E_BUSY);
+    char who[48];
+    snprintf(who, sizeof who, "in use by process %ld", (long)child);
+    CHECK(strstr(err.message, who) != NULL);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    rb_sessfile_close(f);
+    /* with wait: the open waits until the holder ends */
+    child = fork();
+    if (child == 0) {
+        rb_sessfile *cf = NULL;
+        rb_error cerr;
+        char c = rb_sessfile_open(path, NULL, &unit_geom, NULL, NULL, &cf, &cerr) == RB_OK;
+        if (write(pfd[1], &c, 1) != 1)
+            _exit(1);
+        usleep(300000);
+        _exit(0);
+    }
+    CHECK(read(pfd[0], &ok, 1) == 1 && ok == 1);
+    rb_sessfile_geom gw = unit_geom;
+    gw.is_lock_wait = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_EQ_INT(rb_sessfile_open(path, NULL, &gw, NULL, NULL, &f, &err), RB_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK((t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec) > 0.1);
+    rb_sessfile_close(f);
+    waitpid(child, NULL, 0);
+    close(pfd[0]);
+    close(pfd[1]);
+
+    /* a link that leads nowhere is refused and left as it is; a link to a
+       file is followed (the link stays a link) */
+    char link_path[720], target[720];
+    snprintf(link_path, sizeof link_path, "%s.link", path);
+    snprintf(target, sizeof target, "%s.missing", path);
+    unlink(link_path);
+    CHECK(symlink(target, link_path) == 0);
+    CHECK_EQ_INT(rb_sessfile_create(link_path, 42, &unit_geom, NULL, NULL, &f, &err), RB_E_IO);
+    CHECK(strstr(err.message, "symbolic link that leads nowhere") != NULL);
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+    unlink(link_path);
+    CHECK(symlink(link_path, link_path) == 0); /* a loop */
+    CHECK_EQ_INT(rb_sessfile_create(link_path, 42, &unit_geom, NULL, NULL, &f, &err), RB_E_IO);
+    unlink(link_path);
+    CHECK(symlink(path, link_path) == 0);
+    CHECK_EQ_INT(rb_sessfile_create(link_path, 42, &unit_geom, NULL, NULL, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_commit(f, toks, 9, NULL, 0, NULL, 0, 0, NULL, &err), RB_OK);
+        rb_sessfile_close(f);
+    }
+    CHECK(lstat(link_path, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 9);
+        rb_sessfile_close(f);
+    }
+    unlink(link_path);
+    unlink(path);
+
+    /* long paths: A of 511 characters and B = A + ".2" are two files */
+    char dir[800], a[800], b[810];
+    snprintf(dir, sizeof dir, "%s/", REBOUND_TEST_TMP);
+    while (strlen(dir) < 400) {
+        strcat(dir, "dddddddddddddddddddddddddddddddddddddddddddddddddd");
+        mkdir(dir, 0700);
+        strcat(dir, "/");
+    }
+    snprintf(a, sizeof a, "%s", dir);
+    while (strlen(a) < 511)
+        strcat(a, "a");
+    snprintf(b, sizeof b, "%s.2", a);
+    for (int k = 0; k < 2; k++) {
+        const char *p = k ? b : a;
+        unlink(p);
+        CHECK_EQ_INT(rb_sessfile_create(p, 42, &unit_geom, NULL, NULL, &f, &err), RB_OK);
+        if (f) {
+            CHECK_EQ_INT(rb_sessfile_commit(f, toks, 10 + k, NULL, 0, NULL, 0, 0, NULL, &err),
+                         RB_OK);
+            rb_sessfile_close(f);
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ_INT(open_unit(k ? b : a, &f, &err), RB_OK);
+        if (f) {
+            CHECK_EQ_INT(rb_sessfile_n_tokens(f), 10 + k);
+            rb_sessfile_close(f);
+        }
+        unlink(k ? b : a);
+    }
+}
+
+/* ---- a session and a file that do not fit ----------------------------- */
+
+static void mismatch_test(rb_model *m)
+{
+    rb_error err;
+    char path[600];
+    snprintf(path, sizeof path, "%s.mismatch", sess_path);
+    unlink(path);
+    /* saved at -c 512 with 400 tokens, opened at -c 300 (the same number
+       of pages): an error naming the -c, never a write past the tokens */
+    rb_session *s = NULL;
+    rb_session_params p = params();
+    p.n_ctx = 512;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s, prompt, 400, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
+    rb_session_destroy(s);
+    p.n_ctx = 300;
+    s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_E_UNSUPPORTED);
+    CHECK(strstr(err.message, "holds 400 tokens, saved with -c 512") &&
+          strstr(err.message, "open it with -c 512"));
+    rb_session_destroy(s);
+
+    /* a token outside the vocabulary (checksums valid): its value named */
+    int32_t bad = 9999;
+    craft_cat(path, 8 + 4 * 17, &bad, 4, 1);
+    p.n_ctx = 512;
+    s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_E_FORMAT);
+    CHECK(strstr(err.message, "token 17 is 9999") != NULL);
+    rb_session_destroy(s);
+
+    /* a model of other dimensions: said as that */
+    char dims_path[600];
+    snprintf(dims_path, sizeof dims_path, "%s/sessfile-dims.gguf", REBOUND_TEST_TMP);
+    make_model_sized(dims_path, 5, 128, 2, 256);
+    rb_model *o = NULL;
+    CHECK_EQ_INT(rb_model_open(dims_path, NULL, &o, &err), RB_OK);
+    s = NULL;
+    p = params();
+    CHECK_EQ_INT(rb_session_open_saved(o, &p, sess_path, &s, &err), RB_E_INVALID_ARG);
+    CHECK(strstr(err.message, "written for another model: 3 layers, 2 KV heads, head dims "
+                              "32/32") != NULL);
+    rb_session_destroy(s);
+    rb_model_close(o);
+    unlink(dims_path);
+
+    /* a damaged newest state: the stats and the message say what was lost */
+    unlink(path);
+    s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s, prompt, 100, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_ON_REQUEST), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s, prompt + 100, 6, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_ON_REQUEST), RB_OK);
+    rb_session_destroy(s);
+    craft_cat(path, 8 + 4 * 50, &bad, 4, 0);
+    s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
+    if (s) {
+        rb_session_stats st;
+        CHECK_EQ_INT(rb_session_get_stats(s, &st), RB_OK);
+        CHECK_EQ_INT(rb_session_n_tokens(s), 100);
+        CHECK(st.file_recovery && strstr(st.file_recovery, "newest state"));
+        CHECK_EQ_INT(st.file_lost_tokens, 6);
+        rb_session_destroy(s);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/sessfile.gguf", REBOUND_TEST_TMP);
@@ -911,6 +1363,9 @@ int main(void)
     }
 
     full_disk();
+    crafted_test();
+    files_test();
+    mismatch_test(m);
     full_disk_behind(m);
     race_test(m);
     kill_loop(m);

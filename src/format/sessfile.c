@@ -288,8 +288,12 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
     }
     /* The new file, under a name of this process's own, appears at path
        only with its first real state (the first commit after this one). */
-    snprintf(tmp, tn, "%s.new-%ld", f->path, (long)getpid());
-    f->fd = f->os->open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    for (int k = 0; k < 100; k++) { /* a name no other handle uses */
+        snprintf(tmp, tn, "%s.new-%ld-%d", f->path, (long)getpid(), k);
+        f->fd = f->os->open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (f->fd >= 0 || errno != EEXIST)
+            break;
+    }
     if (f->fd < 0) {
         int e = errno;
         rb_sessfile_close(f);

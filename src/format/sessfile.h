@@ -33,7 +33,7 @@
  * way through the storage throttle, or, in a cold restore, mapped and
  * faulted into the page cache (rb_sessfile_map_page; the file's cached
  * copy is dropped at open, so that still reads storage); a new file is
- * written under path.new-PID and renamed over path (a file that a session
+ * written under path.new-PID-K and renamed over path (a file that a session
  * maps is never truncated); superblocks and catalogs go through
  * the page cache (small, and kill -9 cannot lose what pwrite returned).
  * fsync only on request (power-loss durability; its cost is measured in
@@ -72,7 +72,7 @@ typedef struct rb_sessfile_geom {
 typedef struct rb_sessfile rb_sessfile;
 
 /* Creates a session file for a model of this fingerprint and geometry,
- * empty, under a temporary name (path.new-PID, mode 0600): it appears at
+ * empty, under a temporary name (path.new-PID-K, mode 0600): it appears at
  * path only with the first commit after this call, renamed over the file
  * there (locked meanwhile) or linked where none is. A symbolic link at path
  * is followed (its target is replaced), one that leads nowhere refused.
