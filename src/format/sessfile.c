@@ -69,6 +69,7 @@ struct rb_sessfile {
     int replace_fd;   /* the file at path a publish replaces (locked), or -1 */
     uint64_t lost_tokens;     /* the open fell back: tokens of the newer state */
     char recovery[320];       /* the open fell back: why ("" when not) */
+    uint64_t n_compactions;   /* rb_sessfile_compact rewrites */
 };
 
 static void put32(uint8_t **p, uint32_t v) { memcpy(*p, &v, 4); *p += 4; }
@@ -763,6 +764,54 @@ rb_sessfile_source rb_sessfile_slots(const rb_sessfile_slot_table *t)
     return s;
 }
 
+/* Writes the catalog of tokens, f->pages and blob into the area the
+ * current superblock does not use, then the superblock (seq + 1) that
+ * makes it the state; f->sb becomes it (the caller restores it on error). */
+static rb_status write_state(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
+                             const void *blob, size_t blob_n, int do_fsync, rb_error *err)
+{
+    const uint32_t old_active = f->sb.active;
+    const uint64_t old_seq = f->sb.seq;
+    rb_status st = RB_OK;
+    {
+        uint8_t *p = f->buf;
+        put64(&p, n_tokens);
+        if (n_tokens)
+            memcpy(p, tokens, 4 * n_tokens);
+        p += 4 * n_tokens;
+        for (size_t i = 0; i < n_entries(f); i++) {
+            put64(&p, f->pages[i].off);
+            put64(&p, f->pages[i].hash);
+            put32(&p, f->pages[i].tokens);
+            put32(&p, 0);
+        }
+        put32(&p, (uint32_t)blob_n);
+        if (blob_n)
+            memcpy(p, blob, blob_n);
+        p += blob_n;
+        f->sb.cat_bytes = (uint64_t)(p - f->buf);
+        f->sb.cat_hash = rb_kvcodec_hash64(f->buf, (size_t)f->sb.cat_bytes);
+        f->sb.active = 1 - old_active;
+        uint64_t area = 2ull * SF_A + (uint64_t)f->sb.active * f->sb.cat_area;
+        st = write_all(f, f->fd, f->buf, (size_t)f->sb.cat_bytes, area, err, "the catalog");
+    }
+    if (st == RB_OK && do_fsync && sync_data(f->fd) != 0)
+        st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", f->path,
+                          strerror(errno));
+
+    /* 3. the superblock that makes it the state */
+    if (st == RB_OK) {
+        f->sb.seq = old_seq + 1;
+        uint8_t *sbuf = f->buf;
+        sb_encode(&f->sb, sbuf);
+        st = write_all(f, f->fd, sbuf, SF_A, (f->sb.seq % 2) * SF_A, err, "the superblock");
+        if (st == RB_OK && do_fsync && sync_data(f->fd) != 0)
+            st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", f->path,
+                              strerror(errno));
+    }
+    return st;
+}
+
 rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
                              const rb_sessfile_source *src, int with_tail, const void *blob,
                              size_t blob_n, int do_fsync, uint32_t *pages_written,
@@ -821,43 +870,9 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
         st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", f->path,
                           strerror(errno));
 
-    /* 2. the catalog, into the area the current superblock does not use */
-    if (st == RB_OK) {
-        uint8_t *p = f->buf;
-        put64(&p, n_tokens);
-        if (n_tokens)
-            memcpy(p, tokens, 4 * n_tokens);
-        p += 4 * n_tokens;
-        for (size_t i = 0; i < n_entries(f); i++) {
-            put64(&p, f->pages[i].off);
-            put64(&p, f->pages[i].hash);
-            put32(&p, f->pages[i].tokens);
-            put32(&p, 0);
-        }
-        put32(&p, (uint32_t)blob_n);
-        if (blob_n)
-            memcpy(p, blob, blob_n);
-        p += blob_n;
-        f->sb.cat_bytes = (uint64_t)(p - f->buf);
-        f->sb.cat_hash = rb_kvcodec_hash64(f->buf, (size_t)f->sb.cat_bytes);
-        f->sb.active = 1 - old_sb.active;
-        uint64_t area = 2ull * SF_A + (uint64_t)f->sb.active * f->sb.cat_area;
-        st = write_all(f, f->fd, f->buf, (size_t)f->sb.cat_bytes, area, err, "the catalog");
-    }
-    if (st == RB_OK && do_fsync && sync_data(f->fd) != 0)
-        st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", f->path,
-                          strerror(errno));
-
-    /* 3. the superblock that makes it the state */
-    if (st == RB_OK) {
-        f->sb.seq = old_sb.seq + 1;
-        uint8_t *sbuf = f->buf;
-        sb_encode(&f->sb, sbuf);
-        st = write_all(f, f->fd, sbuf, SF_A, (f->sb.seq % 2) * SF_A, err, "the superblock");
-        if (st == RB_OK && do_fsync && sync_data(f->fd) != 0)
-            st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", f->path,
-                              strerror(errno));
-    }
+    /* 2, 3. the catalog and the superblock that makes it the state */
+    if (st == RB_OK)
+        st = write_state(f, tokens, n_tokens, blob, blob_n, do_fsync, err);
     /* 4. a new file appears at its path with its first state after the
        empty one */
     if (st == RB_OK && f->publish_pending)
@@ -880,5 +895,104 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
     free(old_pages);
     if (pages_written)
         *pages_written = written;
+    return st;
+}
+
+rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
+{
+    const uint64_t data0 = 2ull * SF_A + 2 * f->sb.cat_area;
+    uint64_t live = 0;
+    for (size_t i = 0; i < n_entries(f); i++)
+        live += f->pages[i].off ? f->g.page_alloc : 0;
+    /* garbage up to the live bytes plus a page per layer is kept: a
+       compaction then copies at most as much as was appended since */
+    uint64_t keep = 2 * live + 2ull * f->g.n_layers * f->g.page_alloc;
+    if (f->tmp_path || f->sb.data_end - data0 <= keep)
+        return RB_OK;
+    size_t tn = strlen(f->path) + 32;
+    char *tmp = malloc(tn);
+    sf_entry *pages = malloc(n_entries(f) * sizeof *pages + 1);
+    uint8_t *page = aligned_alloc(SF_A, f->g.page_alloc);
+    int fd = -1;
+    rb_status st = RB_OK;
+    if (!tmp || !pages || !page) {
+        st = rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
+        goto out;
+    }
+    for (int k = 0; k < 100; k++) {
+        snprintf(tmp, tn, "%s.new-%ld-%d", f->path, (long)getpid(), k);
+        fd = f->os->open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0 || errno != EEXIST)
+            break;
+    }
+    if (fd < 0) {
+        st = rb_error_set(err, RB_E_IO, "session file: cannot create '%s': %s", tmp,
+                          strerror(errno));
+        goto out;
+    }
+    if ((st = take_lock(fd, tmp, 0, err)) != RB_OK)
+        goto out;
+    /* 1. the live records, packed from the data start on */
+    memcpy(pages, f->pages, n_entries(f) * sizeof *pages);
+    uint64_t end = data0;
+    for (size_t i = 0; i < n_entries(f) && st == RB_OK; i++) {
+        if (!pages[i].off)
+            continue;
+        int en = 0;
+        rb_status rst = rb_os_read_full(f->os, f->fd, page, f->g.page_alloc, pages[i].off,
+                                        NULL, &en);
+        if (rst == RB_E_SHORT_READ) { /* cut short: the page is lost, not the file */
+            memset(&pages[i], 0, sizeof pages[i]);
+            continue;
+        }
+        if (rst != RB_OK) {
+            st = rb_error_set(err, RB_E_IO, "session file: '%s': reading a page to compact: "
+                              "%s", f->path, strerror(en));
+            break;
+        }
+        if ((st = write_all(f, fd, page, f->g.page_alloc, end, err, "a compacted page")) !=
+            RB_OK)
+            break;
+        pages[i].off = end;
+        end += f->g.page_alloc;
+    }
+    if (st == RB_OK && do_fsync && sync_data(fd) != 0)
+        st = rb_error_set(err, RB_E_IO, "session file: '%s': fdatasync: %s", tmp,
+                          strerror(errno));
+    /* 2. the committed state over them, in the new file */
+    if (st == RB_OK) {
+        sf_super old_sb = f->sb;
+        sf_entry *old_pages = f->pages;
+        int old_fd = f->fd;
+        f->fd = fd;
+        f->pages = pages;
+        f->sb.data_end = end;
+        st = write_state(f, f->tokens, f->n_tokens, f->blob, f->blob_n, do_fsync, err);
+        /* 3. renamed over the file (a mapping of the old one stays valid) */
+        if (st == RB_OK && f->os->rename(tmp, f->path) != 0)
+            st = rb_error_set(err, RB_E_IO, "session file: cannot rename '%s' to '%s': %s",
+                              tmp, f->path, strerror(errno));
+        if (st != RB_OK) {
+            f->fd = old_fd;
+            f->pages = old_pages;
+            f->sb = old_sb;
+            goto out;
+        }
+        if (f->fd_direct >= 0 && f->fd_direct != old_fd)
+            f->os->close(f->fd_direct);
+        f->os->close(old_fd);
+        fd = -1;
+        pages = old_pages; /* freed below */
+        open_direct(f, f->path, O_RDWR);
+        f->n_compactions++;
+    }
+out:
+    if (fd >= 0) {
+        f->os->close(fd);
+        f->os->unlink(tmp);
+    }
+    free(tmp);
+    free(pages);
+    free(page);
     return st;
 }

@@ -40,7 +40,7 @@
  * the README). A page that has been saved full never changes (positions
  * below the context's end are immutable), so it is written once; the
  * partly filled last page is written when a save asks for it, and an older
- * copy becomes garbage (no compaction yet).
+ * copy becomes garbage, reclaimed by rb_sessfile_compact.
  *
  * Threads: one thread at a time per handle, except rb_sessfile_read_page,
  * which a restore worker calls concurrently, for saved pages only, with
@@ -177,6 +177,19 @@ rb_sessfile_source rb_sessfile_slots(const rb_sessfile_slot_table *t);
 rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
                              const rb_sessfile_source *src, int with_tail, const void *blob,
                              size_t blob_n, int fsync, uint32_t *pages_written, rb_error *err);
+
+/*
+ * Reclaims the garbage (older copies of rewritten last pages, pages of
+ * rewound positions) once it exceeds the live page records plus a page per
+ * layer: the live records and the committed state are written to a new
+ * file that is renamed over the old one (a mapping of an old record stays
+ * valid: the old file lives until it is unmapped). So a file stays within
+ * about twice its live KV, plus the catalog areas. Same lock, same state;
+ * a kill leaves the old file or the new one. RB_OK also when nothing was
+ * done. Errors: RB_E_IO (the file stays as it was). Threads: no commit,
+ * read or map of this handle may run meanwhile (an explicit save).
+ */
+rb_status rb_sessfile_compact(rb_sessfile *f, int fsync, rb_error *err);
 
 /* Forgets saved pages holding positions >= n_tokens (a rewind): they are
  * rewritten by later commits. The file changes at the next commit. */

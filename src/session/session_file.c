@@ -229,6 +229,12 @@ static rb_status commit_now(rb_session *s, int with_tail)
     rb_error err = {0};
     rb_commit_job job = current_job(s);
     rb_status st = run_commit(s, &job, with_tail, &err);
+    /* the worker is idle and no restore reads the file (a save settles
+       it): the garbage of earlier saves can go */
+    rb_error cerr = {0};
+    if (st == RB_OK && rb_sessfile_compact(s->file, s->file_fsync, &cerr) != RB_OK)
+        snprintf(s->file_note, sizeof s->file_note, "saved; the garbage stays: %.400s",
+                 cerr.message); /* the state is committed: the save succeeded */
     if (st != RB_OK) {
         note_failure(s, &err);
         return st;

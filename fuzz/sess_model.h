@@ -1,0 +1,81 @@
+/*
+ * sess_model.h - what fuzz_sessfile.c and make_sesscorpus.c share: the
+ * small synthetic model both open (deterministic: the seeds' fingerprint
+ * is the target's), the session parameters, and the compact input form.
+ *
+ * A session file is mostly room: two catalog areas of C bytes each (C holds
+ * a full context's tokens and a 256 KiB blob). The fuzzer sees it compact:
+ *
+ *   u8 control (bit 0: the rest is a whole file as it is; bit 1: open it
+ *      as a session and feed a token, else through the file layer alone)
+ *   then, unless bit 0: four pieces, each u16 length + bytes: superblock
+ *      slot 0, slot 1, catalog area 0, area 1 (each cut to its area), and
+ *      the rest: the page records from the data start on
+ *
+ * and fuzz_inflate writes it out as the file it stands for.
+ */
+#ifndef RB_FUZZ_SESS_MODEL_H
+#define RB_FUZZ_SESS_MODEL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "convert.h"
+#include "rebound.h"
+#include "synth.h"
+
+#define FUZZ_SESS_CTX 512
+#define FUZZ_SESS_A 4096u
+#define FUZZ_SESS_MAX_BLOB (256u << 10)
+
+/* Writes (once) and opens the model: 2 layers, 1 KV head of 8, vocabulary
+ * of 300, F32. NULL on failure (printed). */
+static inline rb_model *fuzz_sess_model(const char *path)
+{
+    if (access(path, F_OK) != 0) {
+        rb_synth_shape s = *rb_synth_shape_find("tiny");
+        s.name = "custom";
+        s.n_embd = 16;
+        s.n_layers = 2;
+        s.n_head = 2;
+        s.n_head_kv = 1;
+        s.head_dim = 0;
+        s.n_ff = 32;
+        s.n_vocab = 300;
+        s.n_ctx = FUZZ_SESS_CTX;
+        rb_synth_params sp = {s, rb_file_kind_find("f32"), 7, 1};
+        rb_error err;
+        if (rb_synth_write(path, &sp, NULL, &err) != RB_OK) {
+            fprintf(stderr, "fuzz: cannot write the model: %s\n", err.message);
+            return NULL;
+        }
+    }
+    rb_model *m = NULL;
+    rb_error err;
+    if (rb_model_open(path, NULL, &m, &err) != RB_OK) {
+        fprintf(stderr, "fuzz: cannot open the model: %s\n", err.message);
+        return NULL;
+    }
+    return m;
+}
+
+static inline rb_session_params fuzz_sess_params(void)
+{
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = FUZZ_SESS_CTX;
+    p.n_threads = 1;
+    return p;
+}
+
+/* The catalog area C of this model's files (sessfile.c's cat_area_bytes:
+ * tokens, 24-byte page entries, blob). */
+static inline uint64_t fuzz_sess_cat_area(void)
+{
+    const uint64_t pages = FUZZ_SESS_CTX / 256, layers = 2;
+    uint64_t n = 8 + 4 * (pages * 256) + 24 * layers * pages + 4 + FUZZ_SESS_MAX_BLOB;
+    return (n + FUZZ_SESS_A - 1) / FUZZ_SESS_A * FUZZ_SESS_A;
+}
+
+#endif
