@@ -482,9 +482,20 @@ static void ffn_block(rb_forward *f, uint32_t l, uint32_t n)
     add_rows(f->x, f->y, (size_t)n * E);
 }
 
+/* 1 when x[0..n) are all finite: x * 0 is 0 for a finite x and NaN for a
+ * NaN or an infinity (no -ffast-math here: the product is not folded). */
+static int is_finite_row(const float *x, uint32_t n)
+{
+    float acc = 0.0f;
+    for (uint32_t i = 0; i < n; i++)
+        acc += x[i] * 0.0f;
+    return acc == acc;
+}
+
 int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
                      uint32_t pos0, float *logits, int all_logits)
 {
+    f->nonfinite_layer = -1;
     const rb_hparams *hp = &f->hp;
     uint32_t E = hp->n_embd;
     const rb_type_traits *et = rb_type_get_traits(f->token_embd.type);
@@ -507,6 +518,8 @@ int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint3
             obs->on_forward_layer(obs->ctx, l);
         attention_block(f, kv, l, n, pos0);
         ffn_block(f, l, n);
+        if (f->nonfinite_layer < 0 && !is_finite_row(f->x + (size_t)(n - 1) * E, E))
+            f->nonfinite_layer = (int32_t)l;
     }
     if (obs && obs->on_forward_end)
         obs->on_forward_end(obs->ctx);
@@ -518,5 +531,8 @@ int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint3
         rb_rmsnorm(f->xb + (size_t)(t - first) * E, f->x + (size_t)t * E, f->output_norm, E,
                    hp->rms_eps);
     matmul(f, &f->output, f->xb, E, m, logits, hp->n_vocab);
+    if (f->nonfinite_layer < 0 &&
+        !is_finite_row(logits + (size_t)(m - 1) * hp->n_vocab, hp->n_vocab))
+        f->nonfinite_layer = (int32_t)hp->n_layers;
     return 0;
 }

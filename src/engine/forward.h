@@ -63,6 +63,9 @@ typedef struct rb_forward {
 
     /* run state, one allocation; shapes per batch row t < n_batch */
     float *x;       /* [B][n_embd] residual stream */
+    int32_t nonfinite_layer; /* the last batch: -1, or the first layer whose
+                                output at the batch's last position held a
+                                NaN or an infinity (n_layers: the logits) */
     float *xb;      /* [B][n_embd] normed input of a block */
     float *q;       /* [B][q_dim] */
     float *k;       /* [B][kv_dim] */
@@ -95,5 +98,7 @@ void rb_forward_deinit(rb_forward *f);
  */
 int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
                       uint32_t pos0, float *logits, int all_logits);
+/* (rb_forward_batch also sets nonfinite_layer: a check of n_embd values per
+ * layer and of the last logits row, nothing measurable beside the layer.) */
 
 #endif

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,13 @@ rb_status rb_hparams_read(const rb_gguf *g, rb_hparams *out, rb_error *err)
         (st = key_f32(g, a, "rope.freq_base", 10000.0f, &hp.rope_freq_base, err)) ||
         (st = key_f32(g, a, "attention.layer_norm_rms_epsilon", 1e-5f, &hp.rms_eps, err)))
         return st;
+    /* both divide (rope: theta = pos / base^(2i/d); rmsnorm: 1/sqrt(mean + eps)):
+       NaN, an infinity or a non-positive value makes every logit NaN */
+    if (!(hp.rope_freq_base > 0.0f && hp.rope_freq_base < INFINITY) ||
+        !(hp.rms_eps > 0.0f && hp.rms_eps < INFINITY))
+        return rb_error_set(err, RB_E_FORMAT,
+            "model: %s.rope.freq_base %g and %s.attention.layer_norm_rms_epsilon %g must be "
+            "finite and positive", a, (double)hp.rope_freq_base, a, (double)hp.rms_eps);
     if (hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0)
         return rb_error_set(err, RB_E_FORMAT,
             "model: %s.attention.head_count_kv %" PRIu32 " does not divide head_count %" PRIu32,

@@ -16,6 +16,7 @@
  * before anything reads it.
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -188,6 +189,14 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
         if (rc != 0) {
             *stopped = 1;
             return RB_OK;
+        }
+        if (s->fwd.nonfinite_layer >= 0) { /* NaN logits would sample token 0 */
+            char what[48] = "the output layer";
+            if ((uint32_t)s->fwd.nonfinite_layer < s->fwd.hp.n_layers)
+                snprintf(what, sizeof what, "layer %" PRId32, s->fwd.nonfinite_layer);
+            return rb_error_set(&s->err, RB_E_FORMAT, "forward: %s produced NaN or infinite "
+                                "values (position %" PRIu32 "): the model's weights are not "
+                                "finite there", what, pos + m - 1);
         }
         done += m;
     }

@@ -90,6 +90,15 @@ if [ -w /dev/full ]; then
     expect_line full.err 'writing the text to stdout: No space left on device'
 fi
 
+check "a NaN weight stops the run naming its layer (no token 0, no empty text, no exit 0)"
+run_ok nf "$REBOUND" make-model --shape tiny --type f32 -o f32.gguf
+run_ok nfi "$REBOUND" info f32.gguf --tensors
+off=$(( $(awk '$1 == "blk.1.ffn_down.weight" { print $NF }' nfi.out) ))
+[ "$off" -gt 0 ] || fail "no offset for blk.1.ffn_down.weight"
+printf '\x00\x00\xc0\x7f' | dd of=f32.gguf bs=1 seek="$off" conv=notrunc 2>/dev/null
+run_fails nf1 1 "forward: layer 1 produced NaN or infinite values" \
+    "$REBOUND" run -m f32.gguf -p "one two" -n 4 --temp 0
+
 check "two writers: the second is refused naming the first's pid, or waits with --wait"
 mkfifo in.fifo
 "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -c 256 --session w.rbs < in.fifo > wa.out 2> wa.err &
