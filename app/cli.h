@@ -222,6 +222,10 @@ void rb_cli_warn_ctx(const char *cmd, rb_model *model, uint32_t n_ctx);
 /* A session opened from a file that fell back to an older state (damage):
  * one warning line on stderr saying why and how many tokens were lost. */
 void rb_cli_warn_recovery(const char *cmd, const rb_session *s);
+/* The storage tier took no pages (full disk, missing folder) and RAM stays
+ * over the budget: one warning line with the bytes over and the pages kept
+ * in RAM. Prints only when *warned is 0 and then sets it. */
+void rb_cli_warn_pressure(const char *cmd, const rb_session *s, int *warned);
 
 /* "1.23 GiB" style, into buf. */
 const char *rb_cli_bytes(uint64_t bytes, char *buf, int size);

@@ -565,3 +565,14 @@ void rb_cli_warn_recovery(const char *cmd, const rb_session *s)
     else
         fprintf(stderr, "rebound %s: warning: %s\n", cmd, st.file_recovery);
 }
+
+void rb_cli_warn_pressure(const char *cmd, const rb_session *s, int *warned)
+{
+    rb_session_stats st;
+    if (*warned || rb_session_get_stats(s, &st) != RB_OK || !st.n_disk_full)
+        return;
+    *warned = 1;
+    fprintf(stderr, "rebound %s: warning: the storage tier took no pages (%" PRIu64 " kept in "
+            "RAM, compressed); %.2f MiB stay over the memory budget\n", cmd, st.n_disk_full,
+            (double)st.budget_over_bytes / (1024.0 * 1024.0));
+}

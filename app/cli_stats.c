@@ -67,5 +67,6 @@ void rb_cli_print_stats(FILE *f, const rb_session_stats *s)
                 s->file_status != RB_OK ? " (the last one failed: not saved since)" : "");
     if (s->n_disk_full || s->n_spill_damaged)
         fprintf(f, "  %" PRIu64 " pages kept in RAM (disk full), %" PRIu64 " spilled pages "
-                "damaged and recomputed\n", s->n_disk_full, s->n_spill_damaged);
+                "damaged and recomputed; %.2f MiB over the budget\n", s->n_disk_full,
+                s->n_spill_damaged, (double)s->budget_over_bytes / (1024.0 * 1024.0));
 }

@@ -65,6 +65,7 @@ struct chat {
     int ctx_shift;
     unsigned save_flags;      /* RB_SAVE_ON_REQUEST, and RB_SAVE_WAIT with --wait */
     int is_saved;             /* the session file exists with a state of this chat */
+    int warned_pressure;      /* the storage tier's failure was told */
     int verbose;
     int64_t n_predict;        /* -1: until end of generation */
     size_t n_reply_end_tokens;/* room kept free so a reply can always be closed */
@@ -384,6 +385,7 @@ static int chat_turn(struct chat *c, const char *message)
         explain_full(c, "the reply was cut");
     if (close_reply(c))
         return 1;
+    rb_cli_warn_pressure("chat", c->session, &c->warned_pressure);
     /* the turn is complete: --session saves it (tokens, the last page,
        the turn boundaries, the sampler) */
     if (save_chat(c))

@@ -342,6 +342,8 @@ int rb_cmd_run(int argc, char **argv)
             (double)n_prompt / (t_pp1 - t_pp0), n_gen,
             n_gen > 1 ? (double)(n_gen - 1) / (t_end - t_pp1) : 0.0,
             (double)ru.ru_maxrss / 1024.0);
+    int warned = 0;
+    rb_cli_warn_pressure("run", s, &warned);
     if (show_stats) {
         rb_session_stats stats;
         if (rb_session_get_stats(s, &stats) == RB_OK)

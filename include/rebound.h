@@ -357,7 +357,8 @@ typedef struct rb_session_stats {
     uint64_t budget_bytes;           /* 0: none */
     uint32_t n_kv_pages[RB_TIER_COUNT];
     uint32_t n_layers_weights_evicted;
-    uint64_t n_disk_full;            /* pages kept in RAM because a write failed */
+    uint64_t n_disk_full;            /* pages kept in RAM because a write to the
+                                        storage tier failed (each page once) */
     uint64_t n_spill_damaged;        /* pages recomputed after a bad spill */
     double decode_bytes_per_s;       /* D and R of the tier split (R: the
                                         profile's, or what the disk gave) */
@@ -403,6 +404,9 @@ typedef struct rb_session_stats {
                                         older state of the file (damage) */
     uint64_t file_lost_tokens;       /* tokens that newer state held beyond
                                         the one opened (0: none or unknown) */
+    uint64_t budget_over_bytes;      /* RAM above budget_bytes after the last
+                                        feed's trim: what could not go (a full
+                                        disk, the run state) */
 } rb_session_stats;
 
 /* Fills out (out_size bytes of it: the caller's sizeof, which the macro

@@ -488,6 +488,21 @@ int main(void)
         rb_session_stats st;
         rb_session_get_stats(s, &st);
         CHECK(st.n_disk_full > 0);
+        /* trimmed again and again with the disk still full */
+        fault_enospc = 1;
+        for (int i = 0; i < 8; i++) {
+            CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+            CHECK_EQ_INT(rb_session_feed(s, &steps[i % 4], 1, NULL), RB_OK);
+        }
+        fault_enospc = 0;
+        rb_session_get_stats(s, &st);
+        /* each page counted once, however often a trim retried it */
+        uint64_t n_pages = 0;
+        for (int t = 0; t < RB_TIER_COUNT; t++)
+            n_pages += st.n_kv_pages[t];
+        CHECK(st.n_disk_full <= n_pages);
+        printf("full disk: %llu of %llu pages kept in RAM\n",
+               (unsigned long long)st.n_disk_full, (unsigned long long)n_pages);
         rb_session_destroy(s);
     }
 

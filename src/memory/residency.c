@@ -77,6 +77,7 @@ typedef struct kv_seg {
     uint8_t from_saved;  /* STORED at the saved source, not in the spill */
     uint8_t pins;        /* the session file's writer is reading the slot */
     uint8_t mapped;      /* the slot maps the saved source's copy */
+    uint8_t disk_full;   /* a write to the store failed for it once (counted) */
     uint8_t spilled;     /* RESIDENT, and the store still holds an identical
                             copy (a full page restored from it): the next
                             trim moves it to STORED without a write */
@@ -741,7 +742,10 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
                 freed += pb;
                 continue;
             }
-            r->n_disk_full++; /* kept in RAM: compressed instead */
+            if (!s->disk_full) { /* kept in RAM: compressed instead; each page */
+                s->disk_full = 1; /* counted once, however often it is trimmed */
+                r->n_disk_full++;
+            }
         }
         rb_error cerr = {0};
         uint64_t f = compress_page(r, id, &cerr);

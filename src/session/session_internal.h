@@ -54,6 +54,7 @@ struct rb_session {
     uint8_t *blob;                  /* the caller's blob, saved with the tokens */
     size_t blob_n;
     int file_fsync;
+    uint64_t budget_over_bytes;     /* after the last feed's budget trim */
     int file_on_request;            /* RB_SAVE_ON_REQUEST: feeds do not commit */
     uint64_t file_lost_tokens;      /* the open fell back to an older state: */
     char file_recovery[RB_ERROR_MESSAGE_MAX]; /* why ("" when it did not) */

@@ -302,6 +302,7 @@ static void fill_stats(const rb_session *s, rb_session_stats *out)
     out->file_status = s->file_status;
     out->file_recovery = s->file_recovery[0] ? s->file_recovery : NULL;
     out->file_lost_tokens = s->file_lost_tokens;
+    out->budget_over_bytes = s->budget_over_bytes;
 }
 
 rb_status rb_session_get_stats_sized(const rb_session *s, rb_session_stats *out, size_t out_size)
@@ -326,8 +327,12 @@ rb_status rb_session_memory_after_feed(rb_session *s)
     /* over budget: give back the excess the way a trim would (last layers
        first); what cannot go (scratch, the first layers' weights when
        weights cannot be released) stays, and the stats show it */
-    return rb_residency_trim(s->res, st.total_bytes - s->params.budget_bytes, RB_TRIM_BYTES,
-                             NULL, &s->err);
+    rb_status rc = rb_residency_trim(s->res, st.total_bytes - s->params.budget_bytes,
+                                     RB_TRIM_BYTES, NULL, &s->err);
+    rb_session_get_stats(s, &st);
+    s->budget_over_bytes =
+        st.total_bytes > s->params.budget_bytes ? st.total_bytes - s->params.budget_bytes : 0;
+    return rc;
 }
 
 void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
