@@ -64,7 +64,7 @@ static void deflate_file(const char *path, const char *dir, const char *name)
             n_failed++;
             continue;
         }
-        fputc(layer ? 2 : 0, o);
+        fputc(layer ? 6 : 0, o);
         for (int i = 0; i < 4; i++) {
             size_t k = 0;
             if ((uint64_t)size > where[i]) {
@@ -102,9 +102,11 @@ int main(int argc, char **argv)
     }
     const char *dir = argv[1];
     char mpath[1024], path[1024];
-    snprintf(mpath, sizeof mpath, "%s/../rebound-fuzz-sess-model.gguf", dir);
     snprintf(path, sizeof path, "%s/../make-sesscorpus.rbs", dir);
-    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    const char *tmp = getenv("REBOUND_FUZZ_DIR")        ? getenv("REBOUND_FUZZ_DIR")
+                      : access("/dev/shm", W_OK) == 0 ? "/dev/shm"
+                      : getenv("TMPDIR")              ? getenv("TMPDIR")
+                                                      : "/tmp";
     snprintf(mpath, sizeof mpath, "%s/rebound-fuzz-sess-model.gguf", tmp);
     rb_model *m = fuzz_sess_model(mpath);
     if (!m)

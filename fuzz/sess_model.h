@@ -6,8 +6,8 @@
  * A session file is mostly room: two catalog areas of C bytes each (C holds
  * a full context's tokens and a 256 KiB blob). The fuzzer sees it compact:
  *
- *   u8 control (bit 0: the rest is a whole file as it is; bit 1: open it
- *      as a session and feed a token, else through the file layer alone)
+ *   u8 control (bit 0: the rest is a whole file as it is; bits 1 and 2:
+ *      open it as a session and feed a token, else the file layer alone)
  *   then, unless bit 0: four pieces, each u16 length + bytes: superblock
  *      slot 0, slot 1, catalog area 0, area 1 (each cut to its area), and
  *      the rest: the page records from the data start on
@@ -66,6 +66,9 @@ static inline rb_session_params fuzz_sess_params(void)
     rb_session_params p = rb_session_default_params();
     p.n_ctx = FUZZ_SESS_CTX;
     p.n_threads = 1;
+    /* the tier split's rates given: nothing measured per session */
+    p.decode_bytes_per_s = 1e9;
+    p.storage_bytes_per_s = 1e9;
     return p;
 }
 
