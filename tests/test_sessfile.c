@@ -1244,9 +1244,17 @@ static void mismatch_test(rb_model *m)
 static void garbage_test(rb_model *m)
 {
     rb_error err;
-    char path[600];
+    char path[600], target[620];
     snprintf(path, sizeof path, "%s.garbage", sess_path);
+    snprintf(target, sizeof target, "%s.target", path);
     unlink(path);
+    unlink(target);
+    /* through a link: the compactions replace its target, never the link */
+    FILE *tf = fopen(target, "wb");
+    CHECK(tf != NULL);
+    if (tf)
+        fclose(tf);
+    CHECK(symlink(target, path) == 0);
     rb_session *s = NULL;
     rb_session_params p = params();
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
@@ -1265,6 +1273,8 @@ static void garbage_test(rb_model *m)
     rb_session_destroy(s);
     /* without reclaiming: 90 more pages (3 per save) */
     CHECK(most <= first + 16 * page);
+    struct stat lst;
+    CHECK(lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode));
     printf("garbage: 30 saves grew the file by at most %ld pages (3 rewritten per save)\n",
            (most - first) / page);
     float want[V];
@@ -1284,6 +1294,7 @@ static void garbage_test(rb_model *m)
         rb_session_destroy(s);
     }
     unlink(path);
+    unlink(target);
 }
 
 int main(void)

@@ -518,10 +518,20 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                            const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
                            rb_sessfile **out, rb_error *err)
 {
-    rb_sessfile *f = alloc_handle(path, g, os, throttle);
+    /* a link's target: a compaction renames a new file over it, never
+       over the link */
+    char *target = NULL;
+    rb_status rst = resolve_path(path, &target, err);
+    if (rst != RB_OK)
+        return rst == RB_E_IO && access(path, F_OK) != 0
+                   ? rb_error_set(err, RB_E_NOT_FOUND, "session file: cannot open '%s': %s",
+                                  path, strerror(ENOENT))
+                   : rst;
+    rb_sessfile *f = alloc_handle(target, g, os, throttle);
+    free(target);
     if (!f)
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
-    f->fd = open_locked(f->os, path, O_RDWR, g->is_lock_wait, err);
+    f->fd = open_locked(f->os, f->path, O_RDWR, g->is_lock_wait, err);
     if (f->fd < 0) {
         rb_sessfile_close(f);
         return err->status;
@@ -589,7 +599,7 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                 snprintf(f->recovery, sizeof f->recovery, "%s (the state opened, #%" PRIu64
                          ", is the newest readable one)", why[1], s->seq);
             }
-            open_direct(f, path, O_RDWR);
+            open_direct(f, f->path, O_RDWR);
             /* mapped pages are read from storage, not from a copy an
                earlier process left in the page cache */
             posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
