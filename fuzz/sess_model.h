@@ -24,6 +24,7 @@
 
 #include "convert.h"
 #include "rebound.h"
+#include "rebound_experimental.h"
 #include "synth.h"
 
 #define FUZZ_SESS_CTX 512
@@ -63,12 +64,15 @@ static inline rb_model *fuzz_sess_model(const char *path)
 
 static inline rb_session_params fuzz_sess_params(void)
 {
+    /* the tier split's rates given: nothing measured per session */
+    static rb_experimental_params x;
+    x = rb_experimental_default_params();
+    x.decode_bytes_per_s = 1e9;
+    x.storage_bytes_per_s = 1e9;
     rb_session_params p = rb_session_default_params();
     p.n_ctx = FUZZ_SESS_CTX;
     p.n_threads = 1;
-    /* the tier split's rates given: nothing measured per session */
-    p.decode_bytes_per_s = 1e9;
-    p.storage_bytes_per_s = 1e9;
+    p.experimental = &x;
     return p;
 }
 
