@@ -138,6 +138,29 @@ static void test_hparams_errors(void)
     uint32_t v3[] = {0, 32, 4, 4};
     write_meta(path, "llama", k2, v3, 4);
     expect_open_error(path, RB_E_FORMAT, "none may be zero");
+    /* a rope base or rms eps that is NaN, infinite or not positive makes
+       every logit NaN: refused at open */
+    const float bad_f[] = {0.0f, -1.0f, NAN, INFINITY};
+    for (int b = 0; b < 8; b++) {
+        rb_gguf_writer *w = NULL;
+        CHECK_EQ_INT(rb_gguf_writer_create(path, 0, NULL, &w, &err), RB_OK);
+        if (!w)
+            break;
+        rb_gguf_writer_set_str(w, "general.architecture", "llama");
+        uint32_t v4[] = {2, 32, 4, 4};
+        for (int i = 0; i < 4; i++)
+            rb_gguf_writer_set_u32(w, k2[i], v4[i]);
+        rb_gguf_writer_set_f32(w, b < 4 ? "llama.rope.freq_base"
+                                        : "llama.attention.layer_norm_rms_epsilon", bad_f[b % 4]);
+        uint64_t dims[2] = {32, 4};
+        rb_gguf_writer_add_tensor(w, "blk.0.attn_q.weight", RB_TYPE_F32, 2, dims);
+        rb_gguf_writer_begin_data(w);
+        float zeros[128] = {0};
+        rb_gguf_writer_write(w, zeros, sizeof zeros);
+        CHECK_EQ_INT(rb_gguf_writer_finish(w), RB_OK);
+        rb_gguf_writer_destroy(w);
+        expect_open_error(path, RB_E_FORMAT, "must be finite and positive");
+    }
     expect_open_error("/nonexistent/model.gguf", RB_E_NOT_FOUND, "No such file");
     unlink(path);
 }
