@@ -150,6 +150,9 @@ int main(void)
         check_model("parity-Q4_0.gguf", "parity/Q4_0", 1e-5, 1e-6, batches[b]);
         check_model("parity-Q4_K_M.gguf", "parity/Q4_K_M", 1e-5, 1e-6, batches[b]);
         check_model("parity-qwen3-Q8_0.gguf", "parity-qwen3", 1e-5, 1e-6, batches[b]);
+        /* 144 positions across a 32-position sliding window (5 of its 6
+           layers), the global layer's and the local layers' rope bases */
+        check_model("parity-gemma3-Q8_0.gguf", "parity-gemma3", 1e-5, 1e-6, batches[b]);
     }
     return check_report();
 }

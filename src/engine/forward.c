@@ -1,19 +1,22 @@
 /*
- * forward.c - the forward pass of llama / qwen2 / qwen3 (contract in
- * forward.h). Reads like the equations, in data-flow order:
+ * forward.c - the forward pass of llama / qwen2 / qwen3 / gemma3 (contract
+ * in forward.h). Reads like the equations, in data-flow order:
  *
- *   x = embed(tokens)
+ *   x = embed(tokens)                 (gemma3: times sqrt(n_embd))
  *   for each layer:
  *     xb = rmsnorm(x) * attn_norm
  *     q, k, v = Wq xb (+bq), Wk xb (+bk), Wv xb (+bv)
- *     q, k = rmsnorm per head * q_norm, k_norm          (qwen3)
- *     q, k = rope(q, pos), rope(k, pos)
+ *     q, k = rmsnorm per head * q_norm, k_norm          (qwen3, gemma3)
+ *     q, k = rope(q, pos), rope(k, pos)                  (gemma3: sliding-window
+ *                                                         layers at their own base)
  *     K[pos], V[pos] = k, v                              (f16, paged)
- *     ao = softmax(q K^T / sqrt(head_dim)) V             (causal, GQA)
- *     x += Wo ao
+ *     ao = softmax(q K^T / sqrt(head_dim)) V             (causal, GQA; gemma3: q
+ *                                                         pre-scaled, a window)
+ *     x += Wo ao                        (gemma3: rmsnorm(Wo ao) * post_attention_norm)
  *     xb = rmsnorm(x) * ffn_norm
  *     x += Wdown (silu(Wgate xb) * Wup xb)
- *   logits = Wout (rmsnorm(x) * output_norm)
+ *                                       (gemma3: gelu, then rmsnorm(.) * post_ffw_norm)
+ *   logits = Wout (rmsnorm(x) * output_norm)  (tanh softcap when the file has one)
  *
  * Matrix products go through rb_matmul (threaded, quantized activations as
  * llama.cpp does); attention runs on the pool, one claimed task per KV
@@ -94,7 +97,8 @@ static rb_wmat bind_mat(binder *b, const char *name, int64_t rows, int64_t cols,
 static rb_status bind_rope(rb_forward *f, binder *b)
 {
     const rb_hparams *hp = &f->hp;
-    int is_qwen = strcmp(hp->arch, "qwen2") == 0 || strcmp(hp->arch, "qwen3") == 0;
+    int is_qwen = strcmp(hp->arch, "qwen2") == 0 || strcmp(hp->arch, "qwen3") == 0 ||
+                  strcmp(hp->arch, "gemma3") == 0;
     f->rope.mode = is_qwen ? RB_ROPE_NEOX : RB_ROPE_NORM;
     f->rope.n_rot = (int)hp->n_rot;
     f->rope.freq_base = hp->rope_freq_base;
@@ -118,6 +122,11 @@ static rb_status bind_rope(rb_forward *f, binder *b)
     rb_status st = RB_OK;
     /* llama3's rope_freqs: per-dimension divisors of the angle */
     f->rope.freq_factors = bind_vec(b, "rope_freqs.weight", hp->n_rot / 2, 0, &st);
+    /* sliding-window layers: their own base, no scaling (llama.cpp's
+       rope_freq_scale_train_swa is 1) */
+    f->rope_swa = f->rope;
+    f->rope_swa.freq_base = hp->rope_freq_base_swa;
+    f->rope_swa.freq_scale = 1.0f;
     return st;
 }
 
@@ -127,7 +136,7 @@ static rb_status bind_weights(rb_forward *f, const rb_model *model, rb_error *er
     binder b = {model, rb_model_gguf(model), err};
     rb_status st = RB_OK;
     int64_t E = hp->n_embd, Q = f->q_dim, KV = f->kv_dim, F = hp->n_ff, V = hp->n_vocab;
-    int is_qwen3 = strcmp(hp->arch, "qwen3") == 0;
+    int is_qwen3 = strcmp(hp->arch, "qwen3") == 0, is_gemma3 = strcmp(hp->arch, "gemma3") == 0;
     f->token_embd = bind_mat(&b, "token_embd.weight", V, E, &st);
     f->output_norm = bind_vec(&b, "output_norm.weight", E, 1, &st);
     if (st == RB_OK)
@@ -146,13 +155,19 @@ static rb_status bind_weights(rb_forward *f, const rb_model *model, rb_error *er
         w->bq = bind_vec(&b, NAME("attn_q.bias"), Q, 0, &st);
         w->bk = bind_vec(&b, NAME("attn_k.bias"), KV, 0, &st);
         w->bv = bind_vec(&b, NAME("attn_v.bias"), KV, 0, &st);
-        w->q_norm = bind_vec(&b, NAME("attn_q_norm.weight"), hp->head_dim_k, is_qwen3, &st);
-        w->k_norm = bind_vec(&b, NAME("attn_k_norm.weight"), hp->head_dim_k, is_qwen3, &st);
+        int qk_norm = is_qwen3 || is_gemma3;
+        w->q_norm = bind_vec(&b, NAME("attn_q_norm.weight"), hp->head_dim_k, qk_norm, &st);
+        w->k_norm = bind_vec(&b, NAME("attn_k_norm.weight"), hp->head_dim_k, qk_norm, &st);
         w->wo = bind_mat(&b, NAME("attn_output.weight"), E, Q, &st);
         w->ffn_norm = bind_vec(&b, NAME("ffn_norm.weight"), E, 1, &st);
         w->w_gate = bind_mat(&b, NAME("ffn_gate.weight"), F, E, &st);
         w->w_up = bind_mat(&b, NAME("ffn_up.weight"), F, E, &st);
         w->w_down = bind_mat(&b, NAME("ffn_down.weight"), E, F, &st);
+        if (is_gemma3) {
+            w->attn_post_norm = bind_vec(&b, NAME("post_attention_norm.weight"), E, 1, &st);
+            w->ffn_post_norm = bind_vec(&b, NAME("post_ffw_norm.weight"), E, 1, &st);
+        }
+        w->window = rb_hparams_layer_is_swa(hp, l) ? hp->n_swa : 0;
 #undef NAME
     }
     return st;
@@ -181,11 +196,12 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
     memset(f, 0, sizeof *f);
     f->hp = *rb_model_hparams(model);
     const rb_hparams *hp = &f->hp;
+    const int is_gemma3 = strcmp(hp->arch, "gemma3") == 0;
     if (strcmp(hp->arch, "llama") != 0 && strcmp(hp->arch, "qwen2") != 0 &&
-        strcmp(hp->arch, "qwen3") != 0)
+        strcmp(hp->arch, "qwen3") != 0 && !is_gemma3)
         return rb_error_set(err, RB_E_UNSUPPORTED,
-                            "model: architecture '%s' is not supported (llama, qwen2, qwen3)",
-                            hp->arch);
+                            "model: architecture '%s' is not supported (llama, qwen2, qwen3, "
+                            "gemma3)", hp->arch);
     if (hp->n_ff == 0 || hp->n_vocab == 0 || hp->head_dim_k != hp->head_dim_v)
         return rb_error_set(err, RB_E_FORMAT,
                             "model: feed_forward_length %" PRIu32 ", vocab %" PRIu32
@@ -197,6 +213,12 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
     if (n_batch == 0 || n_ctx == 0)
         return rb_error_set(err, RB_E_INVALID_ARG, "forward: n_batch and n_ctx must be > 0");
     f->q_dim = hp->n_head * hp->head_dim_k;
+    /* gemma3: embeddings times sqrt(n_embd); Q scaled before attention
+       and the scores not again (llama.cpp's kq_scale 1) */
+    f->embd_scale = is_gemma3 ? sqrtf((float)hp->n_embd) : 1.0f;
+    f->q_scale = hp->attn_scale > 0.0f ? hp->attn_scale : 1.0f;
+    f->kq_scale = hp->attn_scale > 0.0f ? 1.0f : 1.0f / sqrtf((float)hp->head_dim_k);
+    f->is_geglu = is_gemma3;
     f->kv_dim = hp->n_head_kv * hp->head_dim_k;
     f->n_batch = n_batch;
     f->n_ctx = n_ctx;
@@ -307,6 +329,7 @@ static uint32_t attn_queries_per_task(const rb_hparams *hp)
 typedef struct attn_query {
     const float *q;
     float *out;
+    uint32_t first;    /* the first position it attends to (sliding window) */
     uint32_t last;     /* the last position it attends to (causal) */
     float m, sum;
 } attn_query;
@@ -328,17 +351,20 @@ static void attn_step(attn_query *a, rb_f16 *acc, const rb_f16 *v, float s, int 
 }
 
 /* Every query of one KV head over a chunk of tokens: causal attention over
- * positions 0..pos0+t, llama.cpp's CPU flash attention (attention.h):
- * online softmax over positions, q rounded to f16, V summed in an f16
- * accumulator. */
+ * positions 0..pos0+t (in a sliding-window layer the last `window` of
+ * them), llama.cpp's CPU flash attention (attention.h): online softmax over
+ * positions, q rounded to f16, V summed in an f16 accumulator. A position
+ * outside the window is skipped as llama.cpp skips a -inf mask entry, so
+ * no page before the earliest query's window is touched (such pages may
+ * have been freed). */
 static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t t0,
                    uint32_t t1)
 {
     rb_forward *f = j->f;
     const rb_hparams *hp = &f->hp;
     const uint32_t hd = hp->head_dim_k, group = hp->n_head / hp->n_head_kv;
-    const uint32_t pt = j->kv->page_tokens;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const uint32_t pt = j->kv->page_tokens, window = f->layers[j->layer].window;
+    const float scale = f->kq_scale;
     rb_f16 qh[ATTN_ACC_HALVES], acc[ATTN_ACC_HALVES];
     attn_query qs[ATTN_MAX_QUERIES];
     uint32_t nq = 0;
@@ -349,6 +375,7 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
             a->q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
             a->out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
             a->last = j->pos0 + t;
+            a->first = window && a->last >= window ? a->last - window + 1 : 0;
             a->m = -INFINITY;
             a->sum = 0.0f;
             for (uint32_t i = 0; i < hd; i++)
@@ -357,24 +384,25 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
     memset(acc, 0, (size_t)nq * hd * sizeof *acc);
     const uint32_t end = j->pos0 + t1; /* one past the last query's last position */
     float scores[8];
-    for (uint32_t p0 = 0; p0 < end; p0 += 8) {
+    const uint32_t start = nq ? qs[0].first / 8 * 8 : end; /* qs[0]: the earliest window */
+    for (uint32_t p0 = start; p0 < end; p0 += 8) {
         /* a block of 8 positions (within a page: its rows hd apart) is read
            from RAM once for all the queries */
         const rb_f16 *k0 = rb_kvcache_k(j->kv, j->layer, kvh, p0);
         const int in_page = p0 % pt + 8 <= pt;
         for (uint32_t qi = 0; qi < nq; qi++) {
             attn_query *a = &qs[qi];
-            if (p0 > a->last)
+            if (p0 > a->last || p0 + 8 <= a->first)
                 continue;
             const rb_f16 *q = qh + qi * hd;
             rb_f16 *ac = acc + qi * hd;
-            if (in_page && p0 + 8 <= a->last + 1) {
+            if (in_page && p0 + 8 <= a->last + 1 && p0 >= a->first) {
                 rb_attn_dot8_f16(q, k0, hd, (int)hd, scores);
                 for (uint32_t l = 0; l < 8; l++)
                     attn_step(a, ac, rb_kvcache_v(j->kv, j->layer, kvh, p0 + l),
                               scores[l] * scale, (int)hd);
             } else {
-                for (uint32_t p = p0; p <= a->last && p < p0 + 8; p++)
+                for (uint32_t p = p0 > a->first ? p0 : a->first; p <= a->last && p < p0 + 8; p++)
                     attn_step(a, ac, rb_kvcache_v(j->kv, j->layer, kvh, p),
                               rb_attn_dot_f16(q, rb_kvcache_k(j->kv, j->layer, kvh, p), (int)hd) *
                                   scale,
@@ -423,6 +451,16 @@ static void add_bias(float *x, const float *b, uint32_t n_tok, uint32_t dim)
         add_rows(x + (size_t)t * dim, b, dim);
 }
 
+/* gemma3: y = rmsnorm(y) * w, a block's output normed before the residual add */
+static void post_norm(rb_forward *f, const float *w, uint32_t n)
+{
+    const uint32_t E = f->hp.n_embd;
+    if (!w)
+        return;
+    for (uint32_t t = 0; t < n; t++)
+        rb_rmsnorm(f->y + (size_t)t * E, f->y + (size_t)t * E, w, E, f->hp.rms_eps);
+}
+
 static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t n, uint32_t pos0)
 {
     const rb_hparams *hp = &f->hp;
@@ -445,8 +483,12 @@ static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t 
             for (uint32_t h = 0; h < hp->n_head_kv; h++)
                 rb_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
         }
-        rb_rope_apply(&f->rope, q, (int)hp->n_head, (int)hd, pos0 + t);
-        rb_rope_apply(&f->rope, k, (int)hp->n_head_kv, (int)hd, pos0 + t);
+        const rb_rope *rope = w->window ? &f->rope_swa : &f->rope;
+        rb_rope_apply(rope, q, (int)hp->n_head, (int)hd, pos0 + t);
+        rb_rope_apply(rope, k, (int)hp->n_head_kv, (int)hd, pos0 + t);
+        if (f->q_scale != 1.0f)
+            for (uint32_t i = 0; i < f->q_dim; i++)
+                q[i] *= f->q_scale;
         const float *v = f->v + (size_t)t * f->kv_dim;
         for (uint32_t h = 0; h < hp->n_head_kv; h++) {
             rb_f16 *kc = rb_kvcache_k(kv, l, h, pos0 + t), *vc = rb_kvcache_v(kv, l, h, pos0 + t);
@@ -462,6 +504,7 @@ static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t 
                     heads, (group + heads - 1) / heads, 0};
     rb_threadpool_run(f->pool, attn_worker, &job);
     matmul(f, &w->wo, f->ao, f->q_dim, n, f->y, E);
+    post_norm(f, w->attn_post_norm, n);
     add_rows(f->x, f->y, (size_t)n * E);
 }
 
@@ -476,9 +519,14 @@ static void ffn_block(rb_forward *f, uint32_t l, uint32_t n)
     float *gate_up_out[] = {f->hb, f->hb2};
     const int64_t gate_up_stride[] = {F, F};
     matmuls(f, gate_up, gate_up_out, gate_up_stride, 2, f->xb, E, n);
-    for (uint32_t t = 0; t < n; t++)
-        rb_swiglu(f->hb + (size_t)t * F, f->hb2 + (size_t)t * F, F);
+    for (uint32_t t = 0; t < n; t++) {
+        if (f->is_geglu)
+            rb_geglu(f->hb + (size_t)t * F, f->hb2 + (size_t)t * F, F);
+        else
+            rb_swiglu(f->hb + (size_t)t * F, f->hb2 + (size_t)t * F, F);
+    }
     matmul(f, &w->w_down, f->hb, F, n, f->y, E);
+    post_norm(f, w->ffn_post_norm, n);
     add_rows(f->x, f->y, (size_t)n * E);
 }
 
@@ -505,9 +553,14 @@ int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint3
     const rb_model_observer *obs = f->obs; /* the I/O analysis sees each batch */
     if (obs && obs->on_forward_begin)
         obs->on_forward_begin(obs->ctx, tokens, n, pos0);
-    for (uint32_t t = 0; t < n; t++)
+    for (uint32_t t = 0; t < n; t++) {
+        float *x = f->x + (size_t)t * E;
         et->dequantize_row((const uint8_t *)f->token_embd.data + (size_t)tokens[t] * row_bytes,
-                           f->x + (size_t)t * E, E);
+                           x, E);
+        if (f->embd_scale != 1.0f)
+            for (uint32_t i = 0; i < E; i++)
+                x[i] *= f->embd_scale;
+    }
     for (uint32_t l = 0; l < hp->n_layers; l++) {
         if (f->layer_gate && f->layer_gate(f->layer_gate_ctx, l) != 0) {
             if (obs && obs->on_forward_end)
@@ -531,6 +584,8 @@ int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint3
         rb_rmsnorm(f->xb + (size_t)(t - first) * E, f->x + (size_t)t * E, f->output_norm, E,
                    hp->rms_eps);
     matmul(f, &f->output, f->xb, E, m, logits, hp->n_vocab);
+    if (hp->final_logit_softcap > 0.0f)
+        rb_softcap(logits, (int64_t)m * hp->n_vocab, hp->final_logit_softcap);
     if (f->nonfinite_layer < 0 &&
         !is_finite_row(logits + (size_t)(m - 1) * hp->n_vocab, hp->n_vocab))
         f->nonfinite_layer = (int32_t)hp->n_layers;

@@ -1,5 +1,5 @@
 /*
- * forward.h - the Llama-family forward pass (llama, qwen2, qwen3).
+ * forward.h - the Llama-family forward pass (llama, qwen2, qwen3, gemma3).
  *
  * rb_forward binds a model's weights (checking every tensor's presence,
  * shape and type), owns the run state for batches of up to n_batch tokens
@@ -27,11 +27,15 @@ typedef struct rb_layer_weights {
     const float *attn_norm;  /* [n_embd] */
     rb_wmat wq, wk, wv;      /* [q_dim x n_embd], [kv_dim x n_embd] x 2 */
     const float *bq, *bk, *bv; /* qwen2 biases [q_dim], [kv_dim]; or NULL */
-    const float *q_norm, *k_norm; /* qwen3 per-head norms [head_dim]; or NULL */
+    const float *q_norm, *k_norm; /* qwen3, gemma3 per-head norms [head_dim]; or NULL */
     rb_wmat wo;              /* [n_embd x q_dim] */
+    const float *attn_post_norm; /* gemma3 [n_embd]: on the attention's output; or NULL */
     const float *ffn_norm;   /* [n_embd] */
     rb_wmat w_gate, w_up;    /* [n_ff x n_embd] */
     rb_wmat w_down;          /* [n_embd x n_ff] */
+    const float *ffn_post_norm; /* gemma3 [n_embd]: on the FFN's output; or NULL */
+    uint32_t window;         /* sliding window in positions (rotated by
+                                rope_swa); 0: attends to all (rope) */
 } rb_layer_weights;
 
 typedef struct rb_forward {
@@ -39,6 +43,11 @@ typedef struct rb_forward {
     uint32_t q_dim, kv_dim;  /* n_head * head_dim, n_head_kv * head_dim */
     uint32_t n_batch, n_ctx;
     rb_rope rope;
+    rb_rope rope_swa;        /* sliding-window layers (gemma3: their own base) */
+    float embd_scale;        /* embedding rows multiplied by it (gemma3 sqrt(n_embd)); 1 */
+    float q_scale;           /* Q multiplied by it before attention (gemma3); 1 */
+    float kq_scale;          /* the scores multiplied by it: 1/sqrt(head_dim); 1 (gemma3) */
+    int is_geglu;            /* FFN gelu(gate) * up (gemma3), else silu(gate) * up */
 
     /* weights (pointers into the model's data) */
     rb_wmat token_embd;      /* [n_vocab x n_embd] */

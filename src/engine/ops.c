@@ -7,12 +7,14 @@
  * logits are llama.cpp's bit for bit where the weights allow it.
  */
 #include <math.h>
+#include <pthread.h>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #endif
 
 #include "ops.h"
+#include "quant.h"
 
 void rb_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
 {
@@ -118,6 +120,44 @@ void rb_swiglu(float *gate, const float *up, int64_t n)
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+/* ggml's table: gelu of every f16 value, computed in float with the
+ * constants and the expression ggml writes (0.5x(1 + tanh(sqrt(2/pi) x
+ * (1 + 0.044715 x^2))), whose 1 + a*x*x gcc contracts into an fma), then
+ * rounded to f16. */
+static rb_f16 gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_table_init(void)
+{
+    const float coef_a = 0.044715f, sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    for (uint32_t i = 0; i < (1u << 16); i++) {
+        float x = rb_fp16_to_fp32((rb_f16)i);
+        float inner = sqrt_2_over_pi * x * fmaf(coef_a * x, x, 1.0f);
+        gelu_table[i] = rb_fp32_to_fp16(0.5f * x * (1.0f + tanhf(inner)));
+    }
+}
+
+void rb_geglu(float *gate, const float *up, int64_t n)
+{
+    pthread_once(&gelu_once, gelu_table_init);
+    for (int64_t i = 0; i < n; i++) {
+        float x = gate[i];
+        if (x <= -10.0f)
+            gate[i] = 0.0f;
+        else if (x >= 10.0f)
+            gate[i] = x * up[i];
+        else
+            gate[i] = rb_fp16_to_fp32(gelu_table[rb_fp32_to_fp16(x)]) * up[i];
+    }
+}
+
+void rb_softcap(float *x, int64_t n, float cap)
+{
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++)
+        x[i] = tanhf(x[i] * inv) * cap;
 }
 
 void rb_softmax(float *x, int64_t n)

@@ -32,6 +32,15 @@ void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_
  * rounding depends on where the row starts: call it per token). */
 void rb_swiglu(float *gate, const float *up, int64_t n);
 
+/* gate[i] = gelu(gate[i]) * up[i], llama.cpp's GeGLU: the tanh form of
+ * GELU looked up in a table of f16 results indexed by the f16 of the input
+ * (exactly 0 at or below -10, the input itself at or above 10). The table
+ * (128 KiB) is built on first use; thread-safe. */
+void rb_geglu(float *gate, const float *up, int64_t n);
+
+/* x = cap * tanh(x / cap), llama.cpp's final logit softcapping. */
+void rb_softcap(float *x, int64_t n, float cap);
+
 /* x = softmax(x) in place over n values; returns nothing. */
 void rb_softmax(float *x, int64_t n);
 

@@ -104,6 +104,45 @@ static rb_status key_f32(const rb_gguf *g, const char *arch, const char *suffix,
     return RB_OK;
 }
 
+/* Gemma 3's keys, as llama.cpp's loader reads them: a sliding window when
+ * the key is present and nonzero, with a period of 6 layers (the last of
+ * each period global) unless sliding_window_pattern says otherwise (a
+ * scalar; llama.cpp ignores an array there), local layers at rope base
+ * 10000 unless rope.freq_base_swa, Q scaled by 1/sqrt(head_dim) (by
+ * 1/sqrt(n_embd / n_head) for the 62-layer 27B), an optional final logit
+ * softcap. */
+static rb_status read_gemma3(const rb_gguf *g, rb_hparams *hp, rb_error *err)
+{
+    const char *a = hp->arch;
+    rb_status st;
+    if ((st = key_u32(g, a, "attention.sliding_window", 0, 0, &hp->n_swa, err)) ||
+        (st = key_f32(g, a, "rope.freq_base_swa", 10000.0f, &hp->rope_freq_base_swa, err)) ||
+        (st = key_f32(g, a, "final_logit_softcapping", 0.0f, &hp->final_logit_softcap, err)))
+        return st;
+    hp->swa_pattern = 6;
+    char key[RB_ARCH_NAME_MAX + 64];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", a);
+    uint32_t pattern;
+    if (rb_gguf_get_u32(g, key, &pattern) == RB_OK)
+        hp->swa_pattern = pattern;
+    if (hp->final_logit_softcap < 0.0f || !isfinite(hp->final_logit_softcap))
+        return rb_error_set(err, RB_E_FORMAT, "model: %s.final_logit_softcapping %g is not usable",
+                            a, (double)hp->final_logit_softcap);
+    if (hp->n_swa > 0 && !(hp->rope_freq_base_swa > 0.0f))
+        return rb_error_set(err, RB_E_FORMAT, "model: %s.rope.freq_base_swa %g is not positive",
+                            a, (double)hp->rope_freq_base_swa);
+    float dim = hp->n_layers == 62 ? (float)(hp->n_embd / hp->n_head) : (float)hp->head_dim_k;
+    hp->attn_scale = 1.0f / sqrtf(dim);
+    return RB_OK;
+}
+
+int rb_hparams_layer_is_swa(const rb_hparams *hp, uint32_t l)
+{
+    if (hp->n_swa == 0)
+        return 0;
+    return hp->swa_pattern == 0 || l % hp->swa_pattern < hp->swa_pattern - 1;
+}
+
 rb_status rb_hparams_read(const rb_gguf *g, rb_hparams *out, rb_error *err)
 {
     rb_hparams hp;
@@ -152,6 +191,8 @@ rb_status rb_hparams_read(const rb_gguf *g, rb_hparams *out, rb_error *err)
         return rb_error_set(err, RB_E_FORMAT,
             "model: head dim %" PRIu32 " and rope dims %" PRIu32 " are inconsistent",
             hp.head_dim_k, hp.n_rot);
+    if (strcmp(a, "gemma3") == 0 && (st = read_gemma3(g, &hp, err)) != RB_OK)
+        return st;
     /* vocabulary: the explicit key, else the tokens array, else the embedding */
     char key[RB_ARCH_NAME_MAX + 32];
     snprintf(key, sizeof key, "%s.vocab_size", a);

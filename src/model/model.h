@@ -31,7 +31,18 @@ typedef struct rb_hparams {
     uint32_t n_rot;        /* <arch>.rope.dimension_count, default head_dim_k */
     float rope_freq_base;  /* default 10000 */
     float rms_eps;         /* default 1e-5 */
+    /* gemma3 (llama.cpp's defaults when a key is absent; 0 for others) */
+    uint32_t n_swa;        /* attention.sliding_window; 0: every layer global */
+    uint32_t swa_pattern;  /* attention.sliding_window_pattern, default 6: layer
+                              l slides when l % pattern < pattern - 1 */
+    float rope_freq_base_swa;  /* rope.freq_base_swa, default 10000 */
+    float attn_scale;      /* Q multiplier before attention; 0: scores scaled
+                              by 1/sqrt(head_dim) instead */
+    float final_logit_softcap; /* final_logit_softcapping; 0: none */
 } rb_hparams;
+
+/* Layer l attends over a sliding window of hp->n_swa positions. */
+int rb_hparams_layer_is_swa(const rb_hparams *hp, uint32_t l);
 
 /*
  * Reads the hyperparameters. Errors: RB_E_UNSUPPORTED when a required key
