@@ -113,11 +113,16 @@ int rb_cmd_info(int argc, char **argv)
            rb_cli_grouped(mi.other_weight_bytes, a, sizeof a),
            rb_cli_bytes(mi.other_weight_bytes, b, sizeof b));
 
-    uint64_t kv = mi.kv_bytes_per_token * ctx;
+    uint64_t kv = rb_model_kv_bytes(model, ctx);
     printf("KV cache f16  %s bytes per token = 2 (K,V) x %" PRIu32 " layers x %" PRIu32
            " KV heads x %" PRIu32 " dims x 2 bytes\n",
            rb_cli_grouped(mi.kv_bytes_per_token, a, sizeof a), mi.n_layers, mi.n_head_kv,
            mi.head_dim);
+    if (mi.n_layers_swa)
+        printf("  sliding     %" PRIu32 " of the %" PRIu32 " layers attend to the last %" PRIu32
+               " positions: they hold at most that many (older pages are freed, never "
+               "spilled), the other %" PRIu32 " the whole context\n",
+               mi.n_layers_swa, mi.n_layers, mi.sliding_window, mi.n_layers - mi.n_layers_swa);
     printf("  at ctx %-5" PRIu64 "%s bytes (%s)\n", ctx, rb_cli_grouped(kv, a, sizeof a),
            rb_cli_bytes(kv, b, sizeof b));
     printf("footprint     %s bytes (%s) = weights + KV at ctx %" PRIu64 " (%s of it KV)\n",

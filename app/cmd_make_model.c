@@ -16,11 +16,13 @@
 
 static int opt_arch(void *dest, const char *v, char *why, size_t why_n)
 {
-    if (strcmp(v, "llama") != 0 && strcmp(v, "qwen3") != 0) {
-        snprintf(why, why_n, "llama or qwen3");
+    if (strcmp(v, "llama") != 0 && strcmp(v, "qwen3") != 0 && strcmp(v, "gemma3") != 0) {
+        snprintf(why, why_n, "llama, qwen3 or gemma3");
         return -1;
     }
-    ((rb_synth_shape *)dest)->arch = strcmp(v, "llama") == 0 ? "llama" : "qwen3";
+    ((rb_synth_shape *)dest)->arch = strcmp(v, "llama") == 0   ? "llama"
+                                     : strcmp(v, "qwen3") == 0 ? "qwen3"
+                                                               : "gemma3";
     return 0;
 }
 
@@ -70,7 +72,10 @@ int rb_cmd_make_model(int argc, char **argv)
          NULL, NULL},
         {NULL, RB_OPT_SECTION, NULL, "custom dims, starting from the shape (wherever --shape stands):",
          NULL, 0, 0, NULL, NULL},
-        {"--arch", RB_OPT_CALL, "A", "llama or qwen3", &shape, 0, 0, opt_arch, &is_custom},
+        {"--arch", RB_OPT_CALL, "A", "llama, qwen3 or gemma3", &shape, 0, 0, opt_arch,
+         &is_custom},
+        {"--window", RB_OPT_U32, "N", "gemma3's sliding window (0: none)", &shape.sliding_window,
+         0, 0, NULL, &is_custom},
         {"--dim", RB_OPT_U32, "N", "embedding width", &shape.n_embd, 0, 0, NULL, &is_custom},
         {"--layers", RB_OPT_U32, "N", "layers", &shape.n_layers, 0, 0, NULL, &is_custom},
         {"--heads", RB_OPT_U32, "N", "attention heads", &shape.n_head, 0, 0, NULL, &is_custom},

@@ -149,6 +149,9 @@ typedef struct rb_model_info {
     uint64_t other_weight_bytes; /* embeddings, output, final norm */
     uint64_t kv_bytes_per_token; /* f16 K and V over all layers */
     /* new fields only here, at the end */
+    uint32_t sliding_window;     /* positions a sliding-window layer attends to; 0: none */
+    uint32_t n_layers_swa;       /* layers with the sliding window (their KV pages
+                                    outside it are freed: rb_model_kv_bytes) */
 } rb_model_info;
 
 /* Fills out (out_size bytes of it: the caller's sizeof, which the macro
@@ -156,6 +159,11 @@ typedef struct rb_model_info {
 RB_API rb_status rb_model_get_info_sized(const rb_model *model, rb_model_info *out,
                                          size_t out_size);
 #define rb_model_get_info(model, out) rb_model_get_info_sized((model), (out), sizeof *(out))
+
+/* f16 K and V bytes a context of n_tokens positions needs: every layer
+ * holds n_tokens positions, a sliding-window layer at most its window
+ * (a session frees its older pages). 0 for a NULL model. */
+RB_API uint64_t rb_model_kv_bytes(const rb_model *model, uint64_t n_tokens);
 
 /*
  * A string value of the file's metadata by key, e.g.

@@ -43,7 +43,8 @@
  * Invariants: a page below n_pages is in exactly one tier; RESIDENT means
  * its slot holds the data; COMPRESSED means frame != NULL and slot NULL;
  * STORED means the store has its id and slot NULL; DROPPED means nothing
- * anywhere. Pages at or beyond n_pages are RESIDENT with whatever slot the
+ * anywhere; RESIDENT with slot NULL is a page released for good (outside a
+ * sliding window: rb_residency_release_page), which nothing touches. Pages at or beyond n_pages are RESIDENT with whatever slot the
  * KV cache gave them (the cache allocates them on reserve).
  */
 #include <inttypes.h>
@@ -815,6 +816,34 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
         drop_spilled(r, l * r->kv.pages_per_layer + first_page - 1);
     if (r->n_pages > first_page)
         r->n_pages = first_page;
+}
+
+int rb_residency_release_page(rb_residency *r, uint32_t layer, uint32_t page, int in_feed)
+{
+    if (layer >= r->kv.n_layers || page >= r->kv.pages_per_layer)
+        return 1;
+    const uint32_t id = layer * r->kv.pages_per_layer + page;
+    kv_seg *s = &r->segs[id];
+    pthread_mutex_lock(&r->mu);
+    if (in_feed && s->tier != RB_TIER_RESIDENT) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    if (s->pins) {
+        r->n_pin_waits++;
+        while (s->pins)
+            pthread_cond_wait(&r->cv_pin, &r->mu);
+    }
+    free_slot(r, id);
+    free(s->frame);
+    s->frame = NULL;
+    s->frame_bytes = 0;
+    if (in_store(s) && r->store)
+        rb_store_drop(r->store, id);
+    s->tier = RB_TIER_RESIDENT;
+    s->failed = s->saved = s->from_saved = s->spilled = 0;
+    pthread_mutex_unlock(&r->mu);
+    return 1;
 }
 
 void rb_residency_forget_from(rb_residency *r, uint32_t first_page)

@@ -114,6 +114,16 @@ void rb_residency_cancel_restore(rb_residency *r);
  * spill copies); the session recomputes them. */
 void rb_residency_forget_from(rb_residency *r, uint32_t first_page);
 
+/* Releases one page of one layer for good (a sliding-window layer's page
+ * that no later position attends to): its buffer, frame and spill copy go,
+ * and it stays RESIDENT with an empty slot, so that no trim, restore,
+ * spill or save ever touches it again (a forget_from below it is needed
+ * before its positions are written again). Waits for a pin on it. Inside a
+ * feed (a restore may be running) a page not RESIDENT is left as it is and
+ * 0 returned: the caller releases it once the restore ended. 1: released
+ * (or nothing there). */
+int rb_residency_release_page(rb_residency *r, uint32_t layer, uint32_t page, int in_feed);
+
 /* Changes the placement and restore policy for later trims and feeds
  * (between feeds only). RB_E_INVALID_ARG for an unknown mode or codec. */
 rb_status rb_residency_set_mode(rb_residency *r, rb_restore_mode restore,

@@ -214,6 +214,21 @@ uint64_t rb_hparams_kv_bytes_per_token(const rb_hparams *hp)
     return (uint64_t)hp->n_layers * hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) * 2;
 }
 
+uint64_t rb_hparams_kv_bytes(const rb_hparams *hp, uint64_t n_tokens)
+{
+    const uint64_t layer = (uint64_t)hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) * 2;
+    uint64_t sum = 0;
+    for (uint32_t l = 0; l < hp->n_layers; l++)
+        sum += layer * (rb_hparams_layer_is_swa(hp, l) && hp->n_swa < n_tokens ? hp->n_swa
+                                                                                : n_tokens);
+    return sum;
+}
+
+uint64_t rb_model_kv_bytes(const rb_model *m, uint64_t n_tokens)
+{
+    return m ? rb_hparams_kv_bytes(&m->hp, n_tokens) : 0;
+}
+
 int64_t rb_tensor_layer(const char *name)
 {
     if (strncmp(name, "blk.", 4) != 0)
@@ -336,6 +351,9 @@ rb_status rb_model_get_info_sized(const rb_model *m, rb_model_info *out, size_t 
     info.other_weight_bytes = m->other_bytes;
     info.layer_weight_bytes = m->total_bytes - m->other_bytes;
     info.kv_bytes_per_token = rb_hparams_kv_bytes_per_token(&m->hp);
+    info.sliding_window = m->hp.n_swa;
+    for (uint32_t l = 0; l < m->hp.n_layers; l++)
+        info.n_layers_swa += (uint32_t)rb_hparams_layer_is_swa(&m->hp, l);
     /* the caller's struct may be an older, shorter one: fill what it has */
     memcpy(out, &info, out_size < sizeof info ? out_size : sizeof info);
     return RB_OK;

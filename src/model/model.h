@@ -55,6 +55,8 @@ rb_status rb_hparams_read(const rb_gguf *g, rb_hparams *hp, rb_error *err);
 
 /* f16 K and V bytes per token over all layers. */
 uint64_t rb_hparams_kv_bytes_per_token(const rb_hparams *hp);
+/* ... and at n_tokens positions, sliding-window layers holding their window. */
+uint64_t rb_hparams_kv_bytes(const rb_hparams *hp, uint64_t n_tokens);
 
 /* Layer of a "blk.<N>." tensor name, or -1 for tensors outside layers. */
 int64_t rb_tensor_layer(const char *name);

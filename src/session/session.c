@@ -161,6 +161,66 @@ const char *rb_session_errmsg(const rb_session *s)
     return s && s->err.status ? s->err.message : "";
 }
 
+uint32_t rb_session_window_first_page(const rb_session *s, size_t pos)
+{
+    const uint32_t w = s->fwd.hp.n_swa;
+    if (w == 0 || pos < w)
+        return 0;
+    return (uint32_t)((pos - w + 1) / s->kv.page_tokens);
+}
+
+/* A page of a sliding-window layer whose last position is before the
+ * window of the next query is never read again: it goes (RAM, compressed
+ * frame, spill copy). A rewind behind the window, or a recompute from a
+ * position whose window reaches a released page, recomputes from 0 (the
+ * layers' K/V at a position depend on the windows before it, layer by
+ * layer: there is no shorter exact path). */
+void rb_session_release_window(rb_session *s, size_t next_pos, int in_feed)
+{
+    const uint32_t dead = rb_session_window_first_page(s, next_pos);
+    if (dead <= s->window_released_pages)
+        return;
+    uint32_t released = dead;
+    for (uint32_t l = 0; l < s->kv.n_layers; l++) {
+        if (!s->fwd.layers[l].window)
+            continue;
+        for (uint32_t pg = s->window_released_pages; pg < dead; pg++) {
+            if (s->res) {
+                if (!rb_residency_release_page(s->res, l, pg, in_feed) && pg < released)
+                    released = pg;
+            } else {
+                rb_f16 **slot = &s->kv.pages[(size_t)l * s->kv.pages_per_layer + pg];
+                rb_kvpage_free(*slot, rb_kvcache_page_alloc_bytes(&s->kv));
+                *slot = NULL;
+            }
+        }
+    }
+    if (dead > s->window_dead_pages)
+        s->window_dead_pages = dead;
+    s->window_released_pages = released;
+}
+
+/* Before K/V is recomputed from position `from`: a sliding-window layer
+ * whose window from there reaches a released page makes it 0. */
+static size_t window_recompute_point(const rb_session *s, size_t from)
+{
+    if (from == 0 || s->window_dead_pages == 0)
+        return from;
+    return rb_session_window_first_page(s, from) < s->window_dead_pages ? 0 : from;
+}
+
+/* Forgets pages >= first_page in every tier and the cache. */
+static void forget_pages_from(rb_session *s, uint32_t first_page)
+{
+    if (s->res)
+        rb_residency_forget_from(s->res, first_page);
+    rb_kvcache_truncate(&s->kv, first_page);
+    if (s->window_dead_pages > first_page)
+        s->window_dead_pages = first_page;
+    if (s->window_released_pages > first_page)
+        s->window_released_pages = first_page;
+}
+
 /* Computes toks[0..n) at positions pos0.. in batches (pages reserved
  * first). *stopped: the memory manager could not restore a layer. */
 static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32_t pos0,
@@ -199,6 +259,7 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
                                 "finite there", what, pos + m - 1);
         }
         done += m;
+        rb_session_release_window(s, pos0 + done, 1);
     }
     return RB_OK;
 }
@@ -242,6 +303,23 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
             return st;
         if (damaged < recompute_from)
             recompute_from = damaged;
+        if (recompute_from < kv_valid && window_recompute_point(s, recompute_from) == 0 &&
+            recompute_from > 0) {
+            /* a sliding window reaches released pages: all from 0, with
+               nothing of the old context restored (the next attempt plans
+               only what the weights need) */
+            if (s->res) {
+                uint32_t ignored;
+                rb_error e = {0};
+                rb_residency_cancel_restore(s->res);
+                (void)rb_residency_end_restore(s->res, &ignored, &e);
+            }
+            forget_pages_from(s, 0);
+            kv_valid = 0;
+            s->n_kv_valid = 0;
+            damaged = UINT32_MAX;
+            continue;
+        }
         if (recompute_from < kv_valid) {
             rb_kvcache_truncate(&s->kv, recompute_from / s->kv.page_tokens);
             kv_valid = recompute_from;
@@ -272,12 +350,13 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
             s->n_tokens += n;
             s->n_kv_valid = s->n_tokens;
             s->has_logits = 1;
+            rb_session_release_window(s, s->n_tokens, 0); /* the restore ended */
             rb_session_file_after_feed(s); /* never fails the feed */
             return rb_session_memory_after_feed(s);
         }
         if (damaged != UINT32_MAX) {
-            rb_residency_forget_from(s->res, damaged / s->kv.page_tokens);
-            rb_kvcache_truncate(&s->kv, damaged / s->kv.page_tokens);
+            damaged = (uint32_t)window_recompute_point(s, damaged);
+            forget_pages_from(s, damaged / s->kv.page_tokens);
             if (damaged < kv_valid)
                 kv_valid = damaged;
             s->n_kv_valid = kv_valid;
@@ -296,12 +375,12 @@ rb_status rb_session_rewind(rb_session *s, size_t n_tokens)
                             "it holds %zu", n_tokens, s->n_tokens);
     uint32_t keep_pages = (uint32_t)((n_tokens + s->kv.page_tokens - 1) / s->kv.page_tokens);
     rb_session_settle_restore(s, 0);
-    if (s->res)
-        rb_residency_forget_from(s->res, keep_pages);
-    rb_kvcache_truncate(&s->kv, keep_pages);
+    /* behind a sliding window's released pages: everything is recomputed */
+    size_t valid = window_recompute_point(s, n_tokens);
+    forget_pages_from(s, valid == 0 ? 0 : keep_pages);
     s->n_tokens = n_tokens;
-    if (s->n_kv_valid > n_tokens)
-        s->n_kv_valid = n_tokens;
+    if (s->n_kv_valid > valid)
+        s->n_kv_valid = valid;
     s->has_logits = 0;
     rb_session_file_rewound(s);
     return RB_OK;

@@ -381,7 +381,8 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         s->blob_n = bn;
     }
     /* The positions the file covers: page by page, every layer must hold
-       all of the page's positions below n. */
+       all of the page's positions below n, except that a sliding-window
+       layer needs no page before the window of position n. */
     const uint32_t P = s->kv.page_tokens;
     size_t covered = 0;
     uint32_t pages = 0;
@@ -389,18 +390,27 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         uint32_t need = n - covered >= P ? P : (uint32_t)(n - covered);
         int all = 1;
         for (uint32_t l = 0; l < s->kv.n_layers && all; l++)
-            all = rb_sessfile_page_tokens(f, l, pages) >= need;
+            all = rb_sessfile_page_tokens(f, l, pages) >= need ||
+                  (s->fwd.layers[l].window && pages < rb_session_window_first_page(s, n));
         if (!all)
             break;
         covered += need;
         pages++;
     }
+    /* a recompute from `covered` reads the windows before it: when the
+       file lacks one of their pages, everything is recomputed */
+    uint32_t first_win = rb_session_window_first_page(s, covered);
+    for (uint32_t l = 0; covered < n && l < s->kv.n_layers; l++)
+        for (uint32_t p = first_win; s->fwd.layers[l].window && p < covered / P; p++)
+            if (rb_sessfile_page_tokens(f, l, p) < P)
+                covered = pages = first_win = 0;
     for (uint32_t l = 0; l < s->kv.n_layers; l++)
-        for (uint32_t p = 0; p < pages; p++)
+        for (uint32_t p = s->fwd.layers[l].window ? first_win : 0; p < pages; p++)
             rb_residency_adopt_saved(s->res, l, p, rb_sessfile_page_tokens(f, l, p) == P);
     s->kv.n_pages_reserved = pages;
     rb_residency_set_pages(s->res, pages);
     s->n_kv_valid = covered;
+    s->window_dead_pages = s->window_released_pages = first_win; /* never adopted */
     if ((st = bind_file(s, f, path, err)) != RB_OK) {
         rb_sessfile_close(f);
         rb_session_destroy(s);

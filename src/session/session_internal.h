@@ -44,6 +44,10 @@ struct rb_session {
     struct rb_residency *res;
     uint32_t recomputed_tokens;     /* by the last feed */
     size_t n_kv_valid;              /* positions with K/V in some tier (<= n_tokens) */
+    uint32_t window_dead_pages;     /* sliding-window layers: their pages below this
+                                       hold positions no later query attends to, and
+                                       are released (or will be once a restore ends) */
+    uint32_t window_released_pages; /* ... and those below this are released */
     int restore_open;               /* a restore begun by rb_session_open_saved runs:
                                        the first feed joins it */
     uint32_t restore_open_from;     /* its begin_restore's recompute_from */
@@ -92,6 +96,13 @@ void rb_session_file_after_feed(rb_session *s);
 void rb_session_file_rewound(rb_session *s);
 void rb_session_file_close(rb_session *s);
 /* The storage worker's counters (zeros when none runs), for tests. */
+/* Sliding-window layers (gemma3): releases their pages that hold only
+ * positions a query at next_pos or later never attends to (session.c).
+ * in_feed: a restore may be running (pages not resident wait). */
+void rb_session_release_window(rb_session *s, size_t next_pos, int in_feed);
+/* The first page of the sliding-window layers that a query at pos needs. */
+uint32_t rb_session_window_first_page(const rb_session *s, size_t pos);
+
 struct rb_session_writer_stats;
 void rb_session_file_writer_stats(rb_session *s, struct rb_session_writer_stats *out);
 

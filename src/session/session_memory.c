@@ -74,8 +74,11 @@ int rb_session_wants_streaming(const rb_session *s)
        weights are the part that streams in layer order with read-ahead */
     rb_model_info info;
     rb_model_get_info(s->model, &info);
-    uint64_t kv_full = (uint64_t)s->kv.n_layers * s->kv.pages_per_layer *
-                       rb_kvcache_page_alloc_bytes(&s->kv);
+    /* a full context's pages; a sliding-window layer holds its window's */
+    uint64_t pages = 0, win = rb_session_window_first_page(s, s->kv.n_ctx - 1);
+    for (uint32_t l = 0; l < s->kv.n_layers; l++)
+        pages += s->fwd.layers[l].window ? s->kv.pages_per_layer - win : s->kv.pages_per_layer;
+    uint64_t kv_full = pages * rb_kvcache_page_alloc_bytes(&s->kv);
     return p->budget_bytes < info.tensor_data_bytes + fixed_bytes(s) + kv_full;
 }
 

@@ -29,16 +29,22 @@
 
 static const rb_synth_shape shapes[] = {
     /* name             arch     embd layers head kv hd  ff     vocab   ctx    rope      eps   tied bpe pre */
-    {"tiny",            "llama",   64,  2,  4, 2,   0,  256,    512,   256, 10000.0f, 1e-5f, 0, 0, NULL},
-    {"stories260k",     "llama",   64,  5,  8, 4,   0,  172,    512,   128, 10000.0f, 1e-5f, 0, 0, NULL},
+    {"tiny",            "llama",   64,  2,  4, 2,   0,  256,    512,   256, 10000.0f, 1e-5f, 0, 0, NULL, 0},
+    {"stories260k",     "llama",   64,  5,  8, 4,   0,  172,    512,   128, 10000.0f, 1e-5f, 0, 0, NULL, 0},
     /* smollm2-360m: vocab 32000, not the real 49152: llama.cpp's reference
        file for this shape has 32000 tokens (its 200.1 MiB Q4_0 size in
        shared/models/README.md is matched only with 32000), and benchmarks
        compare bytes read per token */
-    {"smollm2-360m",    "llama",  960, 32, 15, 5,   0, 2560,  32000,  8192, 100000.0f, 1e-5f, 1, 1, "smollm"},
-    {"tinyllama-1.1b",  "llama", 2048, 22, 32, 4,   0, 5632,  32000,  2048, 10000.0f, 1e-5f, 0, 0, NULL},
-    {"llama3.2-1b",     "llama", 2048, 16, 32, 8,   0, 8192, 128256, 131072, 500000.0f, 1e-5f, 1, 1, "llama-bpe"},
-    {"qwen3-0.6b",      "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, 1, 1, "qwen2"},
+    {"smollm2-360m",    "llama",  960, 32, 15, 5,   0, 2560,  32000,  8192, 100000.0f, 1e-5f, 1, 1, "smollm", 0},
+    {"tinyllama-1.1b",  "llama", 2048, 22, 32, 4,   0, 5632,  32000,  2048, 10000.0f, 1e-5f, 0, 0, NULL, 0},
+    {"llama3.2-1b",     "llama", 2048, 16, 32, 8,   0, 8192, 128256, 131072, 500000.0f, 1e-5f, 1, 1, "llama-bpe", 0},
+    {"qwen3-0.6b",      "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, 1, 1, "qwen2", 0},
+    /* Gemma 3 (google/gemma-3-*'s config.json): a 512-position sliding
+       window on 5 of every 6 layers; Gemma's 262144-token SentencePiece
+       vocabulary size, built as the synth's SPM vocabulary without the
+       space prefix (as Gemma files have it) */
+    {"gemma3-270m",    "gemma3",  640, 18,  4, 1, 256, 2048, 262144, 32768, 1000000.0f, 1e-6f, 1, 0, NULL, 512},
+    {"gemma3-1b",      "gemma3", 1152, 26,  4, 1, 256, 6912, 262144, 32768, 1000000.0f, 1e-6f, 1, 0, NULL, 512},
 };
 
 const rb_synth_shape *rb_synth_shape_find(const char *name)
@@ -51,7 +57,8 @@ const rb_synth_shape *rb_synth_shape_find(const char *name)
 
 const char *rb_synth_shape_names(void)
 {
-    return "tiny, stories260k, smollm2-360m, tinyllama-1.1b, llama3.2-1b, qwen3-0.6b";
+    return "tiny, stories260k, smollm2-360m, tinyllama-1.1b, llama3.2-1b, qwen3-0.6b, "
+           "gemma3-270m, gemma3-1b";
 }
 
 static uint32_t head_dim(const rb_synth_shape *s)
@@ -61,9 +68,11 @@ static uint32_t head_dim(const rb_synth_shape *s)
 
 rb_status rb_synth_shape_check(const rb_synth_shape *s, rb_error *err)
 {
-    if (strcmp(s->arch, "llama") != 0 && strcmp(s->arch, "qwen3") != 0)
+    if (strcmp(s->arch, "llama") != 0 && strcmp(s->arch, "qwen3") != 0 &&
+        strcmp(s->arch, "gemma3") != 0)
         return rb_error_set(err, RB_E_INVALID_ARG,
-                            "make-model: architecture '%s' is not one of llama, qwen3", s->arch);
+                            "make-model: architecture '%s' is not one of llama, qwen3, gemma3",
+                            s->arch);
     if (s->n_embd == 0 || s->n_layers == 0 || s->n_head == 0 || s->n_head_kv == 0 ||
         s->n_ff == 0 || s->n_ctx == 0)
         return rb_error_set(err, RB_E_INVALID_ARG,
@@ -114,7 +123,8 @@ static size_t list_tensors(const rb_synth_shape *s, synth_tensor *t)
 {
     size_t n = 0;
     uint64_t hd = head_dim(s), q = hd * s->n_head, kv = hd * s->n_head_kv;
-    int qk_norm = strcmp(s->arch, "qwen3") == 0;
+    int is_gemma3 = strcmp(s->arch, "gemma3") == 0;
+    int qk_norm = strcmp(s->arch, "qwen3") == 0 || is_gemma3;
     char name[64];
     add(t, &n, "token_embd.weight", 2, s->n_embd, s->n_vocab, 0);
     for (uint32_t l = 0; l < s->n_layers; l++) {
@@ -132,10 +142,14 @@ static size_t list_tensors(const rb_synth_shape *s, synth_tensor *t)
             LAYER("attn_k_norm.weight", 1, hd, 1, 1);
         }
         LAYER("attn_output.weight", 2, q, s->n_embd, 0);
+        if (is_gemma3)
+            LAYER("post_attention_norm.weight", 1, s->n_embd, 1, 1);
         LAYER("ffn_norm.weight", 1, s->n_embd, 1, 1);
         LAYER("ffn_gate.weight", 2, s->n_embd, s->n_ff, 0);
         LAYER("ffn_down.weight", 2, s->n_ff, s->n_embd, 0);
         LAYER("ffn_up.weight", 2, s->n_embd, s->n_ff, 0);
+        if (is_gemma3)
+            LAYER("post_ffw_norm.weight", 1, s->n_embd, 1, 1);
 #undef LAYER
     }
     add(t, &n, "output_norm.weight", 1, s->n_embd, 1, 1);
@@ -235,6 +249,8 @@ static rb_status write_metadata(rb_gguf_writer *w, const rb_synth_params *p,
     set_arch_f32(w, a, "rope.freq_base", s->rope_freq_base);
     set_arch_f32(w, a, "attention.layer_norm_rms_epsilon", s->rms_eps);
     set_arch_u32(w, a, "vocab_size", s->n_vocab);
+    if (s->sliding_window)
+        set_arch_u32(w, a, "attention.sliding_window", s->sliding_window);
 
     rb_vocab_synth v;
     rb_status st = s->is_bpe_vocab ? rb_vocab_synth_bpe(s->n_vocab, &v)
@@ -264,6 +280,8 @@ static rb_status write_metadata(rb_gguf_writer *w, const rb_synth_params *p,
         rb_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", v.pad_id);
     rb_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", v.add_bos);
     rb_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", 0);
+    if (strcmp(a, "gemma3") == 0)
+        rb_gguf_writer_set_bool(w, "tokenizer.ggml.add_space_prefix", 0);
     rb_vocab_synth_free(&v);
     return RB_OK;
 }
@@ -277,8 +295,9 @@ rb_status rb_synth_write(const char *path, const rb_synth_params *p,
     rb_status st = rb_synth_shape_check(s, err);
     if (st != RB_OK)
         return st;
-    /* 9 tensors per layer (11 with Q/K norms) + 3 outside layers */
-    size_t cap = (size_t)s->n_layers * 11 + 3;
+    /* 9 tensors per layer (11 with Q/K norms, 13 with gemma3's post norms)
+       + 3 outside layers */
+    size_t cap = (size_t)s->n_layers * 13 + 3;
     synth_tensor *t = malloc(cap * sizeof *t);
     uint32_t *types = malloc(cap * sizeof *types);
     rb_gguf_writer *w = NULL;

@@ -21,7 +21,7 @@
 
 typedef struct rb_synth_shape {
     const char *name;       /* "tinyllama-1.1b", or "custom" */
-    const char *arch;       /* "llama" or "qwen3" */
+    const char *arch;       /* "llama", "qwen3" or "gemma3" */
     uint32_t n_embd;
     uint32_t n_layers;
     uint32_t n_head;
@@ -35,6 +35,7 @@ typedef struct rb_synth_shape {
     int is_tied_output;
     int is_bpe_vocab;       /* 0: SentencePiece style, 1: GPT-2 BPE */
     const char *bpe_pre;    /* tokenizer.ggml.pre for BPE vocabularies */
+    uint32_t sliding_window; /* gemma3: attention.sliding_window (0: none) */
 } rb_synth_shape;
 
 /* The named shape, or NULL. */
