@@ -952,10 +952,12 @@ int main(void)
     run_tsv("stories260K.gguf", "golden/stories260K/tokenizer-cases.tsv");
     run_tsv("parity-Q8_0.gguf", "golden/parity/tokenizer-cases-llama-spm.tsv");
     run_tsv("parity-qwen3-Q8_0.gguf", "golden/parity-qwen3/tokenizer-cases-gpt2.tsv");
+    run_tsv("parity-gemma3-Q8_0.gguf", "golden/parity-gemma3/tokenizer-cases-spm-no-space-prefix.tsv");
     test_gpt2_vocab_vectors();
     test_golden_decode("stories260K.gguf", "stories260K");
     test_golden_decode("parity-Q8_0.gguf", "parity/Q8_0");
     test_golden_decode("parity-qwen3-Q8_0.gguf", "parity-qwen3");
+    test_golden_decode("parity-gemma3-Q8_0.gguf", "parity-gemma3");
 
     const char *models[] = { "stories260K.gguf", "parity-Q8_0.gguf", "parity-qwen3-Q8_0.gguf" };
     for (int i = 0; i < 3; i++) {
