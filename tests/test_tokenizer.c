@@ -277,12 +277,13 @@ static void test_golden_decode(const char *model, const char *dir)
         w += rb_detok_flush(&d, buf + w, 3);
         buf[w] = 0;
         CHECK_STR_EQ(buf, txt);
-        /* llama_detokenize(remove_special) keeps the space after a BOS */
+        /* llama_detokenize(remove_special) keeps the space after a BOS
+           (the space prefix's; a vocabulary without it has none) */
         size_t m = 0;
         CHECK(rb_tokenizer_decode(t, ids, n, RB_DECODE_REMOVE_SPECIAL, buf, 1 << 16, &m,
                                   NULL) == RB_OK);
         buf[m] = 0;
-        CHECK_STR_EQ(buf + (first ? 1 : 0), txt);
+        CHECK_STR_EQ(buf + (first && txt[0] != ' ' && buf[0] == ' ' ? 1 : 0), txt);
         free(chunk);
         free(buf);
         /* EOG */
