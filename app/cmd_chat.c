@@ -1,7 +1,7 @@
 /*
  * cmd_chat.c - `rebound chat`: an interactive multi-turn chat on one
  * session, with llama.cpp's flag names. Uses only the public API
- * (include/rebound.h) and the built-in templates of chat_template.c.
+ * (include/rebound.h), with the library's built-in chat templates.
  *
  * Does: read a line from stdin (prompt "> " on stderr when stdin is a
  * terminal, none from a pipe), feed only the new turn's tokens (the
@@ -37,7 +37,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chat_template.h"
 #include "cli.h"
 #include "rebound.h"
 
@@ -73,7 +72,10 @@ struct chat {
     const char *session_path; /* --session: saved after every turn */
     rb_sampler_state saved_state;
     int has_saved_state;
-    rb_chat_text text;        /* the piece being rendered */
+    struct {
+        char *ptr;
+        size_t len, cap;
+    } text;                   /* the piece being rendered */
     int32_t *tokens;          /* the piece tokenized; also the shift's copy */
     size_t cap_tokens;
     char *piece;              /* one detokenizer push */
@@ -81,6 +83,35 @@ struct chat {
 };
 
 static int save_chat(struct chat *c);
+
+/* Renders one piece of the conversation into c->text. 0, or -1 (out of
+ * memory, printed). */
+static int render(struct chat *c, rb_chat_piece piece, const char *s, unsigned flags)
+{
+    for (;;) {
+        size_t n = 0;
+        if (rb_chat_render_piece(c->tmpl, piece, s, flags, c->text.ptr, c->text.cap, &n) !=
+            RB_OK) {
+            rb_cli_fail(CMD, "out of memory", NULL);
+            return -1;
+        }
+        if (n < c->text.cap) {
+            c->text.len = n;
+            return 0;
+        }
+        char *p = realloc(c->text.ptr, n + 1);
+        if (!p) {
+            rb_cli_fail(CMD, "out of memory", NULL);
+            return -1;
+        }
+        c->text.ptr = p, c->text.cap = n + 1;
+    }
+}
+
+static unsigned turn_flags(int is_first_turn, int has_system)
+{
+    return (is_first_turn ? RB_CHAT_FIRST_TURN : 0u) | (has_system ? RB_CHAT_HAS_SYSTEM : 0u);
+}
 
 /* 1 when a non-empty system block was fed after the BOS. */
 static int has_system(const struct chat *c)
@@ -262,9 +293,8 @@ static int chat_begin(struct chat *c)
         return rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
     c->hist.n_turns = 0;
     c->hist.n_system_tokens = 0;
-    rb_chat_text_clear(&c->text);
-    if (rb_chat_render_system(c->tmpl, c->system, &c->text))
-        return rb_cli_fail(CMD, "out of memory", NULL);
+    if (render(c, RB_CHAT_PIECE_SYSTEM, c->system, 0))
+        return 1;
     long n = tokenize_piece(c, c->text.ptr ? c->text.ptr : "", c->text.len, 1);
     if (n < 0)
         return 1;
@@ -288,9 +318,8 @@ static int close_reply(struct chat *c)
     enum room r = make_room(c, c->n_reply_end_tokens, 1);
     if (r != ROOM_OK)
         return r == ROOM_ERROR ? 1 : rb_cli_fail(CMD, "no room left to close the reply", NULL);
-    rb_chat_text_clear(&c->text);
-    if (rb_chat_render_reply_end(c->tmpl, &c->text))
-        return rb_cli_fail(CMD, "out of memory", NULL);
+    if (render(c, RB_CHAT_PIECE_REPLY_END, NULL, 0))
+        return 1;
     long n = tokenize_piece(c, c->text.ptr, c->text.len, 0);
     return n < 0 || feed(c, (size_t)n);
 }
@@ -302,9 +331,8 @@ static int close_reply(struct chat *c)
  */
 static int chat_turn(struct chat *c, const char *message)
 {
-    rb_chat_text_clear(&c->text);
-    if (rb_chat_render_user(c->tmpl, message, c->hist.n_turns == 0, has_system(c), &c->text))
-        return rb_cli_fail(CMD, "out of memory", NULL);
+    if (render(c, RB_CHAT_PIECE_USER, message, turn_flags(c->hist.n_turns == 0, has_system(c))))
+        return 1;
     long n_in = tokenize_piece(c, c->text.ptr, c->text.len, 0);
     if (n_in < 0)
         return 1;
@@ -323,9 +351,8 @@ static int chat_turn(struct chat *c, const char *message)
     /* render and tokenize again: a shift reuses c->tokens, and when it
        dropped every turn this one is now the first (llama2 renders that
        one differently) */
-    rb_chat_text_clear(&c->text);
-    if (rb_chat_render_user(c->tmpl, message, c->hist.n_turns == 0, has_system(c), &c->text))
-        return rb_cli_fail(CMD, "out of memory", NULL);
+    if (render(c, RB_CHAT_PIECE_USER, message, turn_flags(c->hist.n_turns == 0, has_system(c))))
+        return 1;
     n_in = tokenize_piece(c, c->text.ptr, c->text.len, 0);
     if (n_in < 0)
         return 1;
@@ -588,47 +615,19 @@ static int open_session(struct chat *c, const char *session_path, const rb_sessi
 /* Chooses the template (named, or detected) and says which and why. */
 static int choose_template(struct chat *c, const char *name)
 {
-    rb_model_info mi;
-    rb_model_get_info(c->model, &mi);
-    rb_chat_template_hints h = {0};
-    h.architecture = mi.architecture;
-    h.model_name = mi.name;
-    const char *jinja;
-    size_t jinja_len;
-    if (rb_model_meta_str(c->model, "tokenizer.chat_template", &jinja, &jinja_len) == RB_OK)
-        h.jinja = jinja, h.jinja_len = jinja_len;
-    for (int i = 0; i < RB_CHAT_VOCAB_COUNT; i++) {
-        const char *probe = rb_chat_vocab_probe[i];
-        int32_t id;
-        size_t n = 0;
-        if (rb_model_tokenize(c->model, probe, strlen(probe), 0, 1, &id, 1, &n) == RB_OK && n == 1)
-            h.vocab_specials |= 1u << i;
-    }
-    const char *why = "--template";
-    if (name) {
-        int t = rb_chat_template_from_name(name);
-        if (t < 0) {
-            char msg[160], hint[96];
-            snprintf(msg, sizeof msg, "unknown --template '%s'", name);
-            snprintf(hint, sizeof hint, "known templates: %s", rb_chat_template_names());
-            return rb_cli_fail(CMD, msg, hint);
-        }
-        c->tmpl = (rb_chat_template)t;
-    } else {
-        c->tmpl = rb_chat_template_detect(&h, &why);
-    }
-    fprintf(stderr, "rebound chat: template %s (%s)", rb_chat_template_name(c->tmpl), why);
-    const char *marker = rb_chat_template_marker(c->tmpl);
-    if (marker) {
-        int32_t id;
-        size_t n = 0;
-        if (rb_model_tokenize(c->model, marker, strlen(marker), 0, 1, &id, 1, &n) == RB_OK &&
-            n == 1)
-            fprintf(stderr, "; %s is special token %" PRId32, marker, id);
-        else
-            fprintf(stderr, "; note: %s is not a special token of this vocabulary, it is fed "
-                    "as plain text", marker);
-    }
+    rb_chat_template_info info;
+    if (rb_chat_template_choose(c->model, name, &info) != RB_OK)
+        return rb_cli_fail(CMD, "cannot choose a chat template", NULL);
+    c->tmpl = info.tmpl;
+    fprintf(stderr, "rebound chat: template %s (%s)", info.name, name ? "--template" : info.reason);
+    if (info.first_line[0])
+        fprintf(stderr, "; tokenizer.chat_template not recognised, its first line: '%s'",
+                info.first_line);
+    if (info.marker && info.marker_token >= 0)
+        fprintf(stderr, "; %s is special token %" PRId32, info.marker, info.marker_token);
+    else if (info.marker)
+        fprintf(stderr, "; note: %s is not a special token of this vocabulary, it is fed "
+                "as plain text", info.marker);
     fputc('\n', stderr);
     return 0;
 }
@@ -762,11 +761,8 @@ int rb_cmd_chat(int argc, char **argv)
         if (bos >= 0 && rb_model_tokenize(c.model, "", 0, 1, 0, probe, 4, &n) == RB_OK &&
             n >= 1 && probe[0] == bos)
             c.bos = bos;
-        rb_chat_text_clear(&c.text);
-        if (rb_chat_render_reply_end(c.tmpl, &c.text)) {
-            rb_cli_fail(CMD, "out of memory", NULL);
+        if (render(&c, RB_CHAT_PIECE_REPLY_END, NULL, 0))
             goto done;
-        }
         long n_end = tokenize_piece(&c, c.text.ptr, c.text.len, 0);
         if (n_end < 0)
             goto done;
@@ -840,7 +836,7 @@ done:
     free(c.tokens);
     free(c.piece);
     free(c.hist.turn_starts);
-    rb_chat_text_free(&c.text);
+    free(c.text.ptr);
     rb_sampler_destroy(c.sampler);
     rb_session_destroy(c.session);
     rb_model_close(c.model);

@@ -585,6 +585,116 @@ RB_API size_t rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, s
 /* Writes what remains (an unfinished character becomes U+FFFD). */
 RB_API size_t rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size);
 
+/* ---- chat templates ------------------------------------------------------ */
+
+/*
+ * Built-in chat formats (no Jinja interpreter): a model's family is
+ * recognised from its tokenizer.chat_template text by the family's markers,
+ * else from its vocabulary, architecture and name; a family renders a
+ * conversation as llama.cpp's built-in templates do. The text holds the
+ * markers written out (<|im_start|>, [INST], ...): tokenize it with special
+ * parsing on; BOS is not part of it (add it as the model asks).
+ */
+typedef enum rb_chat_template {
+    RB_CHAT_TEMPLATE_CHATML = 0, /* Qwen2/Qwen3, SmolLM2: <|im_start|>role\n...<|im_end|>\n */
+    RB_CHAT_TEMPLATE_LLAMA3,     /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    RB_CHAT_TEMPLATE_LLAMA2,     /* [INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST]...</s><s> */
+    RB_CHAT_TEMPLATE_ZEPHYR,     /* TinyLlama chat: <|user|>\n...</s>\n<|assistant|>\n */
+    RB_CHAT_TEMPLATE_PLAIN,      /* no markers: "User: ...\nAssistant:" (the fallback) */
+    RB_CHAT_TEMPLATE_GEMMA,      /* <start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n */
+    RB_CHAT_TEMPLATE_PHI3,       /* <|user|>\n...<|end|>\n<|assistant|>\n */
+    RB_CHAT_TEMPLATE_MISTRAL,    /* [INST] ...[/INST] ...</s> (Mistral's v3) */
+    RB_CHAT_TEMPLATE_DEEPSEEK_R1,/* DeepSeek-R1 distills: <｜User｜>...<｜Assistant｜> */
+    RB_CHAT_TEMPLATE_COUNT
+} rb_chat_template;
+
+/* One message: role "system", "user" or "assistant"; content UTF-8. */
+typedef struct rb_chat_message {
+    const char *role;
+    const char *content;
+} rb_chat_message;
+
+#define RB_CHAT_FIRST_LINE_MAX 96
+
+/* Which template a model gets, and why. Strings are static. */
+typedef struct rb_chat_template_info {
+    rb_chat_template tmpl;
+    const char *name;          /* "chatml", "gemma", ... */
+    const char *reason;        /* e.g. "tokenizer.chat_template has <start_of_turn>" */
+    int is_fallback;           /* nothing named a family: tmpl is the plain fallback */
+    int has_text;              /* template text was given or is in the file */
+    char first_line[RB_CHAT_FIRST_LINE_MAX]; /* an unrecognised text's first line
+                                  (cut to fit, "..." appended); "" otherwise */
+    const char *marker;        /* a special token every turn uses; NULL (plain) */
+    int32_t marker_token;      /* its id when the vocabulary has it as one
+                                  special token; -1: it would be fed as text */
+} rb_chat_template_info;
+
+/*
+ * Chooses the template. tmpl: NULL for the model's own (its
+ * tokenizer.chat_template text, else the vocabulary's marker tokens, the
+ * architecture, the name); a family name ("chatml", "llama3", "llama2",
+ * "zephyr", "plain", "gemma", "phi3", "mistral", "deepseek-r1"); any other
+ * string is taken as template text and recognised by its markers. When
+ * nothing is recognised the plain fallback is used and is_fallback says so
+ * (with the text's first line when there was text). model may be NULL when
+ * tmpl is given (marker_token is then -1). Never prints.
+ * Errors: RB_E_INVALID_ARG (out NULL, or both model and tmpl NULL).
+ */
+RB_API rb_status rb_chat_template_choose(rb_model *model, const char *tmpl,
+                                         rb_chat_template_info *out);
+
+/*
+ * Renders a conversation: messages in order, then (add_assistant) the
+ * header that opens the assistant's reply. Writes at most size bytes
+ * including a NUL (as snprintf: a prefix when the buffer is small; buf may
+ * be NULL with size 0) and sets *out_len to the whole text's length.
+ * llama3 and gemma trim each message's content, mistral an assistant's;
+ * gemma has no system role and puts the system text at the start of the
+ * next user turn. Errors: RB_E_INVALID_ARG (unknown template or role, a
+ * NULL message field, out_len NULL), RB_E_NOMEM.
+ */
+RB_API rb_status rb_chat_render(rb_chat_template t, const rb_chat_message *msgs, size_t n_msgs,
+                                int add_assistant, char *buf, size_t size, size_t *out_len);
+
+/* rb_chat_template_choose(model, tmpl) then rb_chat_render, in one call. */
+RB_API rb_status rb_chat_apply_template(rb_model *model, const char *tmpl,
+                                        const rb_chat_message *msgs, size_t n_msgs,
+                                        int add_assistant, char *buf, size_t size,
+                                        size_t *out_len);
+
+/*
+ * One piece of a conversation fed one at a time (the earlier pieces are
+ * never re-rendered): RB_CHAT_PIECE_SYSTEM the block that opens it (nothing
+ * for an empty text); RB_CHAT_PIECE_USER a user message and the assistant
+ * header after it (flags RB_CHAT_FIRST_TURN: no user turn before it;
+ * RB_CHAT_HAS_SYSTEM: a system block was fed); RB_CHAT_PIECE_REPLY_END what
+ * closes the assistant's reply (text ignored). Pieces joined with the
+ * replies in between are rb_chat_render's text. Buffer and errors as
+ * rb_chat_render.
+ */
+typedef enum rb_chat_piece {
+    RB_CHAT_PIECE_SYSTEM = 0,
+    RB_CHAT_PIECE_USER = 1,
+    RB_CHAT_PIECE_REPLY_END = 2
+} rb_chat_piece;
+#define RB_CHAT_FIRST_TURN 1u
+#define RB_CHAT_HAS_SYSTEM 2u
+RB_API rb_status rb_chat_render_piece(rb_chat_template t, rb_chat_piece piece, const char *text,
+                                      unsigned flags, char *buf, size_t size, size_t *out_len);
+
+/* "chatml", ...; "?" out of range. */
+RB_API const char *rb_chat_template_name(rb_chat_template t);
+/* The template of that name, or -1. */
+RB_API int rb_chat_template_from_name(const char *name);
+/* All names, comma-separated, for usage and error messages. */
+RB_API const char *rb_chat_template_names(void);
+/* What a user turn leaves out right after the system block (llama2's,
+ * mistral's and gemma's system block opens the first user turn), or NULL:
+ * a context shift that keeps the system block but drops the turns before a
+ * kept one removes this prefix from the kept turn. */
+RB_API const char *rb_chat_template_first_user_skip(rb_chat_template t);
+
 /* ---- sampling (src/model/sampler.h describes the chain) ---------------------- */
 
 typedef struct rb_sampler rb_sampler;

@@ -1,13 +1,15 @@
 /*
- * test_chat_template.c - the built-in chat templates of `rebound chat`
- * (app/chat_template.c): for each family, a system prompt and two turns
- * rendered piece by piece, as the chat feeds them, must join into exactly
- * the text the family's own template produces (with the generation prompt
- * at the end); the rules that pick a family from a model's Jinja text,
- * vocabulary, architecture and name; names; edge cases (no system, empty
- * message, out-of-range template); and rb_model_meta_str, the public
- * getter the chat reads tokenizer.chat_template with, on a synthetic model
- * given a template (llama3's, so detection by text beats the SPM vocab).
+ * test_chat_template.c - the library's built-in chat templates
+ * (src/chat_template.c, public in rebound.h): for each family, a system
+ * prompt and two turns rendered piece by piece, as the chat feeds them,
+ * must join into exactly the text the family's own template produces and
+ * into rb_chat_render's whole-conversation text; llama.cpp's renderings of
+ * its six-message test conversation for every family; the rules that pick
+ * a family from a model's Jinja text, vocabulary, architecture and name,
+ * and the fallback's report (the text's first line); names; buffers and
+ * bad input; and rb_model_meta_str / rb_chat_template_choose /
+ * rb_chat_apply_template on synthetic models (one given llama3's template,
+ * a gemma3 one without any).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,29 +27,53 @@
 #define REPLY1 "Hello!"
 #define USER2 "Bye"
 
-/* Renders the conversation the way cmd_chat.c feeds it. */
-static char *transcript(rb_chat_template t, const char *system)
+static char *piece(rb_chat_template t, rb_chat_piece p, const char *text, unsigned flags)
 {
-    int has_system = system && *system;
-    rb_chat_text first = {0}, end = {0}, second = {0};
-    CHECK_EQ_INT(rb_chat_render_system(t, system, &first), 0);
-    CHECK_EQ_INT(rb_chat_render_user(t, USER1, 1, has_system, &first), 0);
-    CHECK_EQ_INT(rb_chat_render_reply_end(t, &end), 0);
-    CHECK_EQ_INT(rb_chat_render_user(t, USER2, 0, has_system, &second), 0);
-    /* the reply sits between the assistant's header and the reply end */
-    size_t n = first.len + strlen(REPLY1) + end.len + second.len + 1;
+    size_t n = 0;
+    CHECK_EQ_INT(rb_chat_render_piece(t, p, text, flags, NULL, 0, &n), RB_OK);
+    char *buf = malloc(n + 1);
+    size_t m = 0;
+    CHECK_EQ_INT(rb_chat_render_piece(t, p, text, flags, buf, n + 1, &m), RB_OK);
+    CHECK_EQ_INT(m, n);
+    return buf;
+}
+
+/* Renders the conversation the way cmd_chat.c feeds it; reply is what the
+ * model writes after the assistant's header. */
+static char *transcript(rb_chat_template t, const char *system, const char *reply)
+{
+    unsigned sys = system && *system ? RB_CHAT_HAS_SYSTEM : 0;
+    char *a = piece(t, RB_CHAT_PIECE_SYSTEM, system, 0);
+    char *b = piece(t, RB_CHAT_PIECE_USER, USER1, RB_CHAT_FIRST_TURN | sys);
+    char *c = piece(t, RB_CHAT_PIECE_REPLY_END, NULL, 0);
+    char *d = piece(t, RB_CHAT_PIECE_USER, USER2, sys);
+    size_t n = strlen(a) + strlen(b) + strlen(reply) + strlen(c) + strlen(d) + 1;
     char *all = malloc(n);
-    if (all)
-        snprintf(all, n, "%s%s%s%s", first.ptr, REPLY1, end.ptr, second.ptr);
-    rb_chat_text_free(&first);
-    rb_chat_text_free(&end);
-    rb_chat_text_free(&second);
+    snprintf(all, n, "%s%s%s%s%s", a, b, reply, c, d);
+    free(a), free(b), free(c), free(d);
     return all;
+}
+
+/* The same conversation as messages, rendered whole. */
+static char *whole(rb_chat_template t, const char *system)
+{
+    rb_chat_message m[4] = {{"system", system ? system : ""}, {"user", USER1},
+                            {"assistant", REPLY1}, {"user", USER2}};
+    int has = system && *system;
+    size_t n = 0;
+    CHECK_EQ_INT(rb_chat_render(t, m + !has, 4 - !has, 1, NULL, 0, &n), RB_OK);
+    char *buf = malloc(n + 1);
+    CHECK_EQ_INT(rb_chat_render(t, m + !has, 4 - !has, 1, buf, n + 1, &n), RB_OK);
+    return buf;
 }
 
 static void check_transcript(rb_chat_template t, const char *system, const char *want)
 {
-    char *got = transcript(t, system);
+    /* mistral's reply starts with the space its model writes itself */
+    char *got = transcript(t, system, t == RB_CHAT_TEMPLATE_MISTRAL ? " " REPLY1 : REPLY1);
+    CHECK_STR_EQ(got, want);
+    free(got);
+    got = whole(t, system);
     CHECK_STR_EQ(got, want);
     free(got);
 }
@@ -78,6 +104,22 @@ static void test_transcripts(void)
         "<|user|>\nBye</s>\n<|assistant|>\n");
     check_transcript(RB_CHAT_TEMPLATE_PLAIN, SYSTEM,
         "You are terse.\n\nUser: Hi\nAssistant:Hello!\nUser: Bye\nAssistant:");
+    /* Gemma: no system role, its text opens the first user turn */
+    check_transcript(RB_CHAT_TEMPLATE_GEMMA, SYSTEM,
+        "<start_of_turn>user\nYou are terse.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+        "Hello!<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+    check_transcript(RB_CHAT_TEMPLATE_GEMMA, NULL,
+        "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+        "Hello!<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+    check_transcript(RB_CHAT_TEMPLATE_PHI3, SYSTEM,
+        "<|system|>\nYou are terse.<|end|>\n<|user|>\nHi<|end|>\n<|assistant|>\nHello!<|end|>\n"
+        "<|user|>\nBye<|end|>\n<|assistant|>\n");
+    check_transcript(RB_CHAT_TEMPLATE_MISTRAL, SYSTEM,
+        "[INST] You are terse.\n\nHi[/INST] Hello!</s>[INST] Bye[/INST]");
+    check_transcript(RB_CHAT_TEMPLATE_DEEPSEEK_R1, SYSTEM,
+        "You are terse.\n\n<\xef\xbd\x9cUser\xef\xbd\x9c>Hi<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+        "Hello!<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+        "<\xef\xbd\x9cUser\xef\xbd\x9c>Bye<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
     /* no system prompt: no system block at all */
     check_transcript(RB_CHAT_TEMPLATE_CHATML, "",
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
@@ -85,38 +127,112 @@ static void test_transcripts(void)
     check_transcript(RB_CHAT_TEMPLATE_PLAIN, NULL, "User: Hi\nAssistant:Hello!\nUser: Bye\nAssistant:");
 }
 
+/* llama.cpp's test conversation (tests/test-chat-template.cpp) and the
+ * text its built-in templates give for it (zephyr: TinyLlama's own
+ * template, whose turns end with </s>). */
+static void check_known(rb_chat_template t, const char *want)
+{
+    static const rb_chat_message conv[] = {
+        {"system", "You are a helpful assistant"}, {"user", "Hello"},
+        {"assistant", "Hi there"}, {"user", "Who are you"},
+        {"assistant", "   I am an assistant   "}, {"user", "Another question"}};
+    char buf[1024];
+    size_t n = 0;
+    CHECK_EQ_INT(rb_chat_render(t, conv, 6, 1, buf, sizeof buf, &n), RB_OK);
+    CHECK_EQ_INT(n, strlen(want));
+    CHECK_STR_EQ(buf, want);
+}
+
+static void test_known_renderings(void)
+{
+    check_known(RB_CHAT_TEMPLATE_CHATML,
+        "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHello<|im_end|>\n"
+        "<|im_start|>assistant\nHi there<|im_end|>\n<|im_start|>user\nWho are you<|im_end|>\n"
+        "<|im_start|>assistant\n   I am an assistant   <|im_end|>\n<|im_start|>user\n"
+        "Another question<|im_end|>\n<|im_start|>assistant\n");
+    check_known(RB_CHAT_TEMPLATE_LLAMA2, /* llama.cpp's llama2-sys-bos */
+        "[INST] <<SYS>>\nYou are a helpful assistant\n<</SYS>>\n\nHello [/INST]Hi there</s><s>"
+        "[INST] Who are you [/INST]   I am an assistant   </s><s>[INST] Another question [/INST]");
+    check_known(RB_CHAT_TEMPLATE_LLAMA3,
+        "<|start_header_id|>system<|end_header_id|>\n\nYou are a helpful assistant<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHello<|eot_id|><|start_header_id|>assistant"
+        "<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+        "Who are you<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nI am an assistant"
+        "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nAnother question<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    check_known(RB_CHAT_TEMPLATE_GEMMA,
+        "<start_of_turn>user\nYou are a helpful assistant\n\nHello<end_of_turn>\n"
+        "<start_of_turn>model\nHi there<end_of_turn>\n<start_of_turn>user\nWho are you"
+        "<end_of_turn>\n<start_of_turn>model\nI am an assistant<end_of_turn>\n"
+        "<start_of_turn>user\nAnother question<end_of_turn>\n<start_of_turn>model\n");
+    check_known(RB_CHAT_TEMPLATE_PHI3,
+        "<|system|>\nYou are a helpful assistant<|end|>\n<|user|>\nHello<|end|>\n<|assistant|>\n"
+        "Hi there<|end|>\n<|user|>\nWho are you<|end|>\n<|assistant|>\n   I am an assistant   "
+        "<|end|>\n<|user|>\nAnother question<|end|>\n<|assistant|>\n");
+    check_known(RB_CHAT_TEMPLATE_MISTRAL, /* llama.cpp's mistral-v3 */
+        "[INST] You are a helpful assistant\n\nHello[/INST] Hi there</s>[INST] Who are you[/INST]"
+        " I am an assistant</s>[INST] Another question[/INST]");
+    check_known(RB_CHAT_TEMPLATE_DEEPSEEK_R1, /* llama.cpp's deepseek3 */
+        "You are a helpful assistant\n\n<\xef\xbd\x9cUser\xef\xbd\x9c>Hello"
+        "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>Hi there"
+        "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+        "<\xef\xbd\x9cUser\xef\xbd\x9c>Who are you<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>"
+        "   I am an assistant   <\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
+        "<\xef\xbd\x9cUser\xef\xbd\x9c>Another question<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>");
+    check_known(RB_CHAT_TEMPLATE_ZEPHYR,
+        "<|system|>\nYou are a helpful assistant</s>\n<|user|>\nHello</s>\n<|assistant|>\n"
+        "Hi there</s>\n<|user|>\nWho are you</s>\n<|assistant|>\n   I am an assistant   </s>\n"
+        "<|user|>\nAnother question</s>\n<|assistant|>\n");
+}
+
 static void test_render_edges(void)
 {
-    rb_chat_text t = {0};
-    /* an empty system renders nothing, and leaves the buffer unallocated */
-    CHECK_EQ_INT(rb_chat_render_system(RB_CHAT_TEMPLATE_CHATML, "", &t), 0);
-    CHECK_EQ_INT(t.len, 0);
+    char buf[64];
+    size_t n = 99;
+    /* an empty system renders nothing */
+    CHECK_EQ_INT(rb_chat_render_piece(RB_CHAT_TEMPLATE_CHATML, RB_CHAT_PIECE_SYSTEM, "", 0, buf,
+                                      sizeof buf, &n), RB_OK);
+    CHECK_EQ_INT(n, 0);
+    CHECK_STR_EQ(buf, "");
     /* an empty message is still a turn */
-    CHECK_EQ_INT(rb_chat_render_user(RB_CHAT_TEMPLATE_CHATML, "", 1, 0, &t), 0);
-    CHECK_STR_EQ(t.ptr, "<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n");
-    /* clear keeps the memory and empties the text */
-    rb_chat_text_clear(&t);
-    CHECK_EQ_INT(t.len, 0);
-    CHECK_STR_EQ(t.ptr, "");
-    /* a long message grows the buffer past its first size */
+    char *t = piece(RB_CHAT_TEMPLATE_CHATML, RB_CHAT_PIECE_USER, "", RB_CHAT_FIRST_TURN);
+    CHECK_STR_EQ(t, "<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n");
+    free(t);
+    /* a small buffer gets a NUL-terminated prefix, the length is the whole */
+    CHECK_EQ_INT(rb_chat_render_piece(RB_CHAT_TEMPLATE_PLAIN, RB_CHAT_PIECE_USER, "abc", 0, buf,
+                                      5, &n), RB_OK);
+    CHECK_EQ_INT(n, strlen("User: abc\nAssistant:"));
+    CHECK_STR_EQ(buf, "User");
+    /* a long message */
     char big[3000];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = 0;
-    CHECK_EQ_INT(rb_chat_render_user(RB_CHAT_TEMPLATE_PLAIN, big, 1, 0, &t), 0);
-    CHECK_EQ_INT(t.len, strlen("User: ") + sizeof big - 1 + strlen("\nAssistant:"));
-    CHECK_EQ_INT(strlen(t.ptr), t.len);
-    /* out-of-range templates render nothing */
-    rb_chat_text_clear(&t);
-    CHECK_EQ_INT(rb_chat_render_user(RB_CHAT_TEMPLATE_COUNT, "x", 1, 0, &t), 0);
-    CHECK_EQ_INT(rb_chat_render_reply_end((rb_chat_template)-1, &t), 0);
-    CHECK_EQ_INT(t.len, 0);
-    rb_chat_text_free(&t);
-    CHECK(t.ptr == NULL);
+    t = piece(RB_CHAT_TEMPLATE_PLAIN, RB_CHAT_PIECE_USER, big, RB_CHAT_FIRST_TURN);
+    CHECK_EQ_INT(strlen(t), strlen("User: ") + sizeof big - 1 + strlen("\nAssistant:"));
+    free(t);
+    /* bad input */
+    CHECK_EQ_INT(rb_chat_render_piece(RB_CHAT_TEMPLATE_COUNT, RB_CHAT_PIECE_USER, "x", 0, buf,
+                                      sizeof buf, &n), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_chat_render_piece(RB_CHAT_TEMPLATE_CHATML, (rb_chat_piece)7, "x", 0, buf,
+                                      sizeof buf, &n), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_chat_render_piece(RB_CHAT_TEMPLATE_CHATML, RB_CHAT_PIECE_USER, "x", 0, NULL,
+                                      4, &n), RB_E_INVALID_ARG);
+    const rb_chat_message tool[] = {{"tool", "x"}}, null_content[] = {{"user", NULL}};
+    CHECK_EQ_INT(rb_chat_render(RB_CHAT_TEMPLATE_CHATML, tool, 1, 1, buf, sizeof buf, &n),
+                 RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_chat_render(RB_CHAT_TEMPLATE_CHATML, null_content, 1, 1, buf, sizeof buf, &n),
+                 RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_chat_render(RB_CHAT_TEMPLATE_CHATML, NULL, 0, 1, buf, sizeof buf, NULL),
+                 RB_E_INVALID_ARG);
+    /* no messages: just the generation prompt */
+    CHECK_EQ_INT(rb_chat_render(RB_CHAT_TEMPLATE_CHATML, NULL, 0, 1, buf, sizeof buf, &n), RB_OK);
+    CHECK_STR_EQ(buf, "<|im_start|>assistant\n");
 }
 
 static void test_names(void)
 {
-    const char *names[] = {"chatml", "llama3", "llama2", "zephyr", "plain"};
+    const char *names[] = {"chatml", "llama3", "llama2", "zephyr", "plain",
+                           "gemma", "phi3", "mistral", "deepseek-r1"};
     for (int i = 0; i < RB_CHAT_TEMPLATE_COUNT; i++) {
         CHECK_STR_EQ(rb_chat_template_name((rb_chat_template)i), names[i]);
         CHECK_EQ_INT(rb_chat_template_from_name(names[i]), i);
@@ -128,90 +244,181 @@ static void test_names(void)
     CHECK_STR_EQ(rb_chat_template_name(RB_CHAT_TEMPLATE_COUNT), "?");
     CHECK_STR_EQ(rb_chat_template_marker(RB_CHAT_TEMPLATE_CHATML), "<|im_start|>");
     CHECK_STR_EQ(rb_chat_template_marker(RB_CHAT_TEMPLATE_LLAMA3), "<|eot_id|>");
+    CHECK_STR_EQ(rb_chat_template_marker(RB_CHAT_TEMPLATE_GEMMA), "<start_of_turn>");
     CHECK(rb_chat_template_marker(RB_CHAT_TEMPLATE_PLAIN) == NULL);
-    /* only llama2's first turn continues the system block */
+    /* the families whose system block opens the first user turn */
     CHECK_STR_EQ(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_LLAMA2), "[INST] ");
+    CHECK_STR_EQ(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_MISTRAL), "[INST] ");
+    CHECK_STR_EQ(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_GEMMA), "<start_of_turn>user\n");
     CHECK(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_CHATML) == NULL);
     CHECK(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_PLAIN) == NULL);
     CHECK(rb_chat_template_first_user_skip(RB_CHAT_TEMPLATE_COUNT) == NULL);
     CHECK_STR_EQ(rb_chat_vocab_probe[RB_CHAT_VOCAB_IM_START], "<|im_start|>");
 }
 
-static rb_chat_template detect_jinja(const char *jinja)
+static rb_chat_template detect_jinja(const char *jinja, int *fallback)
 {
     rb_chat_template_hints h = {0};
     h.jinja = jinja;
     h.jinja_len = strlen(jinja);
     h.architecture = "llama";
-    return rb_chat_template_detect(&h, NULL);
+    return rb_chat_template_detect(&h, NULL, fallback);
 }
 
 static void test_detect(void)
 {
+    int fb = -1;
     /* 1. the Jinja text, abridged from the families' own templates */
     CHECK_EQ_INT(detect_jinja("{% for message in messages %}{{'<|im_start|>' + message['role'] "
-                              "+ '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"),
-                 RB_CHAT_TEMPLATE_CHATML);
+                              "+ '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}",
+                              &fb), RB_CHAT_TEMPLATE_CHATML);
+    CHECK_EQ_INT(fb, 0);
     CHECK_EQ_INT(detect_jinja("{% set content = '<|start_header_id|>' + message['role'] + "
                               "'<|end_header_id|>\\n\\n' + message['content'] | trim + "
-                              "'<|eot_id|>' %}"), RB_CHAT_TEMPLATE_LLAMA3);
-    CHECK_EQ_INT(detect_jinja("{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"),
-                 RB_CHAT_TEMPLATE_LLAMA2);
+                              "'<|eot_id|>' %}", NULL), RB_CHAT_TEMPLATE_LLAMA3);
+    CHECK_EQ_INT(detect_jinja("{{ bos_token + '[INST] <<SYS>>\\n' + content.strip() + ' [/INST]' }}",
+                              NULL), RB_CHAT_TEMPLATE_LLAMA2);
+    CHECK_EQ_INT(detect_jinja("{{ bos_token + '[INST] ' + content + '[/INST]' }}", NULL),
+                 RB_CHAT_TEMPLATE_MISTRAL);
     CHECK_EQ_INT(detect_jinja("{% if message['role'] == 'user' %}{{ '<|user|>\\n' + "
-                              "message['content'] + eos_token }}{% endif %}{{ '<|assistant|>' }}"),
-                 RB_CHAT_TEMPLATE_ZEPHYR);
-    /* Phi-3 shares zephyr's role tags but ends turns with <|end|>: not zephyr */
+                              "message['content'] + eos_token }}{% endif %}{{ '<|assistant|>' }}",
+                              NULL), RB_CHAT_TEMPLATE_ZEPHYR);
+    /* Phi-3 shares zephyr's role tags but ends turns with <|end|> */
     CHECK_EQ_INT(detect_jinja("{{'<|user|>' + '\\n' + message['content'] + '<|end|>'}}"
-                              "{{ '<|assistant|>\\n' }}"), RB_CHAT_TEMPLATE_PLAIN);
-    CHECK_EQ_INT(detect_jinja("{{ messages }}"), RB_CHAT_TEMPLATE_PLAIN);
+                              "{{ '<|assistant|>\\n' }}", NULL), RB_CHAT_TEMPLATE_PHI3);
+    CHECK_EQ_INT(detect_jinja("{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim "
+                              "+ '<end_of_turn>\\n' }}", NULL), RB_CHAT_TEMPLATE_GEMMA);
+    CHECK_EQ_INT(detect_jinja("{{'<\xef\xbd\x9cUser\xef\xbd\x9c>' + message['content']}}"
+                              "{{'<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>'}}", NULL),
+                 RB_CHAT_TEMPLATE_DEEPSEEK_R1);
+    CHECK_EQ_INT(detect_jinja("{{ messages }}", &fb), RB_CHAT_TEMPLATE_PLAIN);
+    CHECK_EQ_INT(fb, 1);
     /* the text beats the architecture and the vocabulary */
     {
         rb_chat_template_hints h = {0};
         const char *j = "<|start_header_id|>";
         h.jinja = j, h.jinja_len = strlen(j), h.architecture = "qwen3";
         h.vocab_specials = 1u << RB_CHAT_VOCAB_IM_START;
-        CHECK_EQ_INT(rb_chat_template_detect(&h, NULL), RB_CHAT_TEMPLATE_LLAMA3);
+        CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_LLAMA3);
     }
     /* jinja_len bounds the search: a marker beyond it is not seen */
     {
         rb_chat_template_hints h = {0};
         h.jinja = "abc<|im_start|>", h.jinja_len = 3;
-        CHECK_EQ_INT(rb_chat_template_detect(&h, NULL), RB_CHAT_TEMPLATE_PLAIN);
+        CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_PLAIN);
     }
     const char *why = NULL;
     rb_chat_template_hints h = {0};
     /* 2. the vocabulary */
     h.architecture = "llama";
     h.vocab_specials = 1u << RB_CHAT_VOCAB_IM_START; /* SmolLM2: a llama with chatml */
-    CHECK_EQ_INT(rb_chat_template_detect(&h, &why), RB_CHAT_TEMPLATE_CHATML);
+    CHECK_EQ_INT(rb_chat_template_detect(&h, &why, NULL), RB_CHAT_TEMPLATE_CHATML);
     CHECK_CONTAINS(why, "<|im_start|>");
     h.vocab_specials = (1u << RB_CHAT_VOCAB_EOT_ID) | (1u << RB_CHAT_VOCAB_START_HEADER);
-    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL), RB_CHAT_TEMPLATE_LLAMA3);
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_LLAMA3);
+    h.vocab_specials = 1u << RB_CHAT_VOCAB_START_OF_TURN;
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_GEMMA);
     h.vocab_specials = 1u << RB_CHAT_VOCAB_EOT_ID; /* <|eot_id|> alone is not Llama 3 */
-    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL), RB_CHAT_TEMPLATE_PLAIN);
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_PLAIN);
     /* 3. the architecture */
     h.vocab_specials = 0;
     const char *qwens[] = {"qwen2", "qwen2moe", "qwen3", "qwen3moe"};
     for (size_t i = 0; i < sizeof qwens / sizeof qwens[0]; i++) {
         h.architecture = qwens[i];
-        CHECK_EQ_INT(rb_chat_template_detect(&h, &why), RB_CHAT_TEMPLATE_CHATML);
+        CHECK_EQ_INT(rb_chat_template_detect(&h, &why, NULL), RB_CHAT_TEMPLATE_CHATML);
     }
     CHECK_CONTAINS(why, "Qwen");
+    h.architecture = "gemma3";
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_GEMMA);
+    h.architecture = "phi3";
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_PHI3);
     /* 4. the name */
     h.architecture = "llama";
     h.model_name = "TinyLlama-1.1B-Chat-v1.0";
-    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL), RB_CHAT_TEMPLATE_ZEPHYR);
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_ZEPHYR);
     h.model_name = "LLaMA v2 7B";
-    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL), RB_CHAT_TEMPLATE_PLAIN);
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_PLAIN);
     h.model_name = "Llama-2-7b-chat-hf";
-    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL), RB_CHAT_TEMPLATE_LLAMA2);
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_LLAMA2);
     h.model_name = "Llama-2-7b-hf"; /* the base model has no chat format */
-    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL), RB_CHAT_TEMPLATE_PLAIN);
-    /* 5. nothing known */
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_PLAIN);
+    h.model_name = "Mistral-7B-Instruct-v0.3";
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_MISTRAL);
+    h.model_name = "DeepSeek-R1-Distill-Qwen-1.5B";
+    CHECK_EQ_INT(rb_chat_template_detect(&h, NULL, NULL), RB_CHAT_TEMPLATE_DEEPSEEK_R1);
+    /* 5. nothing known: the fallback says so, and why */
     h.model_name = "";
-    CHECK_EQ_INT(rb_chat_template_detect(&h, &why), RB_CHAT_TEMPLATE_PLAIN);
-    CHECK(why != NULL && *why);
-    CHECK_EQ_INT(rb_chat_template_detect(NULL, NULL), RB_CHAT_TEMPLATE_PLAIN);
+    CHECK_EQ_INT(rb_chat_template_detect(&h, &why, &fb), RB_CHAT_TEMPLATE_PLAIN);
+    CHECK_EQ_INT(fb, 1);
+    CHECK_CONTAINS(why, "no tokenizer.chat_template");
+    CHECK_CONTAINS(why, "fallback plain");
+    h.jinja = "{{ x }}", h.jinja_len = 7;
+    CHECK_EQ_INT(rb_chat_template_detect(&h, &why, &fb), RB_CHAT_TEMPLATE_PLAIN);
+    CHECK_CONTAINS(why, "tokenizer.chat_template not recognised");
+    CHECK_EQ_INT(rb_chat_template_detect(NULL, NULL, NULL), RB_CHAT_TEMPLATE_PLAIN);
+}
+
+/* rb_chat_template_choose by name, by text, and on models without text. */
+static void test_choose(void)
+{
+    rb_chat_template_info info;
+    CHECK_EQ_INT(rb_chat_template_choose(NULL, NULL, &info), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_chat_template_choose(NULL, "gemma", NULL), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_chat_template_choose(NULL, "gemma", &info), RB_OK);
+    CHECK_EQ_INT(info.tmpl, RB_CHAT_TEMPLATE_GEMMA);
+    CHECK_STR_EQ(info.name, "gemma");
+    CHECK_EQ_INT(info.is_fallback, 0);
+    CHECK_EQ_INT(info.marker_token, -1);
+    /* template text given by the caller */
+    CHECK_EQ_INT(rb_chat_template_choose(NULL, "{{ '<|im_start|>' }}", &info), RB_OK);
+    CHECK_EQ_INT(info.tmpl, RB_CHAT_TEMPLATE_CHATML);
+    CHECK_EQ_INT(info.has_text, 1);
+    /* an unknown text: the plain fallback, with the text's first line */
+    CHECK_EQ_INT(rb_chat_template_choose(NULL, "{%- set x = 1 -%}\n{{ messages }}", &info), RB_OK);
+    CHECK_EQ_INT(info.tmpl, RB_CHAT_TEMPLATE_PLAIN);
+    CHECK_EQ_INT(info.is_fallback, 1);
+    CHECK_STR_EQ(info.first_line, "{%- set x = 1 -%}");
+    CHECK_CONTAINS(info.reason, "not recognised");
+    char longline[300];
+    memset(longline, 'a', sizeof longline - 1);
+    longline[sizeof longline - 1] = 0;
+    CHECK_EQ_INT(rb_chat_template_choose(NULL, longline, &info), RB_OK);
+    CHECK_EQ_INT(strlen(info.first_line), RB_CHAT_FIRST_LINE_MAX - 1);
+    CHECK(strstr(info.first_line, "...") != NULL);
+
+    /* a model without template text: the tiny llama falls back (and says
+       why); a gemma3 one is a Gemma by its architecture */
+    const char *path = REBOUND_TEST_TMP "/test_chat_choose.gguf";
+    const char *shapes[] = {"tiny", "gemma3-270m"};
+    for (int k = 0; k < 2; k++) {
+        rb_synth_shape s = *rb_synth_shape_find(shapes[k]);
+        s.name = "custom";
+        s.n_embd = 64, s.n_layers = 1, s.n_head = 2, s.n_head_kv = 1, s.head_dim = 32;
+        s.n_ff = 64, s.n_vocab = 300, s.n_ctx = 64;
+        rb_synth_params sp = {s, rb_file_kind_find("f32"), 1, 1};
+        rb_error err;
+        CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
+        rb_model *m = NULL;
+        CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+        if (!m)
+            continue;
+        CHECK_EQ_INT(rb_chat_template_choose(m, NULL, &info), RB_OK);
+        if (k == 0) {
+            CHECK_EQ_INT(info.tmpl, RB_CHAT_TEMPLATE_PLAIN);
+            CHECK_EQ_INT(info.is_fallback, 1);
+            CHECK_EQ_INT(info.has_text, 0);
+            CHECK_CONTAINS(info.reason, "no tokenizer.chat_template");
+        } else {
+            CHECK_EQ_INT(info.tmpl, RB_CHAT_TEMPLATE_GEMMA);
+            CHECK_CONTAINS(info.reason, "Gemma");
+            CHECK_EQ_INT(info.marker_token, -1); /* the synthetic vocab lacks it */
+        }
+        /* "</s>" is the synthetic SPM vocabulary's EOS, one special token */
+        CHECK_EQ_INT(rb_chat_template_choose(m, "llama2", &info), RB_OK);
+        CHECK_EQ_INT(info.marker_token, 2);
+        rb_model_close(m);
+    }
+    remove(path);
 }
 
 /* Jinja text of llama3's kind, padded to a length that keeps the patched
@@ -303,8 +510,21 @@ static void test_model_meta(void)
     CHECK_EQ_INT(rb_model_get_info(m, &mi), RB_OK);
     rb_chat_template_hints h = {text, len, mi.architecture, mi.name, 0};
     const char *why = NULL;
-    CHECK_EQ_INT(rb_chat_template_detect(&h, &why), RB_CHAT_TEMPLATE_LLAMA3);
+    CHECK_EQ_INT(rb_chat_template_detect(&h, &why, NULL), RB_CHAT_TEMPLATE_LLAMA3);
     CHECK_CONTAINS(why, "tokenizer.chat_template");
+    /* the library's choice reads the same text from the file */
+    rb_chat_template_info info;
+    CHECK_EQ_INT(rb_chat_template_choose(m, NULL, &info), RB_OK);
+    CHECK_EQ_INT(info.tmpl, RB_CHAT_TEMPLATE_LLAMA3);
+    CHECK_EQ_INT(info.is_fallback, 0);
+    CHECK_EQ_INT(info.has_text, 1);
+    CHECK_STR_EQ(info.first_line, "");
+    const rb_chat_message msgs[] = {{"user", " Hi "}};
+    char out[256];
+    size_t n = 0;
+    CHECK_EQ_INT(rb_chat_apply_template(m, NULL, msgs, 1, 1, out, sizeof out, &n), RB_OK);
+    CHECK_STR_EQ(out, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n");
     /* the patched file still runs: its tensors were found where they were */
     rb_session *s = NULL;
     CHECK_EQ_INT(rb_session_create(m, NULL, &s, &err), RB_OK);
@@ -319,9 +539,11 @@ static void test_model_meta(void)
 int main(void)
 {
     test_transcripts();
+    test_known_renderings();
     test_render_edges();
     test_names();
     test_detect();
+    test_choose();
     test_model_meta();
     return check_report();
 }
