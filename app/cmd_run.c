@@ -217,8 +217,12 @@ int rb_cmd_run(int argc, char **argv)
         rb_cli_fail("run", rb_session_errmsg(s), NULL);
         goto done;
     }
+    /* a resumed session's text goes on: no BOS in the middle of it, and the
+       first new piece keeps its leading space */
+    const int continues = rb_session_n_tokens(s) > 0;
     if (rb_sampler_create(&sp, rb_session_n_vocab(s), &sampler, &err) != RB_OK ||
-        rb_detokenizer_create(model, &detok, &err) != RB_OK) {
+        rb_detokenizer_create_flags(model, continues ? RB_DETOKENIZER_CONTINUATION : 0, &detok,
+                                    &err) != RB_OK) {
         rb_cli_fail("run", err.message, NULL);
         goto done;
     }
@@ -247,12 +251,30 @@ int rb_cmd_run(int argc, char **argv)
     } else {
         size_t len = strlen(prompt), cap = len + 8;
         tokens = malloc(cap * sizeof *tokens);
-        if (!tokens || rb_model_tokenize(model, prompt, len, 1, 1, tokens, cap, &n_prompt) != RB_OK) {
+        if (!tokens || rb_model_tokenize(model, prompt, len, !continues, 1, tokens, cap,
+                                         &n_prompt) != RB_OK) {
             rb_cli_fail("run", rb_model_errmsg(model), NULL);
             goto done;
         }
     }
-    if (n_prompt == 0) {
+    int32_t *fed = tokens;
+    size_t n_fed = n_prompt;
+    if (n_prompt == 0 && continues) {
+        /* nothing new to say: the session's last token is fed again (after
+           a rewind by one) for the logits that continue it */
+        size_t n = rb_session_n_tokens(s);
+        fed = tokens = realloc(tokens, sizeof *tokens);
+        if (!tokens) {
+            rb_cli_fail("run", "out of memory", NULL);
+            goto done;
+        }
+        tokens[0] = rb_session_tokens(s)[n - 1];
+        n_fed = 1;
+        if (rb_session_rewind(s, n - 1) != RB_OK) {
+            rb_cli_fail("run", rb_session_errmsg(s), NULL);
+            goto done;
+        }
+    } else if (n_prompt == 0) {
         rb_cli_fail("run", "the prompt has no tokens", NULL);
         goto done;
     }
@@ -265,7 +287,7 @@ int rb_cmd_run(int argc, char **argv)
         goto done;
     }
     if (dump_path) {
-        dump = malloc(n_prompt * rb_session_n_vocab(s) * sizeof *dump);
+        dump = malloc(n_fed * rb_session_n_vocab(s) * sizeof *dump);
         if (!dump) {
             rb_cli_fail("run", "out of memory for --dump-logits", NULL);
             goto done;
@@ -273,7 +295,7 @@ int rb_cmd_run(int argc, char **argv)
     }
     emit(detok, piece, tokens, n_prompt);
     double t_pp0 = rb_cli_now_s();
-    if (rb_session_feed(s, tokens, n_prompt, dump) != RB_OK) {
+    if (rb_session_feed(s, fed, n_fed, dump) != RB_OK) {
         rb_cli_fail("run", rb_session_errmsg(s), NULL);
         goto done;
     }
@@ -301,7 +323,9 @@ int rb_cmd_run(int argc, char **argv)
         }
         emit(detok, piece, &next, 1);
         n_gen++;
-        if (n_gen == n_predict)
+        /* the last token is fed only when a session keeps it (a later
+           run continues after it) */
+        if (n_gen == n_predict && !session_path)
             break;
         if (rb_session_feed(s, &next, 1, NULL) != RB_OK) {
             rb_cli_fail("run", rb_session_errmsg(s), NULL);
@@ -321,7 +345,7 @@ int rb_cmd_run(int argc, char **argv)
     }
     if (dump_path) {
         FILE *f = fopen(dump_path, "wb");
-        size_t n = n_prompt * rb_session_n_vocab(s);
+        size_t n = n_fed * rb_session_n_vocab(s);
         if (!f || fwrite(dump, sizeof *dump, n, f) != n || fclose(f) != 0) {
             char msg[600];
             snprintf(msg, sizeof msg, "cannot write '%s': %s", dump_path, strerror(errno));

@@ -565,15 +565,36 @@ RB_API int32_t rb_model_token_eos(rb_model *model);
 RB_API int rb_model_token_is_eog(rb_model *model, int32_t token);
 
 /*
+ * The bytes of one token (llama.cpp's llama_token_to_piece with lstrip 0):
+ * SentencePiece's U+2581 as a space, a byte token as its byte, a GPT-2
+ * piece mapped back to bytes; a control or unknown token as its text when
+ * special, else as "". A piece may be part of a UTF-8 character (or hold a
+ * NUL byte): *out_len is its length. Writes at most size bytes with a NUL
+ * after the piece when it fits (buf may be NULL with size 0 to ask).
+ * Errors: RB_E_INVALID_ARG (token out of range, out_len NULL), the
+ * tokenizer's load errors (message on the model).
+ */
+RB_API rb_status rb_model_token_to_piece(rb_model *model, int32_t token, int special, char *buf,
+                                         size_t size, size_t *out_len);
+
+/*
  * Streaming detokenizer: turns tokens into text one at a time and emits
  * only complete UTF-8 characters (a character split across tokens comes out
- * whole with the token that completes it). Special tokens are not rendered;
- * the leading space of a SentencePiece prompt's first word is dropped, so
- * prompt + continuation print as llama.cpp prints them.
+ * whole with the token that completes it). Special tokens are not rendered.
+ * The space a SentencePiece vocabulary with add_space_prefix puts before a
+ * text's first word is dropped from the first piece, so prompt +
+ * continuation print as llama.cpp prints them; a text that continues
+ * earlier text (a resumed session) keeps it: RB_DETOKENIZER_CONTINUATION.
  */
 typedef struct rb_detokenizer rb_detokenizer;
 
+#define RB_DETOKENIZER_CONTINUATION 1u /* keep the first piece's leading space */
+
 RB_API rb_status rb_detokenizer_create(rb_model *model, rb_detokenizer **out, rb_error *err);
+/* The same with RB_DETOKENIZER_* flags (0: as rb_detokenizer_create).
+ * RB_E_INVALID_ARG for an unknown flag. */
+RB_API rb_status rb_detokenizer_create_flags(rb_model *model, unsigned flags,
+                                             rb_detokenizer **out, rb_error *err);
 RB_API void rb_detokenizer_destroy(rb_detokenizer *d);
 /* The most bytes one push or flush can write (the longest piece plus an
  * unfinished character): size out buffers with it. */

@@ -24,8 +24,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "convert.h"
 #include "gguf.h"
 #include "gguf_write.h"
+#include "rebound.h"
+#include "synth.h"
 #include "tokenizer.h"
 #include "unicode_tables.h"
 #include "vocab_synth.h"
@@ -931,8 +934,86 @@ static void test_timing_large_vocab(void)
     rb_vocab_synth_free(&s);
 }
 
+/* The public piece and detokenizer functions on synthetic models: the
+ * first piece's space dropped for an add_space_prefix vocabulary, kept for
+ * a continuation and for a vocabulary without the prefix (gemma3's). */
+static char *detok_all(rb_model *m, unsigned flags, const int32_t *ids, size_t n)
+{
+    rb_detokenizer *d = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_detokenizer_create_flags(m, flags, &d, &err), RB_OK);
+    if (!d)
+        return NULL;
+    size_t cap = rb_detokenizer_max_bytes(d), w = 0;
+    char *out = malloc(n * cap + cap + 1);
+    for (size_t i = 0; i < n; i++)
+        w += rb_detokenizer_push(d, ids[i], out + w, cap);
+    w += rb_detokenizer_flush(d, out + w, cap);
+    out[w] = 0;
+    rb_detokenizer_destroy(d);
+    return out;
+}
+
+static void test_public_pieces(void)
+{
+    const char *shapes[] = {"tiny", "gemma3-270m"};
+    for (int k = 0; k < 2; k++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/tok_public_%d.gguf", REBOUND_TEST_TMP, k);
+        rb_synth_shape sh = *rb_synth_shape_find(shapes[k]);
+        sh.name = "custom";
+        sh.n_embd = 64, sh.n_layers = 1, sh.n_head = 2, sh.n_head_kv = 1, sh.head_dim = 32;
+        sh.n_ff = 64, sh.n_vocab = 400, sh.n_ctx = 64;
+        rb_synth_params sp = {sh, rb_file_kind_find("f32"), 1, 1};
+        rb_error err;
+        CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
+        rb_model *m = NULL;
+        CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+        if (!m)
+            continue;
+        int32_t ids[64];
+        size_t n = 0;
+        const char *text = k == 0 ? "Hello world" : " Hello world";
+        CHECK_EQ_INT(rb_model_tokenize(m, text, strlen(text), 1, 0, ids, 64, &n), RB_OK);
+        CHECK(n >= 2 && ids[0] == rb_model_token_bos(m));
+        /* pieces: BOS is "" unless special; the rest joins to the text
+           with the space prefix's (or the user's) space */
+        char buf[64], all[256] = "";
+        size_t len = 0;
+        CHECK_EQ_INT(rb_model_token_to_piece(m, ids[0], 0, buf, sizeof buf, &len), RB_OK);
+        CHECK_EQ_INT(len, 0);
+        CHECK_EQ_INT(rb_model_token_to_piece(m, ids[0], 1, buf, sizeof buf, &len), RB_OK);
+        CHECK_STR_EQ(buf, "<s>");
+        CHECK_EQ_INT(rb_model_token_to_piece(m, ids[0], 1, NULL, 0, &len), RB_OK);
+        CHECK_EQ_INT(len, 3);
+        CHECK_EQ_INT(rb_model_token_to_piece(m, ids[0], 1, buf, 2, &len), RB_OK);
+        CHECK_STR_EQ(buf, "<");
+        for (size_t i = 1; i < n; i++) {
+            CHECK_EQ_INT(rb_model_token_to_piece(m, ids[i], 0, buf, sizeof buf, &len), RB_OK);
+            strncat(all, buf, sizeof all - strlen(all) - 1);
+        }
+        CHECK_STR_EQ(all, " Hello world");
+        CHECK_EQ_INT(rb_model_token_to_piece(m, 400, 0, buf, sizeof buf, &len), RB_E_INVALID_ARG);
+        CHECK_EQ_INT(rb_model_token_to_piece(m, -1, 0, buf, sizeof buf, &len), RB_E_INVALID_ARG);
+        /* the detokenizer: a text's first space is the prefix's (dropped)
+           only with add_space_prefix; a continuation keeps it */
+        char *d0 = detok_all(m, 0, ids, n), *d1 = detok_all(m, RB_DETOKENIZER_CONTINUATION, ids, n);
+        CHECK_STR_EQ(d0, k == 0 ? "Hello world" : " Hello world");
+        CHECK_STR_EQ(d1, " Hello world");
+        free(d0);
+        free(d1);
+        rb_detokenizer *d = NULL;
+        CHECK_EQ_INT(rb_detokenizer_create_flags(m, 8, &d, &err), RB_E_INVALID_ARG);
+        CHECK(d == NULL);
+        rb_model_close(m);
+        remove(path);
+    }
+}
+
 int main(void)
 {
+    printf("public pieces and detokenizer\n");
+    test_public_pieces();
     printf("splits\n");
     test_splits();
     printf("synthetic vocabularies\n");

@@ -6,6 +6,7 @@
  * owned by the model (model.c frees it), so models that are only inspected
  * (`rebound info`) never pay for a 150k-token vocabulary.
  */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,9 +50,58 @@ int rb_model_token_is_eog(rb_model *model, int32_t token)
     return rb_model_tokenizer(model, &t) == RB_OK && rb_tokenizer_is_eog(t, token);
 }
 
-rb_status rb_detokenizer_create(rb_model *model, rb_detokenizer **out, rb_error *err)
+rb_status rb_model_token_to_piece(rb_model *model, int32_t token, int special, char *buf,
+                                  size_t size, size_t *out_len)
 {
     const rb_tokenizer *t = NULL;
+    if (!model || !out_len || (!buf && size))
+        return RB_E_INVALID_ARG;
+    rb_status st = rb_model_tokenizer(model, &t);
+    if (st != RB_OK)
+        return st;
+    if (!rb_tokenizer_is_valid(t, token))
+        return rb_error_set(rb_model_error(model), RB_E_INVALID_ARG,
+                            "token %" PRId32 " is outside the vocabulary of %" PRIu32, token,
+                            rb_tokenizer_n_vocab(t));
+    /* llama.cpp's special=false: control and unknown tokens are not text */
+    if (!special && (rb_tokenizer_attr(t, token) &
+                     (RB_TOKEN_ATTR_CONTROL | RB_TOKEN_ATTR_UNKNOWN))) {
+        *out_len = 0;
+        if (size)
+            buf[0] = 0;
+        return RB_OK;
+    }
+    int n = rb_tokenizer_piece(t, token, NULL, 0);
+    if (n < 0)
+        return RB_E_INVALID_ARG;
+    *out_len = (size_t)n;
+    if ((size_t)n < size) {
+        rb_tokenizer_piece(t, token, buf, size);
+        buf[n] = 0;
+    } else if (size) { /* a prefix, as snprintf */
+        char *tmp = malloc((size_t)n + 1);
+        if (!tmp)
+            return RB_E_NOMEM;
+        rb_tokenizer_piece(t, token, tmp, (size_t)n + 1);
+        memcpy(buf, tmp, size - 1);
+        buf[size - 1] = 0;
+        free(tmp);
+    }
+    return RB_OK;
+}
+
+rb_status rb_detokenizer_create(rb_model *model, rb_detokenizer **out, rb_error *err)
+{
+    return rb_detokenizer_create_flags(model, 0, out, err);
+}
+
+rb_status rb_detokenizer_create_flags(rb_model *model, unsigned flags_in, rb_detokenizer **out,
+                                      rb_error *err)
+{
+    const rb_tokenizer *t = NULL;
+    if (flags_in & ~RB_DETOKENIZER_CONTINUATION)
+        return rb_error_set(err, RB_E_INVALID_ARG, "detokenizer: unknown flags 0x%x",
+                            flags_in & ~RB_DETOKENIZER_CONTINUATION);
     rb_status st = rb_model_tokenizer(model, &t);
     if (st != RB_OK)
         return rb_error_set(err, st, "%s", rb_model_errmsg(model));
@@ -64,10 +114,12 @@ rb_status rb_detokenizer_create(rb_model *model, rb_detokenizer **out, rb_error 
         return rb_error_set(err, RB_E_NOMEM, "detokenizer: out of memory");
     }
     d->buf_size = n;
-    /* only SentencePiece adds a space before the first word; a GPT-2 BPE
-       prompt's leading space is the user's own */
+    /* only SentencePiece with add_space_prefix adds a space before the
+       first word; a GPT-2 BPE prompt's leading space is the user's own, and
+       so is a continuation's */
     int flags = RB_DECODE_REMOVE_SPECIAL;
-    if (rb_tokenizer_get_kind(t) == RB_TOKENIZER_SPM)
+    if (rb_tokenizer_get_kind(t) == RB_TOKENIZER_SPM && rb_tokenizer_adds_space_prefix(t) &&
+        !(flags_in & RB_DETOKENIZER_CONTINUATION))
         flags |= RB_DECODE_STRIP_LEADING_SPACE;
     rb_detok_init(&d->state, t, flags);
     *out = d;

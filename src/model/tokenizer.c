@@ -1461,6 +1461,7 @@ int32_t rb_tokenizer_unk(const rb_tokenizer *t) { return t->unk; }
 int32_t rb_tokenizer_nl(const rb_tokenizer *t) { return t->nl; }
 int rb_tokenizer_adds_bos(const rb_tokenizer *t) { return t->add_bos; }
 int rb_tokenizer_adds_eos(const rb_tokenizer *t) { return t->add_eos; }
+int rb_tokenizer_adds_space_prefix(const rb_tokenizer *t) { return t->add_space_prefix; }
 
 int rb_tokenizer_is_valid(const rb_tokenizer *t, int32_t id)
 {

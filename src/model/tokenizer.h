@@ -176,6 +176,8 @@ int32_t rb_tokenizer_unk(const rb_tokenizer *t);
 int32_t rb_tokenizer_nl(const rb_tokenizer *t); /* the newline token */
 int rb_tokenizer_adds_bos(const rb_tokenizer *t);
 int rb_tokenizer_adds_eos(const rb_tokenizer *t);
+/* tokenizer.ggml.add_space_prefix (SPM: a space before the first word). */
+int rb_tokenizer_adds_space_prefix(const rb_tokenizer *t);
 /* 1 when id is in the end-of-generation set (eos, eot, <|im_end|>, ...). */
 int rb_tokenizer_is_eog(const rb_tokenizer *t, int32_t id);
 /* 1 when 0 <= id < n_vocab. */

@@ -69,6 +69,12 @@ if [ -n "$MODELS" ] && [ -f "$MODELS/stories260K.gguf" ]; then
     check "stories260K greedy text equals llama.cpp's golden/stories260K/greedy.txt"
     run_ok st "$REBOUND" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 64 --temp 0
     cmp -s st.out "$MODELS/golden/stories260K/greedy.txt" || { diff st.out "$MODELS/golden/stories260K/greedy.txt" >&2 || true; fail "stories260K text differs"; }
+    check "a saved session continued with an empty prompt goes on as one run would (no BOS, the space kept)"
+    rm -f cont.rbs
+    run_ok c1 "$REBOUND" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 16 --temp 0 --session cont.rbs
+    run_ok c2 "$REBOUND" run -m "$MODELS/stories260K.gguf" -p "" -n 24 --temp 0 --session cont.rbs
+    run_ok c3 "$REBOUND" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 40 --temp 0
+    [ "$(cat c1.out c2.out)" = "$(cat c3.out)" ] || fail "continued '$(cat c1.out)' + '$(cat c2.out)', one run '$(cat c3.out)'"
     for q in F16 Q8_0 Q4_0 Q4_K_M; do
         check "parity-$q greedy text equals llama.cpp's"
         run_ok p$q "$REBOUND" run -m "$MODELS/parity-$q.gguf" -p "The robot walked into the old library" -n 8 --temp 0
