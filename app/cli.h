@@ -146,13 +146,14 @@ int rb_cli_usage_error(const char *cmd, const char *msg, const char *hint);
 
 /* The rows run and chat share, as initializers for a table:
  * RB_CLI_SESSION_OPTS(p): -c -b -t --device --spill-dir --mem-budget
- * --weights-budget --policy --restore --ram-codec into *p;
+ * --weights-budget --policy --restore --ram-codec -ctk -ctv into *p;
  * RB_CLI_SAMPLER_OPTS(sp, seed_given): --temp --top-k --top-p --min-p
  * --repeat-penalty --repeat-last-n -s/--seed into *sp;
  * RB_CLI_GPU_OPTS: llama.cpp's GPU and locking flags, accepted and
  * ignored with a note. */
 int rb_cli_opt_restore(void *dest, const char *v, char *why, size_t why_n);
 int rb_cli_opt_ram_codec(void *dest, const char *v, char *why, size_t why_n);
+int rb_cli_opt_kv_type(void *dest, const char *v, char *why, size_t why_n);
 int rb_cli_opt_device(void *dest, const char *v, char *why, size_t why_n);
 int rb_cli_opt_batch(void *dest, const char *v, char *why, size_t why_n);
 int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n);
@@ -178,6 +179,11 @@ int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n);
      0, 0, rb_cli_opt_restore, NULL},                                                         \
     {"--ram-codec", RB_OPT_CALL, "C", "the compressed RAM tier: lossless (default), q8, lz4, zstd", \
      &(p)->ram_codec, 0, 0, rb_cli_opt_ram_codec, NULL},                                      \
+    {"-ctk|--cache-type-k", RB_OPT_CALL, "T",                                                 \
+     "KV cache type of K: f16 (default), q8_0, q4_0 (llama.cpp's layout)", &(p)->kv_type_k,  \
+     0, 0, rb_cli_opt_kv_type, NULL},                                                         \
+    {"-ctv|--cache-type-v", RB_OPT_CALL, "T", "the same for V", &(p)->kv_type_v, 0, 0,        \
+     rb_cli_opt_kv_type, NULL},                                                               \
     {"--spill-dir", RB_OPT_STR, "DIR", "where evicted KV goes on storage (default $TMPDIR or /tmp)", \
      &(p)->spill_dir, 0, 0, NULL, NULL}
 #define RB_CLI_SAMPLER_OPTS(sp, seed_given)                                                   \

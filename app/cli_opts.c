@@ -78,6 +78,17 @@ int rb_cli_opt_restore(void *dest, const char *v, char *why, size_t why_n)
     return 0;
 }
 
+int rb_cli_opt_kv_type(void *dest, const char *v, char *why, size_t why_n)
+{
+    int r = rb_kv_type_from_name(v);
+    if (r < 0) {
+        snprintf(why, why_n, "f16, q8_0 or q4_0");
+        return -1;
+    }
+    *(rb_kv_type *)dest = (rb_kv_type)r;
+    return 0;
+}
+
 int rb_cli_opt_ram_codec(void *dest, const char *v, char *why, size_t why_n)
 {
     int r = rb_cli_parse_ram_codec(v);

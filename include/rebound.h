@@ -231,6 +231,20 @@ typedef enum rb_ram_codec {
 } rb_ram_codec;
 
 struct rb_experimental_params; /* rebound_experimental.h */
+/* The live KV cache's element type (rb_session_params.kv_type_k / _v):
+ * llama.cpp's --cache-type-k / -v, in its block layout and attention
+ * arithmetic. q8_0 holds a context in 34/64 of f16's bytes, q4_0 in 18/64;
+ * both need head dims that are multiples of 32. */
+typedef enum rb_kv_type {
+    RB_KV_F16 = 0,  /* the default */
+    RB_KV_Q8_0 = 1,
+    RB_KV_Q4_0 = 2
+} rb_kv_type;
+
+/* "f16", "q8_0", "q4_0"; "?" out of range. */
+RB_API const char *rb_kv_type_name(rb_kv_type t);
+/* The type of that name, or -1. */
+RB_API int rb_kv_type_from_name(const char *name);
 
 typedef struct rb_session_params {
     uint32_t n_ctx;     /* context length; 0: the model's trained context
@@ -264,6 +278,10 @@ typedef struct rb_session_params {
     unsigned file_flags;           /* RB_SAVE_* flags rb_session_open_saved
                                       binds the file with (FSYNC, ON_REQUEST,
                                       WAIT) */
+    /* the KV cache's types (default f16). A quantized cache's pages go to
+       the tiers as their bytes: the lossless RAM codec or storage (the q8
+       RAM codec re-quantizes f16 values: RB_E_INVALID_ARG with it) */
+    rb_kv_type kv_type_k, kv_type_v;
 } rb_session_params;
 
 RB_API rb_session_params rb_session_default_params(void);

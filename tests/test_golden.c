@@ -54,8 +54,8 @@ static size_t argmax(const float *x, size_t n)
 }
 
 /* max_tol: per-logit bound; mean_tol: mean |d| bound (0: not checked). */
-static void check_model(const char *model_file, const char *golden_dir, double max_tol,
-                        double mean_tol, uint32_t n_batch)
+static void check_model_kv(const char *model_file, const char *golden_dir, double max_tol,
+                           double mean_tol, uint32_t n_batch, rb_kv_type kv_type)
 {
     char path[512], tok_path[512], log_path[512];
     snprintf(path, sizeof path, "%s/%s", REBOUND_MODELS_DIR, model_file);
@@ -77,6 +77,7 @@ static void check_model(const char *model_file, const char *golden_dir, double m
     p.n_ctx = 512; /* as llama.cpp's run */
     p.n_batch = n_batch;
     p.n_threads = 2;
+    p.kv_type_k = p.kv_type_v = kv_type;
     rb_session *s = NULL;
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     if (!s) {
@@ -113,8 +114,9 @@ static void check_model(const char *model_file, const char *golden_dir, double m
         }
     }
     double mean_d = want ? sum_d / (double)(rows * V) : 0;
-    printf("%-26s batch %3u: %zu positions, max|d| %.2e (bound %.0e), mean|d| %.2e, greedy "
-           "disagreements %d\n", model_file, n_batch, rows, max_d, max_tol, mean_d, greedy_diff);
+    printf("%-26s kv %-4s batch %3u: %zu positions, max|d| %.2e (bound %.0e), mean|d| %.2e, "
+           "greedy disagreements %d\n", model_file, rb_kv_type_name(kv_type), n_batch, rows,
+           max_d, max_tol, mean_d, greedy_diff);
     CHECK(max_d <= max_tol);
     if (mean_tol > 0)
         CHECK(mean_d <= mean_tol);
@@ -124,6 +126,12 @@ static void check_model(const char *model_file, const char *golden_dir, double m
     free(tokens);
     rb_session_destroy(s);
     rb_model_close(m);
+}
+
+static void check_model(const char *model_file, const char *golden_dir, double max_tol,
+                        double mean_tol, uint32_t n_batch)
+{
+    check_model_kv(model_file, golden_dir, max_tol, mean_tol, n_batch, RB_KV_F16);
 }
 
 int main(void)
@@ -153,6 +161,11 @@ int main(void)
         /* 144 positions across a 32-position sliding window (5 of its 6
            layers), the global layer's and the local layers' rope bases */
         check_model("parity-gemma3-Q8_0.gguf", "parity-gemma3", 1e-5, 1e-6, batches[b]);
+        /* llama.cpp's quantized KV caches (-ctk/-ctv q8_0, q4_0): 71 positions */
+        check_model_kv("parity-Q8_0.gguf", "parity/Q8_0-kv-q8_0", 1e-5, 1e-6, batches[b],
+                       RB_KV_Q8_0);
+        check_model_kv("parity-Q8_0.gguf", "parity/Q8_0-kv-q4_0", 1e-5, 1e-6, batches[b],
+                       RB_KV_Q4_0);
     }
     return check_report();
 }

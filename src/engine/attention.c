@@ -67,3 +67,68 @@ void rb_attn_scale_f16(rb_f16 *acc, float s, int n)
     for (; i < n; i++)
         acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * s);
 }
+
+/*
+ * Quantized K (llama.cpp's --cache-type-k q8_0 / q4_0): the score is its
+ * vec_dot of the K row with the query quantized to q8_0, in the order of
+ * its AVX2 kernel, which this scalar code reproduces exactly: per block of
+ * 32, eight lanes each hold the integer sum of 4 consecutive products
+ * (exact in float), multiplied by d_k * d_q (one float product) and added
+ * to the lane's accumulator with one fma; then the lanes are summed as
+ * hsum_float_8 does, (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)).
+ */
+static float kv_hsum8(const float a[8])
+{
+    const float r0 = a[4] + a[0], r1 = a[5] + a[1], r2 = a[6] + a[2], r3 = a[7] + a[3];
+    return (r0 + r2) + (r1 + r3);
+}
+
+float rb_attn_dot_q8_0(const void *k_row, const void *q_row, int n)
+{
+    const rb_block_q8_0 *x = k_row, *y = q_row;
+    float acc[8] = {0};
+    for (int b = 0; b < n / RB_QK8_0; b++) {
+        const float d = rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d);
+        for (int l = 0; l < 8; l++) {
+            int sum = 0;
+            for (int i = 4 * l; i < 4 * l + 4; i++)
+                sum += x[b].qs[i] * y[b].qs[i];
+            acc[l] = fmaf(d, (float)sum, acc[l]);
+        }
+    }
+    return kv_hsum8(acc);
+}
+
+float rb_attn_dot_q4_0(const void *k_row, const void *q_row, int n)
+{
+    const rb_block_q4_0 *x = k_row;
+    const rb_block_q8_0 *y = q_row;
+    float acc[8] = {0};
+    for (int b = 0; b < n / RB_QK4_0; b++) {
+        const float d = rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d);
+        for (int l = 0; l < 8; l++) {
+            int sum = 0;
+            for (int i = 4 * l; i < 4 * l + 4; i++) {
+                /* values 0..15 are the low nibbles, 16..31 the high ones */
+                int q = i < 16 ? x[b].qs[i] & 0x0f : x[b].qs[i - 16] >> 4;
+                sum += (q - 8) * y[b].qs[i];
+            }
+            acc[l] = fmaf(d, (float)sum, acc[l]);
+        }
+    }
+    return kv_hsum8(acc);
+}
+
+/* V quantized: ggml accumulates in f32, acc[i] = fma(v[i], s, acc[i]) and
+ * acc[i] * ms (ggml_vec_mad_f32 / ggml_vec_scale_f32). */
+void rb_attn_mad_f32(float *acc, const float *v, float s, int n)
+{
+    for (int i = 0; i < n; i++)
+        acc[i] = fmaf(v[i], s, acc[i]);
+}
+
+void rb_attn_scale_f32(float *acc, float s, int n)
+{
+    for (int i = 0; i < n; i++)
+        acc[i] *= s;
+}

@@ -417,6 +417,71 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
     }
 }
 
+/* A quantized K or V (llama.cpp's flash attention with such a cache), one
+ * query at a time: q quantized to q8_0 for a quantized K (else rounded to
+ * f16), each V row dequantized and summed in f32 (an f16 V in the f16
+ * accumulator), online softmax over the window as attend() does. */
+static void attend_quant(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t t0,
+                         uint32_t t1)
+{
+    rb_forward *f = j->f;
+    const rb_kvcache *kv = j->kv;
+    const uint32_t hd = f->hp.head_dim_k, group = f->hp.n_head / f->hp.n_head_kv;
+    const uint32_t window = f->layers[j->layer].window;
+    const int k_f16 = kv->type_k == RB_TYPE_F16, v_f16 = kv->type_v == RB_TYPE_F16;
+    rb_f16 qh[1024], acc16[1024];
+    rb_block_q8_0 qq[1024 / RB_QK8_0];
+    float acc[1024], vrow[1024];
+    const rb_dequantize_row_fn v_to_float = rb_type_get_traits(kv->type_v)->dequantize_row;
+    for (uint32_t t = t0; t < t1; t++)
+        for (uint32_t g = g0; g < g1; g++) {
+            const uint32_t h = kvh * group + g, last = j->pos0 + t;
+            const uint32_t first = window && last >= window ? last - window + 1 : 0;
+            const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
+            float *out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
+            if (k_f16)
+                for (uint32_t i = 0; i < hd; i++)
+                    qh[i] = rb_fp32_to_fp16(q[i]);
+            else
+                rb_matmul_quantize_act(RB_TYPE_Q8_0, q, qq, hd);
+            if (v_f16)
+                memset(acc16, 0, hd * sizeof *acc16);
+            else
+                memset(acc, 0, hd * sizeof *acc);
+            float m = -INFINITY, sum = 0.0f;
+            for (uint32_t p = first; p <= last; p++) {
+                const void *krow = rb_kvcache_k_row(kv, j->layer, kvh, p);
+                float s = k_f16 ? rb_attn_dot_f16(qh, krow, (int)hd)
+                          : kv->type_k == RB_TYPE_Q8_0 ? rb_attn_dot_q8_0(krow, qq, (int)hd)
+                                                       : rb_attn_dot_q4_0(krow, qq, (int)hd);
+                s *= f->kq_scale;
+                float ms = 1.0f, vs = 1.0f;
+                const void *vr = rb_kvcache_v_row(kv, j->layer, kvh, p);
+                if (s > m) {
+                    const float m_old = m;
+                    m = s;
+                    ms = expf(m_old - m);
+                    if (v_f16)
+                        rb_attn_scale_f16(acc16, ms, (int)hd);
+                    else
+                        rb_attn_scale_f32(acc, ms, (int)hd);
+                } else {
+                    vs = expf(s - m);
+                }
+                if (v_f16) {
+                    rb_attn_mad_f16(acc16, vr, vs, (int)hd);
+                } else {
+                    v_to_float(vr, vrow, hd);
+                    rb_attn_mad_f32(acc, vrow, vs, (int)hd);
+                }
+                sum = fmaf(sum, ms, vs);
+            }
+            const float inv = 1.0f / sum;
+            for (uint32_t i = 0; i < hd; i++)
+                out[i] = (v_f16 ? rb_fp16_to_fp32(acc16[i]) : acc[i]) * inv;
+        }
+}
+
 static void attn_worker(void *ctx, int ith, int nth)
 {
     attn_job *j = ctx;
@@ -433,7 +498,11 @@ static void attn_worker(void *ctx, int ith, int nth)
         uint32_t c = j->n_chunks - 1 - task / per_chunk, t0 = c * j->chunk;
         uint32_t t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
         uint32_t kvh = task % per_chunk / j->n_splits, g0 = task % j->n_splits * j->heads;
-        attend(j, kvh, g0, g0 + j->heads < group ? g0 + j->heads : group, t0, t1);
+        uint32_t g1 = g0 + j->heads < group ? g0 + j->heads : group;
+        if (j->kv->type_k == RB_TYPE_F16 && j->kv->type_v == RB_TYPE_F16)
+            attend(j, kvh, g0, g1, t0, t1);
+        else
+            attend_quant(j, kvh, g0, g1, t0, t1);
     }
 }
 
@@ -449,6 +518,23 @@ static void add_bias(float *x, const float *b, uint32_t n_tok, uint32_t dim)
         return;
     for (uint32_t t = 0; t < n_tok; t++)
         add_rows(x + (size_t)t * dim, b, dim);
+}
+
+/* One head's K or V row into the cache as llama.cpp's copy into its cache
+ * converts it: f16 by rounding, q8_0 by the CPU quantizer its activations
+ * use (rb_matmul_quantize_act, the same rounding), q4_0 by its reference
+ * quantizer (ggml has no other for q4_0). */
+static void store_row(uint32_t type, const float *x, void *dst, uint32_t n)
+{
+    if (type == RB_TYPE_F16) {
+        rb_f16 *d = dst;
+        for (uint32_t i = 0; i < n; i++)
+            d[i] = rb_fp32_to_fp16(x[i]);
+    } else if (type == RB_TYPE_Q8_0) {
+        rb_matmul_quantize_act(RB_TYPE_Q8_0, x, dst, n);
+    } else {
+        rb_type_get_traits(type)->quantize_row(x, dst, n);
+    }
 }
 
 /* gemma3: y = rmsnorm(y) * w, a block's output normed before the residual add */
@@ -491,11 +577,8 @@ static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t 
                 q[i] *= f->q_scale;
         const float *v = f->v + (size_t)t * f->kv_dim;
         for (uint32_t h = 0; h < hp->n_head_kv; h++) {
-            rb_f16 *kc = rb_kvcache_k(kv, l, h, pos0 + t), *vc = rb_kvcache_v(kv, l, h, pos0 + t);
-            for (uint32_t i = 0; i < hd; i++) {
-                kc[i] = rb_fp32_to_fp16(k[h * hd + i]);
-                vc[i] = rb_fp32_to_fp16(v[h * hd + i]);
-            }
+            store_row(kv->type_k, k + h * hd, rb_kvcache_k_row(kv, l, h, pos0 + t), hd);
+            store_row(kv->type_v, v + h * hd, rb_kvcache_v_row(kv, l, h, pos0 + t), hd);
         }
     }
     const uint32_t cap = attn_queries_per_task(hp), group = hp->n_head / hp->n_head_kv;

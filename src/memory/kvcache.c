@@ -67,10 +67,33 @@ rb_status rb_kvcache_init(rb_kvcache *kv, uint32_t n_layers, uint32_t n_kv_heads
                           uint32_t head_dim_k, uint32_t head_dim_v, uint32_t n_ctx,
                           uint32_t page_tokens, rb_error *err)
 {
+    return rb_kvcache_init_typed(kv, n_layers, n_kv_heads, head_dim_k, head_dim_v, n_ctx,
+                                 page_tokens, RB_TYPE_F16, RB_TYPE_F16, err);
+}
+
+rb_status rb_kvcache_init_typed(rb_kvcache *kv, uint32_t n_layers, uint32_t n_kv_heads,
+                                uint32_t head_dim_k, uint32_t head_dim_v, uint32_t n_ctx,
+                                uint32_t page_tokens, uint32_t type_k, uint32_t type_v,
+                                rb_error *err)
+{
     memset(kv, 0, sizeof *kv);
     if (n_layers == 0 || n_kv_heads == 0 || head_dim_k == 0 || head_dim_v == 0 ||
         n_ctx == 0 || page_tokens == 0)
         return rb_error_set(err, RB_E_INVALID_ARG, "kvcache: zero-sized dimension");
+    const uint32_t types[2] = {type_k, type_v}, dims[2] = {head_dim_k, head_dim_v};
+    for (int i = 0; i < 2; i++) {
+        if (types[i] != RB_TYPE_F16 && types[i] != RB_TYPE_Q8_0 && types[i] != RB_TYPE_Q4_0)
+            return rb_error_set(err, RB_E_INVALID_ARG, "kvcache: %s type %s is not one of "
+                                "f16, q8_0, q4_0", i ? "V" : "K", rb_type_name(types[i]));
+        if (rb_type_row_bytes(types[i], dims[i]) == 0)
+            return rb_error_set(err, RB_E_UNSUPPORTED, "kvcache: a %s cache of type %s needs "
+                                "a head dim that is a multiple of 32; it is %" PRIu32,
+                                i ? "V" : "K", rb_type_name(types[i]), dims[i]);
+    }
+    kv->type_k = type_k;
+    kv->type_v = type_v;
+    kv->row_k = rb_type_row_bytes(type_k, head_dim_k);
+    kv->row_v = rb_type_row_bytes(type_v, head_dim_v);
     kv->n_layers = n_layers;
     kv->n_kv_heads = n_kv_heads;
     kv->head_dim_k = head_dim_k;
@@ -78,7 +101,7 @@ rb_status rb_kvcache_init(rb_kvcache *kv, uint32_t n_layers, uint32_t n_kv_heads
     kv->page_tokens = page_tokens;
     kv->n_ctx = n_ctx;
     kv->pages_per_layer = (n_ctx + page_tokens - 1) / page_tokens;
-    kv->page_bytes = (size_t)n_kv_heads * page_tokens * (head_dim_k + head_dim_v) * sizeof(rb_f16);
+    kv->page_bytes = (size_t)n_kv_heads * page_tokens * (kv->row_k + kv->row_v);
     kv->pages = calloc((size_t)n_layers * kv->pages_per_layer, sizeof *kv->pages);
     if (!kv->pages)
         return rb_error_set(err, RB_E_NOMEM, "kvcache: out of memory for the page table");

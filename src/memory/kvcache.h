@@ -1,5 +1,5 @@
 /*
- * kvcache.h - the paged f16 KV cache.
+ * kvcache.h - the paged KV cache (f16, or llama.cpp's q8_0 / q4_0 blocks).
  *
  * Per layer, the context is cut into pages of page_tokens positions; each
  * page is one separately allocated block that the memory manager can
@@ -13,7 +13,10 @@
  *   +---------------------------+---------------------------+
  *
  * Head-major inside a page, so that attention for one head scans
- * contiguous rows of K and V.
+ * contiguous rows of K and V. With a quantized type a row is the head's
+ * head_dim values in blocks of 32 (llama.cpp's block_q8_0 / block_q4_0,
+ * as its quantized cache stores them): row_k / row_v bytes instead of
+ * head_dim x 2.
  *
  * Pages are allocated on first write (rb_kvcache_reserve), so memory grows
  * with the context, not with n_ctx. 256-token pages: a page of
@@ -42,6 +45,8 @@ typedef struct rb_kvcache {
     uint32_t head_dim_k;
     uint32_t head_dim_v;
     uint32_t page_tokens;
+    uint32_t type_k, type_v; /* RB_TYPE_F16, RB_TYPE_Q8_0 or RB_TYPE_Q4_0 */
+    size_t row_k, row_v;     /* bytes of one head's K / V row */
     uint32_t n_ctx;          /* capacity in positions */
     uint32_t pages_per_layer;
     size_t page_bytes;
@@ -84,6 +89,12 @@ void rb_kvpage_free(void *page, size_t n);
 rb_status rb_kvcache_init(rb_kvcache *kv, uint32_t n_layers, uint32_t n_kv_heads,
                           uint32_t head_dim_k, uint32_t head_dim_v, uint32_t n_ctx,
                           uint32_t page_tokens, rb_error *err);
+/* The same with K and V types (RB_TYPE_F16, RB_TYPE_Q8_0, RB_TYPE_Q4_0;
+ * a quantized head dim must be a multiple of 32). RB_E_INVALID_ARG. */
+rb_status rb_kvcache_init_typed(rb_kvcache *kv, uint32_t n_layers, uint32_t n_kv_heads,
+                                uint32_t head_dim_k, uint32_t head_dim_v, uint32_t n_ctx,
+                                uint32_t page_tokens, uint32_t type_k, uint32_t type_v,
+                                rb_error *err);
 void rb_kvcache_deinit(rb_kvcache *kv);
 
 /* Allocates the pages that positions [0, n_pos) touch and that were never
@@ -95,20 +106,36 @@ rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err);
  * recomputed) and lowers n_pages_reserved to first_page. */
 void rb_kvcache_truncate(rb_kvcache *kv, uint32_t first_page);
 
-/* K / V row of (layer, kv head, position); the page must be resident. */
+/* K / V row of (layer, kv head, position) in the cache's type; the page
+ * must be resident. */
+static inline void *rb_kvcache_k_row(const rb_kvcache *kv, uint32_t layer, uint32_t head,
+                                     uint32_t pos)
+{
+    uint8_t *page = (uint8_t *)kv->pages[(size_t)layer * kv->pages_per_layer +
+                                         pos / kv->page_tokens];
+    return page + ((size_t)head * kv->page_tokens + pos % kv->page_tokens) * kv->row_k;
+}
+
+static inline void *rb_kvcache_v_row(const rb_kvcache *kv, uint32_t layer, uint32_t head,
+                                     uint32_t pos)
+{
+    uint8_t *page = (uint8_t *)kv->pages[(size_t)layer * kv->pages_per_layer +
+                                         pos / kv->page_tokens];
+    size_t k_bytes = (size_t)kv->n_kv_heads * kv->page_tokens * kv->row_k;
+    return page + k_bytes + ((size_t)head * kv->page_tokens + pos % kv->page_tokens) * kv->row_v;
+}
+
+/* The same as f16 rows (an f16 cache only). */
 static inline rb_f16 *rb_kvcache_k(const rb_kvcache *kv, uint32_t layer, uint32_t head,
                                    uint32_t pos)
 {
-    rb_f16 *page = kv->pages[(size_t)layer * kv->pages_per_layer + pos / kv->page_tokens];
-    return page + ((size_t)head * kv->page_tokens + pos % kv->page_tokens) * kv->head_dim_k;
+    return (rb_f16 *)rb_kvcache_k_row(kv, layer, head, pos);
 }
 
 static inline rb_f16 *rb_kvcache_v(const rb_kvcache *kv, uint32_t layer, uint32_t head,
                                    uint32_t pos)
 {
-    rb_f16 *page = kv->pages[(size_t)layer * kv->pages_per_layer + pos / kv->page_tokens];
-    size_t k_elems = (size_t)kv->n_kv_heads * kv->page_tokens * kv->head_dim_k;
-    return page + k_elems + ((size_t)head * kv->page_tokens + pos % kv->page_tokens) * kv->head_dim_v;
+    return (rb_f16 *)rb_kvcache_v_row(kv, layer, head, pos);
 }
 
 #endif

@@ -35,6 +35,26 @@
 
 /* struct rb_session is in session_internal.h (tool code reaches its KV cache) */
 
+static const char *const kv_type_names[] = {"f16", "q8_0", "q4_0"};
+
+const char *rb_kv_type_name(rb_kv_type t)
+{
+    return (unsigned)t <= RB_KV_Q4_0 ? kv_type_names[t] : "?";
+}
+
+int rb_kv_type_from_name(const char *name)
+{
+    for (int i = 0; name && i <= RB_KV_Q4_0; i++)
+        if (strcmp(name, kv_type_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static uint32_t kv_type(rb_kv_type t)
+{
+    return t == RB_KV_Q8_0 ? RB_TYPE_Q8_0 : t == RB_KV_Q4_0 ? RB_TYPE_Q4_0 : RB_TYPE_F16;
+}
+
 rb_session_params rb_session_default_params(void)
 {
     rb_session_params p;
@@ -97,8 +117,21 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
         goto fail;
     if ((st = rb_forward_init(&s->fwd, model, n_ctx, n_batch, s->pool, err)) != RB_OK)
         goto fail;
-    if ((st = rb_kvcache_init(&s->kv, hp->n_layers, hp->n_head_kv, hp->head_dim_k,
-                              hp->head_dim_v, n_ctx, RB_KV_PAGE_TOKENS, err)) != RB_OK)
+    if ((unsigned)p.kv_type_k > RB_KV_Q4_0 || (unsigned)p.kv_type_v > RB_KV_Q4_0) {
+        st = rb_error_set(err, RB_E_INVALID_ARG, "session: KV cache types %d / %d are not f16, "
+                          "q8_0 or q4_0", (int)p.kv_type_k, (int)p.kv_type_v);
+        goto fail;
+    }
+    if ((p.kv_type_k != RB_KV_F16 || p.kv_type_v != RB_KV_F16) &&
+        p.ram_codec == RB_RAM_CODEC_Q8) {
+        st = rb_error_set(err, RB_E_INVALID_ARG, "session: the q8 RAM codec re-quantizes an f16 "
+                          "KV cache; a %s/%s cache goes to the lossless codec or storage",
+                          rb_kv_type_name(p.kv_type_k), rb_kv_type_name(p.kv_type_v));
+        goto fail;
+    }
+    if ((st = rb_kvcache_init_typed(&s->kv, hp->n_layers, hp->n_head_kv, hp->head_dim_k,
+                                    hp->head_dim_v, n_ctx, RB_KV_PAGE_TOKENS,
+                                    kv_type(p.kv_type_k), kv_type(p.kv_type_v), err)) != RB_OK)
         goto fail;
     s->tokens = malloc((size_t)n_ctx * sizeof *s->tokens);
     s->logits = malloc((size_t)hp->n_vocab * sizeof *s->logits);

@@ -182,7 +182,10 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
         .n_layers = s->kv.n_layers,
         .pages_per_layer = s->kv.pages_per_layer,
         .page_bytes = s->kv.page_bytes,
-        .dims = {s->kv.page_tokens, s->kv.n_kv_heads, s->kv.head_dim_k, s->kv.head_dim_v},
+        /* a quantized page is its bytes to the codec: the lossless codec
+           sees them as f16 values (every row is an even number of bytes) */
+        .dims = {s->kv.page_tokens, s->kv.n_kv_heads, (uint32_t)(s->kv.row_k / 2),
+                 (uint32_t)(s->kv.row_v / 2)},
     };
     rb_residency_params rp = {
         .restore = p->restore,
@@ -374,6 +377,9 @@ rb_status rb_session_set_restore(rb_session *s, rb_restore_mode mode, rb_ram_cod
 {
     if (!s)
         return RB_E_INVALID_ARG;
+    if (codec == RB_RAM_CODEC_Q8 && (s->kv.type_k != RB_TYPE_F16 || s->kv.type_v != RB_TYPE_F16))
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: the q8 RAM codec re-quantizes "
+                            "an f16 KV cache; this one is quantized");
     rb_session_settle_restore(s, 0);
     rb_status st = rb_residency_set_mode(s->res, mode, codec, &s->err);
     if (st == RB_OK) {
