@@ -140,9 +140,12 @@ static void unit_test(void)
     free(want);
 }
 
-static rb_session *open_session(rb_model *m, rb_restore_mode mode, rb_ram_codec codec)
+static rb_session *open_session_kv(rb_model *m, rb_restore_mode mode, rb_ram_codec codec,
+                                   rb_kv_type kv_k, rb_kv_type kv_v)
 {
     rb_session_params p = rb_session_default_params();
+    p.kv_type_k = kv_k;
+    p.kv_type_v = kv_v;
     p.n_ctx = 1024;
     p.n_threads = 2;
     p.restore = mode;
@@ -157,6 +160,11 @@ static rb_session *open_session(rb_model *m, rb_restore_mode mode, rb_ram_codec 
     rb_error err;
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     return s;
+}
+
+static rb_session *open_session(rb_model *m, rb_restore_mode mode, rb_ram_codec codec)
+{
+    return open_session_kv(m, mode, codec, RB_KV_F16, RB_KV_F16);
 }
 
 /* prompt, then N_STEPS single tokens; logits of each step into out */
@@ -201,6 +209,24 @@ static void trim_random(rb_session *s, int step)
         CHECK(after.n_kv_pages[RB_TIER_STORED] > 0);
         CHECK(after.n_kv_pages[RB_TIER_COMPRESSED] > 0);
     }
+}
+
+/* Every other step a complete trim; the tiers' share of the pages is
+ * printed (a quantized cache's pages go to both as bytes). */
+static void trim_complete_odd(rb_session *s, int step)
+{
+    if (step % 2 == 0)
+        return;
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    rb_session_stats st;
+    rb_session_get_stats(s, &st);
+    CHECK_EQ_INT(st.kv_raw_bytes, 0);
+    CHECK(st.n_kv_pages[RB_TIER_STORED] + st.n_kv_pages[RB_TIER_COMPRESSED] > 0);
+    if (st.kv_compressed_raw_bytes)
+        printf("  step %d: %u pages compressed (lossless %.3fx over the quantized bytes), %u "
+               "stored\n", step, st.n_kv_pages[RB_TIER_COMPRESSED],
+               (double)st.kv_compressed_raw_bytes / (double)st.kv_compressed_bytes,
+               st.n_kv_pages[RB_TIER_STORED]);
 }
 
 static int same(const float *a, const float *b, size_t n)
@@ -535,6 +561,78 @@ int main(void)
                      RB_E_INVALID_ARG);
         CHECK_EQ_INT(rb_session_set_restore(s, RB_RESTORE_EAGER, RB_RAM_CODEC_Q8), RB_OK);
         rb_session_destroy(s);
+    }
+
+    /* 7. a quantized KV cache (q8_0 K, q4_0 V): 52 bytes per head and
+     *    position instead of 128; its pages go through both tiers as bytes
+     *    and come back bit-exact, a session file too; the q8 RAM codec
+     *    (which re-quantizes f16 values) is refused for it */
+    {
+        float *want_q = calloc(n_out, sizeof(float));
+        rb_session *s = open_session_kv(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS,
+                                        RB_KV_Q8_0, RB_KV_Q4_0);
+        if (s) {
+            CHECK_EQ_INT(s->kv.page_bytes, 2u * 256 * (34 + 18));
+            run(s, prompt, steps, want_q, NULL);
+            rb_session_destroy(s);
+        }
+        for (int seed = 0; seed < 2; seed++) {
+            rng = 2000 + (uint64_t)seed;
+            s = open_session_kv(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS, RB_KV_Q8_0,
+                                RB_KV_Q4_0);
+            if (!s)
+                break;
+            memset(got, 0, n_out * sizeof(float));
+            run(s, prompt, steps, got, seed ? trim_complete_odd : trim_moderate);
+            CHECK(same(got, want_q, n_out));
+            rb_session_destroy(s);
+        }
+        /* saved after the prompt, opened cold: the first step's logits */
+        char path[600];
+        snprintf(path, sizeof path, "%s/residency_kvq.rbs", REBOUND_TEST_TMP);
+        unlink(path);
+        s = open_session_kv(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS, RB_KV_Q8_0,
+                            RB_KV_Q4_0);
+        if (s) {
+            CHECK_EQ_INT(rb_session_feed(s, prompt, N_PROMPT, NULL), RB_OK);
+            CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
+            CHECK_EQ_INT(rb_session_set_restore(s, RB_RESTORE_PIPELINED, RB_RAM_CODEC_Q8),
+                         RB_E_INVALID_ARG);
+            rb_session_destroy(s);
+            rb_session_params p = rb_session_default_params();
+            p.n_ctx = 1024;
+            p.n_threads = 2;
+            p.kv_type_k = RB_KV_Q8_0;
+            p.kv_type_v = RB_KV_Q4_0;
+            rb_session *o = NULL;
+            CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &o, &err), RB_OK);
+            if (o) {
+                CHECK_EQ_INT(rb_session_feed(o, steps, 1, NULL), RB_OK);
+                const float *l = rb_session_logits(o);
+                CHECK(l && same(l, want_q, V));
+                CHECK_EQ_INT(o->recomputed_tokens, 0);
+                rb_session_destroy(o);
+            }
+            /* an f16 session cannot read the q8_0/q4_0 pages */
+            p.kv_type_k = p.kv_type_v = RB_KV_F16;
+            o = NULL;
+            CHECK(rb_session_open_saved(m, &p, path, &o, &err) != RB_OK);
+            rb_session_destroy(o);
+            unlink(path);
+        }
+        rb_session_params p = rb_session_default_params();
+        p.kv_type_k = RB_KV_Q8_0;
+        p.ram_codec = RB_RAM_CODEC_Q8;
+        s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
+        CHECK(strstr(err.message, "q8 RAM codec") != NULL);
+        p.ram_codec = RB_RAM_CODEC_LOSSLESS;
+        p.kv_type_v = (rb_kv_type)9;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
+        CHECK_STR_EQ(rb_kv_type_name(RB_KV_Q4_0), "q4_0");
+        CHECK_EQ_INT(rb_kv_type_from_name("q8_0"), RB_KV_Q8_0);
+        CHECK_EQ_INT(rb_kv_type_from_name("q5_0"), -1);
+        free(want_q);
     }
 
     /* 6. bad arguments */
