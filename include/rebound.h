@@ -460,6 +460,22 @@ RB_API rb_status rb_session_set_restore(rb_session *session, rb_restore_mode mod
  */
 RB_API rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
 
+/*
+ * Context shift without recomputing (llama.cpp's rule): the first n_keep
+ * tokens stay, the n_discard after them go, and the later ones move down
+ * by n_discard positions, their keys rotated in place by -n_discard
+ * positions (RoPE composes: the same as if they had been computed there,
+ * up to rounding; a quantized K is dequantized, rotated and quantized
+ * again, as llama.cpp does). Pages evicted to a tier are brought back
+ * first; the pages the shift rewrites are forgotten in every tier and the
+ * session file holds the new state at its next commit. The last logits
+ * stay (they continue the context). A model with sliding-window layers
+ * cannot shift (the kept prefix may be outside their window):
+ * RB_E_UNSUPPORTED. Errors: RB_E_INVALID_ARG (n_keep + n_discard beyond the
+ * tokens), RB_E_NOMEM, RB_E_IO (a restore that failed).
+ */
+RB_API rb_status rb_session_shift(rb_session *session, size_t n_keep, size_t n_discard);
+
 /* ---- session files ----------------------------------------------------- */
 
 /*

@@ -524,7 +524,7 @@ static void add_bias(float *x, const float *b, uint32_t n_tok, uint32_t dim)
  * converts it: f16 by rounding, q8_0 by the CPU quantizer its activations
  * use (rb_matmul_quantize_act, the same rounding), q4_0 by its reference
  * quantizer (ggml has no other for q4_0). */
-static void store_row(uint32_t type, const float *x, void *dst, uint32_t n)
+void rb_forward_store_row(uint32_t type, const float *x, void *dst, uint32_t n)
 {
     if (type == RB_TYPE_F16) {
         rb_f16 *d = dst;
@@ -577,8 +577,8 @@ static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t 
                 q[i] *= f->q_scale;
         const float *v = f->v + (size_t)t * f->kv_dim;
         for (uint32_t h = 0; h < hp->n_head_kv; h++) {
-            store_row(kv->type_k, k + h * hd, rb_kvcache_k_row(kv, l, h, pos0 + t), hd);
-            store_row(kv->type_v, v + h * hd, rb_kvcache_v_row(kv, l, h, pos0 + t), hd);
+            rb_forward_store_row(kv->type_k, k + h * hd, rb_kvcache_k_row(kv, l, h, pos0 + t), hd);
+            rb_forward_store_row(kv->type_v, v + h * hd, rb_kvcache_v_row(kv, l, h, pos0 + t), hd);
         }
     }
     const uint32_t cap = attn_queries_per_task(hp), group = hp->n_head / hp->n_head_kv;

@@ -98,6 +98,10 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
                           uint32_t n_batch, rb_threadpool *pool, rb_error *err);
 void rb_forward_deinit(rb_forward *f);
 
+/* One head's K or V row of n floats into a cache row of type (f16, q8_0,
+ * q4_0) as llama.cpp's copy into its cache converts it. */
+void rb_forward_store_row(uint32_t type, const float *x, void *dst, uint32_t n);
+
 /*
  * Runs tokens[0..n) at positions pos0.. (n <= n_batch, pos0 + n <= n_ctx),
  * writing their K/V into kv (pages must be reserved). logits: when

@@ -419,6 +419,117 @@ rb_status rb_session_rewind(rb_session *s, size_t n_tokens)
     return RB_OK;
 }
 
+/* Brings every evicted page back without computing (as an unbind does);
+ * what is damaged or dropped becomes positions to recompute. */
+static rb_status restore_all(rb_session *s)
+{
+    rb_session_settle_restore(s, 1);
+    if (!s->res)
+        return RB_OK;
+    uint32_t from = UINT32_MAX, damaged = UINT32_MAX;
+    rb_status st = rb_residency_begin_restore(s->res, &from, &s->err);
+    if (st != RB_OK)
+        return st;
+    if ((st = rb_residency_end_restore(s->res, &damaged, &s->err)) != RB_OK)
+        return st;
+    if (damaged < from)
+        from = damaged;
+    if (from < s->n_kv_valid) {
+        uint32_t page = from / s->kv.page_tokens;
+        forget_pages_from(s, page);
+        s->n_kv_valid = (size_t)page * s->kv.page_tokens;
+    }
+    return RB_OK;
+}
+
+/*
+ * The shift, in steps:
+ *  1. every page back in RAM (restore_all);
+ *  2. the rows that survive from the first page the shift touches on are
+ *     copied out: the kept ones before n_keep as they are, the moved ones
+ *     with K rotated by -n_discard (f32, then rounded or quantized back);
+ *  3. those pages are forgotten in every tier and freed, then allocated
+ *     again and the rows written back at their new positions;
+ *  4. the tokens move; positions whose K/V did not exist (a cold open's
+ *     uncovered tail) stay to be recomputed.
+ */
+rb_status rb_session_shift(rb_session *s, size_t n_keep, size_t n_discard)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (n_keep > s->n_tokens || n_discard > s->n_tokens - n_keep)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: cannot keep %zu and discard "
+                            "%zu of %zu tokens", n_keep, n_discard, s->n_tokens);
+    if (n_discard == 0)
+        return RB_OK;
+    if (s->fwd.hp.n_swa)
+        return rb_error_set(&s->err, RB_E_UNSUPPORTED, "session: a context shift is not "
+                            "possible with sliding-window layers (the kept tokens may be "
+                            "outside their window): rewind and feed again instead");
+    rb_status st = restore_all(s);
+    if (st != RB_OK)
+        return st;
+    const rb_hparams *hp = &s->fwd.hp;
+    rb_kvcache *kv = &s->kv;
+    const uint32_t P = kv->page_tokens, L = kv->n_layers, H = kv->n_kv_heads;
+    const size_t valid = s->n_kv_valid < s->n_tokens ? s->n_kv_valid : s->n_tokens;
+    const uint32_t first_page = (uint32_t)(n_keep / P);
+    const size_t base = (size_t)first_page * P, kept_end = valid < n_keep ? valid : n_keep;
+    const size_t head = kept_end > base ? kept_end - base : 0; /* kept rows of the first page */
+    const size_t moved = valid > n_keep + n_discard ? valid - n_keep - n_discard : 0;
+    const size_t rows = head + moved, row = kv->row_k + kv->row_v;
+    uint8_t *tmp = rows ? malloc((size_t)L * H * rows * row) : NULL;
+    float *kf = malloc(hp->head_dim_k * sizeof *kf);
+    if ((rows && !tmp) || !kf) {
+        free(tmp);
+        free(kf);
+        return rb_error_set(&s->err, RB_E_NOMEM, "session: out of memory for a context shift");
+    }
+    const rb_type_traits *kt = rb_type_get_traits(kv->type_k);
+    uint8_t *o = tmp;
+    for (uint32_t l = 0; l < L; l++) {
+        const rb_rope *rope = s->fwd.layers[l].window ? &s->fwd.rope_swa : &s->fwd.rope;
+        for (uint32_t h = 0; h < H; h++)
+            for (size_t r = 0; r < rows; r++, o += row) {
+                uint32_t pos = (uint32_t)(r < head ? (size_t)first_page * P + r
+                                                   : n_keep + n_discard + (r - head));
+                memcpy(o + kv->row_k, rb_kvcache_v_row(kv, l, h, pos), kv->row_v);
+                const void *k = rb_kvcache_k_row(kv, l, h, pos);
+                if (r < head) {
+                    memcpy(o, k, kv->row_k);
+                    continue;
+                }
+                kt->dequantize_row(k, kf, hp->head_dim_k);
+                rb_rope_apply(rope, kf, 1, (int)hp->head_dim_k, -(int64_t)n_discard);
+                rb_forward_store_row(kv->type_k, kf, o, hp->head_dim_k);
+            }
+    }
+    free(kf);
+    forget_pages_from(s, first_page);
+    st = rb_kvcache_reserve(kv, (uint32_t)((size_t)first_page * P + rows), &s->err);
+    if (st == RB_OK) {
+        o = tmp;
+        for (uint32_t l = 0; l < L; l++)
+            for (uint32_t h = 0; h < H; h++)
+                for (size_t r = 0; r < rows; r++, o += row) {
+                    uint32_t pos = (uint32_t)((size_t)first_page * P + r);
+                    memcpy(rb_kvcache_k_row(kv, l, h, pos), o, kv->row_k);
+                    memcpy(rb_kvcache_v_row(kv, l, h, pos), o + kv->row_k, kv->row_v);
+                }
+    }
+    free(tmp);
+    memmove(s->tokens + n_keep, s->tokens + n_keep + n_discard,
+            (s->n_tokens - n_keep - n_discard) * sizeof *s->tokens);
+    s->n_tokens -= n_discard;
+    /* the K/V that exists: up to the moved rows (all of it when the reserve
+       failed before writing: nothing from the first page on) */
+    s->n_kv_valid = st == RB_OK ? (size_t)first_page * P + rows : (size_t)first_page * P;
+    if (s->res)
+        rb_residency_set_pages(s->res, kv->n_pages_reserved);
+    rb_session_file_shifted(s, (size_t)first_page * P);
+    return st;
+}
+
 const float *rb_session_get_logits(const rb_session *s)
 {
     return s->has_logits ? s->logits : NULL;

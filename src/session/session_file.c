@@ -493,6 +493,14 @@ void rb_session_file_rewound(rb_session *s)
     rb_sessfile_truncate(s->file, s->n_tokens);
 }
 
+void rb_session_file_shifted(rb_session *s, size_t from)
+{
+    if (!s->file)
+        return;
+    wait_worker(s, 1);
+    rb_sessfile_truncate(s->file, from);
+}
+
 void rb_session_file_writer_stats(rb_session *s, rb_session_writer_stats *out)
 {
     memset(out, 0, sizeof *out);

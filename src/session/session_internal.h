@@ -94,6 +94,9 @@ void rb_session_settle_restore(rb_session *s, int finish);
  * at destroy (the pending commit runs; before the memory manager goes) */
 void rb_session_file_after_feed(rb_session *s);
 void rb_session_file_rewound(rb_session *s);
+/* The tokens from position `from` on changed (a context shift): the file's
+ * pages from there on are dropped; the next commit writes the new state. */
+void rb_session_file_shifted(rb_session *s, size_t from);
 void rb_session_file_close(rb_session *s);
 /* The storage worker's counters (zeros when none runs), for tests. */
 /* Sliding-window layers (gemma3): releases their pages that hold only
