@@ -8,9 +8,11 @@
  * session keeps the earlier turns' KV), stream the reply to stdout until
  * an end-of-generation token or -n tokens, close the reply as the template
  * does, and answer /stats, /trim, /reset, /quit. When the context is full:
- * a message, or with --ctx-shift the oldest turns are dropped (rewind to
- * the end of the system prompt, re-feed the kept turns; for llama2 the
- * first kept turn loses its "[INST]", which the system block opened).
+ * a message, or with --ctx-shift the oldest turns are dropped
+ * (rb_session_shift: the kept turns move down to the end of the system
+ * prompt, their keys rotated in place; re-fed for a model that cannot
+ * shift; for llama2, mistral and gemma the first kept turn loses its
+ * opening, which the system block opened).
  * --session FILE: the conversation (tokens, KV pages, turn boundaries,
  * sampler state) is saved after every turn and resumed on the next start.
  * Does not: stop on text such
@@ -234,16 +236,28 @@ static enum room shift_context(struct chat *c, size_t need, size_t n_locked)
         }
     }
     size_t n_keep = n - cut - n_skip;
-    if (grow_tokens(c, n_keep + 1)) {
-        rb_cli_fail(CMD, "out of memory", NULL);
-        return ROOM_ERROR;
-    }
-    memcpy(c->tokens, rb_session_tokens(c->session) + cut + n_skip, n_keep * sizeof *c->tokens);
+    /* the library's shift: the kept turns' keys rotated in place (no
+       recompute); a model that cannot shift (sliding-window layers) has
+       them fed again */
+    rb_status st = rb_session_shift(c->session, sys, cut + n_skip - sys);
     fprintf(stderr, "rebound chat: context full (%zu of %zu tokens): dropped the %zu oldest "
-            "turn%s (%zu tokens), re-feeding %zu%s\n", n, n_ctx, n_drop, n_drop == 1 ? "" : "s",
-            cut - sys, n_keep, n_skip ? " (the first kept turn continues the system block)" : "");
-    if (rb_session_rewind(c->session, sys) != RB_OK ||
-        (n_keep && rb_session_feed(c->session, c->tokens, n_keep, NULL) != RB_OK)) {
+            "turn%s (%zu tokens), %s %zu%s\n", n, n_ctx, n_drop, n_drop == 1 ? "" : "s",
+            cut - sys, st == RB_E_UNSUPPORTED ? "re-feeding" : "shifting", n_keep,
+            n_skip ? " (the first kept turn continues the system block)" : "");
+    if (st == RB_E_UNSUPPORTED) {
+        if (grow_tokens(c, n_keep + 1)) {
+            rb_cli_fail(CMD, "out of memory", NULL);
+            return ROOM_ERROR;
+        }
+        memcpy(c->tokens, rb_session_tokens(c->session) + cut + n_skip,
+               n_keep * sizeof *c->tokens);
+        if (rb_session_rewind(c->session, sys) != RB_OK ||
+            (n_keep && rb_session_feed(c->session, c->tokens, n_keep, NULL) != RB_OK))
+            st = RB_E_IO;
+        else
+            st = RB_OK;
+    }
+    if (st != RB_OK) {
         rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
         return ROOM_ERROR;
     }

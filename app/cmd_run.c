@@ -85,6 +85,8 @@ int rb_cmd_run(int argc, char **argv)
     rb_session_params p = rb_session_default_params();
     int use_mmap = 0, show_stats = 0, report_ttft = 0, escape = 0, no_cnv = 1, seed_given = 0;
     int wait = 0;
+    int ctx_shift = 0;
+    uint64_t n_keep_opt = 0;
     const char *session_path = NULL;
     const rb_opt opts[] = {
         {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
@@ -123,6 +125,12 @@ int rb_cmd_run(int argc, char **argv)
         {"--wait", RB_OPT_FLAG, NULL,
          "a --session FILE another process is writing: wait for it (default:\n"
          "refuse, naming that process)", &wait, 0, 0, NULL, NULL},
+        {"--context-shift|--ctx-shift", RB_OPT_FLAG, NULL,
+         "when the context is full, drop the oldest half (after the BOS and --keep)\n"
+         "and go on, the kept keys rotated in place (default: stop)", &ctx_shift, 0, 0, NULL,
+         NULL},
+        {"--keep", RB_OPT_SIZE, "N", "prompt tokens the shift keeps after the BOS (default 0)",
+         &n_keep_opt, 0, 0, NULL, NULL},
         {"--report-ttft", RB_OPT_FLAG, NULL,
          "print the CLOCK_MONOTONIC time of the first token (stderr)", &report_ttft, 0, 0, NULL,
          NULL},
@@ -304,8 +312,26 @@ int rb_cmd_run(int argc, char **argv)
     int out_errno = 0;
     while (n_gen < n_predict) {
         if (rb_session_n_tokens(s) >= rb_session_n_ctx(s)) {
-            fprintf(stderr, "\nrebound run: context full (%" PRIu32 " tokens)\n", rb_session_n_ctx(s));
-            break;
+            /* llama.cpp's shift: keep --keep tokens (and the BOS), drop half
+               of the rest, rotate the kept keys in place */
+            size_t n_past = rb_session_n_tokens(s), keep = (size_t)n_keep_opt;
+            if (rb_session_tokens(s)[0] == rb_model_token_bos(model))
+                keep++;
+            keep = keep < n_past ? keep : n_past;
+            size_t n_discard = (n_past - keep) / 2;
+            if (!ctx_shift || n_discard == 0) {
+                fprintf(stderr, "\nrebound run: context full (%" PRIu32 " tokens)%s\n",
+                        rb_session_n_ctx(s), ctx_shift ? ": --keep leaves nothing to drop"
+                                                       : "; --context-shift drops the oldest "
+                                                         "half and goes on");
+                break;
+            }
+            if (rb_session_shift(s, keep, n_discard) != RB_OK) {
+                rb_cli_fail("run", rb_session_errmsg(s), NULL);
+                goto done;
+            }
+            fprintf(stderr, "\nrebound run: context shift: kept %zu, dropped %zu tokens\n", keep,
+                    n_discard);
         }
         int32_t next;
         if (rb_sampler_sample(sampler, rb_session_get_logits(s), rb_session_get_tokens(s),

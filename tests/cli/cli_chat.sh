@@ -105,7 +105,7 @@ expect_line f1.err '^context: 9[0-6] of 96 tokens'
 
 check "a full context with --ctx-shift: the oldest turns go, the system prompt stays, every turn answered"
 chat_ok f2 "$msgs" "$REBOUND" chat -m qwen.gguf -c 96 -n 20 --temp 0 -t 2 --system "Be brief." -v --ctx-shift
-expect_line f2.err 'dropped the [0-9]+ oldest turns? \([0-9]+ tokens\), re-feeding [0-9]+'
+expect_line f2.err 'dropped the [0-9]+ oldest turns? \([0-9]+ tokens\), shifting [0-9]+'
 for t in 1 2 3 4; do
     [ "$(turn_out f2.err $t)" = 20 ] || { cat f2.err >&2; fail "turn $t did not reply 20 tokens"; }
 done

@@ -29,6 +29,15 @@ echo "1 200 300 400" > ids.txt
 run_ok dl "$REBOUND" run -m tiny.gguf --tokens ids.txt -n 0 --dump-logits logits.f32
 [ "$(stat -c %s logits.f32)" -eq $((4 * 512 * 4)) ] || fail "logits.f32 has $(stat -c %s logits.f32) bytes, expected $((4 * 512 * 4))"
 
+check "a full context stops with a hint, or --context-shift drops the oldest half and goes on"
+run_ok cf "$REBOUND" run -m tiny.gguf -p "Hello world" -n 60 --temp 0 -c 32
+expect_line cf.err 'context full \(32 tokens\); --context-shift drops the oldest half'
+run_ok cs "$REBOUND" run -m tiny.gguf -p "Hello world" -n 60 --temp 0 -c 32 --context-shift --keep 2
+expect_line cs.err '^rebound run: context shift: kept 3, dropped 14 tokens'
+expect_line cs.err 'decode 60 tokens'
+run_ok ck "$REBOUND" run -m tiny.gguf -p "Hello world" -n 60 --temp 0 -c 32 --context-shift --keep 40
+expect_line ck.err 'context full \(32 tokens\): --keep leaves nothing to drop'
+
 check "bench prints pp and tg lines"
 run_ok b "$REBOUND" bench -m tiny.gguf -p 16 -n 4 -r 1 -t 2
 expect_line b.out '\| pp16 \|'
