@@ -18,6 +18,10 @@
  * the positions after the round trip: top-1 agreement (argmax equal) and
  * KL(B || C) of the next-token distributions, mean and max.
  *
+ * --cache-type T instead of --codec: C is a session whose live KV cache is
+ * of type T (q8_0, q4_0: llama.cpp's -ctk/-ctv) for the whole run, fed as
+ * B is; the ratio is then f16's page bytes over T's.
+ *
  * Without -p, six built-in short story openings: on stories260K (context
  * 128) that is 6 x 64 = 384 positions after the round trip.
  */
@@ -140,7 +144,7 @@ static int opt_prompt(void *dest, const char *v, char *why, size_t why_n)
 
 int rb_cmd_kvquality(int argc, char **argv)
 {
-    const char *model_path = NULL, *codec_name = NULL, *label = NULL;
+    const char *model_path = NULL, *codec_name = NULL, *label = NULL, *cache_type = NULL;
     const char *prompts[MAX_PROMPTS];
     int n_prompts = 0;
     uint64_t n_predict = 256, n_ctx = 0, n_threads = 0;
@@ -149,6 +153,9 @@ int rb_cmd_kvquality(int argc, char **argv)
         {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
         {"--codec", RB_OPT_STR, "MODE", "lossless, q8, q4, q2 (or store)", &codec_name, 0, 0, NULL,
          NULL},
+        {"--cache-type", RB_OPT_STR, "T",
+         "instead of a codec: the live KV cache in q8_0 or q4_0 (K and V), against f16",
+         &cache_type, 0, 0, NULL, NULL},
         {"-p|--prompt", RB_OPT_CALL, "TEXT",
          "a prompt; repeat for several (default: 6 built-in ones)", &pl, 0, 0, opt_prompt, NULL},
         {"-n|--n-predict", RB_OPT_SIZE, "N",
@@ -175,6 +182,14 @@ int rb_cmd_kvquality(int argc, char **argv)
     n_prompts = pl.n;
     if (!model_path)
         return rb_cli_usage_error("kvquality", "no model given (-m MODEL)", NULL);
+    const int kv_type = cache_type ? rb_kv_type_from_name(cache_type) : RB_KV_F16;
+    if (kv_type < 0) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "unknown --cache-type '%s'", cache_type);
+        return rb_cli_usage_error("kvquality", msg, "q8_0 or q4_0");
+    }
+    if (cache_type)
+        codec_name = "store"; /* no round trip: the cache type is the difference */
     if (!codec_name)
         return rb_cli_usage_error("kvquality", "no codec given (--codec MODE)",
                                   "lossless, q8, q4 or q2");
@@ -218,10 +233,11 @@ int rb_cmd_kvquality(int argc, char **argv)
         rb_cli_fail("kvquality", "out of memory", NULL);
         goto done;
     }
-    printf("kvquality: %s, codec %s, %d prompt(s), context %" PRIu32 ", page %" PRIu32
+    printf("kvquality: %s, %s%s, %d prompt(s), context %" PRIu32 ", page %" PRIu32
            " tokens x %" PRIu32 " KV heads x %" PRIu32 "/%" PRIu32 " dims\n", label,
-           rb_kvcodec_name((rb_kvcodec_id)codec), n_prompts, ctx, pd.n_tokens, pd.n_kv_heads,
-           pd.head_dim_k, pd.head_dim_v);
+           cache_type ? "KV cache " : "codec ",
+           cache_type ? cache_type : rb_kvcodec_name((rb_kvcodec_id)codec), n_prompts, ctx,
+           pd.n_tokens, pd.n_kv_heads, pd.head_dim_k, pd.head_dim_v);
     uint64_t n_pos = 0, n_agree = 0;
     double kl_sum = 0, kl_max = 0;
     rt_stats rts = {0};
@@ -276,7 +292,10 @@ int rb_cmd_kvquality(int argc, char **argv)
         float *outs[2] = {lref, ltest};
         rt_stats prs = {0};
         for (int r = 0; r < 2; r++) {
-            if (rb_session_create(model, &sp, &runs[r], &err) != RB_OK) {
+            rb_session_params rp = sp;
+            if (r == 1)
+                rp.kv_type_k = rp.kv_type_v = (rb_kv_type)kv_type;
+            if (rb_session_create(model, &rp, &runs[r], &err) != RB_OK) {
                 rb_cli_fail("kvquality", err.message, NULL);
                 goto done;
             }
@@ -288,8 +307,13 @@ int rb_cmd_kvquality(int argc, char **argv)
                 rb_cli_fail("kvquality", rb_session_errmsg(runs[r]), NULL);
                 goto done;
             }
-            if (r == 1 && round_trip(runs[r], (rb_kvcodec_id)codec, buf, buf_size, &prs, msg,
-                                     sizeof msg)) {
+            if (r == 1 && cache_type) {
+                const rb_kvcache *qk = rb_session_kvcache(runs[1]);
+                prs.pages = 1;
+                prs.raw_bytes = rb_session_kvcache(runs[0])->page_bytes;
+                prs.frame_bytes = qk->page_bytes;
+            } else if (r == 1 && round_trip(runs[r], (rb_kvcodec_id)codec, buf, buf_size, &prs,
+                                            msg, sizeof msg)) {
                 rb_cli_fail("kvquality", msg, NULL);
                 goto done;
             }
@@ -331,7 +355,7 @@ int rb_cmd_kvquality(int argc, char **argv)
            rts.pages, rts.stored_pages ? " (some stored raw: not compressible)" : "");
     printf("result kvquality model=%s codec=%s prompts=%d positions=%" PRIu64 " top1=%.6f "
            "mean_kl=%.6g max_kl=%.6g ratio=%.4f pages=%" PRIu64 "\n", label,
-           rb_kvcodec_name((rb_kvcodec_id)codec), n_prompts, n_pos,
+           cache_type ? cache_type : rb_kvcodec_name((rb_kvcodec_id)codec), n_prompts, n_pos,
            (double)n_agree / (double)n_pos, kl_sum / (double)n_pos, kl_max,
            (double)rts.raw_bytes / (double)rts.frame_bytes, rts.pages);
     rc = 0;
