@@ -83,7 +83,65 @@ static float kv_hsum8(const float a[8])
     return (r0 + r2) + (r1 + r3);
 }
 
+#ifdef RB_ATTN_AVX2
+/* ggml's hsum_float_8: (hi + lo), then pairs, then the last two */
+static float kv_hsum8_avx2(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* 8 lanes of 4-product sums of signed bytes x * y, as float */
+static __m256 kv_sum4_avx2(__m256i x, __m256i y)
+{
+    const __m256i dot = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot));
+}
+#endif
+
 float rb_attn_dot_q8_0(const void *k_row, const void *q_row, int n)
+{
+#ifdef RB_ATTN_AVX2
+    {
+        const rb_block_q8_0 *x = k_row, *y = q_row;
+        __m256 acc = _mm256_setzero_ps();
+        for (int b = 0; b < n / RB_QK8_0; b++) {
+            const __m256 d = _mm256_set1_ps(rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+            const __m256 q = kv_sum4_avx2(_mm256_loadu_si256((const __m256i *)x[b].qs),
+                                          _mm256_loadu_si256((const __m256i *)y[b].qs));
+            acc = _mm256_fmadd_ps(d, q, acc);
+        }
+        return kv_hsum8_avx2(acc);
+    }
+#endif
+    return rb_attn_dot_q8_0_ref(k_row, q_row, n);
+}
+
+float rb_attn_dot_q4_0(const void *k_row, const void *q_row, int n)
+{
+#ifdef RB_ATTN_AVX2
+    {
+        const rb_block_q4_0 *x = k_row;
+        const rb_block_q8_0 *y = q_row;
+        __m256 acc = _mm256_setzero_ps();
+        for (int b = 0; b < n / RB_QK4_0; b++) {
+            const __m256 d = _mm256_set1_ps(rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+            const __m128i raw = _mm_loadu_si128((const __m128i *)x[b].qs);
+            __m256i qx = _mm256_and_si256(_mm256_set1_epi8(0x0f),
+                                          _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw));
+            qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(8));
+            const __m256 q = kv_sum4_avx2(qx, _mm256_loadu_si256((const __m256i *)y[b].qs));
+            acc = _mm256_fmadd_ps(d, q, acc);
+        }
+        return kv_hsum8_avx2(acc);
+    }
+#endif
+    return rb_attn_dot_q4_0_ref(k_row, q_row, n);
+}
+
+float rb_attn_dot_q8_0_ref(const void *k_row, const void *q_row, int n)
 {
     const rb_block_q8_0 *x = k_row, *y = q_row;
     float acc[8] = {0};
@@ -99,7 +157,7 @@ float rb_attn_dot_q8_0(const void *k_row, const void *q_row, int n)
     return kv_hsum8(acc);
 }
 
-float rb_attn_dot_q4_0(const void *k_row, const void *q_row, int n)
+float rb_attn_dot_q4_0_ref(const void *k_row, const void *q_row, int n)
 {
     const rb_block_q4_0 *x = k_row;
     const rb_block_q8_0 *y = q_row;

@@ -26,6 +26,9 @@ void rb_attn_scale_f16(rb_f16 *acc, float s, int n);
  * (n values, a multiple of 32), in llama.cpp's AVX2 vec_dot order. */
 float rb_attn_dot_q8_0(const void *k_row, const void *q_row, int n);
 float rb_attn_dot_q4_0(const void *k_row, const void *q_row, int n);
+/* The scalar versions (the same bits: every lane sum is an exact integer). */
+float rb_attn_dot_q8_0_ref(const void *k_row, const void *q_row, int n);
+float rb_attn_dot_q4_0_ref(const void *k_row, const void *q_row, int n);
 /* acc[i] = fma(v[i], s, acc[i]); acc[i] *= s (a quantized V's f32 path) */
 void rb_attn_mad_f32(float *acc, const float *v, float s, int n);
 void rb_attn_scale_f32(float *acc, float s, int n);

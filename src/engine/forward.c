@@ -417,10 +417,13 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
     }
 }
 
-/* A quantized K or V (llama.cpp's flash attention with such a cache), one
- * query at a time: q quantized to q8_0 for a quantized K (else rounded to
- * f16), each V row dequantized and summed in f32 (an f16 V in the f16
- * accumulator), online softmax over the window as attend() does. */
+/* A quantized K or V (llama.cpp's flash attention with such a cache): q
+ * quantized to q8_0 for a quantized K (else rounded to f16), each V row
+ * dequantized and summed in f32 (an f16 V in the f16 accumulator), online
+ * softmax over the window. As attend() does, the positions are the outer
+ * loop, so that a K row is read and a V row dequantized once for all the
+ * task's queries; each query sees its positions in order (the same bits as
+ * one query at a time). */
 static void attend_quant(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t t0,
                          uint32_t t1)
 {
@@ -429,57 +432,73 @@ static void attend_quant(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, ui
     const uint32_t hd = f->hp.head_dim_k, group = f->hp.n_head / f->hp.n_head_kv;
     const uint32_t window = f->layers[j->layer].window;
     const int k_f16 = kv->type_k == RB_TYPE_F16, v_f16 = kv->type_v == RB_TYPE_F16;
-    rb_f16 qh[1024], acc16[1024];
-    rb_block_q8_0 qq[1024 / RB_QK8_0];
-    float acc[1024], vrow[1024];
+    rb_f16 qh[ATTN_ACC_HALVES], acc16[ATTN_ACC_HALVES];
+    rb_block_q8_0 qq[ATTN_ACC_HALVES / RB_QK8_0];
+    float acc[ATTN_ACC_HALVES], vrow[1024];
+    attn_query qs[ATTN_MAX_QUERIES];
     const rb_dequantize_row_fn v_to_float = rb_type_get_traits(kv->type_v)->dequantize_row;
+    const uint32_t nb = hd / RB_QK8_0; /* q8_0 blocks of a query row */
+    uint32_t nq = 0;
     for (uint32_t t = t0; t < t1; t++)
-        for (uint32_t g = g0; g < g1; g++) {
-            const uint32_t h = kvh * group + g, last = j->pos0 + t;
-            const uint32_t first = window && last >= window ? last - window + 1 : 0;
-            const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
-            float *out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
+        for (uint32_t g = g0; g < g1; g++, nq++) {
+            const uint32_t h = kvh * group + g;
+            attn_query *a = &qs[nq];
+            a->q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
+            a->out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
+            a->last = j->pos0 + t;
+            a->first = window && a->last >= window ? a->last - window + 1 : 0;
+            a->m = -INFINITY;
+            a->sum = 0.0f;
             if (k_f16)
                 for (uint32_t i = 0; i < hd; i++)
-                    qh[i] = rb_fp32_to_fp16(q[i]);
+                    qh[nq * hd + i] = rb_fp32_to_fp16(a->q[i]);
             else
-                rb_matmul_quantize_act(RB_TYPE_Q8_0, q, qq, hd);
-            if (v_f16)
-                memset(acc16, 0, hd * sizeof *acc16);
-            else
-                memset(acc, 0, hd * sizeof *acc);
-            float m = -INFINITY, sum = 0.0f;
-            for (uint32_t p = first; p <= last; p++) {
-                const void *krow = rb_kvcache_k_row(kv, j->layer, kvh, p);
-                float s = k_f16 ? rb_attn_dot_f16(qh, krow, (int)hd)
-                          : kv->type_k == RB_TYPE_Q8_0 ? rb_attn_dot_q8_0(krow, qq, (int)hd)
-                                                       : rb_attn_dot_q4_0(krow, qq, (int)hd);
-                s *= f->kq_scale;
-                float ms = 1.0f, vs = 1.0f;
-                const void *vr = rb_kvcache_v_row(kv, j->layer, kvh, p);
-                if (s > m) {
-                    const float m_old = m;
-                    m = s;
-                    ms = expf(m_old - m);
-                    if (v_f16)
-                        rb_attn_scale_f16(acc16, ms, (int)hd);
-                    else
-                        rb_attn_scale_f32(acc, ms, (int)hd);
-                } else {
-                    vs = expf(s - m);
-                }
-                if (v_f16) {
-                    rb_attn_mad_f16(acc16, vr, vs, (int)hd);
-                } else {
-                    v_to_float(vr, vrow, hd);
-                    rb_attn_mad_f32(acc, vrow, vs, (int)hd);
-                }
-                sum = fmaf(sum, ms, vs);
-            }
-            const float inv = 1.0f / sum;
-            for (uint32_t i = 0; i < hd; i++)
-                out[i] = (v_f16 ? rb_fp16_to_fp32(acc16[i]) : acc[i]) * inv;
+                rb_matmul_quantize_act(RB_TYPE_Q8_0, a->q, qq + nq * nb, hd);
         }
+    if (v_f16)
+        memset(acc16, 0, (size_t)nq * hd * sizeof *acc16);
+    else
+        memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+    const uint32_t start = nq ? qs[0].first : 0, end = j->pos0 + t1;
+    for (uint32_t p = start; p < end; p++) {
+        const void *krow = rb_kvcache_k_row(kv, j->layer, kvh, p);
+        const void *vr = rb_kvcache_v_row(kv, j->layer, kvh, p);
+        int have_v = 0;
+        for (uint32_t qi = 0; qi < nq; qi++) {
+            attn_query *a = &qs[qi];
+            if (p > a->last || p < a->first)
+                continue;
+            float s = k_f16 ? rb_attn_dot_f16(qh + qi * hd, krow, (int)hd)
+                      : kv->type_k == RB_TYPE_Q8_0 ? rb_attn_dot_q8_0(krow, qq + qi * nb, (int)hd)
+                                                   : rb_attn_dot_q4_0(krow, qq + qi * nb, (int)hd);
+            s *= f->kq_scale;
+            float ms = 1.0f, vs = 1.0f;
+            if (s > a->m) {
+                const float m_old = a->m;
+                a->m = s;
+                ms = expf(m_old - a->m);
+                if (v_f16)
+                    rb_attn_scale_f16(acc16 + qi * hd, ms, (int)hd);
+                else
+                    rb_attn_scale_f32(acc + qi * hd, ms, (int)hd);
+            } else {
+                vs = expf(s - a->m);
+            }
+            if (v_f16) {
+                rb_attn_mad_f16(acc16 + qi * hd, vr, vs, (int)hd);
+            } else {
+                if (!have_v)
+                    v_to_float(vr, vrow, hd), have_v = 1;
+                rb_attn_mad_f32(acc + qi * hd, vrow, vs, (int)hd);
+            }
+            a->sum = fmaf(a->sum, ms, vs);
+        }
+    }
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        const float inv = 1.0f / qs[qi].sum;
+        for (uint32_t i = 0; i < hd; i++)
+            qs[qi].out[i] = (v_f16 ? rb_fp16_to_fp32(acc16[qi * hd + i]) : acc[qi * hd + i]) * inv;
+    }
 }
 
 static void attn_worker(void *ctx, int ith, int nth)
