@@ -577,7 +577,7 @@ int main(void)
             rb_session_destroy(s);
         }
         for (int seed = 0; seed < 2; seed++) {
-            rng = 2000 + (uint64_t)seed;
+            rng = rb_test_rng_seed(2000 + (uint64_t)seed);
             s = open_session_kv(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS, RB_KV_Q8_0,
                                 RB_KV_Q4_0);
             if (!s)

@@ -14,6 +14,7 @@
 #include "check.h"
 #include "convert.h"
 #include "forward.h"
+#include "rebound_experimental.h"
 #include "session_internal.h"
 #include "synth.h"
 
@@ -78,8 +79,11 @@ static rb_session *open_session(rb_model *m, uint32_t n_batch)
     p.n_ctx = N_CTX;
     p.n_batch = n_batch;
     p.n_threads = 2;
-    p.decode_bytes_per_s = 1e9;
-    p.storage_bytes_per_s = 1e9;
+    static rb_experimental_params x;
+    x = rb_experimental_default_params();
+    x.decode_bytes_per_s = 1e9;
+    x.storage_bytes_per_s = 1e9;
+    p.experimental = &x;
     rb_session *s = NULL;
     rb_error err;
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
