@@ -469,6 +469,9 @@ rb_status rb_session_shift(rb_session *s, size_t n_keep, size_t n_discard)
     rb_status st = restore_all(s);
     if (st != RB_OK)
         return st;
+    /* the file's writer reads the tokens and pages: it finishes first, and
+       the file keeps only the prefix the shift leaves as it is */
+    rb_session_file_shifted(s, n_keep / s->kv.page_tokens * s->kv.page_tokens);
     const rb_hparams *hp = &s->fwd.hp;
     rb_kvcache *kv = &s->kv;
     const uint32_t P = kv->page_tokens, L = kv->n_layers, H = kv->n_kv_heads;
@@ -526,7 +529,6 @@ rb_status rb_session_shift(rb_session *s, size_t n_keep, size_t n_discard)
     s->n_kv_valid = st == RB_OK ? (size_t)first_page * P + rows : (size_t)first_page * P;
     if (s->res)
         rb_residency_set_pages(s->res, kv->n_pages_reserved);
-    rb_session_file_shifted(s, (size_t)first_page * P);
     return st;
 }
 
