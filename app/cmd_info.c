@@ -51,7 +51,7 @@ int rb_cmd_info(int argc, char **argv)
     if (ctx == 0)
         ctx = mi.n_ctx_train ? mi.n_ctx_train : 512;
 
-    char a[32], b[32], c[32];
+    char a[32], b[32], c[32], e[32];
     printf("model         %s\n", path);
     printf("architecture  %s%s%s%s, GGUF v%" PRIu32 "\n", mi.architecture,
            mi.name[0] ? " (" : "", mi.name, mi.name[0] ? ")" : "", mi.gguf_version);
@@ -125,6 +125,14 @@ int rb_cmd_info(int argc, char **argv)
                mi.n_layers_swa, mi.n_layers, mi.sliding_window, mi.n_layers - mi.n_layers_swa);
     printf("  at ctx %-5" PRIu64 "%s bytes (%s)\n", ctx, rb_cli_grouped(kv, a, sizeof a),
            rb_cli_bytes(kv, b, sizeof b));
+    if (mi.head_dim % 32 == 0) /* llama.cpp's blocks of 32: 34 bytes (q8_0), 18 (q4_0) */
+        printf("  -ctk/-ctv   q8_0: %s bytes (%s), q4_0: %s bytes (%s) at ctx %" PRIu64 "\n",
+               rb_cli_grouped(kv / 64 * 34, a, sizeof a), rb_cli_bytes(kv / 64 * 34, b, sizeof b),
+               rb_cli_grouped(kv / 64 * 18, c, sizeof c), rb_cli_bytes(kv / 64 * 18, e, sizeof e),
+               ctx);
+    else
+        printf("  -ctk/-ctv   q8_0, q4_0: not for head dim %" PRIu32 " (blocks of 32)\n",
+               mi.head_dim);
     printf("footprint     %s bytes (%s) = weights + KV at ctx %" PRIu64 " (%s of it KV)\n",
            rb_cli_grouped(mi.tensor_data_bytes + kv, a, sizeof a),
            rb_cli_bytes(mi.tensor_data_bytes + kv, b, sizeof b), ctx,
