@@ -128,9 +128,11 @@ static rb_status read_gemma3(const rb_gguf *g, rb_hparams *hp, rb_error *err)
     if (hp->final_logit_softcap < 0.0f || !isfinite(hp->final_logit_softcap))
         return rb_error_set(err, RB_E_FORMAT, "model: %s.final_logit_softcapping %g is not usable",
                             a, (double)hp->final_logit_softcap);
-    if (hp->n_swa > 0 && !(hp->rope_freq_base_swa > 0.0f))
-        return rb_error_set(err, RB_E_FORMAT, "model: %s.rope.freq_base_swa %g is not positive",
-                            a, (double)hp->rope_freq_base_swa);
+    if (hp->n_swa > 0 &&
+        (!(hp->rope_freq_base_swa > 0.0f) || !isfinite(hp->rope_freq_base_swa)))
+        return rb_error_set(err, RB_E_FORMAT,
+                            "model: %s.rope.freq_base_swa %g is not a positive finite number", a,
+                            (double)hp->rope_freq_base_swa);
     float dim = hp->n_layers == 62 ? (float)(hp->n_embd / hp->n_head) : (float)hp->head_dim_k;
     hp->attn_scale = 1.0f / sqrtf(dim);
     return RB_OK;
