@@ -405,7 +405,9 @@ static int chat_turn(struct chat *c, const char *message)
             rc = r == ROOM_ERROR;
             break;
         }
-        size_t k = rb_detokenizer_push(detok, next, c->piece, cap);
+        size_t k = 0;
+        if (rb_detokenizer_push(detok, next, c->piece, cap, &k) != RB_OK)
+            fprintf(stderr, "rebound chat: %s\n", rb_detokenizer_errmsg(detok));
         fwrite(c->piece, 1, k, stdout);
         fflush(stdout);
         n_out++;
@@ -414,7 +416,9 @@ static int chat_turn(struct chat *c, const char *message)
             break;
         }
     }
-    size_t k = rb_detokenizer_flush(detok, c->piece, cap);
+    size_t k = 0;
+    if (rb_detokenizer_flush(detok, c->piece, cap, &k) != RB_OK)
+        fprintf(stderr, "rebound chat: %s\n", rb_detokenizer_errmsg(detok));
     fwrite(c->piece, 1, k, stdout);
     fputc('\n', stdout);
     fflush(stdout);

@@ -70,7 +70,9 @@ static void emit(rb_detokenizer *d, char *buf, const int32_t *tokens, size_t n)
 {
     size_t cap = rb_detokenizer_max_bytes(d);
     for (size_t i = 0; i < n; i++) {
-        size_t k = rb_detokenizer_push(d, tokens[i], buf, cap);
+        size_t k = 0;
+        if (rb_detokenizer_push(d, tokens[i], buf, cap, &k) != RB_OK)
+            fprintf(stderr, "rebound run: %s\n", rb_detokenizer_errmsg(d));
         fwrite(buf, 1, k, stdout);
     }
     fflush(stdout);
@@ -359,7 +361,9 @@ int rb_cmd_run(int argc, char **argv)
         }
     }
     {
-        size_t k = rb_detokenizer_flush(detok, piece, rb_detokenizer_max_bytes(detok));
+        size_t k = 0;
+        if (rb_detokenizer_flush(detok, piece, rb_detokenizer_max_bytes(detok), &k) != RB_OK)
+            fprintf(stderr, "rebound run: %s\n", rb_detokenizer_errmsg(detok));
         fwrite(piece, 1, k, stdout); /* no newline: stdout is exactly the text */
         if (fflush(stdout) != 0 || ferror(stdout)) /* a full disk, a closed stdout */
             out_errno = errno ? errno : EIO;

@@ -633,12 +633,19 @@ RB_API void rb_detokenizer_destroy(rb_detokenizer *d);
 /* The most bytes one push or flush can write (the longest piece plus an
  * unfinished character): size out buffers with it. */
 RB_API size_t rb_detokenizer_max_bytes(const rb_detokenizer *d);
-/* Writes the text completed by this token to out (no NUL); returns its
- * length. out_size must be at least rb_detokenizer_max_bytes(d); a smaller
- * buffer receives a prefix and the rest is lost. */
-RB_API size_t rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, size_t out_size);
-/* Writes what remains (an unfinished character becomes U+FFFD). */
-RB_API size_t rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size);
+/* Writes the text completed by this token to out (no NUL) and its length
+ * to *n_out. Errors: RB_E_INVALID_ARG when out_size is below
+ * rb_detokenizer_max_bytes(d), a pointer is NULL or the token is not in
+ * the vocabulary: nothing is consumed, nothing is written (message:
+ * rb_detokenizer_errmsg). Allocates nothing. */
+RB_API rb_status rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, size_t out_size,
+                                     size_t *n_out);
+/* Writes what remains (an unfinished character becomes U+FFFD) and ends
+ * the stream. Errors: as push's (out_size, NULL). */
+RB_API rb_status rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size,
+                                      size_t *n_out);
+/* The message of the last failed call on d ("" if none). */
+RB_API const char *rb_detokenizer_errmsg(const rb_detokenizer *d);
 
 /* ---- chat templates ------------------------------------------------------ */
 

@@ -115,6 +115,25 @@ static void test_session(rb_model *m)
     }
     rb_session_destroy(s);
 
+    /* the detokenizer never cuts a piece: a short buffer is an error and
+       consumes nothing */
+    rb_detokenizer *d = NULL;
+    CHECK_EQ_INT(rb_detokenizer_create(m, &d, &err), RB_OK);
+    if (d) {
+        size_t cap = rb_detokenizer_max_bytes(d), k = 99;
+        char *text = malloc(cap);
+        CHECK_EQ_INT(rb_detokenizer_push(d, 300, text, cap - 1, &k), RB_E_INVALID_ARG);
+        CHECK_EQ_U64(k, 99);
+        CHECK_CONTAINS(rb_detokenizer_errmsg(d), "rb_detokenizer_max_bytes");
+        CHECK_EQ_INT(rb_detokenizer_push(d, 1 << 20, text, cap, &k), RB_E_INVALID_ARG);
+        CHECK_CONTAINS(rb_detokenizer_errmsg(d), "vocabulary");
+        CHECK_EQ_INT(rb_detokenizer_push(d, 300, text, cap, &k), RB_OK);
+        CHECK(k > 0);
+        CHECK_EQ_INT(rb_detokenizer_flush(d, text, cap, &k), RB_OK);
+        free(text);
+        rb_detokenizer_destroy(d);
+    }
+
     /* an unknown device is named */
     x.device = "toaster";
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_NOT_FOUND);

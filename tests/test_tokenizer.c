@@ -946,9 +946,13 @@ static char *detok_all(rb_model *m, unsigned flags, const int32_t *ids, size_t n
         return NULL;
     size_t cap = rb_detokenizer_max_bytes(d), w = 0;
     char *out = malloc(n * cap + cap + 1);
-    for (size_t i = 0; i < n; i++)
-        w += rb_detokenizer_push(d, ids[i], out + w, cap);
-    w += rb_detokenizer_flush(d, out + w, cap);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK_EQ_INT(rb_detokenizer_push(d, ids[i], out + w, cap, &k), RB_OK);
+        w += k;
+    }
+    CHECK_EQ_INT(rb_detokenizer_flush(d, out + w, cap, &k), RB_OK);
+    w += k;
     out[w] = 0;
     rb_detokenizer_destroy(d);
     return out;

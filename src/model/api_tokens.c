@@ -17,8 +17,8 @@
 
 struct rb_detokenizer {
     rb_detok state;
-    char *buf;      /* rb_detok_out_bytes: one push's worst case */
-    size_t buf_size;
+    size_t buf_size; /* rb_detok_out_bytes: one push's worst case */
+    rb_error err;   /* the last failed call's */
 };
 
 rb_status rb_model_tokenize(rb_model *model, const char *text, size_t len, int add_special,
@@ -106,14 +106,9 @@ rb_status rb_detokenizer_create_flags(rb_model *model, unsigned flags_in, rb_det
     if (st != RB_OK)
         return rb_error_set(err, st, "%s", rb_model_errmsg(model));
     rb_detokenizer *d = calloc(1, sizeof *d);
-    size_t n = rb_detok_out_bytes(t);
-    if (d)
-        d->buf = malloc(n);
-    if (!d || !d->buf) {
-        free(d);
+    if (!d)
         return rb_error_set(err, RB_E_NOMEM, "detokenizer: out of memory");
-    }
-    d->buf_size = n;
+    d->buf_size = rb_detok_out_bytes(t);
     /* only SentencePiece with add_space_prefix adds a space before the
        first word; a GPT-2 BPE prompt's leading space is the user's own, and
        so is a continuation's */
@@ -128,32 +123,52 @@ rb_status rb_detokenizer_create_flags(rb_model *model, unsigned flags_in, rb_det
 
 void rb_detokenizer_destroy(rb_detokenizer *d)
 {
-    if (d) {
-        free(d->buf);
-        free(d);
-    }
+    free(d);
 }
 
 size_t rb_detokenizer_max_bytes(const rb_detokenizer *d) { return d->buf_size; }
 
-size_t rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, size_t out_size)
+/* The caller's buffer must hold a push's worst case: a piece is never cut. */
+static rb_status check_out(rb_detokenizer *d, const char *out, size_t out_size,
+                           const size_t *n_out)
 {
-    size_t n = 0;
-    /* through the internal buffer: the caller's may be smaller than the
-       worst case, and a piece must not be lost half-written */
-    if (rb_detok_push(&d->state, token, d->buf, d->buf_size, &n) != RB_OK)
-        return 0;
-    if (n > out_size)
-        n = out_size;
-    memcpy(out, d->buf, n);
-    return n;
+    if (!out || !n_out)
+        return rb_error_set(&d->err, RB_E_INVALID_ARG, "detokenizer: out and n_out are required");
+    if (out_size < d->buf_size)
+        return rb_error_set(&d->err, RB_E_INVALID_ARG,
+                            "detokenizer: out_size %zu is below rb_detokenizer_max_bytes (%zu)",
+                            out_size, d->buf_size);
+    return RB_OK;
 }
 
-size_t rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size)
+rb_status rb_detokenizer_push(rb_detokenizer *d, int32_t token, char *out, size_t out_size,
+                              size_t *n_out)
 {
-    size_t n = rb_detok_flush(&d->state, d->buf, d->buf_size);
-    if (n > out_size)
-        n = out_size;
-    memcpy(out, d->buf, n);
-    return n;
+    if (!d)
+        return RB_E_INVALID_ARG;
+    rb_status st = check_out(d, out, out_size, n_out);
+    if (st != RB_OK)
+        return st;
+    size_t n = 0;
+    if (rb_detok_push(&d->state, token, out, out_size, &n) != RB_OK)
+        return rb_error_set(&d->err, RB_E_INVALID_ARG,
+                            "detokenizer: token %" PRId32 " is not in the vocabulary", token);
+    *n_out = n;
+    return RB_OK;
+}
+
+rb_status rb_detokenizer_flush(rb_detokenizer *d, char *out, size_t out_size, size_t *n_out)
+{
+    if (!d)
+        return RB_E_INVALID_ARG;
+    rb_status st = check_out(d, out, out_size, n_out);
+    if (st != RB_OK)
+        return st;
+    *n_out = rb_detok_flush(&d->state, out, out_size);
+    return RB_OK;
+}
+
+const char *rb_detokenizer_errmsg(const rb_detokenizer *d)
+{
+    return d && d->err.status ? d->err.message : "";
 }
