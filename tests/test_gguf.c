@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "testlib.h"
 
 #ifndef REBOUND_TEST_TMP
 #define REBOUND_TEST_TMP "."
@@ -47,9 +48,7 @@ static char tmp_path_buf[4][1024];
 /* A path under REBOUND_TEST_TMP; slot picks one of four static buffers. */
 static const char *tmp_path(int slot, const char *name)
 {
-    snprintf(tmp_path_buf[slot], sizeof tmp_path_buf[slot], "%s/test_gguf_%s",
-             REBOUND_TEST_TMP, name);
-    return tmp_path_buf[slot];
+    return rb_test_tmp_path(tmp_path_buf[slot], sizeof tmp_path_buf[slot], "test_gguf", name);
 }
 
 static int file_exists(const char *path)

@@ -23,14 +23,13 @@
 
 #include "check.h"
 #include "rebound_experimental.h"
-#include "convert.h"
 #include "kvcodec.h"
 #include "model.h"
 #include "residency.h"
 #include "sessfile.h"
 #include "session_internal.h"
 #include "session_writer.h"
-#include "synth.h"
+#include "testlib.h"
 
 #define N_PROMPT 600
 #define V 512
@@ -42,18 +41,11 @@ static int32_t prompt[N_PROMPT + 64];
 static void make_model_sized(const char *path, uint64_t seed, uint32_t n_embd, uint32_t n_head,
                              uint32_t n_ff)
 {
-    rb_synth_shape s = *rb_synth_shape_find("tiny");
-    s.name = "custom";
-    s.n_embd = n_embd;
-    s.n_layers = 3;
-    s.n_head = n_head;
-    s.n_head_kv = 2;
-    s.n_ff = n_ff;
-    s.n_vocab = V;
-    s.n_ctx = 1024;
-    rb_synth_params sp = {s, rb_file_kind_find("q8_0"), seed, 2};
-    rb_error err;
-    CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
+    CHECK_EQ_INT(rb_test_make_model(path, &(rb_test_model_spec){
+                                              .n_embd = n_embd, .n_layers = 3, .n_head = n_head,
+                                              .n_head_kv = 2, .n_ff = n_ff, .n_vocab = V,
+                                              .n_ctx = 1024, .seed = seed}),
+                 RB_OK);
 }
 
 static void make_model(const char *path, uint64_t seed)
@@ -488,12 +480,8 @@ static void kill_loop(rb_model *m)
 
 /* A token sequence of the race test: fresh tokens after each rewind, so a
  * stale page in the file would show in the logits. */
-static uint64_t rng_state = 12345;
-static int32_t next_token(void)
-{
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (int32_t)((rng_state >> 33) % V);
-}
+static rb_test_rng rng = {12345};
+static int32_t next_token(void) { return (int32_t)rb_test_rng_below(&rng, V); }
 
 /* A slow disk for the race test: every page record (64 KiB) takes 10 ms
  * to write, so that a commit is still writing when the test acts. */
