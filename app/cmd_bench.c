@@ -7,9 +7,14 @@
  * machine-readable line per result and a table (or, with -o, llama-bench's
  * json / jsonl / csv fields). Lists (-p 16,32 -n 64 -t 1,2) run every
  * combination, in llama-bench's order. Uses only the public API.
+ * With tg it also measures the machine's read bandwidth (one thread and
+ * the tg test's threads, a buffer 8x a large L3) and states decode's weight
+ * reads against it: decode reads every weight once per token, so that is
+ * its ceiling.
  */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +28,61 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* ---- read bandwidth ---------------------------------------------------------
+ * n threads each sum their slice of one 256 MiB buffer (touched first, so
+ * no page faults are timed); the best of 3 passes, GB/s of bytes read. */
+#define RB_BW_BYTES ((size_t)256 << 20)
+
+typedef struct bw_job {
+    const uint64_t *p;
+    size_t n;
+    uint64_t sum;
+} bw_job;
+
+static void *bw_read(void *arg)
+{
+    bw_job *j = arg;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= j->n; i += 4) {
+        s0 += j->p[i];
+        s1 += j->p[i + 1];
+        s2 += j->p[i + 2];
+        s3 += j->p[i + 3];
+    }
+    j->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static volatile uint64_t bw_sink;
+
+static double read_gbps(const uint64_t *buf, int n_threads)
+{
+    pthread_t th[64];
+    bw_job job[64];
+    n_threads = n_threads < 1 ? 1 : n_threads > 64 ? 64 : n_threads;
+    const size_t words = RB_BW_BYTES / 8, per = words / (size_t)n_threads;
+    double best = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        const double t0 = rb_cli_now_s();
+        int started = 0;
+        for (int t = 0; t < n_threads; t++) {
+            job[t] = (bw_job){buf + (size_t)t * per, per, 0};
+            if (t > 0 && pthread_create(&th[t], NULL, bw_read, &job[t]) == 0)
+                started = t;
+            else if (t > 0)
+                bw_read(&job[t]);
+        }
+        bw_read(&job[0]);
+        for (int t = 1; t <= started; t++)
+            pthread_join(th[t], NULL);
+        for (int t = 0; t < n_threads; t++)
+            bw_sink += job[t].sum; /* the sums are used: the reads stay */
+        const double gbps = (double)(per * (size_t)n_threads * 8) / (rb_cli_now_s() - t0) / 1e9;
+        best = gbps > best ? gbps : best;
+    }
+    return best;
 }
 
 /* tok/s of one run: pp (n tokens at once) or tg (n tokens one by one). */
@@ -365,6 +425,8 @@ int rb_cmd_bench(int argc, char **argv)
     }
     const char *name = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
     int is_md = !strcmp(output, "md");
+    double tg_gbps = 0; /* the last tg test's weight reads, and its threads */
+    uint32_t tg_threads = 0;
     if (is_md) {
         printf("| model | size MiB | threads | test | tok/s (median) | min - max |\n");
         printf("|---|---|---|---|---|---|\n");
@@ -387,9 +449,32 @@ int rb_cmd_bench(int argc, char **argv)
                 " threads=%" PRIu32 " reps=%" PRIu64 " tok_s_median=%.3f tok_s_min=%.3f "
                 "tok_s_max=%.3f cpu=\"%s\"\n", is_tg ? "tg" : "pp", n, name, mi.architecture,
                 mi.tensor_data_bytes, t->n_threads, reps, med, sorted[0], sorted[m - 1], cpu);
-        if (is_tg)
-            fprintf(stderr, "tg reads the weights once per token: %.1f GB/s at the median\n",
-                    med * (double)mi.tensor_data_bytes / 1e9);
+        if (is_tg) {
+            tg_gbps = med * (double)mi.tensor_data_bytes / 1e9;
+            tg_threads = t->n_threads;
+        }
+    }
+    if (tg_threads) {
+        uint64_t *buf = malloc(RB_BW_BYTES);
+        if (buf) {
+            memset(buf, 1, RB_BW_BYTES);
+            const double bw1 = read_gbps(buf, 1), bwn = read_gbps(buf, (int)tg_threads);
+            free(buf);
+            char cpu_d[1024];
+            rb_cpu_describe(cpu_d, sizeof cpu_d);
+            const char *tier = strstr(cpu_d, "tier: ");
+            if (is_md)
+                printf("\nread bandwidth (256 MiB, best of 3): %.1f GB/s on 1 thread, %.1f GB/s on %"
+                       PRIu32 " threads\ntg reads the weights once per token: %.1f GB/s at the "
+                       "median, %.0f%% of the %" PRIu32 "-thread bandwidth\n%.*s\n", bw1, bwn,
+                       tg_threads, tg_gbps, 100.0 * tg_gbps / bwn, tg_threads,
+                       tier ? (int)strcspn(tier, "\n") : 0, tier ? tier : "");
+            fprintf(stderr, "result bench=read_bandwidth threads=1 gbps=%.2f\n"
+                    "result bench=read_bandwidth threads=%" PRIu32 " gbps=%.2f\n"
+                    "result bench=tg_weight_reads threads=%" PRIu32 " gbps=%.2f "
+                    "fraction_of_bandwidth=%.3f\n",
+                    bw1, tg_threads, bwn, tg_threads, tg_gbps, tg_gbps / bwn);
+        }
     }
     if (!is_md) {
         bench_model bm = {cpu, name, mi.architecture, mi.tensor_data_bytes, n_params};

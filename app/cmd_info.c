@@ -17,17 +17,20 @@ int rb_cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
     uint64_t ctx = 0;
-    int list_tensors = 0, n_pos = 0;
+    int list_tensors = 0, show_cpu = 0, n_pos = 0;
     const rb_opt opts[] = {
         {"-c|--ctx-size|--ctx", RB_OPT_SIZE, "N",
          "context length for the KV figures (default: the model's trained context)", &ctx, 1,
          UINT32_MAX, NULL, NULL},
         {"--tensors", RB_OPT_FLAG, NULL, "list every tensor with its type, dims, bytes and file offset",
          &list_tensors, 0, 0, NULL, NULL},
+        {"--cpu", RB_OPT_FLAG, NULL,
+         "no model: the CPU features found, the kernel tier and the kernel per weight type "
+         "(REBOUND_CPU=ref|avx2|vnni|avx512|neon|dotprod caps the tier)", &show_cpu, 0, 0, NULL, NULL},
         {0},
     };
     const rb_cli_cmd cmd = {
-        "info", "MODEL.gguf [-c CTX] [--tensors]",
+        "info", "MODEL.gguf [-c CTX] [--tensors] | --cpu",
         "What a model is and what it costs in memory: shape, tensor types, weight\n"
         "bytes in total and per layer, KV cache per token and at a context length.",
         opts, NULL, &path, 1, &n_pos, NULL,
@@ -35,6 +38,12 @@ int rb_cmd_info(int argc, char **argv)
     int rc0 = rb_cli_parse(&cmd, argc, argv);
     if (rc0 >= 0)
         return rc0;
+    if (show_cpu) {
+        char d[1024];
+        rb_cpu_describe(d, sizeof d);
+        fputs(d, stdout);
+        return 0;
+    }
     if (n_pos > 1)
         return rb_cli_usage_error("info", "more than one model given", NULL);
     if (!path)

@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "matmul.h"
+#include "cpu.h"
 #include "matmul_kernels.h"
 #include "quant.h"
 #include "threadpool.h"
@@ -56,15 +57,25 @@ static const uint32_t w_types[] = {RB_TYPE_F32, RB_TYPE_F16, RB_TYPE_BF16, RB_TY
                                    RB_TYPE_Q5_K, RB_TYPE_Q4_1, RB_TYPE_Q5_1};
 #define N_W_TYPES (sizeof w_types / sizeof w_types[0])
 
-static const rb_matmul_isa *isas[] = {
-#ifdef RB_MATMUL_HAVE_AVX2
-    &rb_matmul_isa_avx2,
-#endif
-#ifdef RB_MATMUL_HAVE_NEON
-    &rb_matmul_isa_neon,
-#endif
-    NULL,
-};
+/* every vector tier this build has and this CPU runs (cpu.h), NULL-ended */
+static const rb_matmul_isa *isas[RB_CPU_TIER_COUNT + 1];
+
+static void find_isas(void)
+{
+    int k = 0;
+    for (int t = RB_CPU_TIER_REF + 1; t < RB_CPU_TIER_COUNT; t++)
+        if (rb_cpu_tier_available(t) && rb_matmul_isa_for_tier(t))
+            isas[k++] = rb_matmul_isa_for_tier(t);
+    isas[k] = NULL;
+}
+
+/* the tiers whose kernels sum in llama.cpp's AVX2 order: matmul_avx2.c's
+ * two builds, and matmul_avx512.c's (two blocks per zmm, the same floats) */
+static int is_avx2_order(const rb_matmul_isa *isa)
+{
+    return strcmp(isa->name, "avx2") == 0 || strcmp(isa->name, "vnni") == 0 ||
+           strcmp(isa->name, "avx512") == 0;
+}
 
 static size_t row_bytes(uint32_t type, int64_t n)
 {
@@ -265,13 +276,11 @@ static void test_act_converters(void)
 
 /* ---- 2. tiles ------------------------------------------------------------------- */
 
-#ifdef RB_MATMUL_HAVE_AVX2
 static int same_bits_as_ref(uint32_t wt)
 {
     return wt == RB_TYPE_Q4_0 || wt == RB_TYPE_Q4_K || wt == RB_TYPE_Q6_K || wt == RB_TYPE_Q5_K ||
            wt == RB_TYPE_Q4_1 || wt == RB_TYPE_Q5_1;
 }
-#endif
 
 static void test_tiles(void)
 {
@@ -328,20 +337,18 @@ static void test_tiles(void)
                                     tr->name, (long long)n, r, t);
                         CHECK_NEAR(one[r][t], ref[r][t], tol);
                     }
-#ifdef RB_MATMUL_HAVE_AVX2
                 /* the types whose _ref is written in llama.cpp's AVX2 order
                  * (the golden logits' arithmetic) give the same bits */
-                if (isas[k] == &rb_matmul_isa_avx2 && same_bits_as_ref(wt)) {
+                if (is_avx2_order(isas[k]) && same_bits_as_ref(wt)) {
                     int diff = 0;
                     for (int r = 0; r < RB_TILE_MAX; r++)
                         for (int t = 0; t < RB_TILE_MAX; t++)
                             diff += memcmp(&one[r][t], &ref[r][t], sizeof(float)) != 0;
                     if (diff)
-                        fprintf(stderr, "avx2 %s n %lld: %d results differ from _ref in bits\n",
-                                tr->name, (long long)n, diff);
+                        fprintf(stderr, "%s %s n %lld: %d results differ from _ref in bits\n",
+                                isas[k]->name, tr->name, (long long)n, diff);
                     CHECK_EQ_INT(diff, 0);
                 }
-#endif
                 int mismatches = 0;
                 for (int nr = 1; nr <= RB_TILE_MAX; nr++)
                     for (int nt = 1; nt <= RB_TILE_MAX; nt++) {
@@ -506,7 +513,11 @@ static void test_matmul_large(rb_threadpool *pool1, rb_threadpool *pool2)
 
 int main(void)
 {
-    fprintf(stderr, "matmul ISA: %s\n", rb_matmul_isa_best()->name);
+    find_isas();
+    fprintf(stderr, "matmul ISA in use: %s; tested against _ref:", rb_matmul_isa_best()->name);
+    for (int k = 0; isas[k]; k++)
+        fprintf(stderr, " %s", isas[k]->name);
+    fprintf(stderr, "\n");
     CHECK(rb_matmul_supports(RB_TYPE_Q4_1));
     CHECK(rb_matmul_supports(RB_TYPE_Q5_K));
     CHECK(rb_matmul_supports(RB_TYPE_Q5_1));
@@ -528,10 +539,16 @@ int main(void)
     rb_error err = {0};
     for (int p = 0; p < 3; p++)
         CHECK_EQ_INT(rb_threadpool_create(p + 1, &pools[p], &err), RB_OK);
-    if (pools[0] && pools[1] && pools[2]) {
+    /* the driver on every tier (rb_matmul runs the tier in use) */
+    const int tier0 = rb_cpu_tier();
+    for (int t = 0; t < RB_CPU_TIER_COUNT && pools[0] && pools[1] && pools[2]; t++) {
+        if (!rb_cpu_tier_available(t))
+            continue;
+        rb_cpu_set_tier(t);
         test_matmul_driver(pools);
         test_matmul_large(pools[0], pools[1]);
     }
+    rb_cpu_set_tier(tier0);
     for (int p = 0; p < 3; p++)
         rb_threadpool_destroy(pools[p]);
     return check_report();

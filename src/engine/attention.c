@@ -16,13 +16,26 @@
 #include "attention.h"
 #include "fp_dot.h"
 
-#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
-#include <immintrin.h>
-#define RB_ATTN_AVX2 1
+#include "cpu.h"
+#include "ops_kernels.h"
+
+/* x86: the vector tiers run ops_avx2.c's forms (this file is compiled for
+ * the baseline); they give the same bits as the loops below */
+#if defined(__x86_64__)
+#define RB_ATTN_X86(call)                                                   \
+    do {                                                                    \
+        const int tier_ = rb_cpu_tier();                                    \
+        if (tier_ >= RB_CPU_TIER_AVX2 && tier_ <= RB_CPU_TIER_AVX512) {     \
+            call;                                                           \
+        }                                                                   \
+    } while (0)
+#else
+#define RB_ATTN_X86(call) ((void)0)
 #endif
 
 float rb_attn_dot_f16(const rb_f16 *q, const rb_f16 *k, int n)
 {
+    RB_ATTN_X86(return rb_attn_dot_f16_avx2(q, k, n));
     return rb_dot_f16_ggml(k, q, n);
 }
 
@@ -31,6 +44,7 @@ float rb_attn_dot_f16(const rb_f16 *q, const rb_f16 *k, int n)
  * only for toy models.) */
 void rb_attn_dot8_f16(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, float out[8])
 {
+    RB_ATTN_X86(rb_attn_dot8_f16_avx2(q, k, stride, n, out); return);
     for (int l = 0; l < 8; l++)
         out[l] = rb_dot_f16_ggml(k + l * stride, q, n);
 }
@@ -40,15 +54,7 @@ void rb_attn_dot8_f16(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, f
 void rb_attn_mad_f16(rb_f16 *acc, const rb_f16 *v, float s, int n)
 {
     int i = 0;
-#ifdef RB_ATTN_AVX2
-    const __m256 vs = _mm256_set1_ps(s);
-    for (; i + 8 <= n; i += 8) {
-        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i)));
-        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
-        _mm_storeu_si128((__m128i *)(acc + i),
-                         _mm256_cvtps_ph(_mm256_fmadd_ps(x, vs, a), _MM_FROUND_TO_NEAREST_INT));
-    }
-#endif
+    RB_ATTN_X86(rb_attn_mad_f16_avx2(acc, v, s, n); return);
     for (; i < n; i++)
         acc[i] = rb_fp32_to_fp16(fmaf(rb_fp16_to_fp32(v[i]), s, rb_fp16_to_fp32(acc[i])));
 }
@@ -56,14 +62,7 @@ void rb_attn_mad_f16(rb_f16 *acc, const rb_f16 *v, float s, int n)
 void rb_attn_scale_f16(rb_f16 *acc, float s, int n)
 {
     int i = 0;
-#ifdef RB_ATTN_AVX2
-    const __m256 vs = _mm256_set1_ps(s);
-    for (; i + 8 <= n; i += 8) {
-        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i)));
-        _mm_storeu_si128((__m128i *)(acc + i),
-                         _mm256_cvtps_ph(_mm256_mul_ps(a, vs), _MM_FROUND_TO_NEAREST_INT));
-    }
-#endif
+    RB_ATTN_X86(rb_attn_scale_f16_avx2(acc, s, n); return);
     for (; i < n; i++)
         acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * s);
 }

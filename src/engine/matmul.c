@@ -34,25 +34,61 @@
  */
 #include "matmul.h"
 
+#include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
+#include "cpu.h"
 #include "matmul_kernels.h"
 #include "quant.h"
+#include "rebound.h"
 
 #define RB_MATMUL_DECODE_CHUNK_ROWS 16
 #define RB_MATMUL_PREFILL_CHUNK_ROWS 16
 #define RB_MATMUL_PREFILL_TOK_BLOCK 64
 
+#ifdef RB_MATMUL_HAVE_X86
+static rb_matmul_isa g_avx512;
+static pthread_once_t g_avx512_once = PTHREAD_ONCE_INIT;
+
+static void build_avx512(void)
+{
+    const rb_matmul_isa *own = &rb_matmul_isa_avx512_own;
+    g_avx512 = rb_matmul_isa_vnni;
+    g_avx512.name = own->name;
+    for (int t = 0; t < RB_TYPE_COUNT; t++) {
+        if (own->act[t])
+            g_avx512.act[t] = own->act[t];
+        if (own->tile[t])
+            g_avx512.tile[t] = own->tile[t];
+    }
+}
+#endif
+
+const rb_matmul_isa *rb_matmul_isa_for_tier(int tier)
+{
+    switch (tier) {
+    case RB_CPU_TIER_REF: return &rb_matmul_isa_ref;
+#ifdef RB_MATMUL_HAVE_X86
+    case RB_CPU_TIER_AVX2: return &rb_matmul_isa_avx2;
+    case RB_CPU_TIER_VNNI: return &rb_matmul_isa_vnni;
+    case RB_CPU_TIER_AVX512:
+        pthread_once(&g_avx512_once, build_avx512);
+        return &g_avx512;
+#endif
+#ifdef RB_MATMUL_HAVE_ARM64
+    case RB_CPU_TIER_NEON: return &rb_matmul_isa_neon;
+    case RB_CPU_TIER_DOTPROD: return &rb_matmul_isa_dotprod;
+#endif
+    default: return NULL;
+    }
+}
+
 const rb_matmul_isa *rb_matmul_isa_best(void)
 {
-#if defined(RB_MATMUL_HAVE_AVX2)
-    return &rb_matmul_isa_avx2;
-#elif defined(RB_MATMUL_HAVE_NEON)
-    return &rb_matmul_isa_neon;
-#else
-    return &rb_matmul_isa_ref;
-#endif
+    const rb_matmul_isa *isa = rb_matmul_isa_for_tier(rb_cpu_tier());
+    return isa ? isa : &rb_matmul_isa_ref;
 }
 
 uint32_t rb_matmul_act_type(uint32_t w_type)
@@ -174,4 +210,44 @@ void rb_matmul(rb_threadpool *pool, uint32_t w_type, const void *w, int64_t n_ro
     const int nth = rb_threadpool_n_threads(pool);
     atomic_init(&job.next_chunk, nth);
     rb_threadpool_run(pool, rb_matmul_task, &job);
+}
+
+/* ---- what runs here (rb_cpu_describe, rebound.h) -------------------------- */
+
+RB_API size_t rb_cpu_describe(char *buf, size_t size)
+{
+    const rb_cpu_info *ci = rb_cpu_get();
+    const int tier = rb_cpu_tier();
+    const rb_matmul_isa *isa = rb_matmul_isa_best();
+    char feat[256], kern[512];
+    rb_cpu_features_str(ci->features, feat, sizeof feat);
+    static const uint32_t types[] = {RB_TYPE_Q4_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q5_K,
+                                     RB_TYPE_Q6_K, RB_TYPE_Q5_0, RB_TYPE_Q4_1, RB_TYPE_Q5_1,
+                                     RB_TYPE_F16, RB_TYPE_BF16, RB_TYPE_F32};
+    size_t at = 0;
+    kern[0] = '\0';
+    for (size_t i = 0; i < sizeof types / sizeof types[0] && at < sizeof kern; i++) {
+        const char *who = isa->name;
+#ifdef RB_MATMUL_HAVE_X86
+        if (tier == RB_CPU_TIER_AVX512 && !rb_matmul_isa_avx512_own.tile[types[i]])
+            who = rb_matmul_isa_vnni.name;
+#endif
+        int k = snprintf(kern + at, sizeof kern - at, "%s%s=%s", at ? " " : "",
+                         rb_type_name(types[i]), who);
+        if (k < 0)
+            break;
+        at += (size_t)k;
+    }
+    int n = snprintf(buf, size,
+                     "cpu: %s\nfeatures: %s\ntier: %s (best here: %s; REBOUND_CPU caps it)\n"
+                     "matmul kernels: %s\nattention, kv codec: %s\n%s%s%s",
+                     ci->brand[0] ? ci->brand : "unknown", feat[0] ? feat : "(none)",
+                     rb_cpu_tier_name(tier), rb_cpu_tier_name(ci->best_tier), kern,
+#ifdef RB_MATMUL_HAVE_X86
+                     tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512 ? "avx2" : "ref",
+#else
+                     "portable",
+#endif
+                     ci->note[0] ? "note: " : "", ci->note, ci->note[0] ? "\n" : "");
+    return n < 0 ? 0 : (size_t)n;
 }

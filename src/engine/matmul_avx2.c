@@ -1,6 +1,6 @@
 /*
- * matmul_avx2.c - AVX2 + FMA + F16C kernels (compiled only when the
- * compiler targets them, e.g. -march=native on a Haswell-or-later x86).
+ * matmul_avx2.c - AVX2 + FMA + F16C kernels (this file alone is compiled
+ * with -mavx2 -mfma -mf16c; cpu.c decides at run time whether they run).
  *
  * Tiles: every kernel is one always-inline body instantiated for each tile
  * shape (R rows x T tokens, 1..4 each): per block, the weight row is
@@ -39,7 +39,7 @@
  */
 #include "matmul_kernels.h"
 
-#ifdef RB_MATMUL_HAVE_AVX2
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
 #include <math.h>
@@ -50,17 +50,26 @@
 
 #define RB_INLINE static inline __attribute__((always_inline))
 
-#if defined(__AVXVNNI__) || (defined(__AVX512VNNI__) && defined(__AVX512VL__))
-#define RB_AVX2_VNNI 1
+/* The build of this file: avx2 (default), or vnni (matmul_vnni.c includes
+ * it with RB_AVX2_VNNI and the AVX512-VL + VNNI flags: the same kernels with
+ * vpdpbusd / vpdpwssd for the integer products, which give the same
+ * integers, so the vnni tier's results are the avx2 tier's bit for bit). */
+#if defined(RB_AVX2_VNNI) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#error "matmul_vnni.c needs -mavx512vl -mavx512vnni"
+#endif
+#ifdef RB_AVX2_VNNI
+#define RB_AVX2_TABLE rb_matmul_isa_vnni
+#define RB_AVX2_NAME "vnni"
+#else
+#define RB_AVX2_TABLE rb_matmul_isa_avx2
+#define RB_AVX2_NAME "avx2"
 #endif
 
 /* acc + sum of 4 u8*s8 products per int32 lane */
 RB_INLINE __m256i rb_dot_u8s8(__m256i acc, __m256i u, __m256i s)
 {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#ifdef RB_AVX2_VNNI
     return _mm256_dpbusd_epi32(acc, u, s);
-#elif defined(__AVXVNNI__)
-    return _mm256_dpbusd_avx_epi32(acc, u, s);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
                                                    _mm256_set1_epi16(1)));
@@ -70,10 +79,8 @@ RB_INLINE __m256i rb_dot_u8s8(__m256i acc, __m256i u, __m256i s)
 /* acc + sum of 2 s16*s16 products per int32 lane */
 RB_INLINE __m256i rb_madd16_acc(__m256i acc, __m256i a, __m256i b)
 {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#ifdef RB_AVX2_VNNI
     return _mm256_dpwssd_epi32(acc, a, b);
-#elif defined(__AVXVNNI__)
-    return _mm256_dpwssd_avx_epi32(acc, a, b);
 #else
     return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
 #endif
@@ -890,8 +897,8 @@ RB_DEF_TILE(rb_tile_f32_avx2, RB_C_F32)
 RB_DEF_TILE(rb_tile_f16_avx2, RB_C_F16)
 RB_DEF_TILE(rb_tile_bf16_avx2, RB_C_BF16)
 
-const rb_matmul_isa rb_matmul_isa_avx2 = {
-    .name = "avx2",
+const rb_matmul_isa RB_AVX2_TABLE = {
+    .name = RB_AVX2_NAME,
     .act = {
         [RB_TYPE_F32] = rb_quantize_act_f32_avx2,
         [RB_TYPE_F16] = rb_quantize_act_f16_avx2,

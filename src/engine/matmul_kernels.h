@@ -31,11 +31,13 @@
 
 #include "quant.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define RB_MATMUL_HAVE_AVX2 1
+/* Which kernel files the build has (each compiled with its own flags, see
+ * CMakeLists.txt; cpu.h says which tier runs them). */
+#if defined(__x86_64__)
+#define RB_MATMUL_HAVE_X86 1
 #endif
-#if defined(__ARM_NEON) && defined(__aarch64__)
-#define RB_MATMUL_HAVE_NEON 1
+#if defined(__aarch64__)
+#define RB_MATMUL_HAVE_ARM64 1
 #endif
 
 #define RB_TILE_MAX 4
@@ -46,7 +48,7 @@ typedef void (*rb_tile_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, in
                            int64_t y_stride);
 
 typedef struct rb_matmul_isa {
-    const char *name;                 /* "ref", "avx2", "neon" */
+    const char *name;                 /* "ref", "avx2", "vnni", "avx512", "neon", "dotprod" */
     rb_act_fn act[RB_TYPE_COUNT];     /* by activation type; NULL: none */
     rb_tile_fn tile[RB_TYPE_COUNT];   /* by weight type; NULL: unsupported */
     int decode_rows;                  /* rows per tile when n_tok == 1 */
@@ -54,14 +56,21 @@ typedef struct rb_matmul_isa {
 } rb_matmul_isa;
 
 extern const rb_matmul_isa rb_matmul_isa_ref;
-#ifdef RB_MATMUL_HAVE_AVX2
-extern const rb_matmul_isa rb_matmul_isa_avx2;
+#ifdef RB_MATMUL_HAVE_X86
+extern const rb_matmul_isa rb_matmul_isa_avx2;   /* matmul_avx2.c */
+extern const rb_matmul_isa rb_matmul_isa_vnni;   /* matmul_avx2.c built with VNNI */
+extern const rb_matmul_isa rb_matmul_isa_avx512_own; /* matmul_avx512.c: its own kernels */
 #endif
-#ifdef RB_MATMUL_HAVE_NEON
-extern const rb_matmul_isa rb_matmul_isa_neon;
+#ifdef RB_MATMUL_HAVE_ARM64
+extern const rb_matmul_isa rb_matmul_isa_neon;    /* matmul_neon.c, armv8-a */
+extern const rb_matmul_isa rb_matmul_isa_dotprod; /* the same, built with +dotprod */
 #endif
 
-/* The table rb_matmul uses: the best compiled-in ISA. */
+/* The table of a tier (cpu.h), NULL when this build has none; the avx512
+ * table is the vnni one with matmul_avx512.c's kernels in place of its. */
+const rb_matmul_isa *rb_matmul_isa_for_tier(int tier);
+
+/* The table rb_matmul uses: the tier in use (rb_cpu_tier). */
 const rb_matmul_isa *rb_matmul_isa_best(void);
 
 /* ---- reference kernels (matmul_ref.c), also the scalar building blocks -- */

@@ -1,5 +1,6 @@
 /*
- * matmul_neon.c - AArch64 NEON kernels (compiled only for __aarch64__).
+ * matmul_neon.c - AArch64 NEON kernels (compiled only for __aarch64__; built
+ * twice: for armv8-a here and with the dotprod extension, matmul_dotprod.c).
  *
  * Scope: vectorized activation converters and one vec_dot per type; the
  * tile is a loop of vec_dots (no weight reuse across tokens yet: prefill on
@@ -13,7 +14,21 @@
  */
 #include "matmul_kernels.h"
 
-#ifdef RB_MATMUL_HAVE_NEON
+#if defined(__aarch64__) && defined(__ARM_NEON)
+
+/* The build of this file: neon (the armv8-a floor), or dotprod
+ * (matmul_dotprod.c includes it, compiled with +dotprod: vdotq_s32, the
+ * same exact integers, so the same results). */
+#if defined(RB_NEON_DOTPROD_BUILD)
+#if !defined(__ARM_FEATURE_DOTPROD)
+#error "matmul_dotprod.c needs -march=armv8.2-a+dotprod"
+#endif
+#define RB_NEON_TABLE rb_matmul_isa_dotprod
+#define RB_NEON_NAME "dotprod"
+#else
+#define RB_NEON_TABLE rb_matmul_isa_neon
+#define RB_NEON_NAME "neon"
+#endif
 
 #include <arm_neon.h>
 #include <stddef.h>
@@ -330,8 +345,8 @@ RB_NEON_TILE(rb_tile_f32_neon, rb_vec_dot_f32_neon)
 RB_NEON_TILE(rb_tile_f16_neon, rb_vec_dot_f16_neon)
 RB_NEON_TILE(rb_tile_bf16_neon, rb_vec_dot_bf16_neon)
 
-const rb_matmul_isa rb_matmul_isa_neon = {
-    .name = "neon",
+const rb_matmul_isa RB_NEON_TABLE = {
+    .name = RB_NEON_NAME,
     .act = {
         [RB_TYPE_F32] = rb_quantize_act_f32_ref,
         [RB_TYPE_F16] = rb_quantize_act_f16_neon,

@@ -26,10 +26,7 @@
 #include "kvcodec_internal.h"
 #include "status.h"
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
-
+#include "cpu.h"
 static const char MAGIC[4] = {'R', 'B', 'K', 'V'};
 
 /* ---- names and dims ------------------------------------------------------ */
@@ -161,15 +158,6 @@ void rb_kvcodec_hash_stripes_ref(uint64_t acc[4], uint64_t first, const uint8_t 
     }
 }
 
-#if defined(__AVX2__)
-void rb_kvcodec_hash_stripes_avx2(uint64_t acc[4], uint64_t first, const uint8_t *p, size_t count)
-{
-    __m256i a = _mm256_loadu_si256((const __m256i *)acc);
-    for (size_t i = 0; i < count; i++, p += 32)
-        a = rb_kv_absorb_avx2(a, _mm256_loadu_si256((const __m256i *)p), first + i);
-    _mm256_storeu_si256((__m256i *)acc, a);
-}
-#endif
 
 void rb_kvcodec_hash_init(rb_kvcodec_hash *h)
 {
@@ -204,7 +192,7 @@ void rb_kvcodec_hash_update_k(rb_kvcodec_hash *h, const void *data, size_t n,
 
 void rb_kvcodec_hash_update(rb_kvcodec_hash *h, const void *data, size_t n)
 {
-    rb_kvcodec_hash_update_k(h, data, n, &rb_kvcodec_kernels_best);
+    rb_kvcodec_hash_update_k(h, data, n, rb_kvcodec_kernels_get());
 }
 
 static uint64_t mix64(uint64_t z)
@@ -243,16 +231,18 @@ uint64_t rb_kvcodec_hash64(const void *data, size_t n)
 
 const rb_kvcodec_kernels rb_kvcodec_kernels_ref = {
     rb_kvcodec_hash_stripes_ref, rb_kvcodec_dequant_ref, rb_kvcodec_merge_ref,
+    rb_kvcodec_quant_encode, rb_kvcodec_quant_decode, rb_kvcodec_lossless_decode,
 };
-#if defined(__AVX2__)
-const rb_kvcodec_kernels rb_kvcodec_kernels_best = {
-    rb_kvcodec_hash_stripes_avx2, rb_kvcodec_dequant_avx2, rb_kvcodec_merge_avx2,
-};
-#else
-const rb_kvcodec_kernels rb_kvcodec_kernels_best = {
-    rb_kvcodec_hash_stripes_ref, rb_kvcodec_dequant_ref, rb_kvcodec_merge_ref,
-};
+
+const rb_kvcodec_kernels *rb_kvcodec_kernels_get(void)
+{
+#if defined(__x86_64__)
+    const int tier = rb_cpu_tier();
+    if (tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512)
+        return &rb_kvcodec_kernels_avx2;
 #endif
+    return &rb_kvcodec_kernels_ref;
+}
 
 /* ---- frame ---------------------------------------------------------------------- */
 
@@ -312,7 +302,7 @@ static rb_status encode_k(const rb_kvcodec_dims *d, rb_kvcodec_id codec, const r
                                 rb_kvcodec_name(codec), RB_KVCODEC_HEADER_BYTES + payload);
         rb_kvcodec_hash h;
         rb_kvcodec_hash_init(&h);
-        st = rb_kvcodec_quant_encode(d, bits, page, out + RB_KVCODEC_HEADER_BYTES, &h, k, err);
+        st = k->quant_encode(d, bits, page, out + RB_KVCODEC_HEADER_BYTES, &h, k, err);
         if (st != RB_OK)
             return st;
         checksum = rb_kvcodec_hash_final(&h);
@@ -344,7 +334,7 @@ static rb_status encode_k(const rb_kvcodec_dims *d, rb_kvcodec_id codec, const r
 rb_status rb_kvcodec_encode(const rb_kvcodec_dims *d, rb_kvcodec_id codec, const rb_f16 *page,
                             void *dst, size_t dst_size, size_t *out_bytes, rb_error *err)
 {
-    return encode_k(d, codec, page, dst, dst_size, out_bytes, err, &rb_kvcodec_kernels_best);
+    return encode_k(d, codec, page, dst, dst_size, out_bytes, err, rb_kvcodec_kernels_get());
 }
 
 rb_status rb_kvcodec_encode_ref(const rb_kvcodec_dims *d, rb_kvcodec_id codec, const rb_f16 *page,
@@ -451,9 +441,9 @@ static rb_status decode_k(const rb_kvcodec_dims *d, const void *src_v, size_t sr
             return rb_error_set(err, RB_E_FORMAT, "kvcodec: %s payload of %" PRIu64 " bytes, "
                                 "this page's is %" PRIu64, rb_kvcodec_name(f.codec),
                                 f.payload_bytes, want);
-        rb_kvcodec_quant_decode(d, bits, payload, page, &h, k);
+        k->quant_decode(d, bits, payload, page, &h, k);
     } else {
-        st = rb_kvcodec_lossless_decode(d, payload, (size_t)f.payload_bytes, page, &h, k, err);
+        st = k->lossless_decode(d, payload, (size_t)f.payload_bytes, page, &h, k, err);
         if (st != RB_OK)
             return st;
     }
@@ -469,7 +459,7 @@ static rb_status decode_k(const rb_kvcodec_dims *d, const void *src_v, size_t sr
 rb_status rb_kvcodec_decode(const rb_kvcodec_dims *d, const void *src, size_t src_size,
                             rb_f16 *page, size_t dst_elems, rb_error *err)
 {
-    return decode_k(d, src, src_size, page, dst_elems, err, &rb_kvcodec_kernels_best);
+    return decode_k(d, src, src_size, page, dst_elems, err, rb_kvcodec_kernels_get());
 }
 
 rb_status rb_kvcodec_decode_ref(const rb_kvcodec_dims *d, const void *src, size_t src_size,

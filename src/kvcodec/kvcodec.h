@@ -175,7 +175,7 @@ uint64_t rb_kvcodec_hash64(const void *data, size_t n);
  * index `first` (which decides the keys and where scrambles fall). */
 void rb_kvcodec_hash_stripes_ref(uint64_t acc[4], uint64_t first, const uint8_t *p,
                                  size_t count);
-#if defined(__AVX2__)
+#if defined(__x86_64__) /* kvcodec_avx2.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX2) */
 void rb_kvcodec_hash_stripes_avx2(uint64_t acc[4], uint64_t first, const uint8_t *p,
                                   size_t count);
 #endif
@@ -187,7 +187,7 @@ void rb_kvcodec_hash_stripes_avx2(uint64_t acc[4], uint64_t first, const uint8_t
  * s[i / 64] (a V row: groups of 64 along the row). */
 void rb_kvcodec_dequant_ref(const uint8_t *q, size_t n, int bits, const float *m,
                             const float *s, int per_elem, rb_f16 *out);
-#if defined(__AVX2__)
+#if defined(__x86_64__) /* kvcodec_avx2.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX2) */
 void rb_kvcodec_dequant_avx2(const uint8_t *q, size_t n, int bits, const float *m,
                              const float *s, int per_elem, rb_f16 *out);
 #endif
@@ -197,7 +197,7 @@ void rb_kvcodec_dequant_avx2(const uint8_t *q, size_t n, int bits, const float *
  * kvcodec_lossless.c), absorbing the result into h. */
 void rb_kvcodec_merge_ref(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
                           size_t n, rb_kvcodec_hash *h);
-#if defined(__AVX2__)
+#if defined(__x86_64__) /* kvcodec_avx2.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX2) */
 void rb_kvcodec_merge_avx2(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
                            size_t n, rb_kvcodec_hash *h);
 #endif

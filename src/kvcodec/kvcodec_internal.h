@@ -13,16 +13,32 @@
 #define RB_KV_ALIGN32 __attribute__((aligned(32)))
 
 /* One set of kernels: the best the build has, or the _ref ones. */
-typedef struct rb_kvcodec_kernels {
+typedef struct rb_kvcodec_kernels rb_kvcodec_kernels;
+struct rb_kvcodec_kernels {
     void (*hash_stripes)(uint64_t acc[4], uint64_t first, const uint8_t *p, size_t count);
     void (*dequant)(const uint8_t *q, size_t n, int bits, const float *m, const float *s,
                     int per_elem, rb_f16 *out);
     void (*merge)(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
                   size_t n, rb_kvcodec_hash *h);
-} rb_kvcodec_kernels;
+    /* the lossless payload decoder (rb_kvcodec_lossless_decode below), the
+     * same code built for the set's ISA (kvcodec_lossless_dec_avx2.c) */
+    /* the lossy payload coders (rb_kvcodec_quant_encode / _decode below) */
+    rb_status (*quant_encode)(const rb_kvcodec_dims *d, int bits, const rb_f16 *page,
+                              uint8_t *dst, rb_kvcodec_hash *h, const rb_kvcodec_kernels *k,
+                              rb_error *err);
+    void (*quant_decode)(const rb_kvcodec_dims *d, int bits, const uint8_t *src, rb_f16 *page,
+                         rb_kvcodec_hash *h, const rb_kvcodec_kernels *k);
+    rb_status (*lossless_decode)(const rb_kvcodec_dims *d, const uint8_t *src, size_t n,
+                                 rb_f16 *page, rb_kvcodec_hash *h, const rb_kvcodec_kernels *k,
+                                 rb_error *err);
+};
 
-extern const rb_kvcodec_kernels rb_kvcodec_kernels_best;
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_ref;
+#if defined(__x86_64__)
+extern const rb_kvcodec_kernels rb_kvcodec_kernels_avx2; /* kvcodec_avx2.c */
+#endif
+/* The set the tier in use runs (cpu.h). */
+const rb_kvcodec_kernels *rb_kvcodec_kernels_get(void);
 
 void rb_kvcodec_hash_update_k(rb_kvcodec_hash *h, const void *data, size_t n,
                               const rb_kvcodec_kernels *k);
@@ -36,6 +52,11 @@ size_t rb_kvcodec_lossless_encode(const rb_kvcodec_dims *d, const rb_f16 *page, 
 rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *src, size_t n,
                                      rb_f16 *page, rb_kvcodec_hash *h,
                                      const rb_kvcodec_kernels *k, rb_error *err);
+#if defined(__x86_64__)
+rb_status rb_kvcodec_lossless_decode_avx2(const rb_kvcodec_dims *d, const uint8_t *src, size_t n,
+                                          rb_f16 *page, rb_kvcodec_hash *h,
+                                          const rb_kvcodec_kernels *k, rb_error *err);
+#endif
 
 /* Shared by the lossless encoder and decoder (the format is described in
  * kvcodec_lossless.c). */
@@ -60,8 +81,30 @@ uint64_t rb_kvcodec_quant_payload_bytes(const rb_kvcodec_dims *d, int bits);
 rb_status rb_kvcodec_quant_encode(const rb_kvcodec_dims *d, int bits, const rb_f16 *page,
                                   uint8_t *dst, rb_kvcodec_hash *h,
                                   const rb_kvcodec_kernels *k, rb_error *err);
+/* dequantization of values from..n-1 (rb_kvcodec_dequant_ref's rule): the
+ * scalar tail of the vector kernels */
+void rb_kvcodec_dequant_tail(const uint8_t *q, size_t n, int bits, const float *m,
+                             const float *s, int per_elem, rb_f16 *out, size_t from);
+
+/* bit pair i of the lossless coder's hi2 array of n values */
+static inline unsigned rb_kv_hi2_at(const uint8_t *hi2, size_t n, size_t i)
+{
+    const size_t full = n / 32;
+    if (i < full * 32)
+        return (hi2[i / 32 * 8 + (i & 7)] >> (2 * ((i & 31) >> 3))) & 3;
+    size_t k = i - full * 32;
+    return (hi2[full * 8 + k / 4] >> (2 * (k % 4))) & 3;
+}
+
 void rb_kvcodec_quant_decode(const rb_kvcodec_dims *d, int bits, const uint8_t *src,
                              rb_f16 *page, rb_kvcodec_hash *h, const rb_kvcodec_kernels *k);
+#if defined(__x86_64__) /* kvcodec_quant_avx2.c: the same code built for the avx2 set */
+rb_status rb_kvcodec_quant_encode_avx2(const rb_kvcodec_dims *d, int bits, const rb_f16 *page,
+                                       uint8_t *dst, rb_kvcodec_hash *h,
+                                       const rb_kvcodec_kernels *k, rb_error *err);
+void rb_kvcodec_quant_decode_avx2(const rb_kvcodec_dims *d, int bits, const uint8_t *src,
+                                  rb_f16 *page, rb_kvcodec_hash *h, const rb_kvcodec_kernels *k);
+#endif
 
 #if defined(__AVX2__)
 #include <immintrin.h>

@@ -26,8 +26,8 @@
 #include "kvcodec_internal.h"
 #include "status.h"
 
-#if defined(__AVX2__)
-#include <immintrin.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 #define MAXLEN RB_KVLL_MAXLEN
@@ -113,17 +113,10 @@ static inline const uint8_t *hdr_end(const hdrrd *r) { return r->p - r->n / 8; }
  * past the run, which the next run (or the slack) absorbs. */
 static inline void fill_run(uint16_t *e, uint32_t n, uint16_t v)
 {
-#if defined(__AVX2__)
-    if (n >= 16) {
-        const __m256i y = _mm256_set1_epi16((short)v);
-        for (uint32_t i = 0; i < n; i += 16)
-            _mm256_storeu_si256((__m256i *)(e + i), y);
-    } else {
-        const __m128i x = _mm_set1_epi16((short)v);
-        _mm_storeu_si128((__m128i *)e, x);
-        if (n > 8)
-            _mm_storeu_si128((__m128i *)(e + 8), x);
-    }
+#if defined(__SSE2__)
+    const __m128i x = _mm_set1_epi16((short)v);
+    for (uint32_t i = 0; i < n; i += 8)
+        _mm_storeu_si128((__m128i *)(e + i), x);
 #else
     for (uint32_t i = 0; i < n; i++)
         e[i] = v;
@@ -134,12 +127,7 @@ static inline void fill_run(uint16_t *e, uint32_t n, uint16_t v)
  * memcpy call per slot was 3% of stories260K's decode. */
 static inline void copy_table(dtable *d, const dtable *s)
 {
-#if defined(__AVX2__)
-    for (int i = 0; i < (1 << MAXLEN); i += 16)
-        _mm256_storeu_si256((__m256i *)(d->e + i), _mm256_loadu_si256((const __m256i *)(s->e + i)));
-#else
     memcpy(d->e, s->e, sizeof d->e[0] << MAXLEN);
-#endif
 }
 
 /* Reads a descriptor and builds its table; NULL on success, else a static
@@ -352,72 +340,17 @@ static uint64_t consumed_bits(const bstream *s) { return s->pos; }
 
 /* ---- decoder: mantissa merge ------------------------------------------------------ */
 
-static inline unsigned hi2_at(const uint8_t *hi2, size_t n, size_t i)
-{
-    const size_t full = n / 32;
-    if (i < full * 32)
-        return (hi2[i / 32 * 8 + (i & 7)] >> (2 * ((i & 31) >> 3))) & 3;
-    size_t k = i - full * 32;
-    return (hi2[full * 8 + k / 4] >> (2 * (k % 4))) & 3;
-}
 
+#ifndef RB_KV_LOSSLESS_DEC_AVX2 /* one definition: the baseline build's */
 void rb_kvcodec_merge_ref(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
                           size_t n, rb_kvcodec_hash *h)
 {
     for (size_t i = 0; i < n; i++)
-        out[i] = (rb_f16)((top[i] & 0xfc00) | hi2_at(hi2, n, i) << 8 | lo8[i]);
+        out[i] = (rb_f16)((top[i] & 0xfc00) | rb_kv_hi2_at(hi2, n, i) << 8 | lo8[i]);
     rb_kvcodec_hash_update_k(h, out, 2 * n, &rb_kvcodec_kernels_ref);
 }
-
-#if defined(__AVX2__)
-/* 32 values a step: the mantissa bits widened to 16 lanes twice, OR-ed
- * under the decoded top 6 bits, stored, and absorbed into the hash from
- * the registers (when the hash is at a stripe boundary: always for pages
- * whose head regions are multiples of 16 values). */
-void rb_kvcodec_merge_avx2(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
-                           size_t n, rb_kvcodec_hash *h)
-{
-    const size_t full = n / 32;
-    const __m128i three = _mm_set1_epi8(3);
-    const __m256i top6 = _mm256_set1_epi16((short)0xfc00);
-    const int fused = h->buf_len == 0;
-    __m256i acc = _mm256_loadu_si256((const __m256i *)h->acc);
-    uint64_t idx = h->n_stripes;
-    for (size_t b = 0; b < full; b++) {
-        __m128i hb = _mm_set1_epi64x((long long)rb_kv_load64(hi2 + 8 * b));
-        /* bytes 0-7: values j (bits 0-1), 8-15: values 8+j (bits 2-3) */
-        __m128i v01 = _mm_and_si128(_mm_unpacklo_epi64(hb, _mm_srli_epi64(hb, 2)), three);
-        __m128i v23 = _mm_and_si128(_mm_unpacklo_epi64(_mm_srli_epi64(hb, 4),
-                                                       _mm_srli_epi64(hb, 6)), three);
-        __m128i l0 = _mm_loadu_si128((const __m128i *)(lo8 + 32 * b));
-        __m128i l1 = _mm_loadu_si128((const __m128i *)(lo8 + 32 * b + 16));
-        __m256i m0 = _mm256_or_si256(_mm256_cvtepu8_epi16(l0),
-                                     _mm256_slli_epi16(_mm256_cvtepu8_epi16(v01), 8));
-        __m256i m1 = _mm256_or_si256(_mm256_cvtepu8_epi16(l1),
-                                     _mm256_slli_epi16(_mm256_cvtepu8_epi16(v23), 8));
-        const __m256i *t = (const __m256i *)(top + 32 * b);
-        __m256i *o = (__m256i *)(out + 32 * b);
-        __m256i r0 = _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256(t), top6), m0);
-        __m256i r1 = _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256(t + 1), top6), m1);
-        _mm256_storeu_si256(o, r0);
-        _mm256_storeu_si256(o + 1, r1);
-        if (fused) {
-            acc = rb_kv_absorb_avx2(acc, r0, idx++);
-            acc = rb_kv_absorb_avx2(acc, r1, idx++);
-        }
-    }
-    if (fused) {
-        _mm256_storeu_si256((__m256i *)h->acc, acc);
-        h->n_stripes = idx;
-        h->total_bytes += 64 * full;
-    } else {
-        rb_kvcodec_hash_update_k(h, out, 64 * full, &rb_kvcodec_kernels_best);
-    }
-    for (size_t i = 32 * full; i < n; i++)
-        out[i] = (rb_f16)((top[i] & 0xfc00) | hi2_at(hi2, n, i) << 8 | lo8[i]);
-    rb_kvcodec_hash_update_k(h, out + 32 * full, 2 * (n - 32 * full), &rb_kvcodec_kernels_best);
-}
 #endif
+
 
 /* ---- decoder ---------------------------------------------------------------------- */
 

@@ -38,9 +38,6 @@
 #include "kvcodec_internal.h"
 #include "status.h"
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 #define G RB_KVCODEC_GROUP
 
@@ -50,6 +47,7 @@ static size_t row_bytes(size_t n, int bits)
     return n / c * 16 + ((n % c) * (size_t)bits + 7) / 8;
 }
 
+#ifndef RB_KV_QUANT_AVX2 /* one definition: the baseline build's */
 uint64_t rb_kvcodec_quant_payload_bytes(const rb_kvcodec_dims *d, int bits)
 {
     const uint64_t P = d->n_tokens, blocks = (P + G - 1) / G, groups_v = (d->head_dim_v + G - 1) / G;
@@ -57,6 +55,7 @@ uint64_t rb_kvcodec_quant_payload_bytes(const rb_kvcodec_dims *d, int bits)
     const uint64_t v = P * (groups_v * 4 + row_bytes(d->head_dim_v, bits));
     return d->n_kv_heads * (k + v);
 }
+#endif
 
 /* ---- packing ---------------------------------------------------------------- */
 
@@ -89,70 +88,25 @@ static void pack_row(const uint8_t *v, size_t n, int bits, uint8_t *q)
 
 /* ---- dequantization kernels ---------------------------------------------------- */
 
-static inline void dequant_scalar(const uint8_t *q, size_t n, int bits, const float *m,
-                                  const float *s, int per_elem, rb_f16 *out, size_t from)
+#ifndef RB_KV_QUANT_AVX2 /* one definition: the baseline build's */
+void rb_kvcodec_dequant_tail(const uint8_t *q, size_t n, int bits, const float *m,
+                             const float *s, int per_elem, rb_f16 *out, size_t from)
 {
     for (size_t i = from; i < n; i++) {
         size_t g = per_elem ? i : i / G;
         out[i] = rb_fp32_to_fp16(m[g] + s[g] * (float)unpack1(q, n, bits, i));
     }
 }
+#endif
 
+#ifndef RB_KV_QUANT_AVX2 /* one definition: the baseline build's */
 void rb_kvcodec_dequant_ref(const uint8_t *q, size_t n, int bits, const float *m, const float *s,
                             int per_elem, rb_f16 *out)
 {
-    dequant_scalar(q, n, bits, m, s, per_elem, out, 0);
-}
-
-#if defined(__AVX2__)
-/* 8 values (as 8 bytes in the low half of b8) at index i. */
-static inline void emit8(__m128i b8, size_t i, const float *m, const float *s, int per_elem,
-                         rb_f16 *out)
-{
-    __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b8));
-    __m256 vm, vs;
-    if (per_elem) {
-        vm = _mm256_loadu_ps(m + i);
-        vs = _mm256_loadu_ps(s + i);
-    } else {
-        vm = _mm256_set1_ps(m[i / G]);
-        vs = _mm256_set1_ps(s[i / G]);
-    }
-    __m256 y = _mm256_add_ps(vm, _mm256_mul_ps(vs, f));
-    _mm_storeu_si128((__m128i *)(out + i), _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT));
-}
-
-/* 16 values: the 16 bytes of v, at index i. */
-static inline void emit16(__m128i v, size_t i, const float *m, const float *s, int per_elem,
-                          rb_f16 *out)
-{
-    emit8(v, i, m, s, per_elem, out);
-    emit8(_mm_srli_si128(v, 8), i + 8, m, s, per_elem, out);
-}
-
-void rb_kvcodec_dequant_avx2(const uint8_t *q, size_t n, int bits, const float *m, const float *s,
-                             int per_elem, rb_f16 *out)
-{
-    const size_t c = (size_t)(128 / bits), full = n / c;
-    const __m128i mask = _mm_set1_epi8((char)((1 << bits) - 1));
-    for (size_t k = 0; k < full; k++) {
-        const __m128i v = _mm_loadu_si128((const __m128i *)(q + 16 * k));
-        const size_t i = k * c;
-        if (bits == 8) {
-            emit16(v, i, m, s, per_elem, out);
-        } else if (bits == 4) {
-            emit16(_mm_and_si128(v, mask), i, m, s, per_elem, out);
-            emit16(_mm_and_si128(_mm_srli_epi16(v, 4), mask), i + 16, m, s, per_elem, out);
-        } else {
-            emit16(_mm_and_si128(v, mask), i, m, s, per_elem, out);
-            emit16(_mm_and_si128(_mm_srli_epi16(v, 2), mask), i + 16, m, s, per_elem, out);
-            emit16(_mm_and_si128(_mm_srli_epi16(v, 4), mask), i + 32, m, s, per_elem, out);
-            emit16(_mm_and_si128(_mm_srli_epi16(v, 6), mask), i + 48, m, s, per_elem, out);
-        }
-    }
-    dequant_scalar(q, n, bits, m, s, per_elem, out, full * c);
+    rb_kvcodec_dequant_tail(q, n, bits, m, s, per_elem, out, 0);
 }
 #endif
+
 
 /* ---- quantization (encode side; scalar: encode speed is not on the
  * restore path) ------------------------------------------------------------------ */

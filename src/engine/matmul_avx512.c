@@ -1,0 +1,267 @@
+/*
+ * matmul_avx512.c - 512-bit kernels (AVX-512 F/BW/VL/DQ + VNNI; this file
+ * alone is compiled with those flags). The avx512 tier runs these where
+ * they exist and the vnni build of matmul_avx2.c's kernels elsewhere
+ * (matmul.c merges the tables).
+ *
+ * Two blocks per register: a zmm holds the 32 codes of block b in its low
+ * half and those of block b + 1 in its high half, so one vpdpbusd does the
+ * integer products of two blocks. The float arithmetic after the integers
+ * is matmul_avx2.c's, in its order, block by block:
+ *   Q8_0  int32 lane l of a block = sum of its codes 4l..4l+3 times the
+ *         activation's (the same lanes as the AVX2 kernel: (q + 128) * a
+ *         by vpdpbusd, minus 128 * sum(a), exact), then per block
+ *         acc = fma(dw * da, float(lanes), acc) on 8 float lanes, hsum8.
+ *   Q4_0  the exact integer of each block, into llama.cpp's repacked-gemv
+ *         chains acc = fma(float(isum), dw * da, acc), one per output.
+ * So the avx512 tier's results are the avx2 tier's bit for bit (and
+ * llama.cpp's golden logits): test_matmul and test_golden check it.
+ */
+#include "matmul_kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define RB_INLINE static inline __attribute__((always_inline))
+#define RB_FOR(i, n) _Pragma("GCC unroll 4") for (int i = 0; i < (n); i++)
+
+RB_INLINE float rb_h2f(rb_f16 h) { return _cvtsh_ss(h); }
+
+RB_INLINE float rb_hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* the 32 bytes of two blocks' codes: block b low, b + 1 high (hi may be NULL
+ * for a lone last block: zeros) */
+RB_INLINE __m512i rb_load2x32(const void *lo, const void *hi)
+{
+    const __m512i l = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo));
+    return hi ? _mm512_inserti64x4(l, _mm256_loadu_si256((const __m256i *)hi), 1) : l;
+}
+
+/* 32 4-bit codes of two Q4_0 blocks as bytes in element order */
+RB_INLINE __m512i rb_nibbles2x32(const uint8_t *qs0, const uint8_t *qs1)
+{
+    const __m128i r0 = _mm_loadu_si128((const __m128i *)qs0);
+    const __m128i r1 = qs1 ? _mm_loadu_si128((const __m128i *)qs1) : _mm_setzero_si128();
+    __m512i v = _mm512_castsi128_si512(r0);
+    v = _mm512_inserti32x4(v, _mm_srli_epi16(r0, 4), 1);
+    v = _mm512_inserti32x4(v, r1, 2);
+    v = _mm512_inserti32x4(v, _mm_srli_epi16(r1, 4), 3);
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+}
+
+/* the exact integer sums of each block half of four zmm:
+ * *b0 lane k = sum of the low 8 lanes of vk, *b1 lane k = the high 8 */
+RB_INLINE void rb_hsum4x_i32x16(__m512i v0, __m512i v1, __m512i v2, __m512i v3, __m128i *b0,
+                                __m128i *b1)
+{
+    const __m512i a01 = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
+    const __m512i a23 = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v3), _mm512_unpackhi_epi32(v2, v3));
+    /* 128-bit lane j: [v0, v1, v2, v3] partial sums of that quarter */
+    const __m512i h = _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23), _mm512_unpackhi_epi64(a01, a23));
+    const __m256i lo = _mm512_castsi512_si256(h), hi = _mm512_extracti64x4_epi64(h, 1);
+    *b0 = _mm_add_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+    *b1 = _mm_add_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+}
+
+RB_INLINE int32_t rb_hsum_i32x8(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* four f16 at p, p + stride, ... as floats */
+RB_INLINE __m128 rb_h2f_x4(const char *p, size_t stride)
+{
+    rb_f16 h[4];
+    RB_FOR(k, 4) memcpy(&h[k], p + k * stride, sizeof h[k]);
+    return _mm_cvtph_ps(_mm_setr_epi16((short)h[0], (short)h[1], (short)h[2], (short)h[3], 0, 0, 0, 0));
+}
+
+/* ---- Q8_0 ------------------------------------------------------------------ */
+
+RB_INLINE void rb_tile_q8_0(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                            float *y, int64_t ys, const int R, const int T)
+{
+    __m256 acc[RB_TILE_MAX][RB_TILE_MAX];
+    RB_FOR(r, R) RB_FOR(t, T) acc[r][t] = _mm256_setzero_ps();
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    const int64_t nb = n / RB_QK8_0;
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int two = b + 1 < nb;
+        __m512i ya[RB_TILE_MAX], nc[RB_TILE_MAX];
+        float dy0[RB_TILE_MAX], dy1[RB_TILE_MAX];
+        RB_FOR(t, T) {
+            const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
+            ya[t] = rb_load2x32(ab[0].qs, two ? ab[1].qs : NULL);
+            /* -128 * (sum of 4 activation codes) per lane */
+            nc[t] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), k80, ya[t]));
+            dy0[t] = rb_h2f(ab[0].d);
+            dy1[t] = two ? rb_h2f(ab[1].d) : 0.0f;
+        }
+        RB_FOR(r, R) {
+            const rb_block_q8_0 *x = (const rb_block_q8_0 *)(w + r * wrb) + b;
+            _mm_prefetch((const char *)x + R * wrb, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + R * wrb + 64, _MM_HINT_T0);
+            const __m512i u = _mm512_xor_si512(rb_load2x32(x[0].qs, two ? x[1].qs : NULL), k80);
+            const float dw0 = rb_h2f(x[0].d), dw1 = two ? rb_h2f(x[1].d) : 0.0f;
+            RB_FOR(t, T) {
+                const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nc[t], u, ya[t]));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw0 * dy0[t]), _mm512_castps512_ps256(f),
+                                            acc[r][t]);
+                if (two)
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw1 * dy1[t]),
+                                                _mm512_extractf32x8_ps(f, 1), acc[r][t]);
+            }
+        }
+    }
+    RB_FOR(r, R) RB_FOR(t, T) y[t * ys + r] = rb_hsum8(acc[r][t]);
+}
+
+/* ---- Q4_0: llama.cpp's repacked-gemv chains (matmul_avx2.c's rb_chains) --- */
+
+typedef struct rb_chains {
+    __m128 v[RB_TILE_MAX];                /* T == 4: v[r], lane t; R == 4: v[t], lane r */
+    float s[RB_TILE_MAX][RB_TILE_MAX];    /* otherwise */
+} rb_chains;
+
+/* one block's step: isum4 = the exact integers of 4 (r, t) pairs in
+ * matmul_avx2.c's lane order; the same operations as its rb_chains_step */
+RB_INLINE void rb_chains_step4(__m128 *v, __m128i isum4, __m128 scale4)
+{
+    *v = _mm_fmadd_ps(_mm_cvtepi32_ps(isum4), scale4, *v);
+}
+
+RB_INLINE void rb_tile_q4_0(int64_t n, const char *w, size_t wrb, const char *a, size_t arb,
+                            float *y, int64_t ys, const int R, const int T)
+{
+    rb_chains ch;
+    RB_FOR(i, RB_TILE_MAX) ch.v[i] = _mm_setzero_ps();
+    RB_FOR(r, R) RB_FOR(t, T) ch.s[r][t] = 0.0f;
+    const __m512i k8 = _mm512_set1_epi8(8);
+    const size_t wbb = sizeof(rb_block_q4_0);
+    const int64_t nb = n / RB_QK8_0;
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int two = b + 1 < nb;
+        __m512i ya[RB_TILE_MAX], nc[RB_TILE_MAX], p[RB_TILE_MAX][RB_TILE_MAX];
+        float dy0[RB_TILE_MAX], dy1[RB_TILE_MAX], dw0[RB_TILE_MAX], dw1[RB_TILE_MAX];
+        RB_FOR(t, T) {
+            const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
+            ya[t] = rb_load2x32(ab[0].qs, two ? ab[1].qs : NULL);
+            nc[t] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), k8, ya[t]));
+            dy0[t] = rb_h2f(ab[0].d);
+            dy1[t] = two ? rb_h2f(ab[1].d) : 0.0f;
+        }
+        RB_FOR(r, R) {
+            const rb_block_q4_0 *x = (const rb_block_q4_0 *)(w + r * wrb + b * wbb);
+            _mm_prefetch((const char *)x + R * wrb, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + R * wrb + 36, _MM_HINT_T0);
+            const __m512i q = rb_nibbles2x32(x[0].qs, two ? x[1].qs : NULL);
+            dw0[r] = rb_h2f(x[0].d);
+            dw1[r] = two ? rb_h2f(x[1].d) : 0.0f;
+            RB_FOR(t, T) p[r][t] = _mm512_dpbusd_epi32(nc[t], q, ya[t]);
+        }
+        if (T == 4) {
+            const __m128 dyv0 = rb_h2f_x4(a + b * sizeof(rb_block_q8_0), arb);
+            const __m128 dyv1 = two ? rb_h2f_x4(a + (b + 1) * sizeof(rb_block_q8_0), arb) : dyv0;
+            RB_FOR(r, R) {
+                __m128i s0, s1;
+                rb_hsum4x_i32x16(p[r][0], p[r][1], p[r][2], p[r][3], &s0, &s1);
+                rb_chains_step4(&ch.v[r], s0, _mm_mul_ps(_mm_set1_ps(dw0[r]), dyv0));
+                if (two)
+                    rb_chains_step4(&ch.v[r], s1, _mm_mul_ps(_mm_set1_ps(dw1[r]), dyv1));
+            }
+        } else if (R == 4) {
+            const __m128 dwv0 = rb_h2f_x4(w + b * wbb, wrb);
+            const __m128 dwv1 = two ? rb_h2f_x4(w + (b + 1) * wbb, wrb) : dwv0;
+            RB_FOR(t, T) {
+                __m128i s0, s1;
+                rb_hsum4x_i32x16(p[0][t], p[1][t], p[2][t], p[3][t], &s0, &s1);
+                rb_chains_step4(&ch.v[t], s0, _mm_mul_ps(dwv0, _mm_set1_ps(dy0[t])));
+                if (two)
+                    rb_chains_step4(&ch.v[t], s1, _mm_mul_ps(dwv1, _mm_set1_ps(dy1[t])));
+            }
+        } else {
+            RB_FOR(r, R) RB_FOR(t, T) {
+                const int32_t i0 = rb_hsum_i32x8(_mm512_castsi512_si256(p[r][t]));
+                ch.s[r][t] = fmaf((float)i0, dw0[r] * dy0[t], ch.s[r][t]);
+                if (two) {
+                    const int32_t i1 = rb_hsum_i32x8(_mm512_extracti64x4_epi64(p[r][t], 1));
+                    ch.s[r][t] = fmaf((float)i1, dw1[r] * dy1[t], ch.s[r][t]);
+                }
+            }
+        }
+    }
+    float l[RB_TILE_MAX][4];
+    RB_FOR(i, RB_TILE_MAX) _mm_storeu_ps(l[i], ch.v[i]);
+    RB_FOR(r, R) RB_FOR(t, T)
+        y[t * ys + r] = T == 4 ? l[r][t] : R == 4 ? l[t][r] : ch.s[r][t];
+}
+
+/* ---- instantiation (matmul_avx2.c's shape switch) ---------------------------- */
+
+#define RB_SHAPES(CALL)                                                               \
+    switch (n_rows * 8 + n_tok) {                                                     \
+    case 1 * 8 + 1: CALL(1, 1); break; case 1 * 8 + 2: CALL(1, 2); break;              \
+    case 1 * 8 + 3: CALL(1, 3); break; case 1 * 8 + 4: CALL(1, 4); break;              \
+    case 2 * 8 + 1: CALL(2, 1); break; case 2 * 8 + 2: CALL(2, 2); break;              \
+    case 2 * 8 + 3: CALL(2, 3); break; case 2 * 8 + 4: CALL(2, 4); break;              \
+    case 3 * 8 + 1: CALL(3, 1); break; case 3 * 8 + 2: CALL(3, 2); break;              \
+    case 3 * 8 + 3: CALL(3, 3); break; case 3 * 8 + 4: CALL(3, 4); break;              \
+    case 4 * 8 + 1: CALL(4, 1); break; case 4 * 8 + 2: CALL(4, 2); break;              \
+    case 4 * 8 + 3: CALL(4, 3); break; case 4 * 8 + 4: CALL(4, 4); break;              \
+    default: break;                                                                   \
+    }
+
+#define RB_DEF_TILE(fname, body)                                                        \
+    static void fname(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,   \
+                      size_t arb, int n_tok, float *y, int64_t ys)                       \
+    {                                                                                    \
+        _Static_assert(RB_TILE_MAX == 4, "shapes below");                                \
+        const char *wc = w, *ac = a;                                                     \
+        RB_SHAPES(body)                                                                  \
+    }
+
+#define RB_C_Q4_0(R, T) rb_tile_q4_0(n, wc, wrb, ac, arb, y, ys, R, T)
+#define RB_C_Q8_0(R, T) rb_tile_q8_0(n, wc, wrb, ac, arb, y, ys, R, T)
+
+RB_DEF_TILE(rb_tile_q4_0_avx512_body, RB_C_Q4_0)
+
+/* Q4_0 decode (one token) stays on the vnni kernel: with weights streaming
+ * from DRAM its lagged per-block reduction kept the loads going, and this
+ * one's two-block join ran 16-18% more CPU time per token (tinyllama tg16,
+ * 1 thread, perf samples, Zen 4); the prefill tiles are this file's. Both
+ * give the same bits. */
+static void rb_tile_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int n_tok, float *y, int64_t ys)
+{
+    if (n_tok == 1)
+        rb_matmul_isa_vnni.tile[RB_TYPE_Q4_0](n, w, wrb, n_rows, a, arb, n_tok, y, ys);
+    else
+        rb_tile_q4_0_avx512_body(n, w, wrb, n_rows, a, arb, n_tok, y, ys);
+}
+RB_DEF_TILE(rb_tile_q8_0_avx512, RB_C_Q8_0)
+
+const rb_matmul_isa rb_matmul_isa_avx512_own = {
+    .name = "avx512",
+    .tile = {
+        [RB_TYPE_Q4_0] = rb_tile_q4_0_avx512,
+        [RB_TYPE_Q8_0] = rb_tile_q8_0_avx512,
+    },
+};
+
+#else
+typedef int rb_matmul_avx512_unused; /* ISO C: a translation unit is not empty */
+#endif

@@ -1,0 +1,105 @@
+/*
+ * ops_avx2.c - the AVX2 + FMA + F16C bodies of the forward pass's vector
+ * ops outside the matrix products (contracts in ops_kernels.h): SwiGLU's
+ * 8-lane part (ops.c) and attention's f16 loops (attention.c). The one file
+ * of them compiled with those flags; the callers dispatch on rb_cpu_tier().
+ */
+#include "ops_kernels.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#include "fp_dot.h"
+
+/*
+ * e^x in 8 lanes by the algorithm of ARM's optimized-routines expf, which
+ * ggml's AVX2 SiLU uses (max error 1.45 + 0.5 ulp, not libm's expf): the
+ * same steps give the same bits as llama.cpp's SwiGLU. x = n ln2 + b with
+ * n = round(x / ln2) by the 1.5 * 2^23 shift, ln2 in two parts; e^b by a
+ * degree-5 polynomial; 2^n assembled in the exponent bits. |n| > 126 needs
+ * the scale split in two factors so that neither overflows; |n| > 192
+ * saturates to 0 or inf.
+ */
+static __m256 rb_expf8(__m256 x)
+{
+    const __m256 shift = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), shift);
+    const __m256 n = _mm256_sub_ps(z, shift);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 scale =
+        _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126), _CMP_GT_OQ);
+    const __m256 b2 = _mm256_mul_ps(b, b);
+    const __m256 c45 = _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f));
+    const __m256 c23 = _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f));
+    const __m256 poly = _mm256_fmadd_ps(_mm256_fmadd_ps(c45, b2, c23), b2,
+                                        _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    const __m256 normal = _mm256_fmadd_ps(poly, scale, scale);
+    if (!_mm256_movemask_ps(big))
+        return normal;
+    const __m256i neg = _mm256_and_si256(
+        _mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+        _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(neg, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, neg));
+    const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192), _CMP_GT_OQ);
+    const __m256 split = _mm256_mul_ps(_mm256_fmadd_ps(s2, poly, s2), s1);
+    return _mm256_blendv_ps(_mm256_blendv_ps(normal, split, big), _mm256_mul_ps(s1, s1), huge);
+}
+
+int64_t rb_swiglu8_avx2(float *gate, const float *up, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = rb_expf8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1), e));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    }
+    return i;
+}
+
+float rb_attn_dot_f16_avx2(const rb_f16 *q, const rb_f16 *k, int n)
+{
+    return rb_dot_f16_ggml(k, q, n);
+}
+
+void rb_attn_dot8_f16_avx2(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, float out[8])
+{
+    for (int l = 0; l < 8; l++)
+        out[l] = rb_dot_f16_ggml(k + l * stride, q, n);
+}
+
+void rb_attn_mad_f16_avx2(rb_f16 *acc, const rb_f16 *v, float s, int n)
+{
+    int i = 0;
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i)));
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
+        _mm_storeu_si128((__m128i *)(acc + i),
+                         _mm256_cvtps_ph(_mm256_fmadd_ps(x, vs, a), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++)
+        acc[i] = rb_fp32_to_fp16(fmaf(rb_fp16_to_fp32(v[i]), s, rb_fp16_to_fp32(acc[i])));
+}
+
+void rb_attn_scale_f16_avx2(rb_f16 *acc, float s, int n)
+{
+    int i = 0;
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i)));
+        _mm_storeu_si128((__m128i *)(acc + i),
+                         _mm256_cvtps_ph(_mm256_mul_ps(a, vs), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++)
+        acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * s);
+}
+
+#else
+typedef int rb_ops_avx2_unused; /* ISO C: a translation unit is not empty */
+#endif
