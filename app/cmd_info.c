@@ -25,7 +25,7 @@ int rb_cmd_info(int argc, char **argv)
         {"--tensors", RB_OPT_FLAG, NULL, "list every tensor with its type, dims, bytes and file offset",
          &list_tensors, 0, 0, NULL, NULL},
         {"--cpu", RB_OPT_FLAG, NULL,
-         "no model: the CPU features found, the kernel tier and the kernel per weight type "
+         "the CPU features found, the kernel tier and the kernel per weight type "
          "(REBOUND_CPU=ref|avx2|vnni|avx512|neon|dotprod caps the tier)", &show_cpu, 0, 0, NULL, NULL},
         {0},
     };
@@ -38,11 +38,12 @@ int rb_cmd_info(int argc, char **argv)
     int rc0 = rb_cli_parse(&cmd, argc, argv);
     if (rc0 >= 0)
         return rc0;
-    if (show_cpu) {
+    if (show_cpu) { /* alone, or before the model's figures */
         char d[1024];
         rb_cpu_describe(d, sizeof d);
         fputs(d, stdout);
-        return 0;
+        if (!path && n_pos == 0)
+            return 0;
     }
     if (n_pos > 1)
         return rb_cli_usage_error("info", "more than one model given", NULL);
