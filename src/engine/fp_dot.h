@@ -20,7 +20,8 @@
  * (The build has -ffp-contract=off, so `s += x * y` stays two roundings.)
  *
  * The portable forms compute the same lanes with fmaf, so every target gets
- * the same bits; the AVX2 forms are the fast path.
+ * the same bits; the AVX2 forms are the fast path, in the files compiled
+ * with AVX2 (matmul_avx2.c, ops_avx2.c: attention's x86 loops).
  */
 #ifndef RB_FP_DOT_H
 #define RB_FP_DOT_H

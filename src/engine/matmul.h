@@ -10,9 +10,11 @@
  * A weight matrix is stored as in GGUF: n_rows rows of n_cols elements,
  * row-major, each row rb_type_row_bytes(type, n_cols) bytes.
  *
- * Every kernel has a scalar `_ref` version and, where the ISA has it, an
- * AVX2 (+FMA, F16C) and a NEON version beside it; dispatch picks the best
- * at compile time (and tests compare each variant with its _ref).
+ * Every kernel has a scalar `_ref` version and, per ISA level, versions in
+ * files of their own (AVX2, its VNNI build, AVX-512; NEON and its dotprod
+ * build), each compiled with that level's flags; the table of the tier in
+ * use (cpu.h: detected once, REBOUND_CPU caps it) runs, and the tests
+ * compare every tier the CPU has with _ref.
  */
 #ifndef RB_MATMUL_H
 #define RB_MATMUL_H
