@@ -592,9 +592,13 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
             if (k == 1) { /* fell back: say what was lost */
                 f->lost_tokens = claimed[0] > f->n_tokens && claimed[0] <= f->cap_tokens
                                      ? claimed[0] - f->n_tokens : 0;
-                snprintf(f->recovery, sizeof f->recovery, "the newest state (#%" PRIu64 ") is "
-                         "damaged: %s; opened the one before it (#%" PRIu64 ", %zu tokens)",
-                         cand[order[0]].seq, why[0], s->seq, f->n_tokens);
+                /* a note: cut to the buffer if the reason is long (the
+                   return value checked: gcc warns of the cut otherwise) */
+                if (snprintf(f->recovery, sizeof f->recovery, "the newest state (#%" PRIu64
+                             ") is damaged: %s; opened the one before it (#%" PRIu64
+                             ", %zu tokens)", cand[order[0]].seq, why[0], s->seq,
+                             f->n_tokens) < 0)
+                    f->recovery[0] = '\0';
             } else if (why[1][0]) {
                 snprintf(f->recovery, sizeof f->recovery, "%s (the state opened, #%" PRIu64
                          ", is the newest readable one)", why[1], s->seq);
