@@ -230,7 +230,7 @@ static enum room shift_context(struct chat *c, size_t need, size_t n_locked)
             return ROOM_ERROR;
         if ((size_t)n_prefix <= sizeof prefix / sizeof prefix[0] && (size_t)n_prefix <= n - cut) {
             memcpy(prefix, c->tokens, (size_t)n_prefix * sizeof *prefix);
-            if (!memcmp(prefix, rb_session_tokens(c->session) + cut,
+            if (!memcmp(prefix, rb_session_get_tokens(c->session) + cut,
                         (size_t)n_prefix * sizeof *prefix))
                 n_skip = (size_t)n_prefix;
         }
@@ -249,7 +249,7 @@ static enum room shift_context(struct chat *c, size_t need, size_t n_locked)
             rb_cli_fail(CMD, "out of memory", NULL);
             return ROOM_ERROR;
         }
-        memcpy(c->tokens, rb_session_tokens(c->session) + cut + n_skip,
+        memcpy(c->tokens, rb_session_get_tokens(c->session) + cut + n_skip,
                n_keep * sizeof *c->tokens);
         if (rb_session_rewind(c->session, sys) != RB_OK ||
             (n_keep && rb_session_feed(c->session, c->tokens, n_keep, NULL) != RB_OK))
@@ -515,7 +515,7 @@ static int command(struct chat *c, char *line)
  * The session of the chat: today a new one. --session FILE will open the
  * saved conversation here (and create the file when absent), restoring the
  * tokens and chat_history, and skip chat_begin; the sampler is created
- * after this call, so its saved state goes back with rb_sampler_state_set.
+ * after this call, so its saved state goes back with rb_sampler_set_state.
  */
 /*
  * The session file's blob for a chat: "RBCH" | u32 version 1 | u64
@@ -543,7 +543,7 @@ static int save_chat(struct chat *c)
     }
     rb_sampler_state st;
     if (c->sampler)
-        rb_sampler_state_get(c->sampler, &st);
+        rb_sampler_get_state(c->sampler, &st);
     else
         memset(&st, 0, sizeof st);
     memcpy(q, &st, sizeof st);
@@ -793,7 +793,7 @@ int rb_cmd_chat(int argc, char **argv)
         goto done;
     }
     if (c.has_saved_state) /* sampling goes on where it stopped */
-        rb_sampler_state_set(c.sampler, &c.saved_state);
+        rb_sampler_set_state(c.sampler, &c.saved_state);
     {
         rb_detokenizer *d = NULL;
         if (rb_detokenizer_create(c.model, &d, &err) != RB_OK) {

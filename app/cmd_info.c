@@ -81,7 +81,7 @@ int rb_cmd_info(int argc, char **argv)
     int n_types = 0;
     for (uint64_t i = 0; i < mi.n_tensors; i++) {
         rb_tensor_info ti;
-        rb_model_tensor_info(model, i, &ti);
+        rb_model_get_tensor_info(model, i, &ti);
         int k = 0;
         while (k < n_types && strcmp(type_names[k], ti.type_name) != 0)
             k++;
@@ -103,7 +103,7 @@ int rb_cmd_info(int argc, char **argv)
 
     uint64_t lmin = UINT64_MAX, lmax = 0;
     for (uint32_t l = 0; l < mi.n_layers; l++) {
-        uint64_t x = rb_model_layer_bytes(model, l);
+        uint64_t x = rb_model_get_layer_bytes(model, l);
         lmin = x < lmin ? x : lmin;
         lmax = x > lmax ? x : lmax;
     }
@@ -153,7 +153,7 @@ int rb_cmd_info(int argc, char **argv)
         printf("\n%-28s %-6s %-24s %14s %12s\n", "tensor", "type", "dims", "bytes", "offset");
         for (uint64_t i = 0; i < mi.n_tensors; i++) {
             rb_tensor_info ti;
-            rb_model_tensor_info(model, i, &ti);
+            rb_model_get_tensor_info(model, i, &ti);
             char dims[64];
             int n = 0;
             for (uint32_t d = 0; d < ti.n_dims; d++)

@@ -266,7 +266,7 @@ int rb_cmd_kvquality(int argc, char **argv)
         const size_t N = n_prompt + n_predict < ctx ? n_prompt + (size_t)n_predict : ctx;
         int fed = rb_session_feed(sa, toks, n_prompt, NULL) == RB_OK;
         for (size_t i = n_prompt; fed && i < N; i++) {
-            toks[i] = argmax(rb_session_logits(sa), n_vocab);
+            toks[i] = argmax(rb_session_get_logits(sa), n_vocab);
             fed = rb_session_feed(sa, &toks[i], 1, NULL) == RB_OK;
         }
         if (!fed) {

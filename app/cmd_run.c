@@ -278,7 +278,7 @@ int rb_cmd_run(int argc, char **argv)
             rb_cli_fail("run", "out of memory", NULL);
             goto done;
         }
-        tokens[0] = rb_session_tokens(s)[n - 1];
+        tokens[0] = rb_session_get_tokens(s)[n - 1];
         n_fed = 1;
         if (rb_session_rewind(s, n - 1) != RB_OK) {
             rb_cli_fail("run", rb_session_errmsg(s), NULL);
@@ -317,7 +317,7 @@ int rb_cmd_run(int argc, char **argv)
             /* llama.cpp's shift: keep --keep tokens (and the BOS), drop half
                of the rest, rotate the kept keys in place */
             size_t n_past = rb_session_n_tokens(s), keep = (size_t)n_keep_opt;
-            if (rb_session_tokens(s)[0] == rb_model_token_bos(model))
+            if (rb_session_get_tokens(s)[0] == rb_model_token_bos(model))
                 keep++;
             keep = keep < n_past ? keep : n_past;
             size_t n_discard = (n_past - keep) / 2;

@@ -491,7 +491,7 @@ static int context_session(rb_model *m, const rb_session_params *sp, const sw_op
         if (rb_session_open_saved(m, sp, o->context, &s, &err) != RB_OK)
             why = err.message;
         else if (rb_session_n_tokens(s) != o->n_ctx ||
-                 memcmp(rb_session_tokens(s), ctx, (size_t)o->n_ctx * sizeof *ctx) != 0)
+                 memcmp(rb_session_get_tokens(s), ctx, (size_t)o->n_ctx * sizeof *ctx) != 0)
             why = "it holds another conversation";
         /* unbound: the strategies' feeds must not change the file; then a
            turn (rewound) so that every page is in RAM and computed */

@@ -332,7 +332,7 @@ static int capture_run(const char *model_path, const char *prompt, long n_gen, l
         return 1;
     }
     for (long i = 0; i < n_gen && rb_session_n_tokens(s) < rb_session_n_ctx(s); i++) {
-        int32_t t = argmax(rb_session_logits(s), rb_session_n_vocab(s));
+        int32_t t = argmax(rb_session_get_logits(s), rb_session_n_vocab(s));
         if (rb_session_feed(s, &t, 1, NULL) != RB_OK) {
             fprintf(stderr, "bench_kv: %s\n", rb_session_errmsg(s));
             return 1;

@@ -7,7 +7,7 @@
  * its six-message test conversation for every family; the rules that pick
  * a family from a model's Jinja text, vocabulary, architecture and name,
  * and the fallback's report (the text's first line); names; buffers and
- * bad input; and rb_model_meta_str / rb_chat_template_choose /
+ * bad input; and rb_model_get_meta_str / rb_chat_template_choose /
  * rb_chat_apply_template on synthetic models (one given llama3's template,
  * a gemma3 one without any).
  */
@@ -488,13 +488,13 @@ static void test_model_meta(void)
     CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
     if (!m)
         return;
-    CHECK_EQ_INT(rb_model_meta_str(m, "tokenizer.chat_template", &text, &len), RB_E_NOT_FOUND);
+    CHECK_EQ_INT(rb_model_get_meta_str(m, "tokenizer.chat_template", &text, &len), RB_E_NOT_FOUND);
     CHECK(text == NULL && len == 0); /* unchanged on failure */
-    CHECK_EQ_INT(rb_model_meta_str(m, "general.architecture", &text, &len), RB_OK);
+    CHECK_EQ_INT(rb_model_get_meta_str(m, "general.architecture", &text, &len), RB_OK);
     CHECK(len == 5 && text && memcmp(text, "llama", 5) == 0);
-    CHECK_EQ_INT(rb_model_meta_str(m, "llama.context_length", &text, &len), RB_E_FORMAT);
-    CHECK_EQ_INT(rb_model_meta_str(m, NULL, &text, &len), RB_E_INVALID_ARG);
-    CHECK_EQ_INT(rb_model_meta_str(NULL, "general.name", &text, &len), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_model_get_meta_str(m, "llama.context_length", &text, &len), RB_E_FORMAT);
+    CHECK_EQ_INT(rb_model_get_meta_str(m, NULL, &text, &len), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_model_get_meta_str(NULL, "general.name", &text, &len), RB_E_INVALID_ARG);
     rb_model_close(m);
     m = NULL;
 
@@ -504,7 +504,7 @@ static void test_model_meta(void)
         fprintf(stderr, "open after patch: %s\n", err.message);
         return;
     }
-    CHECK_EQ_INT(rb_model_meta_str(m, "tokenizer.chat_template", &text, &len), RB_OK);
+    CHECK_EQ_INT(rb_model_get_meta_str(m, "tokenizer.chat_template", &text, &len), RB_OK);
     CHECK(len >= strlen(LLAMA3_JINJA) && memcmp(text, LLAMA3_JINJA, strlen(LLAMA3_JINJA)) == 0);
     rb_model_info mi;
     CHECK_EQ_INT(rb_model_get_info(m, &mi), RB_OK);

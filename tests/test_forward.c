@@ -273,7 +273,7 @@ static void test_bad_input(void)
         toks[3] = 5;
         CHECK_EQ_INT(rb_session_feed(sess, toks, 16, NULL), RB_OK);
         CHECK_EQ_U64(rb_session_n_tokens(sess), 16);
-        CHECK(rb_session_logits(sess) != NULL);
+        CHECK(rb_session_get_logits(sess) != NULL);
         rb_session_destroy(sess);
     }
     rb_model_close(m);

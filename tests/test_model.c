@@ -31,9 +31,9 @@ static void test_stories260k(void)
         CHECK_STR_EQ(mi.architecture, "llama");
         CHECK_EQ_U64(mi.n_tensors, 48);
         CHECK_EQ_U64(mi.tensor_data_bytes, 1171200);
-        CHECK_EQ_U64(rb_model_layer_bytes(m, 0), 181760);
-        CHECK_EQ_U64(rb_model_layer_bytes(m, 4), 181760);
-        CHECK_EQ_U64(rb_model_layer_bytes(m, 5), 0);
+        CHECK_EQ_U64(rb_model_get_layer_bytes(m, 0), 181760);
+        CHECK_EQ_U64(rb_model_get_layer_bytes(m, 4), 181760);
+        CHECK_EQ_U64(rb_model_get_layer_bytes(m, 5), 0);
         CHECK_EQ_U64(mi.layer_weight_bytes, 908800);
         CHECK_EQ_U64(mi.kv_bytes_per_token, 640);
         CHECK_EQ_U64(mi.kv_bytes_per_token * 512, 327680);
@@ -50,12 +50,12 @@ static void test_stories260k(void)
         CHECK_NEAR(mi.rope_freq_base, 10000.0, 0);
         CHECK(!mi.is_tied_output);
         rb_tensor_info ti;
-        CHECK_EQ_INT(rb_model_tensor_info(m, 0, &ti), RB_OK);
+        CHECK_EQ_INT(rb_model_get_tensor_info(m, 0, &ti), RB_OK);
         CHECK_STR_EQ(ti.name, "token_embd.weight");
         CHECK_STR_EQ(ti.type_name, "F32");
         CHECK_EQ_U64(ti.dims[0], 64);
         CHECK_EQ_U64(ti.dims[1], 512);
-        CHECK_EQ_INT(rb_model_tensor_info(m, 48, &ti), RB_E_INVALID_ARG);
+        CHECK_EQ_INT(rb_model_get_tensor_info(m, 48, &ti), RB_E_INVALID_ARG);
         CHECK_CONTAINS(rb_model_errmsg(m), "out of range");
         rb_model_close(m);
     }
@@ -123,7 +123,7 @@ static void test_hparams_errors(void)
         CHECK_STR_EQ(mi.architecture, "mamba");
         CHECK_EQ_INT(mi.n_head_kv, 4); /* defaults to head_count */
         CHECK_EQ_INT(mi.head_dim, 8);
-        CHECK_EQ_U64(rb_model_layer_bytes(m, 0), 32 * 4 * 4);
+        CHECK_EQ_U64(rb_model_get_layer_bytes(m, 0), 32 * 4 * 4);
         rb_model_close(m);
     }
     write_meta(path, NULL, k, v, 3);

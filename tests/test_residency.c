@@ -182,7 +182,7 @@ static void run(rb_session *s, const int32_t *prompt, const int32_t *steps, floa
         CHECK_EQ_INT(st, RB_OK);
         if (st != RB_OK)
             fprintf(stderr, "feed: %s\n", rb_session_errmsg(s));
-        const float *l = rb_session_logits(s);
+        const float *l = rb_session_get_logits(s);
         if (l)
             memcpy(out + (size_t)i * V, l, V * sizeof(float));
     }
@@ -396,15 +396,15 @@ static void spill_reuse_test(rb_model *m, const int32_t *prompt)
     CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(s, &c, 1, NULL), RB_OK);
     float *got = malloc(512 * sizeof(float)), *want = malloc(512 * sizeof(float));
-    if (got && rb_session_logits(s))
-        memcpy(got, rb_session_logits(s), 512 * sizeof(float));
+    if (got && rb_session_get_logits(s))
+        memcpy(got, rb_session_get_logits(s), 512 * sizeof(float));
     rb_session_destroy(s);
     rb_session *ref = open_session(m, RB_RESTORE_EAGER, RB_RAM_CODEC_LOSSLESS);
     CHECK_EQ_INT(rb_session_feed(ref, prompt, 480, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(ref, other, 64, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(ref, &c, 1, NULL), RB_OK);
-    if (want && rb_session_logits(ref))
-        memcpy(want, rb_session_logits(ref), 512 * sizeof(float));
+    if (want && rb_session_get_logits(ref))
+        memcpy(want, rb_session_get_logits(ref), 512 * sizeof(float));
     CHECK(got && want && same(got, want, 512));
     rb_session_destroy(ref);
     free(got);
@@ -540,11 +540,11 @@ int main(void)
         CHECK_EQ_INT(rb_session_feed(s, steps, 1, NULL), RB_OK);
         CHECK_EQ_INT(rb_session_rewind(s, N_PROMPT), RB_OK);
         CHECK_EQ_INT(rb_session_n_tokens(s), N_PROMPT);
-        CHECK(rb_session_logits(s) == NULL);
+        CHECK(rb_session_get_logits(s) == NULL);
         CHECK_EQ_INT(rb_session_rewind(s, N_PROMPT + 1), RB_E_INVALID_ARG);
         CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
         CHECK_EQ_INT(rb_session_feed(s, steps, 1, NULL), RB_OK);
-        const float *l = rb_session_logits(s);
+        const float *l = rb_session_get_logits(s);
         CHECK(l && same(l, want, V));
         rb_restore_event ev[512];
         size_t n_ev = rb_session_restore_events(s, ev, 512);
@@ -608,7 +608,7 @@ int main(void)
             CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &o, &err), RB_OK);
             if (o) {
                 CHECK_EQ_INT(rb_session_feed(o, steps, 1, NULL), RB_OK);
-                const float *l = rb_session_logits(o);
+                const float *l = rb_session_get_logits(o);
                 CHECK(l && same(l, want_q, V));
                 CHECK_EQ_INT(o->recomputed_tokens, 0);
                 rb_session_destroy(o);

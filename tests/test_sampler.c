@@ -143,10 +143,10 @@ static void test_greedy(void)
         p.temp = k ? -1.0f : 0.0f;
         rb_sampler *s = make(p, 6);
         rb_sampler_state before, after;
-        rb_sampler_state_get(s, &before);
+        rb_sampler_get_state(s, &before);
         for (int i = 0; i < 5; i++)
             CHECK_EQ_INT(sample1(s, row, NULL, 0), 1); /* tie 1/4 -> 1 */
-        rb_sampler_state_get(s, &after);
+        rb_sampler_get_state(s, &after);
         CHECK(memcmp(&before, &after, sizeof before) == 0); /* no draws */
         float row2[6] = {-5, -4, -3, -2, -1, -0.5f};
         CHECK_EQ_INT(sample1(s, row2, NULL, 0), 5);
@@ -209,7 +209,7 @@ static void test_seed_and_state(void)
         float flat[256] = {0};
         rb_sampler *f = make(plain(1.0f, 0), 256);
         rb_sampler_state ref = {0, {1, 2, 3, 4}};
-        CHECK_EQ_INT(rb_sampler_state_set(f, &ref), RB_OK);
+        CHECK_EQ_INT(rb_sampler_set_state(f, &ref), RB_OK);
         for (int i = 0; i < 16; i++)
             CHECK_EQ_INT(sample1(f, flat, NULL, 0), top8[i]);
         rb_sampler_destroy(f);
@@ -220,14 +220,14 @@ static void test_seed_and_state(void)
     rb_sampler_state st, st2;
     for (int i = 0; i < 10; i++)
         sample1(a, row, NULL, 0);
-    rb_sampler_state_get(a, &st);
+    rb_sampler_get_state(a, &st);
     CHECK_EQ_U64(st.seed, 42);
     int32_t rec[30];
     for (int i = 0; i < 30; i++)
         rec[i] = sample1(a, row, NULL, 0);
-    CHECK_EQ_INT(rb_sampler_state_set(a, &st), RB_OK);
-    CHECK_EQ_INT(rb_sampler_state_set(c, &st), RB_OK);
-    rb_sampler_state_get(c, &st2);
+    CHECK_EQ_INT(rb_sampler_set_state(a, &st), RB_OK);
+    CHECK_EQ_INT(rb_sampler_set_state(c, &st), RB_OK);
+    rb_sampler_get_state(c, &st2);
     CHECK(memcmp(&st, &st2, sizeof st) == 0);
     for (int i = 0; i < 30; i++) {
         CHECK_EQ_INT(sample1(a, row, NULL, 0), rec[i]);
@@ -236,11 +236,11 @@ static void test_seed_and_state(void)
 
     /* An all-zero xoshiro state is refused and leaves the sampler as it was. */
     rb_sampler_state zero = {7, {0, 0, 0, 0}};
-    rb_sampler_state_get(a, &st);
-    CHECK_EQ_INT(rb_sampler_state_set(a, &zero), RB_E_INVALID_ARG);
+    rb_sampler_get_state(a, &st);
+    CHECK_EQ_INT(rb_sampler_set_state(a, &zero), RB_E_INVALID_ARG);
     CHECK_CONTAINS(rb_sampler_errmsg(a), "all-zero");
-    CHECK_EQ_INT(rb_sampler_state_set(a, NULL), RB_E_INVALID_ARG);
-    rb_sampler_state_get(a, &st2);
+    CHECK_EQ_INT(rb_sampler_set_state(a, NULL), RB_E_INVALID_ARG);
+    rb_sampler_get_state(a, &st2);
     CHECK(memcmp(&st, &st2, sizeof st) == 0);
 
     /* One draw per call, whatever the row: a sampler fed degenerate rows
@@ -254,8 +254,8 @@ static void test_seed_and_state(void)
         sample1(x, row, NULL, 0);
         sample1(y, i % 2 ? dead : row, NULL, 0);
     }
-    rb_sampler_state_get(x, &st);
-    rb_sampler_state_get(y, &st2);
+    rb_sampler_get_state(x, &st);
+    rb_sampler_get_state(y, &st2);
     CHECK(memcmp(&st, &st2, sizeof st) == 0);
 
     rb_sampler_destroy(a);

@@ -63,7 +63,7 @@ static rb_session_params params(void)
 
 static int same_logits(rb_session *a, const float *want)
 {
-    const float *l = rb_session_logits(a);
+    const float *l = rb_session_get_logits(a);
     return l && memcmp(l, want, V * sizeof(float)) == 0;
 }
 
@@ -100,7 +100,7 @@ static void reference(rb_model *m, int32_t next, float *out)
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     CHECK_EQ_INT(rb_session_feed(s, prompt, N_PROMPT, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
-    memcpy(out, rb_session_logits(s), V * sizeof(float));
+    memcpy(out, rb_session_get_logits(s), V * sizeof(float));
     rb_session_destroy(s);
 }
 
@@ -136,7 +136,7 @@ static void reopen_and_check(rb_model *m, size_t want_tokens, int32_t next, cons
         return;
     }
     CHECK_EQ_INT(rb_session_n_tokens(s), want_tokens);
-    CHECK(memcmp(rb_session_tokens(s), prompt, want_tokens * sizeof(int32_t)) == 0);
+    CHECK(memcmp(rb_session_get_tokens(s), prompt, want_tokens * sizeof(int32_t)) == 0);
     CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
     CHECK(same_logits(s, want));
     rb_session_stats st2;
@@ -203,7 +203,7 @@ static void mapped_weights_test(void)
     if (warm && rb_session_create(warm, &p, &s, &err) == RB_OK) {
         CHECK_EQ_INT(rb_session_feed(s, prompt, 256, NULL), RB_OK);
         CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
-        memcpy(want, rb_session_logits(s), sizeof want);
+        memcpy(want, rb_session_get_logits(s), sizeof want);
         rb_session_destroy(s);
         s = NULL;
         CHECK(!rb_model_weights_file_mapped(warm)); /* loaded: allocated */
@@ -462,7 +462,7 @@ static void kill_loop(rb_model *m)
             if (n < acked || n > fed + 1)
                 fprintf(stderr, "iteration %d: %zu tokens, acknowledged %u, fed %u\n", iter, n,
                         acked, fed);
-            CHECK(memcmp(rb_session_tokens(s), prompt, n * sizeof(int32_t)) == 0);
+            CHECK(memcmp(rb_session_get_tokens(s), prompt, n * sizeof(int32_t)) == 0);
             int32_t t = 7;
             CHECK_EQ_INT(rb_session_feed(s, &t, 1, NULL), RB_OK);
             n_beyond += n > acked;
@@ -612,7 +612,7 @@ static void race_test(rb_model *m)
     CHECK_EQ_INT(rb_session_create(m, &rp, &r, &err), RB_OK);
     CHECK_EQ_INT(rb_session_feed(r, truth, n, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(r, &next, 1, NULL), RB_OK);
-    memcpy(want, rb_session_logits(r), sizeof want);
+    memcpy(want, rb_session_get_logits(r), sizeof want);
     rb_session_destroy(r);
 
     rb_model *cold = NULL;
@@ -621,7 +621,7 @@ static void race_test(rb_model *m)
     CHECK_EQ_INT(rb_session_open_saved(cold, &rp, path, &s, &err), RB_OK);
     if (s) {
         CHECK_EQ_INT(rb_session_n_tokens(s), n);
-        CHECK(memcmp(rb_session_tokens(s), truth, n * sizeof(int32_t)) == 0);
+        CHECK(memcmp(rb_session_get_tokens(s), truth, n * sizeof(int32_t)) == 0);
         CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
         CHECK(same_logits(s, want));
         rb_session_stats st;
@@ -654,7 +654,7 @@ static void full_disk_behind(rb_model *m)
         CHECK_EQ_INT(rb_session_create(m, &p, &r, &err), RB_OK);
         CHECK_EQ_INT(rb_session_feed(r, prompt, 300, NULL), RB_OK);
         CHECK_EQ_INT(rb_session_feed(r, &next, 1, NULL), RB_OK);
-        memcpy(want, rb_session_logits(r), sizeof want);
+        memcpy(want, rb_session_get_logits(r), sizeof want);
         rb_session_destroy(r);
     }
     pid_t pid = fork();
@@ -1271,7 +1271,7 @@ static void garbage_test(rb_model *m)
     CHECK_EQ_INT(rb_session_feed(r, prompt, 330, NULL), RB_OK);
     int32_t t = 11;
     CHECK_EQ_INT(rb_session_feed(r, &t, 1, NULL), RB_OK);
-    memcpy(want, rb_session_logits(r), sizeof want);
+    memcpy(want, rb_session_get_logits(r), sizeof want);
     rb_session_destroy(r);
     s = NULL;
     CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
@@ -1347,7 +1347,7 @@ int main(void)
         CHECK_EQ_INT(rb_session_feed(r2, prompt, N_PROMPT + 40, NULL), RB_OK);
         int32_t t = 11;
         CHECK_EQ_INT(rb_session_feed(r2, &t, 1, NULL), RB_OK);
-        memcpy(want2, rb_session_logits(r2), sizeof want2);
+        memcpy(want2, rb_session_get_logits(r2), sizeof want2);
         rb_session_destroy(r2);
         reopen_and_check(m, N_PROMPT + 40, 11, want2, NULL);
     }

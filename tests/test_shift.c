@@ -106,7 +106,7 @@ static int shifted(rb_model *m, rb_kv_type kt, const float *want, int trim, int 
     if (!s)
         return 0;
     CHECK_EQ_INT(rb_session_feed(s, toks, N_FED, NULL), RB_OK);
-    const float *before = rb_session_logits(s);
+    const float *before = rb_session_get_logits(s);
     float last = before ? before[7] : NAN;
     if (trim)
         CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
@@ -118,8 +118,8 @@ static int shifted(rb_model *m, rb_kv_type kt, const float *want, int trim, int 
     }
     CHECK_EQ_INT(rb_session_shift(s, N_KEEP, N_DISCARD), RB_OK);
     CHECK_EQ_INT(rb_session_n_tokens(s), N_FED - N_DISCARD);
-    CHECK(rb_session_tokens(s)[N_KEEP] == toks[N_KEEP + N_DISCARD]);
-    const float *after = rb_session_logits(s);
+    CHECK(rb_session_get_tokens(s)[N_KEEP] == toks[N_KEEP + N_DISCARD]);
+    const float *after = rb_session_get_logits(s);
     CHECK(after && after[7] == last); /* the last logits continue the context */
     if (save) {
         CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);

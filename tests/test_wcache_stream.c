@@ -158,7 +158,7 @@ static rb_session *run(rb_model *m, const rb_session_params *p, float *out, rb_e
             fprintf(stderr, "feed: %s\n", rb_session_errmsg(s));
             break;
         }
-        memcpy(out + (size_t)i * V, rb_session_logits(s), V * sizeof(float));
+        memcpy(out + (size_t)i * V, rb_session_get_logits(s), V * sizeof(float));
     }
     return s;
 }
@@ -271,7 +271,7 @@ static void test_exact_and_reads(const char *path)
             CHECK(freed >= a.weights_bytes - b.weights_bytes);
         }
         CHECK_EQ_INT(rb_session_feed(s, &steps[i], 1, NULL), RB_OK);
-        CHECK(memcmp(rb_session_logits(s), ref + (size_t)i * V, V * sizeof(float)) == 0);
+        CHECK(memcmp(rb_session_get_logits(s), ref + (size_t)i * V, V * sizeof(float)) == 0);
     }
     rb_session_destroy(s);
 
@@ -300,7 +300,7 @@ static void test_mem_budget(const char *path)
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     CHECK_EQ_INT(rb_session_feed(s, prompt, 600, NULL), RB_OK);
     float *ref = malloc(V * sizeof(float));
-    memcpy(ref, rb_session_logits(s), V * sizeof(float));
+    memcpy(ref, rb_session_get_logits(s), V * sizeof(float));
     rb_session_stats full;
     rb_session_get_stats(s, &full);
     rb_session_destroy(s);
@@ -333,7 +333,7 @@ static void test_mem_budget(const char *path)
                 (unsigned long long)c.weights_bytes, (unsigned long long)c.weights_budget_bytes,
                 (unsigned long long)c.kv_raw_bytes, (unsigned long long)c.total_bytes);
     }
-    CHECK(memcmp(rb_session_logits(s), ref, V * sizeof(float)) == 0);
+    CHECK(memcmp(rb_session_get_logits(s), ref, V * sizeof(float)) == 0);
     rb_session_get_stats(s, &b);
     fprintf(stderr, "mem budget %llu: weights budget %llu -> %llu (%llu rebalances), KV %llu, "
             "total %llu\n", (unsigned long long)p.budget_bytes,
@@ -401,7 +401,7 @@ static void test_file_shrinks(const char *path)
     CHECK_EQ_INT(copy_file(path, copy), 0);
     for (int i = 0; i < N_STEPS; i++) {
         CHECK_EQ_INT(rb_session_feed(s, &steps[i], 1, NULL), RB_OK);
-        CHECK(memcmp(rb_session_logits(s), ref + (size_t)i * V, V * sizeof(float)) == 0);
+        CHECK(memcmp(rb_session_get_logits(s), ref + (size_t)i * V, V * sizeof(float)) == 0);
     }
     rb_session_destroy(s);
     free(ref);

@@ -918,8 +918,8 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
     if (!blk) { /* 64 KiB, or less for a small model: a layer spans >= 16 blocks */
         uint64_t largest = 0;
         for (uint32_t l = 0; l < rb_model_hparams(model)->n_layers; l++)
-            if (rb_model_layer_bytes(model, l) > largest)
-                largest = rb_model_layer_bytes(model, l);
+            if (rb_model_get_layer_bytes(model, l) > largest)
+                largest = rb_model_get_layer_bytes(model, l);
         for (blk = WS_BLOCK_DEFAULT; blk > WS_PAGE && (uint64_t)blk * 16 > largest; blk /= 2)
             ;
     }

@@ -1,6 +1,6 @@
 /*
  * api_meta.c - the public read access to a model's GGUF metadata strings
- * (rb_model_meta_str), for callers that need a key rb_model_info does not
+ * (rb_model_get_meta_str), for callers that need a key rb_model_info does not
  * carry, such as the chat template text.
  *
  * Does not copy or validate the text (it is any bytes the file holds; the

@@ -276,7 +276,7 @@ rb_status rb_chat_template_choose(rb_model *model, const char *tmpl, rb_chat_tem
             rb_model_get_info(model, &mi);
             h.architecture = mi.architecture;
             h.model_name = mi.name;
-            if (rb_model_meta_str(model, "tokenizer.chat_template", &h.jinja, &h.jinja_len) !=
+            if (rb_model_get_meta_str(model, "tokenizer.chat_template", &h.jinja, &h.jinja_len) !=
                 RB_OK)
                 h.jinja = NULL, h.jinja_len = 0;
             for (int i = 0; i < RB_CHAT_VOCAB_COUNT; i++) {
