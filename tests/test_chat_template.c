@@ -19,6 +19,7 @@
 #include "quant_rules.h"
 #include "rebound.h"
 #include "synth.h"
+#include "testlib.h"
 
 /* The conversation every template renders: system, a user turn, a reply,
  * a second user turn (the assistant's header is left open for the model). */
@@ -391,13 +392,13 @@ static void test_choose(void)
     const char *path = REBOUND_TEST_TMP "/test_chat_choose.gguf";
     const char *shapes[] = {"tiny", "gemma3-270m"};
     for (int k = 0; k < 2; k++) {
-        rb_synth_shape s = *rb_synth_shape_find(shapes[k]);
-        s.name = "custom";
-        s.n_embd = 64, s.n_layers = 1, s.n_head = 2, s.n_head_kv = 1, s.head_dim = 32;
-        s.n_ff = 64, s.n_vocab = 300, s.n_ctx = 64;
-        rb_synth_params sp = {s, rb_file_kind_find("f32"), 1, 1};
+        CHECK_EQ_INT(rb_test_make_model(path, &(rb_test_model_spec){
+                                                  .shape = shapes[k], .n_embd = 64, .n_layers = 1,
+                                                  .n_head = 2, .n_head_kv = 1, .head_dim = 32,
+                                                  .n_ff = 64, .n_vocab = 300, .n_ctx = 64,
+                                                  .kind = "f32", .seed = 1}),
+                     RB_OK);
         rb_error err;
-        CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
         rb_model *m = NULL;
         CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
         if (!m)

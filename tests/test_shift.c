@@ -13,11 +13,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "convert.h"
 #include "forward.h"
 #include "rebound_experimental.h"
 #include "session_internal.h"
-#include "synth.h"
+#include "testlib.h"
 
 #define N_CTX 1024
 #define N_FED 700     /* before the shift: 3 pages */
@@ -31,14 +30,14 @@ static size_t V;
 
 static void make_model(const char *arch, const char *file)
 {
-    snprintf(model_path, sizeof model_path, "%s/%s", REBOUND_TEST_TMP, file);
-    rb_synth_shape s = *rb_synth_shape_find(strcmp(arch, "gemma3") ? "tiny" : "gemma3-270m");
-    s.name = "custom";
-    s.n_embd = 128, s.n_layers = 3, s.n_head = 4, s.n_head_kv = 2, s.head_dim = 32;
-    s.n_ff = 256, s.n_vocab = 512, s.n_ctx = N_CTX;
-    rb_synth_params sp = {s, rb_file_kind_find("q8_0"), 5, 2};
-    rb_error err;
-    CHECK_EQ_INT(rb_synth_write(model_path, &sp, NULL, &err), RB_OK);
+    rb_test_tmp_path(model_path, sizeof model_path, "test_shift", file);
+    CHECK_EQ_INT(rb_test_make_model(model_path, &(rb_test_model_spec){
+                                                    .shape = strcmp(arch, "gemma3") ? "tiny"
+                                                                                    : "gemma3-270m",
+                                                    .n_embd = 128, .n_layers = 3, .n_head = 4,
+                                                    .n_head_kv = 2, .head_dim = 32, .n_ff = 256,
+                                                    .n_vocab = 512, .n_ctx = N_CTX, .seed = 5}),
+                 RB_OK);
 }
 
 /* The reference: the forward pass over a cache the test shifts itself. */

@@ -24,11 +24,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "convert.h"
 #include "gguf.h"
 #include "gguf_write.h"
 #include "rebound.h"
-#include "synth.h"
+#include "testlib.h"
 #include "tokenizer.h"
 #include "unicode_tables.h"
 #include "vocab_synth.h"
@@ -964,13 +963,13 @@ static void test_public_pieces(void)
     for (int k = 0; k < 2; k++) {
         char path[600];
         snprintf(path, sizeof path, "%s/tok_public_%d.gguf", REBOUND_TEST_TMP, k);
-        rb_synth_shape sh = *rb_synth_shape_find(shapes[k]);
-        sh.name = "custom";
-        sh.n_embd = 64, sh.n_layers = 1, sh.n_head = 2, sh.n_head_kv = 1, sh.head_dim = 32;
-        sh.n_ff = 64, sh.n_vocab = 400, sh.n_ctx = 64;
-        rb_synth_params sp = {sh, rb_file_kind_find("f32"), 1, 1};
+        CHECK_EQ_INT(rb_test_make_model(path, &(rb_test_model_spec){
+                                                  .shape = shapes[k], .n_embd = 64, .n_layers = 1,
+                                                  .n_head = 2, .n_head_kv = 1, .head_dim = 32,
+                                                  .n_ff = 64, .n_vocab = 400, .n_ctx = 64,
+                                                  .kind = "f32", .seed = 1}),
+                     RB_OK);
         rb_error err;
-        CHECK_EQ_INT(rb_synth_write(path, &sp, NULL, &err), RB_OK);
         rb_model *m = NULL;
         CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
         if (!m)

@@ -12,11 +12,10 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "convert.h"
 #include "forward.h"
 #include "rebound_experimental.h"
 #include "session_internal.h"
-#include "synth.h"
+#include "testlib.h"
 
 #define N_CTX 1024
 #define N_TOK 760    /* 3 pages of 256, the last one partly filled */
@@ -30,21 +29,14 @@ static size_t V;
 
 static void make_model(void)
 {
-    snprintf(model_path, sizeof model_path, "%s/window.gguf", REBOUND_TEST_TMP);
-    rb_synth_shape s = *rb_synth_shape_find("gemma3-270m");
-    s.name = "custom";
-    s.n_embd = 128;
-    s.n_layers = N_LAYERS;
-    s.n_head = 4;
-    s.n_head_kv = 1;
-    s.head_dim = 32;
-    s.n_ff = 256;
-    s.n_vocab = 512;
-    s.n_ctx = N_CTX;
-    s.sliding_window = WINDOW;
-    rb_synth_params sp = {s, rb_file_kind_find("q8_0"), 11, 2};
-    rb_error err;
-    CHECK_EQ_INT(rb_synth_write(model_path, &sp, NULL, &err), RB_OK);
+    rb_test_tmp_path(model_path, sizeof model_path, "test_window", "m.gguf");
+    CHECK_EQ_INT(rb_test_make_model(model_path, &(rb_test_model_spec){
+                                                    .shape = "gemma3-270m", .n_embd = 128,
+                                                    .n_layers = N_LAYERS, .n_head = 4,
+                                                    .n_head_kv = 1, .head_dim = 32, .n_ff = 256,
+                                                    .n_vocab = 512, .n_ctx = N_CTX,
+                                                    .sliding_window = WINDOW, .seed = 11}),
+                 RB_OK);
 }
 
 /* Every position's logits from the forward pass over a cache that keeps

@@ -39,19 +39,22 @@ double rb_test_rng_normal(rb_test_rng *r)
 
 rb_status rb_test_make_model(const char *path, const rb_test_model_spec *spec)
 {
-    const rb_synth_shape *tiny = rb_synth_shape_find("tiny");
-    const rb_file_kind *kind = rb_file_kind_find(spec->kind ? spec->kind : "q8_0");
-    if (!tiny || !kind) {
-        fprintf(stderr, "testlib: no shape 'tiny' or kind '%s'\n", spec->kind ? spec->kind : "q8_0");
+    const char *shape = spec->shape ? spec->shape : "tiny", *kname = spec->kind ? spec->kind : "q8_0";
+    const rb_synth_shape *base = rb_synth_shape_find(shape);
+    const rb_file_kind *kind = rb_file_kind_find(kname);
+    if (!base || !kind) {
+        fprintf(stderr, "testlib: no shape '%s' or kind '%s'\n", shape, kname);
         return RB_E_NOT_FOUND;
     }
-    rb_synth_shape s = *tiny;
+    rb_synth_shape s = *base;
     s.name = "custom";
 #define KEEP_OR(field) s.field = spec->field ? spec->field : s.field
     KEEP_OR(n_embd);
     KEEP_OR(n_layers);
     KEEP_OR(n_head);
     KEEP_OR(n_head_kv);
+    KEEP_OR(head_dim);
+    KEEP_OR(sliding_window);
     KEEP_OR(n_ff);
     KEEP_OR(n_vocab);
     KEEP_OR(n_ctx);

@@ -34,13 +34,16 @@ double rb_test_rng_normal(rb_test_rng *r);
 /* ---- synthetic models ------------------------------------------------------- */
 
 /*
- * The "tiny" synthetic shape with the dimensions given here (0 keeps tiny's),
- * random weights of `kind` ("q8_0" when NULL) from `seed`, written to path
- * by the synth tool (make-model's code). Returns RB_OK, or the writer's
- * status after printing its message.
+ * A synthetic model: the named shape ("tiny" when NULL; its architecture,
+ * vocabulary style and norms come with it) with the dimensions given here
+ * (0 keeps the shape's), random weights of `kind` ("q8_0" when NULL) from
+ * `seed`, written to path by the synth tool (make-model's code). Returns
+ * RB_OK, or the writer's status after printing its message.
  */
 typedef struct rb_test_model_spec {
-    uint32_t n_embd, n_layers, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
+    const char *shape;
+    uint32_t n_embd, n_layers, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    uint32_t sliding_window;
     int is_tied_output;
     const char *kind;
     uint64_t seed;
