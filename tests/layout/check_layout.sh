@@ -41,7 +41,7 @@ done
 # closure of the allowed dependencies
 declare -A ALLOWED
 closure() {
-    local m=$1 seen=" $1 " todo=("${DEPS[$1]}") d
+    local seen=" $1 " todo d
     todo=(${DEPS[$1]})
     while [ ${#todo[@]} -gt 0 ]; do
         d=${todo[0]}; todo=("${todo[@]:1}")
@@ -49,7 +49,7 @@ closure() {
         seen+="$d "
         todo+=(${DEPS[$d]})
     done
-    ALLOWED[$m]=$seen
+    ALLOWED[$1]=$seen
 }
 for m in "${!DEPS[@]}"; do closure "$m"; done
 
