@@ -28,8 +28,12 @@
  *     function that says neither does neither.
  *   - The library never prints and never exits.
  *   - Thread rule: a handle may be used by one thread at a time; distinct
- *     handles are independent, except as rb_session_create states for
- *     sessions of one model.
+ *     handles are independent (sessions of one model may be created,
+ *     opened, fed and destroyed from different threads at once). The
+ *     exceptions, callable from any thread at any time: rb_session_trim,
+ *     rb_session_abort, rb_session_set_priority and every rb_pool_* call;
+ *     a feed running on another thread honours a trim or an abort at its
+ *     next layer boundary.
  *   - Research and benchmark knobs (emulated storage devices, the tier
  *     split's rates, the baselines rebound is measured against) are in
  *     rebound_experimental.h, not here.
@@ -74,6 +78,7 @@ typedef enum rb_status {
     RB_E_NOT_FOUND = 7,    /* a named key, tensor or file does not exist */
     RB_E_BUDGET = 8,       /* a memory budget cannot be met */
     RB_E_BUSY = 9,         /* another process holds the file (its pid in the message) */
+    RB_E_ABORTED = 10,     /* rb_session_abort or the progress callback stopped a feed */
 } rb_status;
 
 /* A short constant name for a status ("RB_E_FORMAT"); never NULL. */
@@ -205,6 +210,7 @@ RB_API rb_status rb_model_get_tensor_info(rb_model *model, uint64_t index,
  * (see rb_session_create for the rules today).
  */
 typedef struct rb_session rb_session;
+typedef struct rb_pool rb_pool;
 
 /* Where an evicted piece of the session lives (rb_session_stats). */
 typedef enum rb_tier {
@@ -246,6 +252,21 @@ RB_API const char *rb_kv_type_name(rb_kv_type t);
 /* The type of that name, or -1. */
 RB_API int rb_kv_type_from_name(const char *name);
 
+/* A session's place in its memory pool: the pool takes memory back from
+ * background sessions before foreground ones, least recently used first. */
+typedef enum rb_priority {
+    RB_PRIORITY_FOREGROUND = 0,
+    RB_PRIORITY_BACKGROUND = 1
+} rb_priority;
+
+/* What a progress callback is told: the phase, and how far it is. */
+typedef enum rb_progress_phase {
+    RB_PROGRESS_RESTORE = 0, /* bringing back what a trim evicted: layers */
+    RB_PROGRESS_FEED = 1     /* computing the feed's tokens (and any recompute) */
+} rb_progress_phase;
+typedef int (*rb_progress_fn)(void *ctx, rb_progress_phase phase, uint64_t done,
+                              uint64_t total);
+
 typedef struct rb_session_params {
     uint32_t n_ctx;     /* context length; 0: the model's trained context
                            (beyond it is allowed: RoPE extrapolates, quality
@@ -282,6 +303,18 @@ typedef struct rb_session_params {
        the tiers as their bytes: the lossless RAM codec or storage (the q8
        RAM codec re-quantizes f16 values: RB_E_INVALID_ARG with it) */
     rb_kv_type kv_type_k, kv_type_v;
+    /* the memory pool the session joins (rb_pool_create; same model): one
+       budget over the model's weights and the memory of all its sessions.
+       NULL: the session has a pool of its own, of budget_bytes (which must
+       be 0 when a pool is given: the pool holds the budget). */
+    rb_pool *pool;
+    rb_priority priority;          /* in the pool: FOREGROUND (default) or
+                                      BACKGROUND (trimmed first) */
+    /* called on the feeding thread between layers of a long feed (and of
+       the restore it runs): return non-zero to stop the feed there, as
+       rb_session_abort does. NULL: none. */
+    rb_progress_fn progress;
+    void *progress_ctx;
 } rb_session_params;
 
 RB_API rb_session_params rb_session_default_params(void);
@@ -291,11 +324,12 @@ RB_API rb_session_params rb_session_default_params(void);
  * mapped when the model was opened with use_mmap), checks that rebound can
  * run the architecture and every tensor, and allocates the run state.
  * The model must outlive the session.
- * Sessions of one model: create (and open_saved) them from one thread at a
- * time (the first loads the model's weights); once created, each may be
- * fed from its own thread. A session that releases weights (a complete
- * trim, weight streaming, a budget below the weights) acts on the model's
- * one weight buffer and must be the model's only session.
+ * Sessions of one model share its weights: any thread may create (or
+ * open_saved) them at any time (the first loads the weights, the others
+ * wait for it). A layer's weights released by one session's trim or its
+ * pool are restored by any session's feed that needs them, and a release
+ * skips a layer a forward pass computes. A weight-streaming session owns
+ * the weights alone: a second session of its model is refused.
  * Errors: RB_E_UNSUPPORTED (architecture, tensor type), RB_E_FORMAT
  * (missing tensor, wrong shape), RB_E_NOMEM, RB_E_IO; message in err.
  * Cost: the first session of a model reads its weights (blocks on I/O);
@@ -360,12 +394,89 @@ typedef enum rb_trim_level {
  * RB_E_IO / RB_E_NOMEM (then what was trimmed so far stays trimmed, the
  * rest resident: the session stays usable). A full disk is not an error:
  * the page is compressed instead, and the stats count it.
+ * RB_TRIM_COMPLETE on a model opened with use_mmap frees the KV and
+ * drops the mapping's pages (they fault back from the file on use).
  * Cost: writes pages to storage (blocks on I/O) and encodes them (CPU);
- * allocates compressed frames. Call between feeds, from the session's
- * thread.
+ * allocates compressed frames.
+ * Threads: any thread, any time. Between feeds it trims before returning.
+ * While a feed runs on another thread, that thread stops its forward pass
+ * at the next layer boundary, trims as between feeds, and goes on: the
+ * batch it stopped is computed again and restores what it needs, so the
+ * feed's results stay exact; this call waits for the trim (one layer's
+ * compute at most). Called from the session's own progress callback, the
+ * trim happens when the callback returns and *freed_out is 0.
  */
 RB_API rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_level level,
                                  uint64_t *freed_out);
+
+/*
+ * Stops the feed running now on another thread at its next layer boundary
+ * (or the next feed, at its first): that rb_session_feed returns
+ * RB_E_ABORTED. The session stays consistent: it holds the tokens it held
+ * before the feed plus those of the feed's batches that completed
+ * (rb_session_n_tokens says how many; a batch is n_batch tokens), with
+ * their K/V; the logits are those of the last completed token, or none
+ * (rb_session_get_logits returns NULL) when no batch completed. Feed the
+ * rest again to go on. Any thread, any time; does not block.
+ */
+RB_API void rb_session_abort(rb_session *session);
+
+/* Moves the session in its pool: a background session gives its memory
+ * back before any foreground one. Any thread, any time. */
+RB_API rb_status rb_session_set_priority(rb_session *session, rb_priority priority);
+
+/* ---- memory pool ------------------------------------------------------- */
+
+/*
+ * A memory pool: one budget over a model's weights (shared by all its
+ * sessions: they belong to the model) and the KV cache, compressed KV,
+ * run state and tables of every session that joins it
+ * (rb_session_params.pool). After each feed, and before a feed that grows
+ * a session, a pool over its budget takes memory back: from background
+ * sessions before foreground ones, least recently used first, the feeding
+ * session last (each session's last layers first), and then the weights
+ * (last layers first; a layer another session computes stays). Nothing
+ * computed is lost: a session's next feed restores what it needs.
+ * budget_bytes 0: no limit (the pool still shares the weights and takes
+ * trims). One model per pool. The pool must outlive nothing: destroy it
+ * when you like; it goes with its last session.
+ * Errors: RB_E_INVALID_ARG, RB_E_NOMEM (message in err).
+ */
+RB_API rb_status rb_pool_create(rb_model *model, uint64_t budget_bytes, rb_pool **out,
+                                rb_error *err);
+RB_API void rb_pool_destroy(rb_pool *pool);
+/* A new budget, enforced at once (a busy session gives its part at its
+ * next layer boundary). Any thread. */
+RB_API rb_status rb_pool_set_budget(rb_pool *pool, uint64_t budget_bytes);
+/*
+ * The app-switch moment for every session of the pool, from any thread
+ * (an Android memory callback on the main thread while the model thread
+ * computes): each session gives back what `level` names (RB_TRIM_BYTES:
+ * `bytes` in all, in the pool's order); RB_TRIM_COMPLETE releases the
+ * weights too. An idle session is trimmed before this returns; a session
+ * feeding on another thread is trimmed by that thread at its next layer
+ * boundary (the feed then goes on, restoring what it needs: its results
+ * stay exact), and *freed_out counts only what went before the return.
+ */
+RB_API rb_status rb_pool_trim(rb_pool *pool, uint64_t bytes, rb_trim_level level,
+                              uint64_t *freed_out);
+
+typedef struct rb_pool_stats {
+    uint64_t budget_bytes;       /* 0: none */
+    uint64_t total_bytes;        /* weights + sessions, as the pool counts them */
+    uint64_t weights_bytes;      /* the model's weights in RAM */
+    uint64_t weights_total_bytes;/* ... and all of them */
+    uint64_t sessions_bytes;     /* every session's KV (any form in RAM), scratch, tables */
+    uint64_t over_bytes;         /* over the budget after the last enforcement */
+    uint32_t n_sessions, n_background;
+    uint64_t n_enforcements;     /* times the pool checked its budget */
+    uint64_t n_trims_posted;     /* trims a busy session served at a layer boundary */
+    uint64_t trimmed_bytes;      /* taken from sessions by the pool */
+    uint64_t weights_released_bytes; /* weights released by the pool */
+} rb_pool_stats;
+RB_API rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out,
+                                         size_t out_size);
+#define rb_pool_get_stats(pool, out) rb_pool_get_stats_sized((pool), (out), sizeof *(out))
 
 /* Bytes of the session by category and tier, and the last restore's
  * phases. All byte counts are of RAM unless the name says otherwise. */

@@ -277,7 +277,7 @@ static void swap_store(rb_session *s)
                           s->kv.page_bytes,
                           {s->kv.page_tokens, s->kv.n_kv_heads, s->kv.head_dim_k,
                            s->kv.head_dim_v}};
-    rb_residency_params rp = {RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS, 1e9, 1e9, 0, 0};
+    rb_residency_params rp = {RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS, 1e9, 1e9, 0, 0, NULL};
     CHECK_EQ_INT(rb_residency_create(&rp, &kv, s->store, s->wcache, &s->res, &err), RB_OK);
 }
 

@@ -77,18 +77,29 @@ static void unit_test(const char *path)
     CHECK_EQ_INT(rb_model_load_weights(ref), RB_OK);
 
     rb_wcache *w = NULL;
-    CHECK_EQ_INT(rb_wcache_create(m, path, NULL, NULL, &w, &err), RB_OK);
+    CHECK_EQ_INT(rb_wcache_create(m, path, NULL, &w, &err), RB_OK);
     if (w) {
         uint64_t all = rb_wcache_resident_bytes(w), lb = rb_wcache_layer_bytes(w, 1);
         CHECK(lb > 0 && all == rb_wcache_total_bytes(w));
-        rb_wcache_release(w, 1);
+        /* a layer a forward pass uses stays */
+        CHECK_EQ_INT(rb_wcache_use(w, 1, NULL, &err), RB_OK);
+        CHECK_EQ_INT(rb_wcache_release(w, 1), 0);
+        CHECK(rb_wcache_is_resident(w, 1));
+        rb_wcache_unuse(w, 1);
+        CHECK_EQ_INT(rb_wcache_release(w, 1), 1);
+        CHECK_EQ_INT(rb_wcache_release(w, 1), 0); /* released already */
         CHECK(!rb_wcache_is_resident(w, 1) && rb_wcache_is_resident(w, 0));
         CHECK_EQ_U64(rb_wcache_resident_bytes(w), all - lb);
         CHECK(!layer_equal(m, ref, 1)); /* the released pages read as zero */
-        CHECK_EQ_INT(rb_wcache_reload(w, 1, &err), RB_OK);
+        CHECK_EQ_INT(rb_wcache_reload(w, 1, NULL, &err), RB_OK);
         CHECK(rb_wcache_is_resident(w, 1));
         CHECK_EQ_U64(rb_wcache_resident_bytes(w), all);
         CHECK(layer_equal(m, ref, -1));
+        /* use of a released layer reads it first */
+        CHECK_EQ_INT(rb_wcache_release(w, 2), 1);
+        CHECK_EQ_INT(rb_wcache_use(w, 2, NULL, &err), RB_OK);
+        CHECK(rb_wcache_is_resident(w, 2) && layer_equal(m, ref, -1));
+        rb_wcache_unuse(w, 2);
         rb_wcache_destroy(w);
     }
     rb_model_close(m);

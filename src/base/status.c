@@ -30,6 +30,7 @@ const char *rb_status_name(rb_status status)
     case RB_E_NOT_FOUND: return "RB_E_NOT_FOUND";
     case RB_E_BUDGET: return "RB_E_BUDGET";
     case RB_E_BUSY: return "RB_E_BUSY";
+    case RB_E_ABORTED: return "RB_E_ABORTED";
     }
     return "RB_E_UNKNOWN";
 }

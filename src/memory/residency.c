@@ -98,7 +98,6 @@ struct rb_residency {
     uint32_t n_kv_segs;
     uint32_t n_pages;    /* pages in use per layer */
     kv_seg *segs;
-    uint8_t *w_evicted;  /* [n_layers] */
     void *enc_buf;
     size_t enc_cap;
     double D;            /* codec decode bytes/s (0 until measured) */
@@ -255,7 +254,8 @@ static void drop_spilled(rb_residency *r, uint32_t id)
 static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
 {
     if (id >= r->n_kv_segs)
-        return rb_wcache_reload(r->wcache, id - r->n_kv_segs, err) == RB_OK ? 0 : -1;
+        return rb_wcache_reload(r->wcache, id - r->n_kv_segs, r->p.throttle, err) == RB_OK
+                   ? 0 : -1;
     kv_seg *s = &r->segs[id];
     /* a page read from the session file is not faulted in first: its read
        faults it (O_DIRECT) or maps the file's copy (nothing to zero) */
@@ -416,7 +416,6 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
     r->n_kv_segs = kv->n_layers * kv->pages_per_layer;
     uint32_t n_all = r->n_kv_segs + kv->n_layers;
     r->segs = calloc(r->n_kv_segs ? r->n_kv_segs : 1, sizeof *r->segs);
-    r->w_evicted = calloc(kv->n_layers, 1);
     r->pending = calloc(kv->n_layers, sizeof *r->pending);
     r->layer_failed = calloc(kv->n_layers, 1);
     r->io_jobs = malloc(n_all * sizeof *r->io_jobs);
@@ -439,7 +438,7 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
     r->pick_ids = malloc((r->n_kv_segs ? r->n_kv_segs : 1) * sizeof *r->pick_ids);
     r->split_weights = calloc(kv->n_layers ? kv->n_layers : 1, sizeof *r->split_weights);
     r->cur_layer = -1;
-    if (!r->segs || !r->w_evicted || !r->pending || !r->layer_failed || !r->io_jobs ||
+    if (!r->segs || !r->pending || !r->layer_failed || !r->io_jobs ||
         !r->dec_jobs || !r->enc_buf || !r->ev || !r->batch || !r->dead_frames || !r->picks ||
         !r->pick_ids || !r->split_weights) {
         rb_residency_destroy(r);
@@ -487,7 +486,6 @@ void rb_residency_destroy(rb_residency *r)
             rb_store_drop(r->store, i);
     }
     free(r->segs);
-    free(r->w_evicted);
     free(r->pending);
     free(r->layer_failed);
     free(r->io_jobs);
@@ -626,6 +624,12 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
                             uint64_t *freed_out, rb_error *err)
 {
+    return rb_residency_trim_kv(r, bytes, level, 0, freed_out, err);
+}
+
+rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
+                               int kv_only, uint64_t *freed_out, rb_error *err)
+{
     const uint32_t L = r->kv.n_layers;
     uint32_t first_layer = 0;
     int weights = 0;
@@ -674,7 +678,7 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
     uint32_t take = n;
     if (split) {
         for (uint32_t l = 0; l < L; l++)
-            r->split_weights[l] = r->wcache && (r->w_evicted[l] || weights)
+            r->split_weights[l] = r->wcache && (!rb_wcache_is_resident(r->wcache, l) || weights)
                                       ? (double)rb_wcache_layer_bytes(r->wcache, l) : 0;
         const double R = storage_rate(r);
         rb_split_params sp = {
@@ -759,16 +763,14 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
     }
     /* 4. the weights, last layer first (the zram baseline compresses KV
        only, as the kernel's zRAM would) */
-    if (st == RB_OK && r->wcache &&
+    if (st == RB_OK && r->wcache && !kv_only &&
         (weights || (by_bytes && freed < bytes && !is_zram(r->p.ram_codec)))) {
         for (uint32_t l = L; l-- > 0;) {
             if (by_bytes && !weights && freed >= bytes)
                 break;
-            if (r->w_evicted[l])
-                continue;
-            rb_wcache_release(r->wcache, l);
-            r->w_evicted[l] = 1;
-            freed += rb_wcache_layer_bytes(r->wcache, l);
+            /* the model's weights: a layer another session computes stays */
+            if (rb_wcache_release(r->wcache, l))
+                freed += rb_wcache_layer_bytes(r->wcache, l);
         }
     }
     pthread_mutex_unlock(&r->mu);
@@ -888,9 +890,9 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     for (uint32_t l = 0; l < r->kv.n_layers; l++) {
         r->pending[l] = 0;
         r->layer_failed[l] = 0;
-        if (r->wcache && r->w_evicted[l]) {
+        if (r->wcache && !rb_wcache_is_resident(r->wcache, l)) {
+            /* released by any session: the model's weights are shared */
             r->io_jobs[r->n_io++] = r->n_kv_segs + l;
-            r->w_evicted[l] = 0;
             r->pending[l]++;
         }
         for (uint32_t pg = 0; pg < r->n_pages; pg++) {
@@ -1010,9 +1012,6 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
         st = rb_error_set(err, r->worker_err.status ? r->worker_err.status : RB_E_IO, "%s",
                           r->worker_err.message);
         /* the layers that failed stay released; a later feed retries them */
-        for (uint32_t l = 0; l < r->kv.n_layers; l++)
-            if (r->wcache && !rb_wcache_is_resident(r->wcache, l))
-                r->w_evicted[l] = 1;
     }
     /* what the decode path really delivered, contention with the forward
        pass included (on a machine whose cores the forward pass fills, the
@@ -1058,9 +1057,7 @@ void rb_residency_cancel_restore(rb_residency *r)
 {
     pthread_mutex_lock(&r->mu);
     for (uint32_t i = r->io_next; i < r->n_io; i++) {
-        uint32_t id = r->io_jobs[i];
-        if (id >= r->n_kv_segs)
-            r->w_evicted[id - r->n_kv_segs] = 1; /* still released */
+        uint32_t id = r->io_jobs[i]; /* a layer's weights stay released */
         r->pending[seg_layer(r, id)]--;
     }
     for (uint32_t i = r->dec_next; i < r->n_dec; i++)
@@ -1161,14 +1158,6 @@ void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, in
     pthread_mutex_unlock(&r->mu);
 }
 
-void rb_residency_weights_pending(rb_residency *r)
-{
-    pthread_mutex_lock(&r->mu);
-    for (uint32_t l = 0; r->wcache && l < r->kv.n_layers; l++)
-        r->w_evicted[l] = !rb_wcache_is_resident(r->wcache, l);
-    pthread_mutex_unlock(&r->mu);
-}
-
 /* ---- accounts ------------------------------------------------------------------ */
 
 void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
@@ -1197,7 +1186,7 @@ void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
         }
     out->n_layers_weights_evicted = 0;
     for (uint32_t l = 0; l < r->kv.n_layers; l++)
-        out->n_layers_weights_evicted += r->w_evicted[l];
+        out->n_layers_weights_evicted += r->wcache && !rb_wcache_is_resident(r->wcache, l);
     out->n_disk_full = r->n_disk_full;
     out->n_spill_damaged = r->n_damaged;
     out->decode_bytes_per_s = r->D;

@@ -6,7 +6,9 @@
  * It knows segments, bytes, layers and tiers; it does not know attention
  * or matmul. A KV segment is one page of one layer (the page table comes
  * from the KV cache as a table of slots); a weight segment is one layer's
- * weights (their bytes live in the weight cache). Bytes of the tiers live
+ * weights (their bytes live in the model's weight cache, shared by every
+ * session of the model: a layer another session released is planned like
+ * one this one released). Bytes of the tiers live
  * with their mechanism: compressed frames here (kvcodec), spilled pages in
  * the store, released weights in the model file (wcache).
  *
@@ -48,6 +50,8 @@ typedef struct rb_residency_params {
     double storage_latency_s;  /* per I/O, for the split */
     int storage_bw_fixed;      /* R was given by the caller: never lowered to
                                   what the storage path delivered */
+    struct rb_throttle *throttle; /* the device weight reloads go through;
+                                  NULL: the host as it is */
 } rb_residency_params;
 
 typedef struct rb_residency rb_residency;
@@ -72,6 +76,10 @@ void rb_residency_set_pages(rb_residency *r, uint32_t n_pages);
  */
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
                             uint64_t *freed, rb_error *err);
+/* The same; kv_only: the weights stay (the memory pool takes them last,
+ * after every session's KV). */
+rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
+                               int kv_only, uint64_t *freed, rb_error *err);
 
 /*
  * Before a feed: plans the restore of everything not resident and starts
@@ -176,8 +184,6 @@ void rb_residency_pin_counts(rb_residency *r, uint64_t *waits, uint64_t *skips,
 /* A page not in RAM whose data is at the source (a session opened from a
  * file): STORED there; is_clean as for mark_saved. */
 void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, int is_clean);
-/* Every layer's weights are to be read before use (a cold start). */
-void rb_residency_weights_pending(rb_residency *r);
 
 /* Fills the KV, weight and restore fields of a session's stats. */
 void rb_residency_stats(const rb_residency *r, rb_session_stats *out);

@@ -42,7 +42,6 @@
 
 struct rb_wcache {
     const rb_os *os;
-    rb_throttle *throttle;   /* may be NULL */
     rb_model *model;         /* to mark the bytes outside the layers read */
     int fd;
     int is_direct;
@@ -51,13 +50,19 @@ struct rb_wcache {
     uint32_t n_layers;
     uint64_t *lo, *hi;       /* [n_layers] page-aligned file range released */
     uint64_t *tlo, *thi;     /* [n_layers] the layer's whole file range */
-    _Atomic uint8_t *resident;
+    _Atomic uint8_t *resident; /* written under mu; read without it by stats */
+    /* under mu: a layer being read (others wait for it, cv), and the
+       forward passes computing it now (a release skips it) */
+    uint8_t *loading;
+    uint32_t *in_use;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
     uint64_t total_bytes;    /* all weight bytes (the data section) */
     char *path;
 };
 
 rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os *os,
-                           rb_throttle *throttle, rb_wcache **out, rb_error *err)
+                           rb_wcache **out, rb_error *err)
 {
     const rb_gguf *g = rb_model_gguf(model);
     const rb_hparams *hp = rb_model_hparams(model);
@@ -75,7 +80,8 @@ rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os 
     if (!w)
         return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
     w->os = os ? os : rb_os_default();
-    w->throttle = throttle;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
     w->model = (rb_model *)model; /* its lazy-load flag only */
     w->fd = -1;
     w->n_layers = hp->n_layers;
@@ -86,8 +92,11 @@ rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os 
     w->resident = calloc(w->n_layers ? w->n_layers : 1, 1);
     w->tlo = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->tlo);
     w->thi = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->thi);
+    w->loading = calloc(w->n_layers ? w->n_layers : 1, 1);
+    w->in_use = calloc(w->n_layers ? w->n_layers : 1, sizeof *w->in_use);
     w->path = strdup(path);
-    if (!w->lo || !w->hi || !w->resident || !w->path || !w->tlo || !w->thi) {
+    if (!w->lo || !w->hi || !w->resident || !w->path || !w->tlo || !w->thi || !w->loading ||
+        !w->in_use) {
         rb_wcache_destroy(w);
         return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
     }
@@ -157,7 +166,11 @@ void rb_wcache_destroy(rb_wcache *w)
     free(w->tlo);
     free(w->thi);
     free((void *)w->resident);
+    free(w->loading);
+    free(w->in_use);
     free(w->path);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
     free(w);
 }
 
@@ -227,6 +240,7 @@ static rb_status read_span(rb_wcache *w, uint64_t a, uint64_t b, rb_error *err)
 
 typedef struct span_read {
     rb_wcache *w;
+    rb_throttle *throttle;
     uint64_t pa, pb;            /* whole pages, O_DIRECT */
     _Atomic uint64_t next;      /* next chunk's offset to claim */
     pthread_mutex_t mu;         /* guards the first failure below */
@@ -260,8 +274,8 @@ static void *span_reader(void *arg)
             atomic_store_explicit(&j->next, j->pb, memory_order_relaxed); /* stop all */
             return NULL;
         }
-        if (w->throttle)
-            rb_throttle_io_since(w->throttle, n, t0);
+        if (j->throttle)
+            rb_throttle_io_since(j->throttle, n, t0);
     }
 }
 
@@ -269,7 +283,8 @@ static void *span_reader(void *arg)
  * O_DIRECT in WC_CHUNK requests, WC_REST_STREAMS in flight, through the
  * throttle (as a layer's reload), the partial pages at either end
  * buffered. */
-static rb_status read_span_direct(rb_wcache *w, uint64_t a, uint64_t b, rb_error *err)
+static rb_status read_span_direct(rb_wcache *w, uint64_t a, uint64_t b, rb_throttle *th,
+                                  rb_error *err)
 {
     int paged = w->is_direct || w->is_mapped;
     uint64_t pa = paged ? (a + WC_PAGE - 1) / WC_PAGE * WC_PAGE : b;
@@ -279,18 +294,18 @@ static rb_status read_span_direct(rb_wcache *w, uint64_t a, uint64_t b, rb_error
     rb_status st = read_span(w, a, pa, err);
     if (st != RB_OK)
         return st;
-    span_read j = {.w = w, .pa = pa, .pb = pb, .st = RB_OK};
+    span_read j = {.w = w, .throttle = th, .pa = pa, .pb = pb, .st = RB_OK};
     atomic_init(&j.next, pa);
     pthread_mutex_init(&j.mu, NULL);
-    pthread_t th[WC_REST_STREAMS - 1];
+    pthread_t tid[WC_REST_STREAMS - 1];
     int n_th = 0;
     uint64_t n_chunks = (pb - pa + WC_CHUNK - 1) / WC_CHUNK;
     while (n_th < WC_REST_STREAMS - 1 && (uint64_t)n_th + 1 < n_chunks &&
-           pthread_create(&th[n_th], NULL, span_reader, &j) == 0)
+           pthread_create(&tid[n_th], NULL, span_reader, &j) == 0)
         n_th++; /* fewer threads if one cannot start: only slower */
     span_reader(&j);
     for (int i = 0; i < n_th; i++)
-        pthread_join(th[i], NULL);
+        pthread_join(tid[i], NULL);
     pthread_mutex_destroy(&j.mu);
     if (j.st != RB_OK)
         return rb_error_set(err, j.st, "wcache: reading %s at offset %" PRIu64 ": %s", w->path,
@@ -302,7 +317,7 @@ static rb_status read_span_direct(rb_wcache *w, uint64_t a, uint64_t b, rb_error
 /* The lazily loaded model's bytes outside every layer's range (the gaps
  * between the data section's start, the layers' ranges and its end): the
  * embeddings and output matrix, the norms. */
-static rb_status read_rest(rb_wcache *w, rb_error *err)
+static rb_status read_rest(rb_wcache *w, rb_throttle *th, rb_error *err)
 {
     const rb_gguf *g = rb_model_gguf(w->model);
     uint64_t at = rb_gguf_data_offset(g), end = rb_gguf_file_size(g);
@@ -314,7 +329,7 @@ static rb_status read_rest(rb_wcache *w, rb_error *err)
                 lo = w->tlo[l] > at ? w->tlo[l] : at;
                 hi = w->thi[l];
             }
-        rb_status st = read_span_direct(w, at, lo, err);
+        rb_status st = read_span_direct(w, at, lo, th, err);
         if (st != RB_OK)
             return st;
         at = hi;
@@ -322,11 +337,11 @@ static rb_status read_rest(rb_wcache *w, rb_error *err)
     return RB_OK;
 }
 
-rb_status rb_wcache_read_rest(rb_wcache *w, rb_error *err)
+rb_status rb_wcache_read_rest(rb_wcache *w, rb_throttle *throttle, rb_error *err)
 {
     if (!rb_model_rest_unread(w->model))
         return RB_OK;
-    rb_status st = read_rest(w, err);
+    rb_status st = read_rest(w, throttle, err);
     if (st == RB_OK)
         rb_model_set_rest_read(w->model);
     return st;
@@ -334,10 +349,11 @@ rb_status rb_wcache_read_rest(rb_wcache *w, rb_error *err)
 
 rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err)
 {
-    for (uint32_t l = 0; l < w->n_layers; l++) {
+    rb_status st = RB_OK;
+    pthread_mutex_lock(&w->mu);
+    for (uint32_t l = 0; l < w->n_layers && st == RB_OK; l++) {
         /* the bytes a layer shares with its neighbours' pages (and a whole
            layer that cannot be released) are read now: a few KiB */
-        rb_status st;
         if (w->hi[l] == w->lo[l])
             st = read_span(w, w->tlo[l], w->thi[l], err);
         else if (w->is_mapped)
@@ -345,11 +361,11 @@ rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err)
                            would read around it, several MiB, at open */
         else if ((st = read_span(w, w->tlo[l], w->lo[l], err)) == RB_OK)
             st = read_span(w, w->hi[l], w->thi[l], err);
-        if (st != RB_OK)
-            return st;
-        w->resident[l] = w->hi[l] == w->lo[l];
+        if (st == RB_OK)
+            w->resident[l] = w->hi[l] == w->lo[l];
     }
-    return RB_OK;
+    pthread_mutex_unlock(&w->mu);
+    return st;
 }
 
 /* The file's mapping: unmapping a page never loses a byte (a later touch
@@ -374,27 +390,33 @@ static void release_mapped(rb_wcache *w, uint32_t layer)
     posix_fadvise(w->fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
 }
 
-void rb_wcache_release(rb_wcache *w, uint32_t layer)
+int rb_wcache_release(rb_wcache *w, uint32_t layer)
 {
-    if (layer >= w->n_layers || !w->resident[layer] || w->hi[layer] == w->lo[layer])
-        return;
-    w->resident[layer] = 0;
-    if (w->is_mapped) {
-        release_mapped(w, layer);
-        return;
+    if (layer >= w->n_layers || w->hi[layer] == w->lo[layer])
+        return 0;
+    pthread_mutex_lock(&w->mu);
+    int released = w->resident[layer] && !w->loading[layer] && w->in_use[layer] == 0;
+    if (released) {
+        w->resident[layer] = 0;
+        if (w->is_mapped) {
+            release_mapped(w, layer);
+        } else {
+            uint64_t n = w->hi[layer] - w->lo[layer];
+            /* anonymous memory: the pages go back to the OS and read as
+               zero until the reload writes them; the addresses stay valid */
+            madvise((void *)(w->base + w->lo[layer]), n, MADV_DONTNEED);
+            if (!w->is_direct) /* so that the buffered reload reads the device */
+                posix_fadvise(w->fd, (off_t)w->lo[layer], (off_t)n, POSIX_FADV_DONTNEED);
+        }
     }
-    uint64_t n = w->hi[layer] - w->lo[layer];
-    /* anonymous memory: the pages go back to the OS and read as zero until
-       the reload writes them; the addresses stay valid */
-    madvise((void *)(w->base + w->lo[layer]), n, MADV_DONTNEED);
-    if (!w->is_direct) /* so that the buffered reload reads the device */
-        posix_fadvise(w->fd, (off_t)w->lo[layer], (off_t)n, POSIX_FADV_DONTNEED);
+    pthread_mutex_unlock(&w->mu);
+    return released;
 }
 
-rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_error *err)
+/* Reads a released layer's bytes into place; called without mu, by the
+ * one thread that set loading[layer]. */
+static rb_status read_layer(rb_wcache *w, uint32_t layer, rb_throttle *th, rb_error *err)
 {
-    if (layer >= w->n_layers || w->resident[layer])
-        return RB_OK;
     /* a mapping's reload covers the pages the layer shares with its
        neighbours too (populating a page that is there costs nothing) */
     uint64_t lo = w->is_mapped ? w->tlo[layer] : w->lo[layer];
@@ -408,11 +430,76 @@ rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_error *err)
             return rb_error_set(err, st, "wcache: reloading layer %" PRIu32 " of %s at offset "
                                 "%" PRIu64 ": %s", layer, w->path, off,
                                 st == RB_E_SHORT_READ ? "file ended" : strerror(e));
-        if (w->throttle)
-            rb_throttle_io_since(w->throttle, n, t0);
+        if (th)
+            rb_throttle_io_since(th, n, t0);
         off += n;
     }
-    w->resident[layer] = 1;
+    return RB_OK;
+}
+
+/* Makes the layer resident (mu held; may drop it while reading): waits for
+ * another thread's read of it, or reads it itself. */
+static rb_status ensure_resident(rb_wcache *w, uint32_t layer, rb_throttle *th, rb_error *err)
+{
+    while (w->loading[layer])
+        pthread_cond_wait(&w->cv, &w->mu);
+    if (w->resident[layer])
+        return RB_OK;
+    w->loading[layer] = 1;
+    pthread_mutex_unlock(&w->mu);
+    rb_status st = read_layer(w, layer, th, err);
+    pthread_mutex_lock(&w->mu);
+    w->loading[layer] = 0;
+    if (st == RB_OK)
+        w->resident[layer] = 1;
+    pthread_cond_broadcast(&w->cv);
+    return st;
+}
+
+rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_throttle *throttle, rb_error *err)
+{
+    if (layer >= w->n_layers || w->resident[layer])
+        return RB_OK;
+    pthread_mutex_lock(&w->mu);
+    rb_status st = ensure_resident(w, layer, throttle, err);
+    pthread_mutex_unlock(&w->mu);
+    return st;
+}
+
+rb_status rb_wcache_use(rb_wcache *w, uint32_t layer, rb_throttle *throttle, rb_error *err)
+{
+    if (layer >= w->n_layers)
+        return RB_OK;
+    pthread_mutex_lock(&w->mu);
+    rb_status st = ensure_resident(w, layer, throttle, err);
+    if (st == RB_OK)
+        w->in_use[layer]++;
+    pthread_mutex_unlock(&w->mu);
+    return st;
+}
+
+void rb_wcache_unuse(rb_wcache *w, uint32_t layer)
+{
+    if (layer >= w->n_layers)
+        return;
+    pthread_mutex_lock(&w->mu);
+    if (w->in_use[layer] > 0)
+        w->in_use[layer]--;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void destroy_owner(void *w) { rb_wcache_destroy(w); }
+
+rb_status rb_wcache_shared(rb_model *model, rb_wcache **out, rb_error *err)
+{
+    rb_wcache *w = rb_model_weights_owner(model);
+    if (!w) {
+        rb_status st = rb_wcache_create(model, rb_model_path(model), NULL, &w, err);
+        if (st != RB_OK)
+            return st;
+        rb_model_set_weights_owner(model, w, destroy_owner);
+    }
+    *out = w;
     return RB_OK;
 }
 

@@ -17,9 +17,16 @@
  * layer shares with its neighbours at either end stay (at most 8 KiB per
  * layer).
  *
- * Threads: release/reload of distinct layers may run concurrently (the
- * restore worker reloads while the forward pass computes other layers); the
- * caller serialises calls for one layer.
+ * One per model, shared by all its sessions (rb_wcache_shared): the
+ * weights belong to the model, and a session's residency manager, its
+ * layer gate and the memory pool all work on the same layer states.
+ *
+ * Threads: every call may come from any thread (restore workers of
+ * several sessions, their forward passes, a trimming thread). A layer's
+ * state changes under the cache's mutex: a reload of a layer that another
+ * thread is reading waits for that read instead of reading it twice; a
+ * release skips a layer a forward pass uses (rb_wcache_use .. _unuse) or
+ * one being read. The reads themselves run without the mutex.
  */
 #ifndef RB_WCACHE_H
 #define RB_WCACHE_H
@@ -36,11 +43,16 @@ typedef struct rb_wcache rb_wcache;
 /*
  * Over a model whose weights are loaded into RAM (not mapped: a mapped
  * model's pages belong to the page cache; RB_E_UNSUPPORTED then).
- * path: the model file (reopened for reloads). throttle: shared with the
- * spill store (one device), may be NULL. os: NULL for the default.
+ * path: the model file (reopened for reloads). os: NULL for the default.
+ * Reads go through the throttle the caller passes (the device a session
+ * emulates; NULL: the host as it is).
  */
 rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os *os,
-                           rb_throttle *throttle, rb_wcache **out, rb_error *err);
+                           rb_wcache **out, rb_error *err);
+/* The model's weight cache: the one it holds (rb_model_weights_owner), or
+ * a new one it then holds until it closes. Caller holds the model's lock
+ * and the weights are loaded (or reserved lazily). */
+rb_status rb_wcache_shared(rb_model *model, rb_wcache **out, rb_error *err);
 void rb_wcache_destroy(rb_wcache *w);
 
 uint32_t rb_wcache_n_layers(const rb_wcache *w);
@@ -61,17 +73,26 @@ rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err);
  * the pages line up, or the mapping populated; through the throttle), and
  * marked read. Separate from rb_wcache_mark_unread so that a cold start can
  * begin the layers' restore first and read these beside it. */
-rb_status rb_wcache_read_rest(rb_wcache *w, rb_error *err);
+rb_status rb_wcache_read_rest(rb_wcache *w, rb_throttle *throttle, rb_error *err);
 
 /* model.c's side of the lazy load: 1 while the bytes outside the layers
  * (embeddings, output, norms) are not read either (rb_wcache_read_rest). */
 int rb_model_rest_unread(const rb_model *model);
 void rb_model_set_rest_read(rb_model *model);
 
-/* Releases a resident layer (no-op otherwise). */
-void rb_wcache_release(rb_wcache *w, uint32_t layer);
-/* Reads a released layer back (no-op if resident). RB_E_IO / RB_E_SHORT_READ
- * name the file and offset; the layer then stays released. */
-rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_error *err);
+/* Releases a resident layer that no forward pass uses and nobody reads:
+ * 1; 0 when it stays (in use, being read, released already, or a layer
+ * that cannot be released). */
+int rb_wcache_release(rb_wcache *w, uint32_t layer);
+/* Reads a released layer back (no-op if resident; waits when another
+ * thread reads it). RB_E_IO / RB_E_SHORT_READ name the file and offset;
+ * the layer then stays released. */
+rb_status rb_wcache_reload(rb_wcache *w, uint32_t layer, rb_throttle *throttle,
+                           rb_error *err);
+/* A forward pass computes the layer: it is made resident (read now if a
+ * release came after the pass's restore planned it) and no release takes
+ * it until rb_wcache_unuse. */
+rb_status rb_wcache_use(rb_wcache *w, uint32_t layer, rb_throttle *throttle, rb_error *err);
+void rb_wcache_unuse(rb_wcache *w, uint32_t layer);
 
 #endif

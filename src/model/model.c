@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -50,6 +51,10 @@ struct rb_model {
     rb_model_observer obs;  /* copied from the caller; all NULL: none */
     int is_observed;        /* obs has a member set */
     rb_error err;           /* last failure on this handle */
+    pthread_mutex_t mu;     /* the weight buffer's setup, claims, the owner
+                               below and the tokenizer's first build */
+    void *weights_owner;    /* the memory manager's object over the buffer */
+    void (*weights_owner_destroy)(void *);
 };
 
 static rb_status key_u32(const rb_gguf *g, const char *arch, const char *suffix,
@@ -264,6 +269,7 @@ rb_status rb_model_open(const char *path, const rb_model_params *params,
     rb_model *m = calloc(1, sizeof *m);
     if (!m)
         return rb_error_set(err, RB_E_NOMEM, "model: out of memory");
+    pthread_mutex_init(&m->mu, NULL);
     rb_status st = rb_gguf_open(path, p.use_mmap ? RB_GGUF_MMAP : 0, NULL, &m->gguf, err);
     if (st != RB_OK)
         goto fail;
@@ -307,10 +313,31 @@ fail:
     return st;
 }
 
+static void drop_weights_owner(rb_model *m)
+{
+    if (m->weights_owner && m->weights_owner_destroy)
+        m->weights_owner_destroy(m->weights_owner);
+    m->weights_owner = NULL;
+    m->weights_owner_destroy = NULL;
+}
+
+void rb_model_lock(rb_model *m) { pthread_mutex_lock(&m->mu); }
+void rb_model_unlock(rb_model *m) { pthread_mutex_unlock(&m->mu); }
+void *rb_model_weights_owner(const rb_model *m) { return m->weights_owner; }
+
+void rb_model_set_weights_owner(rb_model *m, void *obj, void (*destroy)(void *))
+{
+    drop_weights_owner(m);
+    m->weights_owner = obj;
+    m->weights_owner_destroy = destroy;
+}
+
 void rb_model_close(rb_model *model)
 {
     if (!model)
         return;
+    drop_weights_owner(model);
+    pthread_mutex_destroy(&model->mu);
     rb_gguf_close(model->gguf);
     free(model->layer_bytes);
     free(model->data_alloc);
@@ -496,6 +523,7 @@ rb_status rb_model_reserve_weights(rb_model *m, int as_file_mapping)
         munmap(m->data_map, m->data_map_len);
         m->data_map = NULL;
         m->data = NULL;
+        drop_weights_owner(m); /* it worked on the old buffer */
     }
     if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
         return RB_OK;
@@ -510,6 +538,30 @@ int rb_model_is_mapped(const rb_model *m)
            rb_gguf_tensor_data(m->gguf, rb_gguf_tensor_at(m->gguf, 0)) != NULL;
 }
 
+uint64_t rb_model_drop_mapped_pages(rb_model *m)
+{
+    if (!rb_model_is_mapped(m))
+        return 0;
+    const rb_gguf_tensor *t0 = rb_gguf_tensor_at(m->gguf, 0);
+    const uint8_t *data = (const uint8_t *)rb_gguf_tensor_data(m->gguf, t0) - t0->offset;
+    uint64_t n = rb_gguf_file_size(m->gguf) - rb_gguf_data_offset(m->gguf);
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)data + page - 1) / page * page;
+    uintptr_t b = ((uintptr_t)data + (uintptr_t)n) / page * page;
+    if (b <= a)
+        return 0;
+    /* what the process holds of the mapping now: that is what goes */
+    size_t n_pages = (b - a) / page;
+    unsigned char *vec = malloc(n_pages);
+    uint64_t resident = 0;
+    if (vec && mincore((void *)a, b - a, vec) == 0)
+        for (size_t i = 0; i < n_pages; i++)
+            resident += vec[i] & 1;
+    free(vec);
+    madvise((void *)a, b - a, MADV_DONTNEED);
+    return resident * page;
+}
+
 rb_status rb_model_claim_weights(rb_model *m, int is_streaming, rb_error *err)
 {
     if (m->is_streamed || (is_streaming && m->n_weight_users > 0))
@@ -517,9 +569,10 @@ rb_status rb_model_claim_weights(rb_model *m, int is_streaming, rb_error *err)
                             "weight buffer alone (%s); close the other session first", m->path,
                             m->is_streamed ? "one streams from it now"
                                            : "another session computes from it now");
-    if (is_streaming)
+    if (is_streaming) {
         m->is_streamed = 1;
-    else
+        drop_weights_owner(m); /* the stream gives pages back on its own */
+    } else
         m->n_weight_users++;
     return RB_OK;
 }
@@ -593,13 +646,13 @@ const void *rb_model_tensor_data(const rb_model *m, const rb_gguf_tensor *t)
 
 rb_status rb_model_tokenizer(rb_model *m, const rb_tokenizer **out)
 {
-    if (!m->tokenizer) {
-        rb_status st = rb_tokenizer_create(m->gguf, &m->tokenizer, &m->err);
-        if (st != RB_OK)
-            return st;
-    }
+    rb_status st = RB_OK;
+    pthread_mutex_lock(&m->mu);
+    if (!m->tokenizer)
+        st = rb_tokenizer_create(m->gguf, &m->tokenizer, &m->err);
     *out = m->tokenizer;
-    return RB_OK;
+    pthread_mutex_unlock(&m->mu);
+    return st;
 }
 
 rb_error *rb_model_error(rb_model *m) { return &m->err; }

@@ -87,23 +87,47 @@ rb_status rb_model_reserve_weights(rb_model *model, int as_file_mapping);
 void rb_model_set_weights_unread(rb_model *model);
 /* Sessions register their use of the weight buffer: any number share it
  * as loaded, or one streaming session owns it (it gives pages back).
- * RB_E_INVALID_ARG when the claim conflicts. Not thread-safe (sessions
- * of one model are created and destroyed on one thread). */
+ * RB_E_INVALID_ARG when the claim conflicts. The caller holds the model's
+ * lock (below) around the claim and the load that follows. */
 rb_status rb_model_claim_weights(rb_model *model, int is_streaming, rb_error *err);
 void rb_model_unclaim_weights(rb_model *model, int is_streaming);
 /* Opened with use_mmap: the tensors are the file's mapping. */
 int rb_model_is_mapped(const rb_model *model);
+/* A model opened with use_mmap: drops the process's pages of the weights'
+ * mapping (MADV_DONTNEED; they fault back from the file on use, so any
+ * session may compute meanwhile) and returns the bytes it held (mincore).
+ * 0 for any other model. */
+uint64_t rb_model_drop_mapped_pages(rb_model *model);
 /* Loaded lazily (a cold restore): the weight buffer is a private mapping of
  * the file, its pages the page cache's (the weight cache fills them with
  * rb_os_populate_read and gives them back with MADV_DONTNEED +
  * fadvise(DONTNEED)); 0 for an allocated buffer. */
 int rb_model_weights_file_mapped(const rb_model *model);
 
+/*
+ * The model's lock. Sessions of one model may be created, opened and
+ * destroyed from any threads: each holds this lock while it sets up or
+ * gives up its use of the weight buffer (reserve, claim, load, the
+ * weights' owner below), which happens once per session, never per token.
+ */
+void rb_model_lock(rb_model *model);
+void rb_model_unlock(rb_model *model);
+/*
+ * The weights' owner: the one object of the memory manager that releases
+ * and reloads the weight buffer's layers for every session of the model
+ * (memory/wcache.h). The model keeps it until the model closes or the
+ * buffer it works on goes (a mapping replaced, a streaming session that
+ * owns the buffer alone), and then calls destroy. Caller holds the lock.
+ */
+void *rb_model_weights_owner(const rb_model *model);
+void rb_model_set_weights_owner(rb_model *model, void *obj, void (*destroy)(void *));
+
 /* Bytes of tensor t; NULL before rb_model_load_weights succeeded. */
 const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t);
 
 /* The model's tokenizer, built from its metadata on first use; the message
- * of a failure is on the model. Not thread-safe on first use. */
+ * of a failure is on the model. Thread-safe (built under the
+ * model's lock). */
 struct rb_tokenizer;
 rb_status rb_model_tokenizer(rb_model *model, const struct rb_tokenizer **out);
 

@@ -16,6 +16,7 @@
  * before anything reads it.
  */
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,20 +96,35 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     if (n_ctx > (1u << 24))
         return rb_error_set(err, RB_E_INVALID_ARG, "session: n_ctx %" PRIu32 " is too large",
                             n_ctx);
+    if (p.pool && p.budget_bytes)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: a session in a pool has no budget "
+                            "of its own (the pool holds it): budget_bytes must be 0");
+    if ((unsigned)p.priority > RB_PRIORITY_BACKGROUND)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: priority %d is not foreground or "
+                            "background", (int)p.priority);
     rb_session *s = calloc(1, sizeof *s);
     if (!s)
         return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
+    pthread_mutex_init(&s->op_mu, NULL);
+    pthread_mutex_init(&s->req_mu, NULL);
+    pthread_cond_init(&s->req_cv, NULL);
+    s->held_layer = -1;
     s->model = model;
     s->params = p;
     s->exp = p.experimental ? *p.experimental : rb_experimental_default_params();
     s->params.experimental = &s->exp;
     rb_status st;
+    int locked = 0;
     /* the weight buffer first (nothing read): the forward pass binds its
        addresses, and only then is it known whether the weights fit. A
        cold restore without budgets (which never streams) maps the file:
        its weights are read into the page cache instead of into memory the
        kernel must zero first (model.h) */
     int map_weights = is_lazy_weights && !p.weights_budget_bytes && !p.budget_bytes;
+    /* the model's weights are set up by one session at a time: the first
+       loads them, the others find them loaded (and the shared cache) */
+    rb_model_lock(model);
+    locked = 1;
     if ((st = rb_model_reserve_weights(model, map_weights)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
@@ -153,9 +169,12 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     if ((st = rb_session_memory_init(s, is_lazy_weights && rb_model_layers_unread(model), err)) !=
         RB_OK)
         goto fail;
+    rb_model_unlock(model);
     *out = s;
     return RB_OK;
 fail:
+    if (locked)
+        rb_model_unlock(model);
     rb_session_destroy(s);
     return st;
 }
@@ -176,16 +195,23 @@ void rb_session_destroy(rb_session *s)
 {
     if (!s)
         return;
+    rb_session_memory_leave_pool(s); /* no trim reaches it from now on */
     rb_session_file_close(s);    /* its storage worker pins pages, an open restore
                                     reads the file (it is settled): before residency */
     rb_session_memory_deinit(s); /* stops the restore workers first */
-    if (s->weights_claim)
+    if (s->weights_claim) {
+        rb_model_lock(s->model);
         rb_model_unclaim_weights(s->model, s->weights_claim == 2);
+        rb_model_unlock(s->model);
+    }
     rb_forward_deinit(&s->fwd);
     rb_kvcache_deinit(&s->kv);
     rb_threadpool_destroy(s->pool);
     free(s->tokens);
     free(s->logits);
+    pthread_mutex_destroy(&s->op_mu);
+    pthread_mutex_destroy(&s->req_mu);
+    pthread_cond_destroy(&s->req_cv);
     free(s);
 }
 
@@ -255,11 +281,14 @@ static void forget_pages_from(rb_session *s, uint32_t first_page)
 }
 
 /* Computes toks[0..n) at positions pos0.. in batches (pages reserved
- * first). *stopped: the memory manager could not restore a layer. */
+ * first). *stopped: a gate stopped the pass (the memory manager could not
+ * restore a layer, or a trim or an abort came: s->stop_interrupt);
+ * *done: the tokens of the batches that completed. */
 static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32_t pos0,
-                            float *logits, int *stopped)
+                            float *logits, int *stopped, size_t *done_out)
 {
     const uint32_t n_vocab = s->fwd.hp.n_vocab;
+    *done_out = 0;
     if (n == 0)
         return RB_OK;
     rb_status st = rb_kvcache_reserve(&s->kv, pos0 + (uint32_t)n, &s->err);
@@ -279,6 +308,7 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
         } else {
             rc = rb_forward_batch(&s->fwd, &s->kv, toks + done, m, pos, s->logits, 0);
         }
+        rb_session_gate_release(s);
         if (rc != 0) {
             *stopped = 1;
             return RB_OK;
@@ -292,16 +322,42 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
                                 "finite there", what, pos + m - 1);
         }
         done += m;
+        *done_out = done;
         rb_session_release_window(s, pos0 + done, 1);
+        if (s->params.progress && s->params.progress(s->params.progress_ctx, RB_PROGRESS_FEED,
+                                                     done, n)) {
+            rb_session_abort(s); /* stops at the next boundary */
+        }
     }
     return RB_OK;
 }
 
+static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, float *logits);
+
 rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float *logits)
 {
-    const uint32_t n_vocab = s->fwd.hp.n_vocab;
+    if (!s)
+        return RB_E_INVALID_ARG;
     if (n == 0)
         return RB_OK;
+    rb_session_enter(s);
+    rb_status st = feed_locked(s, tokens, n, logits);
+    rb_session_leave(s);
+    return st;
+}
+
+/*
+ * A feed, in attempts: each plans the restore of what a trim evicted,
+ * recomputes what was dropped, computes the new tokens, and ends the
+ * restore. A damaged page found by the restore starts another attempt
+ * (recompute from it). A trim posted from another thread, or an abort,
+ * stops the forward pass at a layer boundary: the batches that completed
+ * are kept (their tokens appended), the trim is served, and the feed goes
+ * on with the rest (an abort returns instead).
+ */
+static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, float *logits)
+{
+    const uint32_t n_vocab = s->fwd.hp.n_vocab;
     if (!tokens)
         return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: tokens is NULL");
     for (size_t i = 0; i < n; i++)
@@ -313,19 +369,21 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
         return rb_error_set(&s->err, RB_E_BUDGET,
                             "session: %zu more tokens exceed the context: %zu of %" PRIu32
                             " positions are used", n, s->n_tokens, s->kv.n_ctx);
-    /* before any restore is planned: a re-balance may trim KV */
-    rb_session_memory_before_feed(s, (uint32_t)((s->n_tokens + n + s->kv.page_tokens - 1) /
-                                                s->kv.page_tokens));
     uint32_t damaged = UINT32_MAX;
-    /* positions whose K/V exists in some tier: all of them, except after a
-       session was opened from a file that did not hold every page */
-    size_t kv_valid = s->n_kv_valid < s->n_tokens ? s->n_kv_valid : s->n_tokens;
     s->recomputed_tokens = 0;
+    size_t fed = 0; /* of the new tokens, appended already (a stop between batches) */
     /* A restore that finds a damaged page (checksum, I/O) recomputes from
        that page on; a second damaged restore of the same feed is not
        expected (the recomputed pages are fresh), the bound only keeps a
-       broken device from looping. */
-    for (int attempt = 0; attempt < 4; attempt++) {
+       broken device from looping. A stop for a trim is not an attempt. */
+    for (int attempt = 0; attempt < 4;) {
+        const size_t rest = n - fed;
+        /* before any restore is planned: a re-balance may trim KV */
+        rb_session_memory_before_feed(s, (uint32_t)((s->n_tokens + rest + s->kv.page_tokens - 1) /
+                                                    s->kv.page_tokens));
+        /* positions whose K/V exists in some tier: all of them, except after
+           a session was opened from a file that did not hold every page */
+        size_t kv_valid = s->n_kv_valid < s->n_tokens ? s->n_kv_valid : s->n_tokens;
         uint32_t recompute_from = UINT32_MAX;
         rb_status st = RB_OK;
         if (s->restore_open) { /* begun at open: this feed joins it */
@@ -348,9 +406,9 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
                 (void)rb_residency_end_restore(s->res, &ignored, &e);
             }
             forget_pages_from(s, 0);
-            kv_valid = 0;
             s->n_kv_valid = 0;
             damaged = UINT32_MAX;
+            attempt++;
             continue;
         }
         if (recompute_from < kv_valid) {
@@ -358,51 +416,97 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
             kv_valid = recompute_from;
             s->n_kv_valid = kv_valid; /* if this feed fails, the next recomputes */
         }
+        s->in_forward = 1;
+        s->stop_interrupt = 0;
+        s->gate_status = RB_OK;
+        s->progress_layers = s->params.progress && s->res ? s->kv.n_layers : 0;
         int stopped = 0;
+        size_t done_re = 0, done_new = 0;
         st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
-                        NULL, &stopped);
+                        NULL, &stopped, &done_re);
         if (st == RB_OK && !stopped) {
             double t0 = rb_throttle_now_s();
-            st = run_tokens(s, tokens, n, (uint32_t)s->n_tokens, logits, &stopped);
-            if (s->res && st == RB_OK && !stopped) /* the split's compute estimate */
+            st = run_tokens(s, tokens + fed, rest, (uint32_t)s->n_tokens,
+                            logits ? logits + fed * n_vocab : NULL, &stopped, &done_new);
+            if (s->res && st == RB_OK && !stopped && fed == 0) /* the split's compute estimate */
                 rb_residency_note_compute(s->res, n, rb_throttle_now_s() - t0);
         }
         rb_status rst = RB_OK;
         damaged = UINT32_MAX;
         if (s->res)
             rst = rb_residency_end_restore(s->res, &damaged, &s->err);
+        s->in_forward = 0;
+        s->progress_layers = 0;
         if (st != RB_OK)
             return st;
         if (rst != RB_OK)
             return rst; /* weights could not be re-read: nothing computes */
-        if (stopped && (st = rb_session_memory_stream_error(s)) != RB_OK)
+        if (s->gate_status != RB_OK)
+            return s->gate_status; /* the same, found by the layer gate */
+        if (stopped && !s->stop_interrupt && (st = rb_session_memory_stream_error(s)) != RB_OK)
             return st;  /* streamed weights could not be read: the same */
         if (!stopped && damaged == UINT32_MAX) {
-            s->recomputed_tokens = (uint32_t)(s->n_tokens - kv_valid);
-            memcpy(s->tokens + s->n_tokens, tokens, n * sizeof *tokens);
-            s->n_tokens += n;
+            s->recomputed_tokens += (uint32_t)(s->n_tokens - kv_valid);
+            memcpy(s->tokens + s->n_tokens, tokens + fed, rest * sizeof *tokens);
+            s->n_tokens += rest;
             s->n_kv_valid = s->n_tokens;
             s->has_logits = 1;
             rb_session_release_window(s, s->n_tokens, 0); /* the restore ended */
             rb_session_file_after_feed(s); /* never fails the feed */
             return rb_session_memory_after_feed(s);
         }
+        if (stopped && s->stop_interrupt && damaged == UINT32_MAX) {
+            /* a trim or an abort at a layer boundary: keep what completed */
+            s->stop_interrupt = 0;
+            if (done_new == 0) {
+                s->n_kv_valid = kv_valid + done_re;
+                s->recomputed_tokens += (uint32_t)done_re;
+            } else {
+                s->recomputed_tokens += (uint32_t)(s->n_tokens - kv_valid);
+                memcpy(s->tokens + s->n_tokens, tokens + fed, done_new * sizeof *tokens);
+                s->n_tokens += done_new;
+                s->n_kv_valid = s->n_tokens;
+                s->has_logits = 1;
+                fed += done_new;
+            }
+            rb_session_release_window(s, s->n_kv_valid, 0);
+            if (atomic_exchange(&s->abort_req, 0)) {
+                rb_session_serve_requests(s);
+                if (done_new)
+                    rb_session_file_after_feed(s);
+                rb_session_memory_after_feed(s);
+                return rb_error_set(&s->err, RB_E_ABORTED, "session: feed aborted after %zu of "
+                                    "%zu tokens (the session holds %zu)", fed, n, s->n_tokens);
+            }
+            rb_session_serve_requests(s);
+            continue;
+        }
         if (damaged != UINT32_MAX) {
             damaged = (uint32_t)window_recompute_point(s, damaged);
             forget_pages_from(s, damaged / s->kv.page_tokens);
-            if (damaged < kv_valid)
-                kv_valid = damaged;
-            s->n_kv_valid = kv_valid;
+            if (damaged < s->n_kv_valid)
+                s->n_kv_valid = damaged;
         }
+        attempt++;
     }
     return rb_error_set(&s->err, RB_E_IO, "session: the evicted context could not be "
                         "restored or recomputed after 4 attempts");
 }
 
+static rb_status rewind_locked(rb_session *s, size_t n_tokens);
+
 rb_status rb_session_rewind(rb_session *s, size_t n_tokens)
 {
     if (!s)
         return RB_E_INVALID_ARG;
+    rb_session_enter(s);
+    rb_status st = rewind_locked(s, n_tokens);
+    rb_session_leave(s);
+    return st;
+}
+
+static rb_status rewind_locked(rb_session *s, size_t n_tokens)
+{
     if (n_tokens > s->n_tokens)
         return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: cannot rewind to %zu tokens: "
                             "it holds %zu", n_tokens, s->n_tokens);
@@ -453,10 +557,20 @@ static rb_status restore_all(rb_session *s)
  *  4. the tokens move; positions whose K/V did not exist (a cold open's
  *     uncovered tail) stay to be recomputed.
  */
+static rb_status shift_locked(rb_session *s, size_t n_keep, size_t n_discard);
+
 rb_status rb_session_shift(rb_session *s, size_t n_keep, size_t n_discard)
 {
     if (!s)
         return RB_E_INVALID_ARG;
+    rb_session_enter(s);
+    rb_status st = shift_locked(s, n_keep, n_discard);
+    rb_session_leave(s);
+    return st;
+}
+
+static rb_status shift_locked(rb_session *s, size_t n_keep, size_t n_discard)
+{
     if (n_keep > s->n_tokens || n_discard > s->n_tokens - n_keep)
         return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: cannot keep %zu and discard "
                             "%zu of %zu tokens", n_keep, n_discard, s->n_tokens);

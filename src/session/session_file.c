@@ -286,10 +286,20 @@ static void close_file(rb_session *s)
     s->file_path = NULL;
 }
 
+static rb_status save_locked(rb_session *s, const char *path, unsigned flags);
+
 rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
 {
     if (!s || !path)
         return RB_E_INVALID_ARG;
+    rb_session_enter(s);
+    rb_status st = save_locked(s, path, flags);
+    rb_session_leave(s);
+    return st;
+}
+
+static rb_status save_locked(rb_session *s, const char *path, unsigned flags)
+{
     rb_session_settle_restore(s, 1); /* a save holds the whole context */
     const int fsync = (flags & RB_SAVE_FSYNC) != 0;
     if ((flags & RB_SAVE_SNAPSHOT) || !s->file || strcmp(path, s->file_path) != 0) {
@@ -430,10 +440,20 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
     return RB_OK;
 }
 
+static rb_status unbind_locked(rb_session *s);
+
 rb_status rb_session_unbind(rb_session *s)
 {
     if (!s)
         return RB_E_INVALID_ARG;
+    rb_session_enter(s);
+    rb_status st = unbind_locked(s);
+    rb_session_leave(s);
+    return st;
+}
+
+static rb_status unbind_locked(rb_session *s)
+{
     if (!s->file)
         return RB_OK;
     if (s->res) {

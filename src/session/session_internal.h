@@ -13,6 +13,8 @@
 #ifndef RB_SESSION_INTERNAL_H
 #define RB_SESSION_INTERNAL_H
 
+#include <pthread.h>
+
 #include "forward.h"
 #include "kvcache.h"
 #include "model.h"
@@ -32,7 +34,35 @@ struct rb_session {
     rb_error err;
 
     /* the memory manager (session_memory.c) */
-    rb_session_params params;   /* .experimental points to exp */
+    rb_session_params params;   /* .experimental points to exp; .pool is pool */
+    /* the pool (session_memory.c): the session's own one (owns_pool) or
+       the app's; member is the session's place in it */
+    struct rb_pool *mpool;
+    struct rb_pool_member *member;
+    int owns_pool;
+    /* the calls from any thread (session_memory.c). op_mu is held by the
+       public call that uses the session (feed, rewind, shift, trim, save,
+       set_restore); a trim from another thread posts a request under
+       req_mu and raises `interrupt`: the holder serves it at its next
+       layer boundary (a feed) or before it lets go */
+    pthread_mutex_t op_mu;
+    pthread_mutex_t req_mu;
+    pthread_cond_t req_cv;
+    int op_held;                    /* under req_mu: op_mu is held ... */
+    pthread_t op_owner;             /* ... by this thread */
+    uint64_t req_posted, req_served; /* under req_mu */
+    uint64_t req_bytes, req_freed;
+    rb_trim_level req_level;
+    int req_kv_only;                /* every poster was the pool: KV only */
+    int req_pending;
+    _Atomic int interrupt;          /* a request or an abort waits */
+    _Atomic int abort_req;
+    int stop_interrupt;             /* the feed's gate stopped for it */
+    int in_forward;                 /* a feed's restore and forward pass run */
+    int held_layer;                 /* the layer whose weights the forward pass
+                                       uses (rb_wcache_use), or -1 */
+    rb_status gate_status;          /* a gate's own failure (weights unreadable) */
+    uint32_t progress_layers;       /* restore progress: layers of the plan to go */
     rb_experimental_params exp; /* the caller's copy, or the defaults */
     struct rb_throttle *throttle;   /* the emulated device; NULL: host as is */
     double device_bw;               /* its bandwidth (bytes/s); 0: host */
@@ -109,6 +139,18 @@ uint32_t rb_session_window_first_page(const rb_session *s, size_t pos);
 struct rb_session_writer_stats;
 void rb_session_file_writer_stats(rb_session *s, struct rb_session_writer_stats *out);
 
+/* session_memory.c: a public call takes the session (waits for another
+ * call on it) and lets it go (serving the trims posted meanwhile). */
+void rb_session_enter(rb_session *s);
+void rb_session_leave(rb_session *s);
+/* Serves posted trims now (op_mu held; not inside a restore). */
+void rb_session_serve_requests(rb_session *s);
+/* After rb_forward_batch returned: the layer the pass used is let go. */
+void rb_session_gate_release(rb_session *s);
+/* The trim itself (op_mu held). kv_only: the model's weights stay. */
+rb_status rb_session_trim_locked(rb_session *s, uint64_t bytes, rb_trim_level level,
+                                 int kv_only, uint64_t *freed);
+
 /* session_memory.c: set up / tear down the memory manager of a session
  * whose KV cache and forward state exist; the layer gate is installed.
  * is_cold: the model's layers are not read yet (a session opened from a
@@ -119,6 +161,9 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err);
  * first, so both share the device from the start. */
 rb_status rb_session_memory_read_rest(rb_session *s, rb_error *err);
 void rb_session_memory_deinit(rb_session *s);
+/* Leaves the pool (first thing at destroy: the pool trims members from
+ * other threads until then). */
+void rb_session_memory_leave_pool(rb_session *s);
 /* After a successful feed: enforces the budget (trims beyond it). */
 rb_status rb_session_memory_after_feed(rb_session *s);
 /* Weights stream under a budget (rb_session_params.weights_budget_bytes,

@@ -17,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <stdatomic.h>
+#include <time.h>
+
+#include "pool.h"
 #include "profile.h"
 #include "residency.h"
 #include "session_internal.h"
@@ -26,9 +30,34 @@
 #include "wcache.h"
 #include "wcache_stream.h"
 
+void rb_session_gate_release(rb_session *s)
+{
+    if (s->held_layer >= 0 && s->wcache)
+        rb_wcache_unuse(s->wcache, (uint32_t)s->held_layer);
+    s->held_layer = -1;
+}
+
+static rb_status pool_join(rb_session *s, rb_error *err);
+
 static int layer_gate(void *ctx, uint32_t layer)
 {
     rb_session *s = ctx;
+    rb_session_gate_release(s); /* the previous layer is done */
+    /* a trim posted from another thread, an abort: stop at this boundary */
+    if (atomic_load_explicit(&s->interrupt, memory_order_acquire)) {
+        s->stop_interrupt = 1;
+        return -1;
+    }
+    if (s->params.progress && s->progress_layers && layer < s->kv.n_layers) {
+        if (s->params.progress(s->params.progress_ctx, RB_PROGRESS_RESTORE, layer,
+                               s->kv.n_layers)) {
+            atomic_store(&s->abort_req, 1);
+            s->stop_interrupt = 1;
+            return -1;
+        }
+        if (layer + 1 == s->kv.n_layers)
+            s->progress_layers = 0;
+    }
     /* weights first: the unit's blocks (layer L, or the output at
        n_layers), then the layer's KV */
     if (s->wstream && rb_wcache_stream_acquire(s->wstream, layer) != 0)
@@ -37,7 +66,19 @@ static int layer_gate(void *ctx, uint32_t layer)
         rb_residency_compute_done(s->res);
         return 0;
     }
-    return rb_residency_wait_layer(s->res, layer);
+    if (rb_residency_wait_layer(s->res, layer) != 0)
+        return -1;
+    /* the model's weights: another session may have released the layer
+       after this feed's restore was planned; none releases it now */
+    if (s->wcache) {
+        rb_error e = {0};
+        if (rb_wcache_use(s->wcache, layer, s->throttle, &e) != RB_OK) {
+            s->gate_status = rb_error_set(&s->err, e.status, "%s", e.message);
+            return -1;
+        }
+        s->held_layer = (int)layer;
+    }
+    return 0;
 }
 
 static int rows_gate(void *ctx, const int32_t *tokens, uint32_t n)
@@ -170,8 +211,7 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
         if ((st = stream_init(s, err)) != RB_OK)
             return st;
         is_cold = 0; /* the stream reads every block on use */
-    } else if (rb_wcache_create(s->model, rb_model_path(s->model), NULL, s->throttle,
-                                &s->wcache, &werr) != RB_OK) {
+    } else if (rb_wcache_shared(s->model, &s->wcache, &werr) != RB_OK) {
         s->wcache = NULL;
         if (werr.status != RB_E_UNSUPPORTED) /* mapped: weights just stay */
             return rb_error_set(err, werr.status, "%s", werr.message);
@@ -195,6 +235,7 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
                                : prof.is_throttled ? prof.bw_bytes_per_s : 0,
         .storage_latency_s = prof.latency_s,
         .storage_bw_fixed = x->storage_bytes_per_s > 0,
+        .throttle = s->throttle,
     };
     if (is_cold && !s->wcache && !s->wstream)
         return rb_error_set(err, RB_E_UNSUPPORTED, "session: a cold start needs the weight "
@@ -203,28 +244,37 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
         return st;
     if ((st = rb_residency_create(&rp, &kv, s->store, s->wcache, &s->res, err)) != RB_OK)
         return st;
-    if (is_cold)
-        rb_residency_weights_pending(s->res);
     s->fwd.layer_gate = layer_gate;
     s->fwd.layer_gate_ctx = s;
-    return RB_OK;
+    return pool_join(s, err);
 }
 
 rb_status rb_session_memory_read_rest(rb_session *s, rb_error *err)
 {
-    return s->wcache ? rb_wcache_read_rest(s->wcache, err) : RB_OK;
+    return s->wcache ? rb_wcache_read_rest(s->wcache, s->throttle, err) : RB_OK;
+}
+
+void rb_session_memory_leave_pool(rb_session *s)
+{
+    /* first: the pool trims members from other threads until it lets go */
+    rb_pool_leave(s->member);
+    s->member = NULL;
+    if (s->owns_pool)
+        rb_pool_destroy(s->mpool);
+    s->mpool = NULL;
+    s->owns_pool = 0;
 }
 
 void rb_session_memory_deinit(rb_session *s)
 {
+    rb_session_memory_leave_pool(s);
     rb_residency_destroy(s->res);
     s->res = NULL;
     s->fwd.layer_gate = NULL;
     s->fwd.rows_gate = NULL;
     rb_wcache_stream_destroy(s->wstream);
     s->wstream = NULL;
-    rb_wcache_destroy(s->wcache);
-    s->wcache = NULL;
+    s->wcache = NULL; /* the model's */
     rb_store_close(s->store);
     s->store = NULL;
     if (s->throttle) {
@@ -234,25 +284,235 @@ void rb_session_memory_deinit(rb_session *s)
     }
 }
 
+static void fill_stats(const rb_session *s, rb_session_stats *out);
+
+/* ---- the pool and the calls from any thread ------------------------------ */
+
+static int is_zram_codec(rb_ram_codec c)
+{
+    return c == RB_RAM_CODEC_LZ4 || c == RB_RAM_CODEC_ZSTD;
+}
+
+/* What the session holds in RAM besides the model's weights. */
+static uint64_t own_bytes(const rb_session *s)
+{
+    rb_session_stats st;
+    fill_stats(s, &st);
+    return st.kv_raw_bytes + st.kv_compressed_bytes + st.scratch_bytes + st.other_bytes +
+           (s->wstream ? st.weights_bytes : 0);
+}
+
+static void publish_bytes(rb_session *s)
+{
+    if (s->member)
+        rb_pool_member_set_bytes(s->member, own_bytes(s));
+}
+
+static void mark_held(rb_session *s)
+{
+    pthread_mutex_lock(&s->req_mu);
+    s->op_held = 1;
+    s->op_owner = pthread_self();
+    pthread_mutex_unlock(&s->req_mu);
+}
+
+/* 1 when this thread holds the session (a callback, or its own pool). */
+static int held_by_me(rb_session *s)
+{
+    pthread_mutex_lock(&s->req_mu);
+    int me = s->op_held && pthread_equal(s->op_owner, pthread_self());
+    pthread_mutex_unlock(&s->req_mu);
+    return me;
+}
+
+void rb_session_enter(rb_session *s)
+{
+    pthread_mutex_lock(&s->op_mu);
+    mark_held(s);
+}
+
+void rb_session_leave(rb_session *s)
+{
+    rb_session_serve_requests(s);
+    pthread_mutex_lock(&s->req_mu);
+    s->op_held = 0;
+    pthread_mutex_unlock(&s->req_mu);
+    pthread_mutex_unlock(&s->op_mu);
+}
+
+void rb_session_serve_requests(rb_session *s)
+{
+    pthread_mutex_lock(&s->req_mu);
+    if (!s->req_pending) {
+        atomic_store(&s->interrupt, atomic_load(&s->abort_req));
+        pthread_mutex_unlock(&s->req_mu);
+        return;
+    }
+    uint64_t id = s->req_posted, bytes = s->req_bytes;
+    rb_trim_level level = s->req_level;
+    int kv_only = s->req_kv_only;
+    s->req_pending = 0;
+    atomic_store(&s->interrupt, atomic_load(&s->abort_req));
+    pthread_mutex_unlock(&s->req_mu);
+    uint64_t freed = 0;
+    (void)rb_session_trim_locked(s, bytes, level, kv_only, &freed); /* message on s */
+    pthread_mutex_lock(&s->req_mu);
+    s->req_freed = freed;
+    s->req_served = id;
+    pthread_cond_broadcast(&s->req_cv);
+    pthread_mutex_unlock(&s->req_mu);
+}
+
+/* Posts a trim for the thread that holds the session; wait: until it was
+ * served (then the bytes it freed), else 0 at once. */
+static uint64_t post_request(rb_session *s, uint64_t bytes, rb_trim_level level, int kv_only,
+                             int wait)
+{
+    pthread_mutex_lock(&s->req_mu);
+    if (s->op_held && pthread_equal(s->op_owner, pthread_self()))
+        wait = 0; /* from the feed's own callback: served when it returns */
+    if (!s->req_pending) {
+        s->req_bytes = bytes;
+        s->req_level = level;
+        s->req_kv_only = kv_only;
+    } else {
+        if (level > s->req_level)
+            s->req_level = level;
+        if (bytes > s->req_bytes)
+            s->req_bytes = bytes;
+        s->req_kv_only &= kv_only;
+    }
+    s->req_pending = 1;
+    uint64_t id = ++s->req_posted;
+    atomic_store_explicit(&s->interrupt, 1, memory_order_release);
+    while (wait && s->req_served < id) {
+        pthread_mutex_unlock(&s->req_mu);
+        /* the holder may have let go before it saw the request */
+        if (pthread_mutex_trylock(&s->op_mu) == 0) {
+            mark_held(s);
+            rb_session_leave(s);
+        }
+        pthread_mutex_lock(&s->req_mu);
+        if (s->req_served < id) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 2000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&s->req_cv, &s->req_mu, &ts);
+        }
+    }
+    uint64_t freed = wait ? s->req_freed : 0;
+    pthread_mutex_unlock(&s->req_mu);
+    return freed;
+}
+
+/* The pool takes memory back (its mutex held; any thread): the KV only. */
+static uint64_t member_trim(void *ctx, uint64_t bytes, rb_trim_level level)
+{
+    rb_session *s = ctx;
+    uint64_t freed = 0;
+    if (held_by_me(s)) {
+        if (s->in_forward) /* a callback inside the pass: at the next boundary */
+            return post_request(s, bytes, level, 1, 0);
+        (void)rb_session_trim_locked(s, bytes, level, 1, &freed);
+        return freed;
+    }
+    if (pthread_mutex_trylock(&s->op_mu) == 0) {
+        mark_held(s);
+        (void)rb_session_trim_locked(s, bytes, level, 1, &freed);
+        rb_session_leave(s);
+        return freed;
+    }
+    return post_request(s, bytes, level, 1, 0);
+}
+
+static rb_status pool_join(rb_session *s, rb_error *err)
+{
+    rb_pool *pool = s->params.pool;
+    rb_status st;
+    if (pool) {
+        if (rb_pool_model(pool) != s->model)
+            return rb_error_set(err, RB_E_INVALID_ARG, "session: the pool is of another model "
+                                "(one model per pool)");
+    } else {
+        if ((st = rb_pool_create_impl(s->model, s->params.budget_bytes, &pool, err)) != RB_OK)
+            return st;
+        s->owns_pool = 1;
+    }
+    s->mpool = pool;
+    rb_model_info info;
+    rb_model_get_info(s->model, &info);
+    /* the weights the pool counts: the model's cache, or all of them
+       (mapped), or none (a stream: the session counts its cache) */
+    rb_pool_set_weights(pool, s->wcache, s->wcache || s->wstream ? 0 : info.tensor_data_bytes);
+    if ((st = rb_pool_join(pool, s, member_trim, s->params.priority, &s->member, err)) != RB_OK)
+        return st;
+    publish_bytes(s);
+    return RB_OK;
+}
+
+rb_status rb_session_set_priority(rb_session *s, rb_priority priority)
+{
+    if (!s || (unsigned)priority > RB_PRIORITY_BACKGROUND)
+        return RB_E_INVALID_ARG;
+    if (s->member)
+        rb_pool_member_set_priority(s->member, priority);
+    return RB_OK;
+}
+
+void rb_session_abort(rb_session *s)
+{
+    if (!s)
+        return;
+    atomic_store(&s->abort_req, 1);
+    atomic_store_explicit(&s->interrupt, 1, memory_order_release);
+}
+
+rb_status rb_session_trim_locked(rb_session *s, uint64_t bytes, rb_trim_level level,
+                                 int kv_only, uint64_t *freed_out)
+{
+    if (!s->res)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: no memory manager");
+    if ((unsigned)level > RB_TRIM_COMPLETE)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: unknown trim level %d",
+                            (int)level);
+    rb_session_settle_restore(s, 0);
+    uint64_t freed = 0;
+    rb_status st = rb_residency_trim_kv(s->res, bytes, level, kv_only, &freed, &s->err);
+    /* streamed weights: a complete trim, or bytes the KV could not give,
+       come out of the block cache (they stream back on use) */
+    if (st == RB_OK && s->wstream && !kv_only &&
+        (level == RB_TRIM_COMPLETE || (level == RB_TRIM_BYTES && freed < bytes)))
+        freed += rb_wcache_stream_drop(s->wstream);
+    /* a mapped model's weights are the page cache's: a complete trim drops
+       the process's mapping of them (they fault back from the file) */
+    if (st == RB_OK && !kv_only && level == RB_TRIM_COMPLETE && !s->wcache && !s->wstream)
+        freed += rb_model_drop_mapped_pages(s->model);
+    publish_bytes(s);
+    if (freed_out)
+        *freed_out = freed;
+    return st;
+}
+
 rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,
                           uint64_t *freed_out)
 {
     if (!s)
         return RB_E_INVALID_ARG;
-    if (!s->res)
-        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: no memory manager");
-    rb_session_settle_restore(s, 0);
-    if (level == RB_TRIM_COMPLETE && !s->wcache && !s->wstream)
-        return rb_error_set(&s->err, RB_E_UNSUPPORTED, "session: the model is memory-mapped: "
-                            "its weights belong to the page cache and cannot be trimmed "
-                            "(open it without mmap)");
+    if ((unsigned)level > RB_TRIM_COMPLETE)
+        return RB_E_INVALID_ARG;
     uint64_t freed = 0;
-    rb_status st = rb_residency_trim(s->res, bytes, level, &freed, &s->err);
-    /* streamed weights: a complete trim, or bytes the KV could not give,
-       come out of the block cache (they stream back on use) */
-    if (st == RB_OK && s->wstream && (level == RB_TRIM_COMPLETE ||
-                                      (level == RB_TRIM_BYTES && freed < bytes)))
-        freed += rb_wcache_stream_drop(s->wstream);
+    rb_status st = RB_OK;
+    if (pthread_mutex_trylock(&s->op_mu) == 0) { /* idle: trim now */
+        mark_held(s);
+        st = rb_session_trim_locked(s, bytes, level, 0, &freed);
+        rb_session_leave(s);
+    } else {
+        freed = post_request(s, bytes, level, 0, 1);
+    }
     if (freed_out)
         *freed_out = freed;
     return st;
@@ -298,7 +558,7 @@ static void fill_stats(const rb_session *s, rb_session_stats *out)
         rb_residency_stats(s->res, out);
     out->total_bytes = out->weights_bytes + out->kv_raw_bytes + out->kv_compressed_bytes +
                        out->scratch_bytes + out->other_bytes;
-    out->budget_bytes = s->params.budget_bytes;
+    out->budget_bytes = s->mpool ? rb_pool_budget(s->mpool) : s->params.budget_bytes;
     out->storage_io = s->store_note;
     out->device_bytes_per_s = s->device_bw;
     out->restore_recomputed_tokens = s->recomputed_tokens;
@@ -324,28 +584,33 @@ rb_status rb_session_get_stats_sized(const rb_session *s, rb_session_stats *out,
 
 rb_status rb_session_memory_after_feed(rb_session *s)
 {
-    if (!s->params.budget_bytes || !s->res)
-        return RB_OK;
-    rb_session_stats st;
-    rb_session_get_stats(s, &st);
-    if (st.total_bytes <= s->params.budget_bytes)
-        return RB_OK;
-    /* over budget: give back the excess the way a trim would (last layers
-       first); what cannot go (scratch, the first layers' weights when
-       weights cannot be released) stays, and the stats show it */
-    rb_status rc = rb_residency_trim(s->res, st.total_bytes - s->params.budget_bytes,
-                                     RB_TRIM_BYTES, NULL, &s->err);
-    rb_session_get_stats(s, &st);
-    s->budget_over_bytes =
-        st.total_bytes > s->params.budget_bytes ? st.total_bytes - s->params.budget_bytes : 0;
-    return rc;
+    publish_bytes(s);
+    rb_pool_member_touch(s->member);
+    /* over budget: the pool takes the excess back - the other sessions'
+       KV, least recently used first, then this one's (last layers first),
+       then the weights (the zram baseline keeps them: it compresses KV
+       only, as the kernel's zRAM would); what cannot go stays, and the
+       stats show it */
+    s->budget_over_bytes = rb_pool_enforce(s->mpool, s->member, 0, 1,
+                                           !is_zram_codec(s->params.ram_codec));
+    return RB_OK;
 }
 
 void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
 {
+    rb_session_stats st;
+    if (!s->wstream && s->mpool && rb_pool_budget(s->mpool)) {
+        /* the feed brings this session's KV back and grows it: the other
+           sessions make room first (this one trims after the feed) */
+        fill_stats(s, &st);
+        uint64_t now = st.kv_raw_bytes + st.kv_compressed_bytes;
+        uint64_t after = (uint64_t)n_pages_after * s->kv.n_layers *
+                         rb_kvcache_page_alloc_bytes(&s->kv);
+        publish_bytes(s);
+        rb_pool_enforce(s->mpool, s->member, after > now ? after - now : 0, 0, 0);
+    }
     if (!s->wstream || !s->params.budget_bytes)
         return;
-    rb_session_stats st;
     rb_session_get_stats(s, &st);
     uint64_t kv = st.kv_raw_bytes + st.kv_compressed_bytes;
     if (n_pages_after > s->kv.n_pages_reserved)
@@ -380,12 +645,14 @@ rb_status rb_session_set_restore(rb_session *s, rb_restore_mode mode, rb_ram_cod
     if (codec == RB_RAM_CODEC_Q8 && (s->kv.type_k != RB_TYPE_F16 || s->kv.type_v != RB_TYPE_F16))
         return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: the q8 RAM codec re-quantizes "
                             "an f16 KV cache; this one is quantized");
+    rb_session_enter(s);
     rb_session_settle_restore(s, 0);
     rb_status st = rb_residency_set_mode(s->res, mode, codec, &s->err);
     if (st == RB_OK) {
         s->params.restore = mode;
         s->params.ram_codec = codec;
     }
+    rb_session_leave(s);
     return st;
 }
 

@@ -1,0 +1,327 @@
+/*
+ * pool.c - the memory pool (pool.h): members, accounts, the order in which
+ * memory is taken back, and the public rb_pool_* calls.
+ *
+ * Layout: a small array of members (sessions of one model: a handful to a
+ * few hundred), each with its published bytes (atomic), priority and the
+ * pool tick of its last use. The weights are the model's weight cache,
+ * whose resident bytes it counts itself.
+ *
+ * Memory: the pool struct and the member array (grown by doubling); a
+ * member struct per joined session, freed when it leaves. The pool is
+ * freed when the app destroyed it (or its owner session did, for a
+ * session's own pool) and the last member left.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pool.h"
+#include "status.h"
+
+struct rb_pool_member {
+    rb_pool *pool;
+    void *ctx;
+    rb_pool_trim_fn trim;
+    _Atomic uint64_t bytes;
+    rb_priority priority; /* under the pool's mu */
+    uint64_t last_used;   /* under the pool's mu */
+};
+
+struct rb_pool {
+    pthread_mutex_t mu;
+    rb_model *model;
+    _Atomic uint64_t budget;
+    rb_wcache *weights;          /* NULL: weights_fixed counts them */
+    uint64_t weights_fixed;
+    rb_pool_member **members;
+    uint32_t n_members, cap;
+    uint64_t tick;
+    int is_destroyed;            /* the app let go: freed with its last member */
+    /* counters (under mu) */
+    uint64_t n_enforce, n_posted, trimmed_bytes, weights_released_bytes, over_bytes;
+};
+
+rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **out,
+                              rb_error *err)
+{
+    if (!model || !out)
+        return rb_error_set(err, RB_E_INVALID_ARG, "pool: model and out are required");
+    rb_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return rb_error_set(err, RB_E_NOMEM, "pool: out of memory");
+    pthread_mutex_init(&p->mu, NULL);
+    p->model = model;
+    atomic_init(&p->budget, budget_bytes);
+    rb_model_info info;
+    rb_model_get_info(model, &info);
+    p->weights_fixed = info.tensor_data_bytes;
+    *out = p;
+    return RB_OK;
+}
+
+rb_status rb_pool_create(rb_model *model, uint64_t budget_bytes, rb_pool **out, rb_error *err)
+{
+    return rb_pool_create_impl(model, budget_bytes, out, err);
+}
+
+static void pool_free(rb_pool *p)
+{
+    pthread_mutex_destroy(&p->mu);
+    free(p->members);
+    free(p);
+}
+
+void rb_pool_destroy(rb_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->is_destroyed = 1;
+    int last = p->n_members == 0;
+    pthread_mutex_unlock(&p->mu);
+    if (last)
+        pool_free(p);
+}
+
+rb_model *rb_pool_model(const rb_pool *p) { return p->model; }
+
+void rb_pool_set_weights(rb_pool *p, rb_wcache *weights, uint64_t fixed_bytes)
+{
+    pthread_mutex_lock(&p->mu);
+    p->weights = weights;
+    p->weights_fixed = fixed_bytes;
+    pthread_mutex_unlock(&p->mu);
+}
+
+rb_status rb_pool_join(rb_pool *p, void *ctx, rb_pool_trim_fn trim, rb_priority priority,
+                       rb_pool_member **out, rb_error *err)
+{
+    rb_pool_member *m = calloc(1, sizeof *m);
+    if (!m)
+        return rb_error_set(err, RB_E_NOMEM, "pool: out of memory");
+    m->pool = p;
+    m->ctx = ctx;
+    m->trim = trim;
+    m->priority = priority;
+    pthread_mutex_lock(&p->mu);
+    if (p->n_members == p->cap) {
+        uint32_t cap = p->cap ? p->cap * 2 : 8;
+        rb_pool_member **a = realloc(p->members, cap * sizeof *a);
+        if (!a) {
+            pthread_mutex_unlock(&p->mu);
+            free(m);
+            return rb_error_set(err, RB_E_NOMEM, "pool: out of memory");
+        }
+        p->members = a;
+        p->cap = cap;
+    }
+    m->last_used = ++p->tick;
+    p->members[p->n_members++] = m;
+    pthread_mutex_unlock(&p->mu);
+    *out = m;
+    return RB_OK;
+}
+
+void rb_pool_leave(rb_pool_member *m)
+{
+    if (!m)
+        return;
+    rb_pool *p = m->pool;
+    pthread_mutex_lock(&p->mu);
+    for (uint32_t i = 0; i < p->n_members; i++)
+        if (p->members[i] == m) {
+            p->members[i] = p->members[--p->n_members];
+            break;
+        }
+    int last = p->is_destroyed && p->n_members == 0;
+    pthread_mutex_unlock(&p->mu);
+    free(m);
+    if (last)
+        pool_free(p);
+}
+
+void rb_pool_member_set_bytes(rb_pool_member *m, uint64_t bytes)
+{
+    atomic_store_explicit(&m->bytes, bytes, memory_order_relaxed);
+}
+
+void rb_pool_member_touch(rb_pool_member *m)
+{
+    pthread_mutex_lock(&m->pool->mu);
+    m->last_used = ++m->pool->tick;
+    pthread_mutex_unlock(&m->pool->mu);
+}
+
+void rb_pool_member_set_priority(rb_pool_member *m, rb_priority priority)
+{
+    pthread_mutex_lock(&m->pool->mu);
+    m->priority = priority;
+    pthread_mutex_unlock(&m->pool->mu);
+}
+
+rb_priority rb_pool_member_priority(const rb_pool_member *m)
+{
+    rb_pool *p = m->pool;
+    pthread_mutex_lock(&p->mu);
+    rb_priority r = m->priority;
+    pthread_mutex_unlock(&p->mu);
+    return r;
+}
+
+uint64_t rb_pool_budget(const rb_pool *p) { return atomic_load(&p->budget); }
+
+/* mu held */
+static uint64_t weights_bytes(const rb_pool *p)
+{
+    return p->weights ? rb_wcache_resident_bytes(p->weights) : p->weights_fixed;
+}
+
+/* mu held */
+static uint64_t total_bytes(const rb_pool *p)
+{
+    uint64_t t = weights_bytes(p);
+    for (uint32_t i = 0; i < p->n_members; i++)
+        t += atomic_load_explicit(&p->members[i]->bytes, memory_order_relaxed);
+    return t;
+}
+
+/* The members in trim order (mu held): background before foreground, least
+ * recently used first, `last` (may be NULL) at the end. */
+static uint32_t trim_order(const rb_pool *p, const rb_pool_member *last, rb_pool_member **out)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n_members; i++)
+        if (p->members[i] != last)
+            out[n++] = p->members[i];
+    /* insertion sort: few members */
+    for (uint32_t i = 1; i < n; i++) {
+        rb_pool_member *m = out[i];
+        uint32_t j = i;
+        while (j > 0 && (out[j - 1]->priority < m->priority ||
+                         (out[j - 1]->priority == m->priority &&
+                          out[j - 1]->last_used > m->last_used))) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = m;
+    }
+    if (last)
+        out[n++] = (rb_pool_member *)last;
+    return n;
+}
+
+/* Releases weights, last layer first, until `need` bytes went (mu held). */
+static uint64_t release_weights(rb_pool *p, uint64_t need)
+{
+    uint64_t freed = 0;
+    if (!p->weights)
+        return 0;
+    for (uint32_t l = rb_wcache_n_layers(p->weights); l-- > 0 && freed < need;)
+        if (rb_wcache_release(p->weights, l))
+            freed += rb_wcache_layer_bytes(p->weights, l);
+    p->weights_released_bytes += freed;
+    return freed;
+}
+
+uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int self_too,
+                         int weights_too)
+{
+    const uint64_t budget = atomic_load(&p->budget);
+    if (!budget)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    p->n_enforce++;
+    uint64_t total = total_bytes(p) + extra;
+    if (total > budget && p->n_members) {
+        rb_pool_member **order = malloc(p->n_members * sizeof *order);
+        uint32_t n = order ? trim_order(p, self, order) : 0;
+        for (uint32_t i = 0; i < n && total > budget; i++) {
+            if (order[i] == self && !self_too)
+                continue;
+            uint64_t before = atomic_load(&order[i]->bytes);
+            uint64_t freed = order[i]->trim(order[i]->ctx, total - budget, RB_TRIM_BYTES);
+            if (!freed && before)
+                p->n_posted++; /* busy: served at its next layer boundary */
+            p->trimmed_bytes += freed;
+            total = total_bytes(p) + extra;
+        }
+        free(order);
+        if (total > budget && weights_too)
+            release_weights(p, total - budget);
+        total = total_bytes(p) + extra;
+    }
+    p->over_bytes = total > budget ? total - budget : 0;
+    uint64_t over = p->over_bytes;
+    pthread_mutex_unlock(&p->mu);
+    return over;
+}
+
+rb_status rb_pool_set_budget(rb_pool *p, uint64_t budget_bytes)
+{
+    if (!p)
+        return RB_E_INVALID_ARG;
+    atomic_store(&p->budget, budget_bytes);
+    rb_pool_enforce(p, NULL, 0, 1, 1);
+    return RB_OK;
+}
+
+rb_status rb_pool_trim(rb_pool *p, uint64_t bytes, rb_trim_level level, uint64_t *freed_out)
+{
+    if (!p || (unsigned)level > RB_TRIM_COMPLETE)
+        return RB_E_INVALID_ARG;
+    uint64_t freed = 0;
+    pthread_mutex_lock(&p->mu);
+    rb_pool_member **order = p->n_members ? malloc(p->n_members * sizeof *order) : NULL;
+    uint32_t n = order ? trim_order(p, NULL, order) : 0;
+    if (p->n_members && !order) {
+        pthread_mutex_unlock(&p->mu);
+        return RB_E_NOMEM;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        if (level == RB_TRIM_BYTES && freed >= bytes)
+            break;
+        uint64_t f = order[i]->trim(order[i]->ctx, level == RB_TRIM_BYTES ? bytes - freed : 0,
+                                    level);
+        if (!f && atomic_load(&order[i]->bytes))
+            p->n_posted++;
+        freed += f;
+    }
+    free(order);
+    p->trimmed_bytes += freed;
+    if (level == RB_TRIM_COMPLETE)
+        freed += release_weights(p, UINT64_MAX);
+    else if (level == RB_TRIM_BYTES && freed < bytes)
+        freed += release_weights(p, bytes - freed);
+    pthread_mutex_unlock(&p->mu);
+    if (freed_out)
+        *freed_out = freed;
+    return RB_OK;
+}
+
+rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t out_size)
+{
+    if (!cp || !out || !out_size)
+        return RB_E_INVALID_ARG;
+    rb_pool *p = (rb_pool *)cp; /* the lock is not part of the value */
+    rb_pool_stats st;
+    memset(&st, 0, sizeof st);
+    pthread_mutex_lock(&p->mu);
+    st.budget_bytes = atomic_load(&p->budget);
+    st.weights_bytes = weights_bytes(p);
+    st.total_bytes = total_bytes(p);
+    st.sessions_bytes = st.total_bytes - st.weights_bytes;
+    st.weights_total_bytes = p->weights ? rb_wcache_total_bytes(p->weights) : p->weights_fixed;
+    st.n_sessions = p->n_members;
+    for (uint32_t i = 0; i < p->n_members; i++)
+        st.n_background += p->members[i]->priority == RB_PRIORITY_BACKGROUND;
+    st.n_enforcements = p->n_enforce;
+    st.n_trims_posted = p->n_posted;
+    st.trimmed_bytes = p->trimmed_bytes;
+    st.weights_released_bytes = p->weights_released_bytes;
+    st.over_bytes = p->over_bytes;
+    pthread_mutex_unlock(&p->mu);
+    memcpy(out, &st, out_size < sizeof st ? out_size : sizeof st);
+    return RB_OK;
+}
