@@ -1,0 +1,482 @@
+/*
+ * test_pool.c - many sessions on one model under one memory pool: the
+ * weights are the model's, trims and aborts come from any thread, and
+ * every session's logits stay bit-identical to a session that was never
+ * trimmed (the lossless tiers).
+ *
+ * Regression tests first: sessions created from two threads at once on one
+ * model (the model's lazy weight load raced: the token streams differed),
+ * and a complete trim of one session while another shares the model (the
+ * other computed with released weights: logits up to 0.88 off).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "rebound.h"
+#include "testlib.h"
+
+#define N_VOCAB_MAX 4096
+
+static char path[512];
+
+static rb_session_params params(int n_threads)
+{
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = 256;
+    p.n_batch = 16;
+    p.n_threads = n_threads;
+    p.ram_codec = RB_RAM_CODEC_LOSSLESS;
+    return p;
+}
+
+static int argmax(const float *x, uint32_t n)
+{
+    int b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = (int)i;
+    return b;
+}
+
+/* The prompt of conversation k. */
+static void prompt(int k, int32_t *out, size_t n, uint32_t n_vocab)
+{
+    rb_test_rng r = rb_test_rng_seed(1000 + (uint64_t)k);
+    for (size_t i = 0; i < n; i++)
+        out[i] = (int32_t)rb_test_rng_below(&r, n_vocab);
+}
+
+/* ---- concurrent create ------------------------------------------------------ */
+
+typedef struct greedy_job {
+    rb_model *model;
+    int32_t out[24];
+    rb_status st;
+} greedy_job;
+
+static void *greedy(void *arg)
+{
+    greedy_job *j = arg;
+    rb_session_params p = params(1);
+    rb_session *s = NULL;
+    rb_error err;
+    j->st = rb_session_create(j->model, &p, &s, &err);
+    if (j->st != RB_OK)
+        return NULL;
+    int32_t tok = 1;
+    uint32_t nv = rb_session_n_vocab(s);
+    for (int i = 0; i < 24 && j->st == RB_OK; i++) {
+        j->st = rb_session_feed(s, &tok, 1, NULL);
+        tok = j->out[i] = argmax(rb_session_get_logits(s), nv);
+    }
+    rb_session_destroy(s);
+    return NULL;
+}
+
+static void test_concurrent_create(void)
+{
+    int32_t ref[24];
+    {
+        rb_model *m = NULL;
+        rb_error err;
+        CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+        greedy_job j = {.model = m};
+        greedy(&j);
+        CHECK_EQ_INT(j.st, RB_OK);
+        memcpy(ref, j.out, sizeof ref);
+        rb_model_close(m);
+    }
+    for (int round = 0; round < 3; round++) {
+        rb_model *m = NULL;
+        rb_error err;
+        CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+        greedy_job j[2] = {{.model = m}, {.model = m}};
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++)
+            pthread_create(&t[i], NULL, greedy, &j[i]);
+        for (int i = 0; i < 2; i++)
+            pthread_join(t[i], NULL);
+        for (int i = 0; i < 2; i++) {
+            CHECK_EQ_INT(j[i].st, RB_OK);
+            CHECK(memcmp(j[i].out, ref, sizeof ref) == 0);
+        }
+        rb_model_close(m);
+    }
+}
+
+/* ---- a trim of one session with another on the model ------------------------ */
+
+static void test_cross_session_trim(void)
+{
+    rb_model *m = NULL, *mr = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    CHECK_EQ_INT(rb_model_open(path, NULL, &mr, &err), RB_OK);
+    rb_session_params p = params(1);
+    rb_session *a = NULL, *b = NULL, *ref = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &a, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_create(m, &p, &b, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_create(mr, &p, &ref, &err), RB_OK);
+    uint32_t nv = rb_session_n_vocab(b);
+    int32_t toks[64];
+    prompt(0, toks, 64, nv);
+    CHECK_EQ_INT(rb_session_feed(a, toks, 64, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(b, toks, 64, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(ref, toks, 64, NULL), RB_OK);
+    uint64_t freed = 0;
+    CHECK_EQ_INT(rb_session_trim(a, 0, RB_TRIM_COMPLETE, &freed), RB_OK);
+    rb_session_stats st;
+    rb_session_get_stats(b, &st);
+    CHECK(st.weights_evicted_bytes > 0); /* b sees the model's weights released */
+    int32_t next = 7;
+    CHECK_EQ_INT(rb_session_feed(b, &next, 1, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(ref, &next, 1, NULL), RB_OK);
+    CHECK(memcmp(rb_session_get_logits(b), rb_session_get_logits(ref), nv * sizeof(float)) == 0);
+    CHECK_EQ_INT(rb_session_feed(a, &next, 1, NULL), RB_OK);
+    CHECK(memcmp(rb_session_get_logits(a), rb_session_get_logits(ref), nv * sizeof(float)) == 0);
+    rb_session_destroy(a);
+    rb_session_destroy(b);
+    rb_session_destroy(ref);
+    rb_model_close(m);
+    rb_model_close(mr);
+}
+
+/* ---- reference logits of each conversation ----------------------------------- */
+
+#define K 4
+#define TURNS 6
+#define TURN 20
+
+typedef struct conv_ref {
+    int32_t toks[TURNS * TURN];
+    float logits[TURNS][N_VOCAB_MAX]; /* after each turn */
+} conv_ref;
+
+static conv_ref refs[K];
+static uint32_t n_vocab;
+static uint64_t conv_kv; /* a whole conversation's KV in RAM */
+
+static void make_refs(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_session_params p = params(1);
+    for (int k = 0; k < K; k++) {
+        rb_session *s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+        n_vocab = rb_session_n_vocab(s);
+        prompt(k, refs[k].toks, TURNS * TURN, n_vocab);
+        for (int t = 0; t < TURNS; t++) {
+            CHECK_EQ_INT(rb_session_feed(s, refs[k].toks + t * TURN, TURN, NULL), RB_OK);
+            memcpy(refs[k].logits[t], rb_session_get_logits(s), n_vocab * sizeof(float));
+        }
+        rb_session_stats st;
+        rb_session_get_stats(s, &st);
+        conv_kv = st.kv_raw_bytes;
+        rb_session_destroy(s);
+    }
+    rb_model_close(m);
+}
+
+/* ---- 4 sessions, 2 feeding threads, a trimming thread ------------------------ */
+
+typedef struct feeder {
+    rb_session *s[2];
+    int k[2];
+    int mismatches;
+    rb_status st;
+} feeder;
+
+static atomic_int stop_trims;
+
+static void *feed_two(void *arg)
+{
+    feeder *f = arg;
+    for (int t = 0; t < TURNS; t++)
+        for (int i = 0; i < 2; i++) {
+            const conv_ref *r = &refs[f->k[i]];
+            rb_status st = rb_session_feed(f->s[i], r->toks + t * TURN, TURN, NULL);
+            if (st != RB_OK) {
+                f->st = st;
+                return NULL;
+            }
+            if (memcmp(rb_session_get_logits(f->s[i]), r->logits[t], n_vocab * sizeof(float)))
+                f->mismatches++;
+        }
+    return NULL;
+}
+
+typedef struct trimmer {
+    rb_session **s;
+    rb_pool *pool;
+    int n_trims;
+} trimmer;
+
+static void *trim_loop(void *arg)
+{
+    trimmer *t = arg;
+    rb_test_rng r = rb_test_rng_seed(77);
+    while (!atomic_load(&stop_trims)) {
+        uint32_t pick = rb_test_rng_below(&r, K + 1);
+        rb_trim_level lv = (rb_trim_level)(1 + rb_test_rng_below(&r, 3));
+        if (pick == K)
+            rb_pool_trim(t->pool, 0, lv, NULL);
+        else
+            rb_session_trim(t->s[pick], 0, lv, NULL);
+        t->n_trims++;
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session *s[K] = {0};
+    rb_session_params p = params(1);
+    p.pool = pool;
+    for (int k = 0; k < K; k++)
+        CHECK_EQ_INT(rb_session_create(m, &p, &s[k], &err), RB_OK);
+    feeder f[2] = {{{s[0], s[1]}, {0, 1}, 0, RB_OK}, {{s[2], s[3]}, {2, 3}, 0, RB_OK}};
+    trimmer tr = {s, pool, 0};
+    atomic_store(&stop_trims, 0);
+    pthread_t th[3];
+    pthread_create(&th[2], NULL, trim_loop, &tr);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, feed_two, &f[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    atomic_store(&stop_trims, 1);
+    pthread_join(th[2], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(f[i].st, RB_OK);
+        CHECK_EQ_INT(f[i].mismatches, 0);
+    }
+    CHECK(tr.n_trims > 0);
+    printf("threads: %d trims from a third thread, logits identical\n", tr.n_trims);
+    rb_pool_stats ps;
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    CHECK_EQ_INT((int)ps.n_sessions, K);
+    rb_pool_destroy(pool); /* goes with its last session */
+    for (int k = 0; k < K; k++)
+        rb_session_destroy(s[k]);
+    rb_model_close(m);
+}
+
+/* ---- a randomized schedule under one budget ---------------------------------- */
+
+typedef struct abort_job {
+    rb_session *s;
+    atomic_int go;
+} abort_job;
+
+static int progress_stop_after(void *ctx, rb_progress_phase phase, uint64_t done,
+                               uint64_t total)
+{
+    (void)total;
+    int *n = ctx;
+    return *n > 0 && phase == RB_PROGRESS_FEED && done >= (uint64_t)*n;
+}
+
+static void test_schedule(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    /* the budget: the weights and about two conversations' context */
+    rb_model_info info;
+    rb_model_get_info(m, &info);
+    rb_pool *pool = NULL;
+    rb_session *s[K] = {0};
+    rb_session_params p = params(1);
+    int stop_at = 0;
+    p.progress = progress_stop_after;
+    p.progress_ctx = &stop_at;
+    /* the budget comes after the sessions exist: their run state counts */
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    p.pool = pool;
+    for (int k = 0; k < K; k++) {
+        p.priority = k % 2 ? RB_PRIORITY_BACKGROUND : RB_PRIORITY_FOREGROUND;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s[k], &err), RB_OK);
+    }
+    rb_pool_stats ps;
+    rb_pool_get_stats(pool, &ps);
+    /* about one and a half conversations' KV besides the weights and the
+       sessions' run state */
+    uint64_t budget = ps.total_bytes + conv_kv * 3 / 2;
+    CHECK_EQ_INT(rb_pool_set_budget(pool, budget), RB_OK);
+
+    int turn[K] = {0};
+    rb_test_rng r = rb_test_rng_seed(5);
+    int n_aborts = 0, n_trims = 0, mismatches = 0, over = 0;
+    for (int step = 0; step < 60; step++) {
+        int k = (int)rb_test_rng_below(&r, K);
+        uint32_t what = rb_test_rng_below(&r, 10);
+        if (what == 0) {
+            rb_session_trim(s[k], 0, (rb_trim_level)(1 + rb_test_rng_below(&r, 3)), NULL);
+            n_trims++;
+            continue;
+        }
+        if (turn[k] >= TURNS)
+            continue;
+        const conv_ref *cr = &refs[k];
+        const int32_t *tt = cr->toks + turn[k] * TURN;
+        size_t before = rb_session_n_tokens(s[k]);
+        size_t want = (size_t)(turn[k] + 1) * TURN;
+        if (what == 1) { /* stop after the first batch, then go on */
+            stop_at = 1;
+            rb_status st = rb_session_feed(s[k], tt, TURN, NULL);
+            stop_at = 0;
+            CHECK(st == RB_E_ABORTED);
+            size_t have = rb_session_n_tokens(s[k]);
+            CHECK(have >= before && have <= want);
+            n_aborts++;
+            CHECK_EQ_INT(rb_session_feed(s[k], cr->toks + have, want - have, NULL), RB_OK);
+        } else {
+            CHECK_EQ_INT(rb_session_feed(s[k], tt, TURN, NULL), RB_OK);
+        }
+        CHECK_EQ_U64(rb_session_n_tokens(s[k]), want);
+        if (memcmp(rb_session_get_logits(s[k]), cr->logits[turn[k]], n_vocab * sizeof(float)))
+            mismatches++;
+        turn[k]++;
+        rb_pool_get_stats(pool, &ps);
+        if (ps.total_bytes > budget + budget / 20)
+            over++;
+    }
+    CHECK_EQ_INT(mismatches, 0);
+    CHECK_EQ_INT(over, 0);
+    rb_pool_get_stats(pool, &ps);
+    CHECK(ps.trimmed_bytes > 0); /* the budget made the pool work */
+    printf("schedule: budget %llu (a conversation's KV %llu): %d aborts, %d trims, pool "
+           "trimmed %llu bytes, weights released %llu, %llu enforcements\n",
+           (unsigned long long)budget, (unsigned long long)conv_kv, n_aborts, n_trims,
+           (unsigned long long)ps.trimmed_bytes, (unsigned long long)ps.weights_released_bytes,
+           (unsigned long long)ps.n_enforcements);
+    for (int k = 0; k < K; k++)
+        rb_session_destroy(s[k]);
+    rb_pool_destroy(pool);
+    rb_model_close(m);
+}
+
+/* ---- an abort from another thread -------------------------------------------- */
+
+static void *abort_soon(void *arg)
+{
+    abort_job *j = arg;
+    while (!atomic_load(&j->go))
+        ;
+    rb_session_abort(j->s);
+    return NULL;
+}
+
+static void test_abort_thread(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_session_params p = params(1);
+    p.n_batch = 8;
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    const conv_ref *cr = &refs[0];
+    abort_job j = {.s = s};
+    atomic_init(&j.go, 0);
+    pthread_t t;
+    pthread_create(&t, NULL, abort_soon, &j);
+    atomic_store(&j.go, 1);
+    rb_status st = rb_session_feed(s, cr->toks, TURNS * TURN, NULL);
+    pthread_join(t, NULL);
+    size_t have = rb_session_n_tokens(s);
+    if (st == RB_E_ABORTED) {
+        CHECK(have % 8 == 0 && have < TURNS * TURN);
+        CHECK_EQ_INT(rb_session_feed(s, cr->toks + have, TURNS * TURN - have, NULL), RB_OK);
+    } else {
+        CHECK_EQ_INT(st, RB_OK); /* it finished first: the abort stops the next feed */
+        int32_t one = 3;
+        CHECK_EQ_INT(rb_session_feed(s, &one, 1, NULL), RB_E_ABORTED);
+        CHECK_EQ_U64(rb_session_n_tokens(s), TURNS * TURN);
+    }
+    CHECK(memcmp(rb_session_get_logits(s), cr->logits[TURNS - 1], n_vocab * sizeof(float)) == 0);
+    rb_session_destroy(s);
+    rb_model_close(m);
+}
+
+/* ---- a mapped model's complete trim ----------------------------------------- */
+
+static void test_mapped_trim(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    rb_model_params mp = rb_model_default_params();
+    mp.use_mmap = 1;
+    CHECK_EQ_INT(rb_model_open(path, &mp, &m, &err), RB_OK);
+    rb_session_params p = params(1);
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    const conv_ref *cr = &refs[1];
+    CHECK_EQ_INT(rb_session_feed(s, cr->toks, 2 * TURN, NULL), RB_OK);
+    uint64_t freed = 0;
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, &freed), RB_OK);
+    rb_session_stats st;
+    rb_session_get_stats(s, &st);
+    CHECK(freed > 0);
+    CHECK_EQ_U64(st.kv_raw_bytes, 0);
+    CHECK_EQ_INT(rb_session_feed(s, cr->toks + 2 * TURN, TURN, NULL), RB_OK);
+    CHECK(memcmp(rb_session_get_logits(s), cr->logits[2], n_vocab * sizeof(float)) == 0);
+    rb_session_destroy(s);
+    rb_model_close(m);
+}
+
+/* ---- bad input ---------------------------------------------------------------- */
+
+static void test_errors(void)
+{
+    rb_model *m = NULL, *m2 = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m2, &err), RB_OK);
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 1 << 20, &pool, &err), RB_OK);
+    rb_session_params p = params(1);
+    p.pool = pool;
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m2, &p, &s, &err), RB_E_INVALID_ARG); /* another model */
+    CHECK(strstr(err.message, "another model") != NULL);
+    p.budget_bytes = 1 << 20;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG); /* two budgets */
+    CHECK(strstr(err.message, "budget_bytes must be 0") != NULL);
+    p.budget_bytes = 0;
+    p.priority = (rb_priority)7;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_pool_trim(pool, 0, (rb_trim_level)9, NULL), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_pool_create(NULL, 0, &pool, &err), RB_E_INVALID_ARG);
+    CHECK(strcmp(rb_status_name(RB_E_ABORTED), "RB_E_ABORTED") == 0);
+    rb_pool_destroy(pool);
+    rb_model_close(m);
+    rb_model_close(m2);
+}
+
+int main(void)
+{
+    rb_test_tmp_path(path, sizeof path, "test_pool", "model.gguf");
+    rb_test_model_spec spec = {.shape = "tiny", .n_layers = 4, .kind = "q8_0", .seed = 11};
+    if (rb_test_make_model(path, &spec) != RB_OK)
+        return 1;
+    test_concurrent_create();
+    test_cross_session_trim();
+    make_refs();
+    test_threads();
+    test_schedule();
+    test_abort_thread();
+    test_mapped_trim();
+    test_errors();
+    return check_report();
+}
