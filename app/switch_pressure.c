@@ -91,7 +91,8 @@ int sw_pressure_setup(sw_pressure **out, uint64_t limit_bytes, int n_hogs, char 
         p->n_hogs++;
     }
     rb_pressure_params pp = rb_pressure_params_default();
-    pp.cgroup = p->cg;
+    pp.cgroup_dir = rb_cgroup_path(p->cg);
+    pp.cgroup_is_v2 = rb_cgroup_get_version(p->cg) == RB_CGROUP_V2;
     pp.on_event = on_event;
     pp.ctx = p;
     if (rb_pressure_monitor_start(&pp, &p->mon, &err) != RB_OK) {

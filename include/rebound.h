@@ -473,10 +473,65 @@ typedef struct rb_pool_stats {
     uint64_t n_trims_posted;     /* trims a busy session served at a layer boundary */
     uint64_t trimmed_bytes;      /* taken from sessions by the pool */
     uint64_t weights_released_bytes; /* weights released by the pool */
+    uint64_t n_pressure_events[3];   /* the monitor's low, medium, critical events */
+    char pressure_source[256];       /* what it watches ("" when it does not) */
 } rb_pool_stats;
 RB_API rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out,
                                          size_t out_size);
 #define rb_pool_get_stats(pool, out) rb_pool_get_stats_sized((pool), (out), sizeof *(out))
+
+/*
+ * Memory pressure, judged by the library (opt-in). A monitor thread waits
+ * on the kernel's signals and trims the pool by the level they reach, with
+ * no help from the app:
+ *
+ *   source (first found)                    level     the pool's trim
+ *   PSI "some" >= low_some_ms per window    low       RB_TRIM_BACKGROUND
+ *   PSI "some" >= medium_some_ms            medium    RB_TRIM_MODERATE
+ *   PSI "full" >= critical_full_ms          critical  RB_TRIM_COMPLETE
+ *   cgroup v1 memory.pressure_level         low / medium / critical, as above
+ *   cgroup v1 memory.oom_control            critical
+ *
+ * PSI is read from the cgroup's memory.pressure on cgroup v2, else from
+ * /proc/pressure/memory (the whole machine: on cgroup v1 there is no
+ * per-cgroup PSI). Why these levels: "some" stall means at least one task
+ * waits for memory (reclaim is working: give back what is cheapest to
+ * restore, the last layers' KV); "full" stall means every task waits (the
+ * low-memory killer comes next: give back everything, the weights too -
+ * the sessions' tokens survive, so nothing is lost). The defaults follow
+ * Android's lmkd, which acts on PSI "some" 70-100 ms per 1 s: window
+ * 2000 ms (the kernel takes 2 s windows without CAP_SYS_RESOURCE), low at
+ * some 100 ms, medium at some 200 ms, critical at full 200 ms.
+ *
+ * Android (API 34+): an app gets only TRIM_MEMORY_UI_HIDDEN and
+ * TRIM_MEMORY_BACKGROUND in onTrimMemory (the other levels are no longer
+ * delivered), so the library has to judge the pressure itself: watch it
+ * (this call), and from onTrimMemory call, on any thread:
+ *   UI_HIDDEN   the user left the app: rb_session_set_priority(s,
+ *               RB_PRIORITY_BACKGROUND) for its sessions, and
+ *               rb_pool_trim(pool, 0, RB_TRIM_BACKGROUND, NULL);
+ *   BACKGROUND  the app is on the LRU list and may be killed next:
+ *               rb_pool_trim(pool, 0, RB_TRIM_COMPLETE, NULL) (and save the
+ *               sessions bound to files: their tokens are already there).
+ * A feed running on the model thread meanwhile trims at its next layer
+ * boundary.
+ *
+ * p may be NULL (the defaults: the process's own memory cgroup when it has
+ * one, else system-wide PSI). Errors: RB_E_UNSUPPORTED (no signal this
+ * machine offers could be armed: the message says why for each),
+ * RB_E_INVALID_ARG (already watching, a threshold out of range), RB_E_IO.
+ * rb_pool_unwatch_pressure stops it (rb_pool_destroy does too); no trim
+ * comes from the monitor after it returns.
+ */
+typedef struct rb_pool_pressure_params {
+    const char *cgroup_dir;   /* a cgroup to watch; NULL: the process's own */
+    int is_system_wide;       /* nonzero: /proc/pressure/memory only */
+    uint32_t window_ms;       /* PSI window; 0: 2000 */
+    uint32_t low_some_ms, medium_some_ms, critical_full_ms; /* per window; 0: defaults */
+} rb_pool_pressure_params;
+RB_API rb_status rb_pool_watch_pressure(rb_pool *pool, const rb_pool_pressure_params *p,
+                                        rb_error *err);
+RB_API void rb_pool_unwatch_pressure(rb_pool *pool);
 
 /* Bytes of the session by category and tier, and the last restore's
  * phases. All byte counts are of RAM unless the name says otherwise. */

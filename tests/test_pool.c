@@ -435,6 +435,39 @@ static void test_mapped_trim(void)
     rb_model_close(m);
 }
 
+/* ---- the pressure monitor ------------------------------------------------------ */
+
+static void test_pressure_watch(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_pool_pressure_params pp = {.is_system_wide = 1};
+    rb_status st = rb_pool_watch_pressure(pool, &pp, &err);
+    if (st == RB_E_UNSUPPORTED) {
+        printf("pressure: no PSI on this machine (%s)\n", err.message);
+    } else {
+        CHECK_EQ_INT(st, RB_OK);
+        rb_pool_stats ps;
+        rb_pool_get_stats(pool, &ps);
+        CHECK(strstr(ps.pressure_source, "/proc/pressure/memory") != NULL);
+        CHECK_EQ_INT(rb_pool_watch_pressure(pool, &pp, &err), RB_E_INVALID_ARG);
+        CHECK(strstr(err.message, "already watching") != NULL);
+        rb_pool_unwatch_pressure(pool);
+        rb_pool_get_stats(pool, &ps);
+        CHECK_EQ_INT((int)strlen(ps.pressure_source), 0);
+        /* the default: the process's own cgroup, or the machine */
+        st = rb_pool_watch_pressure(pool, NULL, &err);
+        CHECK_EQ_INT(st, RB_OK);
+        rb_pool_get_stats(pool, &ps);
+        printf("pressure: watching %s\n", ps.pressure_source);
+    }
+    rb_pool_destroy(pool); /* stops the monitor */
+    rb_model_close(m);
+}
+
 /* ---- bad input ---------------------------------------------------------------- */
 
 static void test_errors(void)
@@ -477,6 +510,7 @@ int main(void)
     test_schedule();
     test_abort_thread();
     test_mapped_trim();
+    test_pressure_watch();
     test_errors();
     return check_report();
 }

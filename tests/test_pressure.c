@@ -197,8 +197,8 @@ static void test_bad_input(void)
     CHECK_EQ_INT(rb_pressure_monitor_stop(NULL, &err), RB_E_INVALID_ARG);
 
     rb_psi psi;
-    CHECK_EQ_INT(rb_pressure_psi_read(NULL, NULL, &err), RB_E_INVALID_ARG);
-    rb_status st = rb_pressure_psi_read(NULL, &psi, &err);
+    CHECK_EQ_INT(rb_pressure_psi_read(NULL, 0, NULL, &err), RB_E_INVALID_ARG);
+    rb_status st = rb_pressure_psi_read(NULL, 0, &psi, &err);
     CHECK(st == RB_OK || st == RB_E_UNSUPPORTED);
     CHECK_EQ_INT(rb_pressure_trim_level(RB_PRESSURE_LOW), RB_TRIM_BACKGROUND);
     CHECK_EQ_INT(rb_pressure_trim_level(RB_PRESSURE_MEDIUM), RB_TRIM_MODERATE);
@@ -229,11 +229,12 @@ static void test_pressure_oom(void)
            hog_bytes / MIB);
 
     rb_psi psi0, psi1;
-    int has_psi = rb_pressure_psi_read(cg, &psi0, NULL) == RB_OK;
+    int has_psi = rb_pressure_psi_read(rb_cgroup_path(cg), rb_cgroup_get_version(cg) == RB_CGROUP_V2, &psi0, NULL) == RB_OK;
 
     atomic_store(&n_logged, 0);
     rb_pressure_params pp = rb_pressure_params_default();
-    pp.cgroup = cg;
+    pp.cgroup_dir = rb_cgroup_path(cg);
+    pp.cgroup_is_v2 = rb_cgroup_get_version(cg) == RB_CGROUP_V2;
     pp.on_event = on_event;
     rb_pressure_monitor *m = NULL;
     uint64_t t_mon = now_ns();
@@ -326,7 +327,7 @@ static void test_pressure_oom(void)
             CHECK_EQ_INT(rb_pressure_monitor_stop(m, &err), RB_OK);
             rb_pressure_monitor_info(m, &info);
         }
-        if (has_psi) has_psi = rb_pressure_psi_read(cg, &psi1, NULL) == RB_OK;
+        if (has_psi) has_psi = rb_pressure_psi_read(rb_cgroup_path(cg), rb_cgroup_get_version(cg) == RB_CGROUP_V2, &psi1, NULL) == RB_OK;
 
         /* ---- what happened, for the record ---- */
         printf("hog pid %ld: reached %" PRIu64 " MiB of %" PRIu64 " in %.1f ms; %s\n",
@@ -404,10 +405,11 @@ static void test_psi_thrash(void)
            "and reads a %" PRIu64 " MiB mapped file in a loop\n", rb_cgroup_path(cg),
            limit / MIB, anon_bytes / MIB, file_bytes / MIB);
     rb_psi psi0, psi1;
-    int has_psi = rb_pressure_psi_read(cg, &psi0, NULL) == RB_OK;
+    int has_psi = rb_pressure_psi_read(rb_cgroup_path(cg), rb_cgroup_get_version(cg) == RB_CGROUP_V2, &psi0, NULL) == RB_OK;
     atomic_store(&n_logged, 0);
     rb_pressure_params pp = rb_pressure_params_default();
-    pp.cgroup = cg;
+    pp.cgroup_dir = rb_cgroup_path(cg);
+    pp.cgroup_is_v2 = rb_cgroup_get_version(cg) == RB_CGROUP_V2;
     pp.on_event = on_event;
     rb_pressure_monitor *m = NULL;
     CHECK_EQ_INT(rb_pressure_monitor_start(&pp, &m, &err), RB_OK);
@@ -453,7 +455,7 @@ static void test_psi_thrash(void)
             CHECK_EQ_INT(rb_pressure_monitor_stop(m, &err), RB_OK);
             rb_pressure_monitor_info(m, &info);
         }
-        if (has_psi) has_psi = rb_pressure_psi_read(cg, &psi1, NULL) == RB_OK;
+        if (has_psi) has_psi = rb_pressure_psi_read(rb_cgroup_path(cg), rb_cgroup_get_version(cg) == RB_CGROUP_V2, &psi1, NULL) == RB_OK;
         int n_ev = atomic_load(&n_logged);
         printf("hog ran %.0f ms, %" PRIu64 " passes over the file, %s; cgroup: max usage %"
                PRIu64 " B of %" PRIu64 ", failcnt %" PRIu64 ", OOM kills %" PRIu64
@@ -503,7 +505,8 @@ static void test_destroy_while_monitoring(void)
     if (!cg) return;
     atomic_store(&n_logged, 0);
     rb_pressure_params pp = rb_pressure_params_default();
-    pp.cgroup = cg;
+    pp.cgroup_dir = rb_cgroup_path(cg);
+    pp.cgroup_is_v2 = rb_cgroup_get_version(cg) == RB_CGROUP_V2;
     pp.on_event = on_event;
     pp.is_no_psi = 1;  /* only the cgroup's own notifications */
     rb_pressure_monitor *m = NULL;

@@ -14,10 +14,13 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pool.h"
+#include "pressure.h"
 #include "status.h"
 
 struct rb_pool_member {
@@ -41,6 +44,12 @@ struct rb_pool {
     int is_destroyed;            /* the app let go: freed with its last member */
     /* counters (under mu) */
     uint64_t n_enforce, n_posted, trimmed_bytes, weights_released_bytes, over_bytes;
+    /* the pressure monitor (rb_pool_watch_pressure); its thread calls
+       rb_pool_trim. watch_mu orders start, stop and destroy. */
+    pthread_mutex_t watch_mu;
+    rb_pressure_monitor *monitor;
+    _Atomic uint64_t n_pressure[4]; /* by rb_pressure_level */
+    char watch_source[256];
 };
 
 rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **out,
@@ -52,6 +61,7 @@ rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **
     if (!p)
         return rb_error_set(err, RB_E_NOMEM, "pool: out of memory");
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->watch_mu, NULL);
     p->model = model;
     atomic_init(&p->budget, budget_bytes);
     rb_model_info info;
@@ -68,6 +78,7 @@ rb_status rb_pool_create(rb_model *model, uint64_t budget_bytes, rb_pool **out, 
 
 static void pool_free(rb_pool *p)
 {
+    pthread_mutex_destroy(&p->watch_mu);
     pthread_mutex_destroy(&p->mu);
     free(p->members);
     free(p);
@@ -77,6 +88,7 @@ void rb_pool_destroy(rb_pool *p)
 {
     if (!p)
         return;
+    rb_pool_unwatch_pressure(p); /* no trim comes from its thread after this */
     pthread_mutex_lock(&p->mu);
     p->is_destroyed = 1;
     int last = p->n_members == 0;
@@ -322,6 +334,86 @@ rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t 
     st.weights_released_bytes = p->weights_released_bytes;
     st.over_bytes = p->over_bytes;
     pthread_mutex_unlock(&p->mu);
+    for (int l = 1; l <= 3; l++)
+        st.n_pressure_events[l - 1] = atomic_load(&p->n_pressure[l]);
+    pthread_mutex_lock(&p->watch_mu);
+    snprintf(st.pressure_source, sizeof st.pressure_source, "%s", p->watch_source);
+    pthread_mutex_unlock(&p->watch_mu);
     memcpy(out, &st, out_size < sizeof st ? out_size : sizeof st);
     return RB_OK;
+}
+
+/* ---- pressure ----------------------------------------------------------------- */
+
+static void on_pressure(void *ctx, const rb_pressure_event *ev)
+{
+    rb_pool *p = ctx;
+    if (ev->level >= RB_PRESSURE_LOW && ev->level <= RB_PRESSURE_CRITICAL)
+        atomic_fetch_add(&p->n_pressure[ev->level], 1);
+    rb_pool_trim(p, 0, rb_pressure_trim_level(ev->level), NULL);
+}
+
+rb_status rb_pool_watch_pressure(rb_pool *p, const rb_pool_pressure_params *pp, rb_error *err)
+{
+    if (!p)
+        return rb_error_set(err, RB_E_INVALID_ARG, "pool: pool is NULL");
+    rb_pool_pressure_params dflt;
+    memset(&dflt, 0, sizeof dflt);
+    if (!pp)
+        pp = &dflt;
+    rb_pressure_params mp = rb_pressure_params_default();
+    char dir[512];
+    int is_v2 = 0;
+    if (pp->cgroup_dir) {
+        snprintf(dir, sizeof dir, "%s", pp->cgroup_dir);
+        char probe[600];
+        snprintf(probe, sizeof probe, "%s/memory.pressure", dir);
+        is_v2 = access(probe, F_OK) == 0;
+        mp.cgroup_dir = dir;
+    } else if (!pp->is_system_wide && rb_pressure_own_cgroup(dir, sizeof dir, &is_v2) == 0) {
+        mp.cgroup_dir = dir;
+    }
+    mp.cgroup_is_v2 = is_v2;
+    if (pp->window_ms)
+        mp.psi_window_us = pp->window_ms * 1000u;
+    if (pp->low_some_ms)
+        mp.psi_low_some_us = pp->low_some_ms * 1000u;
+    if (pp->medium_some_ms)
+        mp.psi_medium_some_us = pp->medium_some_ms * 1000u;
+    if (pp->critical_full_ms)
+        mp.psi_critical_full_us = pp->critical_full_ms * 1000u;
+    mp.on_event = on_pressure;
+    mp.ctx = p;
+    pthread_mutex_lock(&p->watch_mu);
+    if (p->monitor) {
+        pthread_mutex_unlock(&p->watch_mu);
+        return rb_error_set(err, RB_E_INVALID_ARG, "pool: already watching the pressure (%s)",
+                            p->watch_source);
+    }
+    rb_status st = rb_pressure_monitor_start(&mp, &p->monitor, err);
+    if (st == RB_OK) {
+        rb_pressure_info info;
+        rb_pressure_monitor_info(p->monitor, &info);
+        snprintf(p->watch_source, sizeof p->watch_source, "%s%s%s%s",
+                 info.is_armed[RB_PRESSURE_SOURCE_PSI] ? info.psi_path : "",
+                 info.is_armed[RB_PRESSURE_SOURCE_V1_LEVEL] ? " + v1 pressure_level" : "",
+                 info.is_armed[RB_PRESSURE_SOURCE_V1_OOM] ? " + v1 oom_control" : "",
+                 mp.cgroup_dir && !is_v2 ? " (cgroup v1)" : "");
+    } else {
+        p->monitor = NULL;
+    }
+    pthread_mutex_unlock(&p->watch_mu);
+    return st;
+}
+
+void rb_pool_unwatch_pressure(rb_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->watch_mu);
+    rb_pressure_monitor *m = p->monitor;
+    p->monitor = NULL;
+    p->watch_source[0] = 0;
+    pthread_mutex_unlock(&p->watch_mu);
+    rb_pressure_monitor_destroy(m); /* joins its thread: no trim after */
 }

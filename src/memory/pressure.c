@@ -185,10 +185,9 @@ static void pr_add(rb_pressure_monitor *m, int fd, rb_pressure_source src,
 static void pr_arm_psi(rb_pressure_monitor *m)
 {
     const rb_pressure_params *p = &m->params;
-    const rb_cgroup *cg = p->cgroup;
-    if (cg && rb_cgroup_get_version(cg) == RB_CGROUP_V2)
+    if (p->cgroup_dir && p->cgroup_is_v2)
         snprintf(m->info.psi_path, sizeof m->info.psi_path, "%s/memory.pressure",
-                 rb_cgroup_path(cg));
+                 p->cgroup_dir);
     else
         snprintf(m->info.psi_path, sizeof m->info.psi_path, "/proc/pressure/memory");
     struct {
@@ -404,7 +403,7 @@ rb_status rb_pressure_monitor_start(const rb_pressure_params *p, rb_pressure_mon
         atomic_init(&m->n_events[s], 0);
         atomic_init(&m->n_suppressed[s], 0);
     }
-    if (p->cgroup) snprintf(m->cg_path, sizeof m->cg_path, "%s", rb_cgroup_path(p->cgroup));
+    if (p->cgroup_dir) snprintf(m->cg_path, sizeof m->cg_path, "%s", p->cgroup_dir);
     m->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (m->wake_fd < 0) {
         int e = errno;
@@ -412,8 +411,8 @@ rb_status rb_pressure_monitor_start(const rb_pressure_params *p, rb_pressure_mon
         return rb_error_set(err, RB_E_IO, "pressure: eventfd: %s", strerror(e));
     }
     if (!p->is_no_psi) pr_arm_psi(m);
-    if (p->cgroup && rb_cgroup_get_version(p->cgroup) == RB_CGROUP_V1) pr_arm_v1(m);
-    else if (p->cgroup && (!p->is_no_v1_level || !p->is_no_v1_oom))
+    if (p->cgroup_dir && !p->cgroup_is_v2) pr_arm_v1(m);
+    else if (p->cgroup_dir && (!p->is_no_v1_level || !p->is_no_v1_oom))
         pr_note(m, "cgroup v2: no pressure_level/oom_control notifications (PSI covers it)");
     if (m->n_watch == 0) {
         rb_status st = rb_error_set(err, RB_E_UNSUPPORTED, "pressure: no source could be "
@@ -473,12 +472,13 @@ void rb_pressure_monitor_destroy(rb_pressure_monitor *m)
 
 /* ---- PSI reader --------------------------------------------------------- */
 
-rb_status rb_pressure_psi_read(const rb_cgroup *cg, rb_psi *out, rb_error *err)
+rb_status rb_pressure_psi_read(const char *cgroup_dir, int cgroup_is_v2, rb_psi *out,
+                               rb_error *err)
 {
     if (!out) return rb_error_set(err, RB_E_INVALID_ARG, "pressure: out is NULL");
     char path[600];
-    if (cg && rb_cgroup_get_version(cg) == RB_CGROUP_V2)
-        snprintf(path, sizeof path, "%s/memory.pressure", rb_cgroup_path(cg));
+    if (cgroup_dir && cgroup_is_v2)
+        snprintf(path, sizeof path, "%s/memory.pressure", cgroup_dir);
     else
         snprintf(path, sizeof path, "/proc/pressure/memory");
     FILE *f = fopen(path, "re");
@@ -520,4 +520,51 @@ rb_status rb_pressure_psi_read(const rb_cgroup *cg, rb_psi *out, rb_error *err)
                             "line", path);
     *out = r;
     return RB_OK;
+}
+
+int rb_pressure_own_cgroup(char *dir, size_t size, int *is_v2)
+{
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f)
+        return -1;
+    char line[1024], v1[1024] = "", v2[1024] = "";
+    int has_v1 = 0, has_v2 = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!a || !b)
+            continue;
+        *b = 0;
+        const char *ctrl = a + 1, *path = b + 1;
+        if (strncmp(line, "0", 2) == 0 && *ctrl == 0) {
+            has_v2 = 1;
+            snprintf(v2, sizeof v2, "%s", path);
+        }
+        for (char *c = (char *)ctrl; c && *c;) { /* "memory" or "cpu,memory" */
+            size_t n = strcspn(c, ",");
+            if (n == 6 && strncmp(c, "memory", 6) == 0) {
+                has_v1 = 1;
+                snprintf(v1, sizeof v1, "%s", path);
+            }
+            c = c[n] ? c + n + 1 : NULL;
+        }
+    }
+    fclose(f);
+    struct stat st;
+    char p[1200];
+    if (has_v1) {
+        snprintf(p, sizeof p, "/sys/fs/cgroup/memory%s", v1);
+        if (stat(p, &st) == 0 && (size_t)snprintf(dir, size, "%s", p) < size) {
+            *is_v2 = 0;
+            return 0;
+        }
+    }
+    if (has_v2) {
+        snprintf(p, sizeof p, "/sys/fs/cgroup%s/memory.pressure", v2);
+        if (stat(p, &st) == 0 && (size_t)snprintf(dir, size, "/sys/fs/cgroup%s", v2) < size) {
+            *is_v2 = 1;
+            return 0;
+        }
+    }
+    return -1;
 }

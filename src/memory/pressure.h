@@ -62,7 +62,6 @@
 
 #include <stdint.h>
 
-#include "cgroup.h"
 #include "rebound.h"
 
 typedef struct rb_pressure_monitor rb_pressure_monitor;
@@ -95,11 +94,13 @@ typedef struct rb_pressure_event {
 typedef void (*rb_pressure_callback)(void *ctx, const rb_pressure_event *ev);
 
 typedef struct rb_pressure_params {
-    const rb_cgroup *cgroup;   /* whose pressure; read during start only (its
-                                  path is copied). It may be destroyed while
-                                  the monitor runs: the kernel's removal
+    const char *cgroup_dir;    /* whose pressure: a cgroup's directory (copied
+                                  at start). It may be removed while the
+                                  monitor runs: the kernel's removal
                                   notifications are recognised and not
                                   reported. NULL: system-wide PSI only. */
+    int cgroup_is_v2;          /* the directory is a cgroup v2 one (its own
+                                  memory.pressure); 0: v1 (memory controller) */
     uint32_t psi_window_us;    /* PSI window: 500000..10000000; without
                                   CAP_SYS_RESOURCE the kernel (6.5+) takes
                                   only multiples of 2 s, and other windows are
@@ -181,10 +182,16 @@ typedef struct rb_psi {
 
 /*
  * Reads memory PSI for reports: the cgroup's memory.pressure on v2, else
- * /proc/pressure/memory (cg NULL or v1). Errors: RB_E_UNSUPPORTED (no PSI:
+ * /proc/pressure/memory (no cgroup, or v1). Errors: RB_E_UNSUPPORTED (no PSI:
  * kernel without CONFIG_PSI or booted psi=0), RB_E_FORMAT, RB_E_IO.
  */
-rb_status rb_pressure_psi_read(const rb_cgroup *cg, rb_psi *out, rb_error *err);
+rb_status rb_pressure_psi_read(const char *cgroup_dir, int cgroup_is_v2, rb_psi *out,
+                               rb_error *err);
+
+/* This process's own memory cgroup: its directory and version, from
+ * /proc/self/cgroup (v2 "0::/path", or v1 "N:memory:/path" under
+ * /sys/fs/cgroup/memory). 0, or -1 when there is none to watch. */
+int rb_pressure_own_cgroup(char *dir, size_t size, int *is_v2);
 
 /* The session trim level suggested for a pressure level (table above). */
 rb_trim_level rb_pressure_trim_level(rb_pressure_level level);
