@@ -22,6 +22,7 @@ static const struct {
     {"bench", rb_cmd_bench, "prompt-processing and generation speed, as llama-bench"},
     {"demo", rb_cmd_demo, "the app-switch demo on a model it makes itself (or -m MODEL)"},
     {"switch", rb_cmd_switch, "the app-switch experiment: TTFT after memory is taken, per strategy"},
+    {"bench-pool", rb_cmd_bench_pool, "K conversations under one memory pool: TTFT of each return"},
     {"info", rb_cmd_info, "describe a GGUF model: shape, tensor types, weight and KV bytes"},
     {"make-model", rb_cmd_make_model, "write a synthetic GGUF model of a named or custom shape"},
     {"quantize", rb_cmd_quantize, "quantize an F32/F16/BF16 GGUF model"},

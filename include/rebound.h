@@ -463,7 +463,7 @@ RB_API rb_status rb_pool_trim(rb_pool *pool, uint64_t bytes, rb_trim_level level
 
 typedef struct rb_pool_stats {
     uint64_t budget_bytes;       /* 0: none */
-    uint64_t total_bytes;        /* weights + sessions, as the pool counts them */
+    uint64_t total_bytes;        /* weights + sessions + base, as the pool counts them */
     uint64_t weights_bytes;      /* the model's weights in RAM */
     uint64_t weights_total_bytes;/* ... and all of them */
     uint64_t sessions_bytes;     /* every session's KV (any form in RAM), scratch, tables */
@@ -474,6 +474,10 @@ typedef struct rb_pool_stats {
     uint64_t trimmed_bytes;      /* taken from sessions by the pool */
     uint64_t weights_released_bytes; /* weights released by the pool */
     uint64_t n_pressure_events[3];   /* the monitor's low, medium, critical events */
+    uint64_t base_bytes;             /* the process's other memory when the pool was
+                                        made (the model's metadata and tokenizer, the
+                                        app's heap, thread stacks): in total_bytes,
+                                        never trimmed (0 without /proc) */
     char pressure_source[256];       /* what it watches ("" when it does not) */
 } rb_pool_stats;
 RB_API rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out,

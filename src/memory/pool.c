@@ -38,6 +38,10 @@ struct rb_pool {
     _Atomic uint64_t budget;
     rb_wcache *weights;          /* NULL: weights_fixed counts them */
     uint64_t weights_fixed;
+    uint64_t base;               /* what the process held besides the weights
+                                    when the pool was made (the model's
+                                    metadata and tokenizer, the app's heap,
+                                    thread stacks): counted, never trimmed */
     rb_pool_member **members;
     uint32_t n_members, cap;
     uint64_t tick;
@@ -51,6 +55,25 @@ struct rb_pool {
     _Atomic uint64_t n_pressure[4]; /* by rb_pressure_level */
     char watch_source[256];
 };
+
+/* The process's anonymous resident memory now, less the model's loaded
+ * weights (the pool counts those itself): the part of "what the process
+ * holds" no session and no weight cache accounts for. 0 where
+ * /proc/self/statm cannot be read. */
+static uint64_t process_base(const rb_model *model)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, res = 0, shared = 0;
+    if (!f)
+        return 0;
+    int n = fscanf(f, "%lu %lu %lu", &size, &res, &shared);
+    fclose(f);
+    if (n != 3 || res < shared)
+        return 0;
+    uint64_t anon = (uint64_t)(res - shared) * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t w = rb_model_loaded_bytes(model);
+    return anon > w ? anon - w : 0;
+}
 
 rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **out,
                               rb_error *err)
@@ -67,6 +90,7 @@ rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **
     rb_model_info info;
     rb_model_get_info(model, &info);
     p->weights_fixed = info.tensor_data_bytes;
+    p->base = process_base(model);
     *out = p;
     return RB_OK;
 }
@@ -193,7 +217,7 @@ static uint64_t weights_bytes(const rb_pool *p)
 /* mu held */
 static uint64_t total_bytes(const rb_pool *p)
 {
-    uint64_t t = weights_bytes(p);
+    uint64_t t = weights_bytes(p) + p->base;
     for (uint32_t i = 0; i < p->n_members; i++)
         t += atomic_load_explicit(&p->members[i]->bytes, memory_order_relaxed);
     return t;
@@ -323,7 +347,8 @@ rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t 
     st.budget_bytes = atomic_load(&p->budget);
     st.weights_bytes = weights_bytes(p);
     st.total_bytes = total_bytes(p);
-    st.sessions_bytes = st.total_bytes - st.weights_bytes;
+    st.base_bytes = p->base;
+    st.sessions_bytes = st.total_bytes - st.weights_bytes - p->base;
     st.weights_total_bytes = p->weights ? rb_wcache_total_bytes(p->weights) : p->weights_fixed;
     st.n_sessions = p->n_members;
     for (uint32_t i = 0; i < p->n_members; i++)

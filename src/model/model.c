@@ -512,6 +512,13 @@ rb_status rb_model_load_weights_lazy(rb_model *m)
 
 int rb_model_layers_unread(const rb_model *m) { return m->is_layers_unread; }
 
+uint64_t rb_model_loaded_bytes(const rb_model *m)
+{
+    if (!m->data || m->is_all_unread || m->data_map)
+        return 0;
+    return rb_gguf_file_size(m->gguf) - rb_gguf_data_offset(m->gguf);
+}
+
 int rb_model_rest_unread(const rb_model *m) { return m->is_rest_unread; }
 void rb_model_set_rest_read(rb_model *m) { m->is_rest_unread = 0; }
 

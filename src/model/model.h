@@ -74,6 +74,9 @@ rb_status rb_model_load_weights(rb_model *model);
  * rb_model_load_weights reads the rest. */
 rb_status rb_model_load_weights_lazy(rb_model *model);
 int rb_model_layers_unread(const rb_model *model);
+/* The weight bytes read into the model's own buffer (0: not loaded, mapped
+ * or reserved for streaming). */
+uint64_t rb_model_loaded_bytes(const rb_model *model);
 void rb_model_set_layers_read(rb_model *model);
 /* The weight buffer without reading anything (weight streaming reads
  * blocks on use: wcache_stream.h). A later rb_model_load_weights(_lazy)
