@@ -279,6 +279,7 @@ int rb_cmd_bench_pool(int argc, char **argv)
     pthread_create(&smp.th, NULL, sample_loop, &smp);
     if (build(&o, model, pool, s, toks, pos, prefill_s, warm_s))
         goto stop;
+    rb_pool_count_process(pool); /* the budget bounds the process */
     rb_pool_stats ps;
     rb_pool_get_stats(pool, &ps);
     uint64_t kv_all = 0;
@@ -288,9 +289,9 @@ int rb_cmd_bench_pool(int argc, char **argv)
         kv_all += st.kv_raw_bytes;
     }
     uint64_t budget = o.budget ? o.budget : ps.total_bytes - kv_all + kv_all / o.k;
-    fprintf(stderr, "bench-pool: pool holds %.1f MiB (weights %.1f, KV %.1f); budget %.1f MiB\n",
-            ps.total_bytes / 1048576.0, ps.weights_bytes / 1048576.0, kv_all / 1048576.0,
-            budget / 1048576.0);
+    fprintf(stderr, "bench-pool: pool holds %.1f MiB (weights %.1f, KV %.1f, process other "
+            "%.1f); budget %.1f MiB\n", ps.total_bytes / 1048576.0, ps.weights_bytes / 1048576.0,
+            kv_all / 1048576.0, ps.base_bytes / 1048576.0, budget / 1048576.0);
     double t_budget = rb_cli_now_s() - smp.t0;
     rb_pool_set_budget(pool, budget);
     uint64_t max_rss_before = smp.max_rss;

@@ -448,6 +448,15 @@ RB_API void rb_pool_destroy(rb_pool *pool);
 /* A new budget, enforced at once (a busy session gives its part at its
  * next layer boundary). Any thread. */
 RB_API rb_status rb_pool_set_budget(rb_pool *pool, uint64_t budget_bytes);
+/* Counts the process's other memory in the pool's total from now on, so
+ * that the budget bounds what the process holds (its resident anonymous
+ * memory), not only what the library accounts for: measured now (Linux:
+ * /proc/self/statm) as the process's anonymous resident bytes less the
+ * loaded weights and the sessions' own bytes - the model's metadata and
+ * tokenizer, thread stacks, the app's heap. Call it when the app has
+ * loaded what it keeps (again to measure anew). Executable and library
+ * pages (file-backed) are not counted. Any thread. */
+RB_API rb_status rb_pool_count_process(rb_pool *pool);
 /*
  * The app-switch moment for every session of the pool, from any thread
  * (an Android memory callback on the main thread while the model thread
@@ -474,10 +483,9 @@ typedef struct rb_pool_stats {
     uint64_t trimmed_bytes;      /* taken from sessions by the pool */
     uint64_t weights_released_bytes; /* weights released by the pool */
     uint64_t n_pressure_events[3];   /* the monitor's low, medium, critical events */
-    uint64_t base_bytes;             /* the process's other memory when the pool was
-                                        made (the model's metadata and tokenizer, the
-                                        app's heap, thread stacks): in total_bytes,
-                                        never trimmed (0 without /proc) */
+    uint64_t base_bytes;             /* the process's other memory, as
+                                        rb_pool_count_process measured it: in
+                                        total_bytes, never trimmed */
     char pressure_source[256];       /* what it watches ("" when it does not) */
 } rb_pool_stats;
 RB_API rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out,

@@ -418,6 +418,89 @@ static void test_abort_thread(void)
     rb_model_close(m);
 }
 
+/* ---- open_saved and create at once on a fresh model ------------------------- */
+
+typedef struct open_job {
+    rb_model *model;
+    pthread_barrier_t *start;
+    const char *file;   /* NULL: create and feed the whole conversation */
+    int k;
+    int ok;
+} open_job;
+
+static void *open_or_create(void *arg)
+{
+    open_job *j = arg;
+    rb_session_params p = params(1);
+    rb_session *s = NULL;
+    rb_error err;
+    const conv_ref *cr = &refs[j->k];
+    pthread_barrier_wait(j->start);
+    rb_status st = j->file ? rb_session_open_saved(j->model, &p, j->file, &s, &err)
+                           : rb_session_create(j->model, &p, &s, &err);
+    if (st != RB_OK) {
+        fprintf(stderr, "open_or_create: %s\n", err.message);
+        return NULL;
+    }
+    /* turn by turn, as the references were fed (a batch's rows are
+       summed in its own order) */
+    for (size_t have = rb_session_n_tokens(s); st == RB_OK && have < TURNS * TURN; have += TURN)
+        st = rb_session_feed(s, cr->toks + have, TURN, NULL);
+    if (st != RB_OK)
+        fprintf(stderr, "open_or_create: %s\n", rb_session_errmsg(s));
+    const float *lg = rb_session_get_logits(s);
+    j->ok = st == RB_OK && lg &&
+            memcmp(lg, cr->logits[TURNS - 1], n_vocab * sizeof(float)) == 0;
+    rb_session_destroy(s);
+    return NULL;
+}
+
+static void test_concurrent_open(void)
+{
+    for (int round = 0; round < 3; round++) {
+        /* the files: conversations 2 and 1 part way (each round its own:
+           a session bound to a file commits every feed to it) */
+        char file[600], file1[600], name[64];
+        snprintf(name, sizeof name, "conv2_%d.rbs", round);
+        rb_test_tmp_path(file, sizeof file, "test_pool", name);
+        snprintf(name, sizeof name, "conv1_%d.rbs", round);
+        rb_test_tmp_path(file1, sizeof file1, "test_pool", name);
+        remove(file);
+        remove(file1);
+        rb_model *m = NULL;
+        rb_error err;
+        CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+        rb_session_params p = params(1);
+        rb_session *s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+        for (int t = 0; t < 3; t++)
+            CHECK_EQ_INT(rb_session_feed(s, refs[2].toks + t * TURN, TURN, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_save(s, file, 0), RB_OK);
+        rb_session_destroy(s);
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+        for (int t = 0; t < 2; t++)
+            CHECK_EQ_INT(rb_session_feed(s, refs[1].toks + t * TURN, TURN, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_save(s, file1, 0), RB_OK);
+        rb_session_destroy(s);
+        rb_model_close(m);
+        /* a fresh model: two cold opens and a create at once */
+        CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+        pthread_barrier_t start;
+        pthread_barrier_init(&start, NULL, 3);
+        open_job j[3] = {{m, &start, file, 2, 0}, {m, &start, NULL, 3, 0},
+                         {m, &start, file1, 1, 0}};
+        pthread_t t[3];
+        for (int i = 0; i < 3; i++)
+            pthread_create(&t[i], NULL, open_or_create, &j[i]);
+        for (int i = 0; i < 3; i++)
+            pthread_join(t[i], NULL);
+        pthread_barrier_destroy(&start);
+        for (int i = 0; i < 3; i++)
+            CHECK(j[i].ok);
+        rb_model_close(m);
+    }
+}
+
 /* ---- a mapped model's complete trim ----------------------------------------- */
 
 static void test_mapped_trim(void)
@@ -525,6 +608,7 @@ int main(void)
     test_threads();
     test_schedule();
     test_abort_thread();
+    test_concurrent_open();
     test_mapped_trim();
     test_pressure_watch();
     test_errors();

@@ -38,10 +38,10 @@ struct rb_pool {
     _Atomic uint64_t budget;
     rb_wcache *weights;          /* NULL: weights_fixed counts them */
     uint64_t weights_fixed;
-    uint64_t base;               /* what the process held besides the weights
-                                    when the pool was made (the model's
-                                    metadata and tokenizer, the app's heap,
-                                    thread stacks): counted, never trimmed */
+    uint64_t base;               /* rb_pool_count_process: what the process
+                                    held besides the weights and the members
+                                    (the model's metadata and tokenizer, the
+                                    app's heap, thread stacks); never trimmed */
     rb_pool_member **members;
     uint32_t n_members, cap;
     uint64_t tick;
@@ -90,7 +90,6 @@ rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **
     rb_model_info info;
     rb_model_get_info(model, &info);
     p->weights_fixed = info.tensor_data_bytes;
-    p->base = process_base(model);
     *out = p;
     return RB_OK;
 }
@@ -292,6 +291,21 @@ uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int s
     uint64_t over = p->over_bytes;
     pthread_mutex_unlock(&p->mu);
     return over;
+}
+
+rb_status rb_pool_count_process(rb_pool *p)
+{
+    if (!p)
+        return RB_E_INVALID_ARG;
+    uint64_t base = process_base(p->model);
+    pthread_mutex_lock(&p->mu);
+    /* the sessions' own bytes are in the process's too: not twice */
+    uint64_t members = 0;
+    for (uint32_t i = 0; i < p->n_members; i++)
+        members += atomic_load_explicit(&p->members[i]->bytes, memory_order_relaxed);
+    p->base = base > members ? base - members : 0;
+    pthread_mutex_unlock(&p->mu);
+    return RB_OK;
 }
 
 rb_status rb_pool_set_budget(rb_pool *p, uint64_t budget_bytes)

@@ -55,6 +55,8 @@ struct rb_wcache {
        forward passes computing it now (a release skips it) */
     uint8_t *loading;
     uint32_t *in_use;
+    int is_marked_unread;    /* a cold start marked the layers (once per cache) */
+    int rest_loading;        /* a thread reads the bytes outside the layers */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t total_bytes;    /* all weight bytes (the data section) */
@@ -339,11 +341,23 @@ static rb_status read_rest(rb_wcache *w, rb_throttle *th, rb_error *err)
 
 rb_status rb_wcache_read_rest(rb_wcache *w, rb_throttle *throttle, rb_error *err)
 {
-    if (!rb_model_rest_unread(w->model))
+    /* sessions opened at once from files: one reads, the others wait */
+    pthread_mutex_lock(&w->mu);
+    while (w->rest_loading)
+        pthread_cond_wait(&w->cv, &w->mu);
+    if (!rb_model_rest_unread(w->model)) {
+        pthread_mutex_unlock(&w->mu);
         return RB_OK;
+    }
+    w->rest_loading = 1;
+    pthread_mutex_unlock(&w->mu);
     rb_status st = read_rest(w, throttle, err);
+    pthread_mutex_lock(&w->mu);
     if (st == RB_OK)
         rb_model_set_rest_read(w->model);
+    w->rest_loading = 0;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
     return st;
 }
 
@@ -351,6 +365,12 @@ rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err)
 {
     rb_status st = RB_OK;
     pthread_mutex_lock(&w->mu);
+    if (w->is_marked_unread) { /* another session's cold start did: its
+                                  restore reads the layers, or has */
+        pthread_mutex_unlock(&w->mu);
+        return RB_OK;
+    }
+    w->is_marked_unread = 1;
     for (uint32_t l = 0; l < w->n_layers && st == RB_OK; l++) {
         /* the bytes a layer shares with its neighbours' pages (and a whole
            layer that cannot be released) are read now: a few KiB */

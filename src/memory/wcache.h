@@ -66,6 +66,8 @@ uint64_t rb_wcache_total_bytes(const rb_wcache *w);
 /* A lazily loaded model (rb_model_load_weights_lazy): reads the few bytes
  * of each layer outside its whole pages now, and marks the layers released,
  * to be read by rb_wcache_reload. RB_E_IO / RB_E_SHORT_READ name the file. */
+/* Once per cache: a second cold start on the model finds the layers as the
+ * first one's restore left them (released ones are read by its own). */
 rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err);
 
 /* The weights outside the layers of a lazily loaded model, if the model

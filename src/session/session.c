@@ -74,7 +74,10 @@ rb_experimental_params rb_experimental_default_params(void)
 rb_status rb_session_create(rb_model *model, const rb_session_params *params,
                             rb_session **out, rb_error *err)
 {
-    return rb_session_create_impl(model, params, 0, out, err);
+    rb_status st = rb_session_create_impl(model, params, 0, out, err);
+    if (st == RB_OK)
+        rb_session_leave(*out); /* held since it was made: the pool may trim it now */
+    return st;
 }
 
 rb_status rb_session_create_impl(rb_model *model, const rb_session_params *params,
@@ -108,6 +111,8 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     pthread_mutex_init(&s->op_mu, NULL);
     pthread_mutex_init(&s->req_mu, NULL);
     pthread_cond_init(&s->req_cv, NULL);
+    /* held until it is built: a pool it joins trims it only after that */
+    rb_session_enter(s);
     s->held_layer = -1;
     s->model = model;
     s->params = p;
@@ -161,15 +166,23 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     if ((st = rb_model_claim_weights(model, is_streaming, err)) != RB_OK)
         goto fail;
     s->weights_claim = is_streaming ? 2 : 1;
-    if (!is_streaming && (st = is_lazy_weights ? rb_model_load_weights_lazy(model)
-                                               : rb_model_load_weights(model)) != RB_OK) {
+    /* a model another session opened from a file is being read layer by
+       layer by that session's restore: this one plans what it lacks itself
+       and reads the rest through the shared cache (never the whole file) */
+    int joins_cold = !is_streaming && !is_lazy_weights && rb_model_weights_owner(model) &&
+                     rb_model_layers_unread(model);
+    int lazy = is_lazy_weights || joins_cold;
+    if (!is_streaming && (st = lazy ? rb_model_load_weights_lazy(model)
+                                    : rb_model_load_weights(model)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
     }
-    if ((st = rb_session_memory_init(s, is_lazy_weights && rb_model_layers_unread(model), err)) !=
-        RB_OK)
+    if ((st = rb_session_memory_init(s, lazy && rb_model_layers_unread(model), err)) != RB_OK)
         goto fail;
     rb_model_unlock(model);
+    locked = 0;
+    if (joins_cold && (st = rb_session_memory_read_rest(s, err)) != RB_OK)
+        goto fail;
     *out = s;
     return RB_OK;
 fail:
@@ -196,6 +209,7 @@ void rb_session_destroy(rb_session *s)
     if (!s)
         return;
     rb_session_memory_leave_pool(s); /* no trim reaches it from now on */
+    rb_session_let_go(s);            /* a session that failed while it was built */
     rb_session_file_close(s);    /* its storage worker pins pages, an open restore
                                     reads the file (it is settled): before residency */
     rb_session_memory_deinit(s); /* stops the restore workers first */

@@ -436,6 +436,7 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         rb_session_destroy(s); /* drops the restore first */
         return st;
     }
+    rb_session_leave(s); /* held since it was created: the pool may trim it now */
     *out = s;
     return RB_OK;
 }

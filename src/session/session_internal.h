@@ -143,6 +143,9 @@ void rb_session_file_writer_stats(rb_session *s, struct rb_session_writer_stats 
  * call on it) and lets it go (serving the trims posted meanwhile). */
 void rb_session_enter(rb_session *s);
 void rb_session_leave(rb_session *s);
+/* A session held by this thread is let go without serving anything (it is
+ * being destroyed). */
+void rb_session_let_go(rb_session *s);
 /* Serves posted trims now (op_mu held; not inside a restore). */
 void rb_session_serve_requests(rb_session *s);
 /* After rb_forward_batch returned: the layer the pass used is let go. */

@@ -331,6 +331,16 @@ void rb_session_enter(rb_session *s)
     mark_held(s);
 }
 
+void rb_session_let_go(rb_session *s)
+{
+    if (held_by_me(s)) {
+        pthread_mutex_lock(&s->req_mu);
+        s->op_held = 0;
+        pthread_mutex_unlock(&s->req_mu);
+        pthread_mutex_unlock(&s->op_mu);
+    }
+}
+
 void rb_session_leave(rb_session *s)
 {
     rb_session_serve_requests(s);
