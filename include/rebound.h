@@ -404,7 +404,7 @@ typedef enum rb_trim_level {
  * batch it stopped is computed again and restores what it needs, so the
  * feed's results stay exact; this call waits for the trim (one layer's
  * compute at most). Called from the session's own progress callback, the
- * trim happens when the callback returns and *freed_out is 0.
+ * trim happens before the feed's next batch and *freed_out is 0.
  */
 RB_API rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_level level,
                                  uint64_t *freed_out);
@@ -466,6 +466,9 @@ RB_API rb_status rb_pool_count_process(rb_pool *pool);
  * feeding on another thread is trimmed by that thread at its next layer
  * boundary (the feed then goes on, restoring what it needs: its results
  * stay exact), and *freed_out counts only what went before the return.
+ * The pool's own trims of a feeding session (its budget, this call) wait
+ * for the feed's next batch instead of its next layer: sessions that trim
+ * each other never keep a batch from completing.
  */
 RB_API rb_status rb_pool_trim(rb_pool *pool, uint64_t bytes, rb_trim_level level,
                               uint64_t *freed_out);

@@ -55,7 +55,12 @@ struct rb_session {
     rb_trim_level req_level;
     int req_kv_only;                /* every poster was the pool: KV only */
     int req_pending;
-    _Atomic int interrupt;          /* a request or an abort waits */
+    _Atomic int interrupt;          /* a request someone waits for, or an abort:
+                                       the feed stops at its next layer boundary */
+    _Atomic int interrupt_batch;    /* a request nobody waits for (the pool's):
+                                       it stops before its next batch, so
+                                       sessions trimming each other cannot keep
+                                       a batch from ever completing */
     _Atomic int abort_req;
     int stop_interrupt;             /* the feed's gate stopped for it */
     int in_forward;                 /* a feed's restore and forward pass run */

@@ -43,8 +43,10 @@ static int layer_gate(void *ctx, uint32_t layer)
 {
     rb_session *s = ctx;
     rb_session_gate_release(s); /* the previous layer is done */
-    /* a trim posted from another thread, an abort: stop at this boundary */
-    if (atomic_load_explicit(&s->interrupt, memory_order_acquire)) {
+    /* a trim posted from another thread, an abort: stop at this boundary
+       (the pool's trims at a batch's first) */
+    if (atomic_load_explicit(&s->interrupt, memory_order_acquire) ||
+        (layer == 0 && atomic_load_explicit(&s->interrupt_batch, memory_order_acquire))) {
         s->stop_interrupt = 1;
         return -1;
     }
@@ -355,6 +357,7 @@ void rb_session_serve_requests(rb_session *s)
     pthread_mutex_lock(&s->req_mu);
     if (!s->req_pending) {
         atomic_store(&s->interrupt, atomic_load(&s->abort_req));
+        atomic_store(&s->interrupt_batch, 0);
         pthread_mutex_unlock(&s->req_mu);
         return;
     }
@@ -363,6 +366,7 @@ void rb_session_serve_requests(rb_session *s)
     int kv_only = s->req_kv_only;
     s->req_pending = 0;
     atomic_store(&s->interrupt, atomic_load(&s->abort_req));
+    atomic_store(&s->interrupt_batch, 0);
     pthread_mutex_unlock(&s->req_mu);
     uint64_t freed = 0;
     (void)rb_session_trim_locked(s, bytes, level, kv_only, &freed); /* message on s */
@@ -394,7 +398,7 @@ static uint64_t post_request(rb_session *s, uint64_t bytes, rb_trim_level level,
     }
     s->req_pending = 1;
     uint64_t id = ++s->req_posted;
-    atomic_store_explicit(&s->interrupt, 1, memory_order_release);
+    atomic_store_explicit(wait ? &s->interrupt : &s->interrupt_batch, 1, memory_order_release);
     while (wait && s->req_served < id) {
         pthread_mutex_unlock(&s->req_mu);
         /* the holder may have let go before it saw the request */
