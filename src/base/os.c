@@ -6,6 +6,7 @@
  * status. Does not: buffer, cache, or decide policy; callers own that.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -158,4 +159,93 @@ rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no)
         sink ^= p[o];
     (void)sink;
     return RB_OK;
+}
+
+/* The guards: process-wide because the SIGBUS handler is (the other
+   process-wide state of os.c). A slot is claimed by its `used` flag, then
+   published by storing lo last; the handler reads lo first (acquire). */
+static struct {
+    _Atomic int used, hit;
+    _Atomic uintptr_t lo, hi;
+} guards[RB_OS_N_GUARDS];
+static struct sigaction guard_prev; /* the action before ours, set once */
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+static int guard_installed;
+static uintptr_t guard_page = 4096;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < RB_OS_N_GUARDS; i++) {
+        uintptr_t lo = atomic_load_explicit(&guards[i].lo, memory_order_acquire);
+        if (!lo || a < lo || a >= atomic_load_explicit(&guards[i].hi, memory_order_relaxed))
+            continue;
+        /* mmap is not on POSIX's list of async-signal-safe calls, but it is
+           one system call on Linux, and this is how a fault is undone */
+        void *pg = (void *)(a / guard_page * guard_page);
+        if (mmap(pg, guard_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                 -1, 0) == MAP_FAILED)
+            break;
+        atomic_store_explicit(&guards[i].hit, 1, memory_order_relaxed);
+        return;
+    }
+    /* not ours: whoever handled SIGBUS before, or the default (the fault
+       repeats on return and kills the process as it would have) */
+    if ((guard_prev.sa_flags & SA_SIGINFO) && guard_prev.sa_sigaction) {
+        guard_prev.sa_sigaction(sig, si, uc);
+        return;
+    }
+    if (!(guard_prev.sa_flags & SA_SIGINFO) && guard_prev.sa_handler != SIG_DFL &&
+        guard_prev.sa_handler != SIG_IGN) {
+        guard_prev.sa_handler(sig);
+        return;
+    }
+    signal(SIGBUS, SIG_DFL);
+    if (si->si_code <= 0) /* sent, not a fault: it does not repeat */
+        raise(SIGBUS);
+}
+
+static void guard_install(void)
+{
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps > 0)
+        guard_page = (uintptr_t)ps;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    guard_installed = sigaction(SIGBUS, &sa, &guard_prev) == 0;
+}
+
+int rb_os_guard_add(const void *p, size_t n)
+{
+    pthread_once(&guard_once, guard_install);
+    if (!guard_installed || !p || n == 0)
+        return -1;
+    for (int i = 0; i < RB_OS_N_GUARDS; i++) {
+        int expect = 0;
+        if (!atomic_compare_exchange_strong(&guards[i].used, &expect, 1))
+            continue;
+        atomic_store(&guards[i].hit, 0);
+        atomic_store(&guards[i].hi, (uintptr_t)p + n);
+        atomic_store_explicit(&guards[i].lo, (uintptr_t)p, memory_order_release);
+        return i;
+    }
+    return -1;
+}
+
+int rb_os_guard_hit(int id)
+{
+    return id >= 0 && id < RB_OS_N_GUARDS &&
+           atomic_load_explicit(&guards[id].hit, memory_order_relaxed);
+}
+
+void rb_os_guard_remove(int id)
+{
+    if (id < 0 || id >= RB_OS_N_GUARDS)
+        return;
+    atomic_store(&guards[id].lo, 0);
+    atomic_store(&guards[id].hi, 0);
+    atomic_store(&guards[id].used, 0);
 }

@@ -58,4 +58,23 @@ rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no);
  * Without the variable it costs one relaxed atomic load. */
 void rb_os_fault_point(void);
 
+/*
+ * Guarded file mappings. A file cut under a mapping of it raises SIGBUS
+ * when a page past the new end is touched, in whatever code touches it.
+ * rb_os_guard_add registers [p, p + n) (at most RB_OS_N_GUARDS at once in
+ * the process; the first call installs a SIGBUS handler, chained to the
+ * one before it for addresses outside every guard). A fault inside a
+ * guard maps a zero page over the faulting page, marks the guard and
+ * returns: the code goes on reading zeros, and its owner asks
+ * rb_os_guard_hit after the work to turn the damage into an error naming
+ * the file. Returns the guard's id, or -1 (no slot left, or the handler
+ * could not be installed: the caller then does not map). Any thread.
+ */
+#define RB_OS_N_GUARDS 16
+int rb_os_guard_add(const void *p, size_t n);
+/* Whether a fault hit guard id since it was added (sticky). */
+int rb_os_guard_hit(int id);
+/* Frees the slot (before the range is unmapped). id -1: nothing. */
+void rb_os_guard_remove(int id);
+
 #endif /* RB_OS_H */

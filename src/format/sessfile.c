@@ -277,10 +277,9 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
         rb_sessfile_close(f);
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
     }
-    /* A file at path stays until the new one is renamed over it: a
-       session may map its pages (rb_sessfile_map_page), and a cut file
-       under a mapping is SIGBUS. It is locked meanwhile: a file another
-       process writes is never replaced. */
+    /* A file at path stays until the new one is renamed over it (a kill
+       meanwhile leaves the old state whole). It is locked meanwhile: a
+       file another process writes is never replaced. */
     if (access(f->path, F_OK) == 0 &&
         (f->replace_fd = open_locked(f->os, f->path, O_RDWR, g->is_lock_wait, err)) < 0) {
         free(tmp);
@@ -664,29 +663,9 @@ uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t 
     return e->off ? e->tokens : 0;
 }
 
-/* Brings a saved page's record into buf: buf becomes a private mapping
- * of it, faulted in (map), or the record is read into buf. RB_OK,
- * RB_E_SHORT_READ, RB_E_IO with *en; RB_E_NOMEM (no buffer left). */
-static rb_status page_in(rb_sessfile *f, const sf_entry *e, void *buf, int map, int *en)
-{
-    uint64_t size = 0;
-    if (map && (f->os->fstat_size(f->fd, &size) != 0 || size < e->off + f->g.page_alloc))
-        map = 0; /* cut (or unreadable): the read below says what */
-    if (!map)
-        return rb_os_read_full(f->os, f->fd_direct, buf, f->g.page_alloc, e->off, NULL, en);
-    if (mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, f->fd,
-             (off_t)e->off) != MAP_FAILED)
-        return rb_os_populate_read(buf, f->g.page_alloc, en);
-    /* MAP_FIXED may have unmapped buf already: anonymous memory again */
-    if (mmap(buf, f->g.page_alloc, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-             -1, 0) == MAP_FAILED)
-        return RB_E_NOMEM;
-    return page_in(f, e, buf, 0, en);
-}
-
-/* rb_sessfile_read_page and _map_page: the record in, through the
- * throttle, then its checksum. */
-static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf, int map,
+/* rb_sessfile_read_page: the record in, through the throttle, then its
+ * checksum. */
+static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
                           rb_error *err)
 {
     if (!rb_sessfile_page_tokens(f, layer, page))
@@ -695,10 +674,7 @@ static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *b
     const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page];
     int64_t t0 = rb_throttle_now_ns();
     int en = 0;
-    rb_status st = page_in(f, e, buf, map, &en);
-    if (st == RB_E_NOMEM)
-        return rb_error_set(err, st, "session file: no memory for layer %" PRIu32 " page %"
-                            PRIu32, layer, page);
+    rb_status st = rb_os_read_full(f->os, f->fd_direct, buf, f->g.page_alloc, e->off, NULL, &en);
     if (st != RB_OK)
         return rb_error_set(err, st, "session file: '%s': reading layer %" PRIu32 " page %"
                             PRIu32 " at %" PRIu64 ": %s", f->path, layer, page, e->off,
@@ -714,23 +690,7 @@ static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *b
 rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
                                 rb_error *err)
 {
-    return get_page(f, layer, page, buf, 0, err);
-}
-
-rb_status rb_sessfile_map_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
-                               rb_error *err)
-{
-    /* an injected rb_os reads through its own pread: keep it in the path */
-    int map = f->os == rb_os_default() && f->g.page_alloc % SF_A == 0 &&
-              (uintptr_t)buf % SF_A == 0;
-    return get_page(f, layer, page, buf, map, err);
-}
-
-void rb_sessfile_drop_cached(rb_sessfile *f, uint32_t layer, uint32_t page)
-{
-    const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page];
-    if (e->off)
-        posix_fadvise(f->fd, (off_t)e->off, (off_t)f->g.page_alloc, POSIX_FADV_DONTNEED);
+    return get_page(f, layer, page, buf, err);
 }
 
 void rb_sessfile_truncate(rb_sessfile *f, size_t n_tokens)
@@ -826,11 +786,35 @@ static rb_status write_state(rb_sessfile *f, const int32_t *tokens, size_t n_tok
     return st;
 }
 
+/* RB_OK, or RB_E_IO when the file no longer holds the committed state
+ * (another program cut it under the session): a commit on it would leave
+ * a catalog pointing into a hole, so it is said instead. */
+static rb_status check_not_cut(rb_sessfile *f, rb_error *err)
+{
+    if (f->sb.seq == 0)
+        return RB_OK; /* nothing committed yet */
+    uint64_t need = 2ull * SF_A + (uint64_t)f->sb.active * f->sb.cat_area + f->sb.cat_bytes;
+    for (size_t i = 0; i < n_entries(f); i++)
+        if (f->pages[i].off && f->pages[i].off + f->g.page_alloc > need)
+            need = f->pages[i].off + f->g.page_alloc;
+    uint64_t size = 0;
+    if (f->os->fstat_size(f->fd, &size) != 0)
+        return rb_error_set(err, RB_E_IO, "session file: '%s': %s", f->path, strerror(errno));
+    if (size < need)
+        return rb_error_set(err, RB_E_IO, "session file: '%s' was cut short under the running "
+                            "session (%" PRIu64 " bytes, its saved state needs %" PRIu64 "); "
+                            "nothing more is written to it", f->path, size, need);
+    return RB_OK;
+}
+
 rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
                              const rb_sessfile_source *src, int with_tail, const void *blob,
                              size_t blob_n, int do_fsync, uint32_t *pages_written,
                              rb_error *err)
 {
+    rb_status cut = check_not_cut(f, err);
+    if (cut != RB_OK)
+        return cut;
     if (n_tokens > f->cap_tokens || blob_n > f->g.max_blob)
         return rb_error_set(err, RB_E_INVALID_ARG, "session file: %zu tokens / %zu blob bytes "
                             "exceed its room (%" PRIu64 " / %" PRIu32 ")", n_tokens, blob_n,

@@ -30,11 +30,10 @@
  *
  * Page records are written with O_DIRECT straight from the page buffers
  * (bypassing the page cache, as the spill store) and read back the same
- * way through the storage throttle, or, in a cold restore, mapped and
- * faulted into the page cache (rb_sessfile_map_page; the file's cached
- * copy is dropped at open, so that still reads storage); a new file is
- * written under path.new-PID-K and renamed over path (a file that a session
- * maps is never truncated); superblocks and catalogs go through
+ * way through the storage throttle, a cold restore too: never mapped, so
+ * that a file cut by another program under a running session is a read
+ * error naming it, not SIGBUS; a new file is written under
+ * path.new-PID-K and renamed over path; superblocks and catalogs go through
  * the page cache (small, and kill -9 cannot lose what pwrite returned).
  * fsync only on request (power-loss durability; its cost is measured in
  * the README). A page that has been saved full never changes (positions
@@ -126,21 +125,6 @@ uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t 
  * naming layer and page), RB_E_IO / RB_E_SHORT_READ (file cut short). */
 rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
                                 rb_error *err);
-/* The same, but buf (page_alloc bytes at a 4 KiB boundary, a mapping of
- * the caller's) becomes a private mapping of the page's record, read into
- * the page cache through the throttle: no zeroed anonymous page, no copy
- * (a cold restore). Writes to it stay private. When the mapping cannot be
- * made, buf is anonymous memory again and the page is read into it. Free
- * buf with munmap, then rb_sessfile_drop_cached. Records are never
- * rewritten in place and a session file is never truncated while open,
- * so the mapping stays valid; a file cut by another program under it
- * raises SIGBUS on access, as any file mapping. */
-rb_status rb_sessfile_map_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
-                               rb_error *err);
-/* Drops the page cache's copy of a saved page's record (after its mapping
- * is gone), so that the next read of it reads storage. */
-void rb_sessfile_drop_cached(rb_sessfile *f, uint32_t layer, uint32_t page);
-
 /*
  * Where a commit takes page contents from. get() returns the buffer of
  * (layer, page) (page_alloc bytes, 4 KiB aligned) and keeps it unchanged

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model.h"
@@ -39,6 +40,7 @@ struct rb_model {
     void *data_alloc;       /* the allocation data points into */
     void *data_map;         /* or: the private file mapping it points into */
     size_t data_map_len;
+    int data_map_guard;     /* its SIGBUS guard (rb_os_guard_add) */
     char *path;             /* as given to rb_model_open */
     int is_layers_unread;   /* lazily loaded: blk.* bytes not read yet */
     int is_all_unread;      /* reserved: no tensor read yet (weight streaming) */
@@ -341,8 +343,10 @@ void rb_model_close(rb_model *model)
     rb_gguf_close(model->gguf);
     free(model->layer_bytes);
     free(model->data_alloc);
-    if (model->data_map)
+    if (model->data_map) {
+        rb_os_guard_remove(model->data_map_guard);
         munmap(model->data_map, model->data_map_len);
+    }
     free(model->path);
     rb_tokenizer_destroy(model->tokenizer);
     free(model);
@@ -460,6 +464,12 @@ static int map_data_private(rb_model *m)
     close(fd); /* the mapping holds the file */
     if (p == MAP_FAILED)
         return 0;
+    /* a file cut under the mapping is an error of the next forward
+       (rb_model_check_mapping), not SIGBUS; no guard, no mapping */
+    if ((m->data_map_guard = rb_os_guard_add(p, (size_t)size)) < 0) {
+        munmap(p, (size_t)size);
+        return 0;
+    }
     m->data_map = p;
     m->data_map_len = (size_t)size;
     m->data = (uint8_t *)p + start;
@@ -467,6 +477,19 @@ static int map_data_private(rb_model *m)
 }
 
 int rb_model_weights_file_mapped(const rb_model *m) { return m->data_map != NULL; }
+
+rb_status rb_model_check_mapping(const rb_model *m, rb_error *err)
+{
+    if (!m->data_map || !rb_os_guard_hit(m->data_map_guard))
+        return RB_OK;
+    struct stat st;
+    char now[48] = "gone";
+    if (stat(m->path, &st) == 0)
+        snprintf(now, sizeof now, "%" PRIu64 " bytes", (uint64_t)st.st_size);
+    return rb_error_set(err, RB_E_IO, "model: '%s' was cut short while its weights were read "
+                        "from it (now %s, %zu when opened); the weights are gone, open the "
+                        "model again", m->path, now, m->data_map_len);
+}
 
 /* Reads the tensors of the data section into m->data: all of them, or
  * none: (skip_layers 1) a cold restore, whose weight cache reads the bytes
@@ -527,6 +550,7 @@ rb_status rb_model_reserve_weights(rb_model *m, int as_file_mapping)
     if (m->data_map && !as_file_mapping && m->n_weight_users == 0) {
         /* streaming gives pages back and expects them to read as zero
            until it reads them again: anonymous memory, not the file's */
+        rb_os_guard_remove(m->data_map_guard);
         munmap(m->data_map, m->data_map_len);
         m->data_map = NULL;
         m->data = NULL;

@@ -106,6 +106,10 @@ uint64_t rb_model_drop_mapped_pages(rb_model *model);
  * rb_os_populate_read and gives them back with MADV_DONTNEED +
  * fadvise(DONTNEED)); 0 for an allocated buffer. */
 int rb_model_weights_file_mapped(const rb_model *model);
+/* RB_OK, or RB_E_IO naming the file when it was cut under that mapping
+ * (the faulting pages read as zeros since: whatever was computed from
+ * them is void). Call after a forward pass. Any thread. */
+rb_status rb_model_check_mapping(const rb_model *model, rb_error *err);
 
 /*
  * The model's lock. Sessions of one model may be created, opened and

@@ -327,6 +327,8 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
             *stopped = 1;
             return RB_OK;
         }
+        if ((st = rb_model_check_mapping(s->model, &s->err)) != RB_OK)
+            return st;
         if (s->fwd.nonfinite_layer >= 0) { /* NaN logits would sample token 0 */
             char what[48] = "the output layer";
             if ((uint32_t)s->fwd.nonfinite_layer < s->fwd.hp.n_layers)

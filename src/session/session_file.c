@@ -107,17 +107,15 @@ static void geometry(const rb_session *s, rb_sessfile_geom *g)
     g->n_vocab = s->fwd.hp.n_vocab;
 }
 
+/* Saved pages are read, never mapped (may_map ignored): a session file
+ * cut by another program is then a read error naming it, and the pages
+ * already in RAM stay whole, where a cut under a mapping takes even
+ * written private pages with it (SIGBUS on their next touch). */
 static int read_saved(void *ctx, uint32_t layer, uint32_t page, void *buf, int may_map,
                       rb_error *err)
 {
-    if (may_map)
-        return rb_sessfile_map_page(ctx, layer, page, buf, err) == RB_OK ? 1 : -1;
+    (void)may_map;
     return rb_sessfile_read_page(ctx, layer, page, buf, err) == RB_OK ? 0 : -1;
-}
-
-static void release_saved(void *ctx, uint32_t layer, uint32_t page)
-{
-    rb_sessfile_drop_cached(ctx, layer, page);
 }
 
 /* The pages of a commit, pinned at the residency manager one at a time;
@@ -263,7 +261,7 @@ static rb_status bind_file(rb_session *s, rb_sessfile *f, const char *path, rb_e
     s->file_path = p;
     s->file_pinned = pinned;
     s->file_tokens_committed = rb_sessfile_n_tokens(f);
-    rb_residency_set_saved_source(s->res, read_saved, release_saved, f);
+    rb_residency_set_saved_source(s->res, read_saved, NULL, f);
     rb_error werr = {0};
     if (rb_session_writer_create(worker_commit, s, &s->file_writer, &werr) != RB_OK)
         s->file_writer = NULL; /* commits run synchronously */

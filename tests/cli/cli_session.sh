@@ -99,6 +99,39 @@ printf '\x00\x00\xc0\x7f' | dd of=f32.gguf bs=1 seek="$off" conv=notrunc 2>/dev/
 run_fails nf1 1 "forward: layer 1 produced NaN or infinite values" \
     "$REBOUND" run -m f32.gguf -p "one two" -n 4 --temp 0
 
+check "a model or session file cut under a cold-restored chat: an error naming it, no SIGBUS"
+printf 'Hello there\n' | "$REBOUND" chat -m tiny.gguf -c 256 -n 8 --temp 0 --session cut0.rbs \
+    > cut0.out 2> cut0.err || fail "the chat to restore failed"
+for what in model session; do
+    cp tiny.gguf cut.gguf
+    cp cut0.rbs cut.rbs
+    rm -f cut.fifo
+    mkfifo cut.fifo
+    "$REBOUND" chat -m cut.gguf -c 256 -n 8 --temp 0 --session cut.rbs < cut.fifo \
+        > cut.out 2> cut.err &
+    cpid=$!
+    exec 4> cut.fifo
+    printf 'one\n' >&4
+    # the first turn computed from the mapped model and restored pages, then saved
+    for _ in $(seq 200); do cmp -s cut.rbs cut0.rbs || break; sleep 0.05; done
+    cmp -s cut.rbs cut0.rbs && fail "the first turn was not saved"
+    if [ $what = model ]; then truncate -s 4096 cut.gguf; else truncate -s 4096 cut.rbs; fi
+    printf 'two\nthree\n' >&4
+    exec 4>&-
+    rc=0
+    wait $cpid || rc=$?
+    if [ $what = model ]; then
+        [ $rc = 1 ] || { cat cut.err >&2; fail "a model cut under the chat: exit $rc"; }
+        grep -q "model: 'cut.gguf' was cut short" cut.err ||
+            { cat cut.err >&2; fail "the model's cut is not named"; }
+    else # the chat goes on in RAM, each save refused naming the file
+        [ $rc = 0 ] || { cat cut.err >&2; fail "a session file cut under the chat: exit $rc"; }
+        [ "$(grep -c "'cut.rbs' was cut short under the running session" cut.err)" = 2 ] ||
+            { cat cut.err >&2; fail "the session file's cut is not named at each save"; }
+        [ "$(stat -c %s cut.rbs)" = 4096 ] || fail "the cut session file was written to"
+    fi
+done
+
 check "two writers: the second is refused naming the first's pid, or waits with --wait"
 mkfifo in.fifo
 "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -c 256 --session w.rbs < in.fifo > wa.out 2> wa.err &
