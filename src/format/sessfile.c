@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,12 @@ struct rb_sessfile {
     uint64_t lost_tokens;     /* the open fell back: tokens of the newer state */
     char recovery[320];       /* the open fell back: why ("" when not) */
     uint64_t n_compactions;   /* rb_sessfile_compact rewrites */
+    /* Readers of the page table from other threads (rb_sessfile_read_page,
+       _page_tokens) hold it shared; a compaction, which moves every record
+       to another file, holds it exclusive while it swaps the table and the
+       descriptors. A commit's own entry writes need no lock (see sessfile.h). */
+    pthread_rwlock_t lock;
+    int has_lock;
 };
 
 static void put32(uint8_t **p, uint32_t v) { memcpy(*p, &v, 4); *p += 4; }
@@ -147,6 +154,11 @@ static rb_sessfile *alloc_handle(const char *path, const rb_sessfile_geom *g, co
         return NULL;
     f->os = os ? os : rb_os_default();
     f->throttle = throttle;
+    if (pthread_rwlock_init(&f->lock, NULL) != 0) {
+        free(f);
+        return NULL;
+    }
+    f->has_lock = 1;
     f->fd = f->fd_direct = f->replace_fd = -1;
     f->g = *g;
     f->cap_tokens = (uint64_t)g->pages_per_layer * g->page_tokens;
@@ -643,6 +655,8 @@ void rb_sessfile_close(rb_sessfile *f)
     free(f->pages);
     free(f->blob);
     free(f->buf);
+    if (f->has_lock)
+        pthread_rwlock_destroy(&f->lock);
     free(f);
 }
 
@@ -655,7 +669,7 @@ const void *rb_sessfile_blob(const rb_sessfile *f, size_t *n)
     return f->blob;
 }
 
-uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t page)
+static uint32_t page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t page)
 {
     if (layer >= f->g.n_layers || page >= f->g.pages_per_layer)
         return 0;
@@ -663,12 +677,21 @@ uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t 
     return e->off ? e->tokens : 0;
 }
 
+uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t page)
+{
+    rb_sessfile *w = (rb_sessfile *)f; /* the lock is not the state */
+    pthread_rwlock_rdlock(&w->lock);
+    uint32_t n = page_tokens(f, layer, page);
+    pthread_rwlock_unlock(&w->lock);
+    return n;
+}
+
 /* rb_sessfile_read_page: the record in, through the throttle, then its
  * checksum. */
 static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
                           rb_error *err)
 {
-    if (!rb_sessfile_page_tokens(f, layer, page))
+    if (!page_tokens(f, layer, page))
         return rb_error_set(err, RB_E_NOT_FOUND, "session file: layer %" PRIu32 " page %" PRIu32
                             " is not saved", layer, page);
     const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page];
@@ -690,7 +713,10 @@ static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *b
 rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
                                 rb_error *err)
 {
-    return get_page(f, layer, page, buf, err);
+    pthread_rwlock_rdlock(&f->lock);
+    rb_status st = get_page(f, layer, page, buf, err);
+    pthread_rwlock_unlock(&f->lock);
+    return st;
 }
 
 void rb_sessfile_truncate(rb_sessfile *f, size_t n_tokens)
@@ -902,9 +928,11 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
     uint64_t live = 0;
     for (size_t i = 0; i < n_entries(f); i++)
         live += f->pages[i].off ? f->g.page_alloc : 0;
-    /* garbage up to the live bytes plus a page per layer is kept: a
-       compaction then copies at most as much as was appended since */
-    uint64_t keep = 2 * live + 2ull * f->g.n_layers * f->g.page_alloc;
+    /* garbage up to the live bytes (at least a save's rewrite, a page per
+       layer) is kept: a compaction then copies at most as much as was
+       appended since, so the rewrites at most double what is written */
+    uint64_t one_save = (uint64_t)f->g.n_layers * f->g.page_alloc;
+    uint64_t keep = live + (live > one_save ? live : one_save);
     if (f->tmp_path || f->sb.data_end - data0 <= keep)
         return RB_OK;
     size_t tn = strlen(f->path) + 32;
@@ -959,6 +987,7 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
                           strerror(errno));
     /* 2. the committed state over them, in the new file */
     if (st == RB_OK) {
+        pthread_rwlock_wrlock(&f->lock); /* until the descriptors are the new file's */
         sf_super old_sb = f->sb;
         sf_entry *old_pages = f->pages;
         int old_fd = f->fd;
@@ -974,6 +1003,7 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
             f->fd = old_fd;
             f->pages = old_pages;
             f->sb = old_sb;
+            pthread_rwlock_unlock(&f->lock);
             goto out;
         }
         if (f->fd_direct >= 0 && f->fd_direct != old_fd)
@@ -983,6 +1013,7 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
         pages = old_pages; /* freed below */
         open_direct(f, f->path, O_RDWR);
         f->n_compactions++;
+        pthread_rwlock_unlock(&f->lock);
     }
 out:
     if (fd >= 0) {

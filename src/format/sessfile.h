@@ -41,11 +41,13 @@
  * partly filled last page is written when a save asks for it, and an older
  * copy becomes garbage, reclaimed by rb_sessfile_compact.
  *
- * Threads: one thread at a time per handle, except rb_sessfile_read_page,
- * which a restore worker calls concurrently, for saved pages only, with
- * at most a commit running (which writes other pages and entries: a saved
- * page's entry changes only at a rewind's truncate, which waits for the
- * commit and runs between feeds).
+ * Threads: one thread at a time per handle, except rb_sessfile_read_page
+ * and _page_tokens, which restore workers call concurrently, for saved
+ * pages only, with at most a commit and its compaction running (a commit
+ * writes other pages and entries: a saved page's entry changes only at a
+ * rewind's truncate, which waits for the commit and runs between feeds,
+ * and at a compaction, which moves every record under the handle's
+ * rwlock while those two hold it shared).
  */
 #ifndef RB_SESSFILE_H
 #define RB_SESSFILE_H
@@ -164,14 +166,15 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
 
 /*
  * Reclaims the garbage (older copies of rewritten last pages, pages of
- * rewound positions) once it exceeds the live page records plus a page per
- * layer: the live records and the committed state are written to a new
- * file that is renamed over the old one (a mapping of an old record stays
- * valid: the old file lives until it is unmapped). So a file stays within
- * about twice its live KV, plus the catalog areas. Same lock, same state;
- * a kill leaves the old file or the new one. RB_OK also when nothing was
- * done. Errors: RB_E_IO (the file stays as it was). Threads: no commit,
- * read or map of this handle may run meanwhile (an explicit save).
+ * rewound positions) once it exceeds the live page records (or a page per
+ * layer, when they are fewer): the live records and the committed state
+ * are written to a new file that is renamed over the old one. So a file's
+ * data stays within twice its live KV, plus the two catalog areas. Same
+ * writer lock, same state; a kill leaves the old file or the new one
+ * (and, before the rename, a FILE.new-PID-K that the next open removes).
+ * RB_OK also when nothing was done. Errors: RB_E_IO (the file stays as it
+ * was). Threads: the committing thread, after a commit (no other commit
+ * runs); rb_sessfile_read_page and _page_tokens may run meanwhile.
  */
 rb_status rb_sessfile_compact(rb_sessfile *f, int fsync, rb_error *err);
 

@@ -139,7 +139,7 @@ static void pin_put(void *ctx, uint32_t layer, uint32_t page)
 /* Runs one commit: on the storage worker, or on the caller once the worker
  * is idle. Only this thread touches s->file and the file_pinned fields. */
 static rb_status run_commit(rb_session *s, const rb_commit_job *job, int with_tail,
-                            rb_error *err)
+                            rb_error *err, rb_error *compact_err)
 {
     double t0 = rb_throttle_now_s();
     uint32_t written = 0;
@@ -162,6 +162,10 @@ static rb_status run_commit(rb_session *s, const rb_commit_job *job, int with_ta
         if (rb_sessfile_page_tokens(s->file, l, p) == s->kv.page_tokens)
             rb_residency_mark_saved(s->res, l, p, 1, job->epoch);
     }
+    /* the garbage of rewritten and rewound pages goes once it outgrows the
+       live pages, at any commit (restores may read meanwhile: the file
+       takes its lock); a failure leaves it for the next commit */
+    rb_sessfile_compact(s->file, job->fsync, compact_err);
     return RB_OK;
 }
 
@@ -185,7 +189,8 @@ static void snap_put(void *ctx, uint32_t layer, uint32_t page)
 
 static rb_status worker_commit(void *ctx, const rb_commit_job *job, rb_error *err)
 {
-    return run_commit(ctx, job, 0, err);
+    rb_error cerr = {0}; /* the state is committed: the garbage waits */
+    return run_commit(ctx, job, 0, err, &cerr);
 }
 
 static void note_failure(rb_session *s, const rb_error *err)
@@ -226,11 +231,9 @@ static rb_status commit_now(rb_session *s, int with_tail)
     wait_worker(s, 1);
     rb_error err = {0};
     rb_commit_job job = current_job(s);
-    rb_status st = run_commit(s, &job, with_tail, &err);
-    /* the worker is idle and no restore reads the file (a save settles
-       it): the garbage of earlier saves can go */
     rb_error cerr = {0};
-    if (st == RB_OK && rb_sessfile_compact(s->file, s->file_fsync, &cerr) != RB_OK)
+    rb_status st = run_commit(s, &job, with_tail, &err, &cerr);
+    if (st == RB_OK && cerr.status != RB_OK)
         snprintf(s->file_note, sizeof s->file_note, "saved; the garbage stays: %.400s",
                  cerr.message); /* the state is committed: the save succeeded */
     if (st != RB_OK) {
@@ -492,9 +495,9 @@ void rb_session_file_after_feed(rb_session *s)
     take_worker_error(s); /* the previous commit's, if it failed */
     rb_commit_job job = current_job(s);
     if (!s->file_writer || rb_session_writer_submit(s->file_writer, &job) != RB_OK) {
-        rb_error err = {0};
+        rb_error err = {0}, cerr = {0};
         wait_worker(s, 1);
-        if (run_commit(s, &job, 0, &err) != RB_OK)
+        if (run_commit(s, &job, 0, &err, &cerr) != RB_OK)
             note_failure(s, &err);
     }
     double dt = rb_throttle_now_s() - t0;
