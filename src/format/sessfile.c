@@ -6,10 +6,12 @@
  * Invariant: `cat` and `sb` describe the committed state, except between
  * the writes of a commit; on failure a commit restores them.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,6 +241,69 @@ static int open_locked(const rb_os *os, const char *path, int flags, int wait, r
     return -1;
 }
 
+/* Whether name is base + ".new-PID-K" (a new file or a compaction's, not
+ * yet renamed over base); its PID in *pid. */
+static int stray_pid(const char *name, const char *base, long *pid)
+{
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0 || strncmp(name + n, ".new-", 5) != 0)
+        return 0;
+    const char *p = name + n + 5;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (end == p || *end != '-' || v <= 0 || errno)
+        return 0;
+    p = end + 1;
+    (void)strtol(p, &end, 10);
+    if (end == p || *end)
+        return 0;
+    *pid = v;
+    return 1;
+}
+
+/* Removes what a process killed before its rename left beside path:
+ * path.new-PID-K whose PID is no process (never one of a live process,
+ * nor this one's: another handle may be writing it), and whose lock no
+ * one holds (a child that inherited the file keeps it). Best effort: a
+ * stray that cannot be removed stays, harmless. Returns how many went. */
+static unsigned remove_strays(const rb_os *os, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dn = slash ? (size_t)(slash - path) + 1 : 0;
+    char *dir = malloc(dn + 2);
+    if (!dir)
+        return 0;
+    memcpy(dir, path, dn);
+    strcpy(dir + dn, dn ? "" : ".");
+    DIR *d = opendir(dir);
+    unsigned n = 0;
+    struct dirent *ent;
+    while (d && (ent = readdir(d)) != NULL) {
+        long pid = 0;
+        if (!stray_pid(ent->d_name, base, &pid) || pid == (long)getpid() ||
+            kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        size_t fn = dn + strlen(ent->d_name) + 1;
+        char *full = malloc(fn);
+        if (!full)
+            break;
+        snprintf(full, fn, "%.*s%s", (int)dn, path, ent->d_name);
+        int fd = os->open(full, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+        struct flock l = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        if (fd >= 0 && fcntl(fd, F_OFD_SETLK, &l) == 0 && os->unlink(full) == 0)
+            n++;
+        if (fd >= 0)
+            os->close(fd);
+        free(full);
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+    return n;
+}
+
 /* The file a session path names: itself, or a symbolic link's target (a
  * link is followed, never replaced); a link to nothing or a loop is
  * refused. *out is malloc'd. */
@@ -298,6 +363,7 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
         rb_sessfile_close(f);
         return err->status;
     }
+    remove_strays(f->os, f->path);
     /* The new file, under a name of this process's own, appears at path
        only with its first real state (the first commit after this one). */
     for (int k = 0; k < 100; k++) { /* a name no other handle uses */
@@ -547,6 +613,7 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
         rb_sessfile_close(f);
         return err->status;
     }
+    remove_strays(f->os, f->path); /* the writer now: what a killed one left */
     uint64_t size = 0;
     if (f->os->fstat_size(f->fd, &size) != 0) {
         int e = errno;

@@ -203,7 +203,7 @@ for t in 0 1 2 3; do
         [ "$(resumed sb.err | cut -d' ' -f2)" = $t ] || fail "clean state after $t turns"
     fi
 done
-n_points=0; n_none=0; seen_file=0
+n_points=0; n_none=0; seen_file=0; n_strays=0
 declare -A n_at
 for k in $(seq 1 400); do
     rm -f k.rbs k.rbs.new-*
@@ -213,14 +213,21 @@ for k in $(seq 1 400); do
     [ $rc = 0 ] && break
     [ $rc = 137 ] || { cat k.err >&2; fail "kill point $k: exit $rc, not a SIGKILL"; }
     n_points=$k
+    strays=$(find . -maxdepth 1 -name "k.rbs.new-*" | wc -l)
+    n_strays=$((n_strays + strays))
     if [ ! -e k.rbs ]; then
         [ $seen_file = 0 ] || fail "kill point $k: the file vanished"
         n_none=$((n_none + 1))
+        # the next chat on the path starts afresh and takes the dead one's leftover away
+        printf '' | "$REBOUND" "${chat_args[@]}" --session k.rbs > kr.out 2> kr.err ||
+            { cat kr.err >&2; fail "kill point $k: a new chat on the path fails"; }
+        ls k.rbs.new-* > /dev/null 2>&1 && fail "kill point $k: a killed chat's new file stays"
         continue
     fi
     seen_file=1
     printf '' | "$REBOUND" "${chat_args[@]}" --session k.rbs > kr.out 2> kr.err ||
         { cat kr.err >&2; fail "kill point $k: the file does not reopen"; }
+    ls k.rbs.new-* > /dev/null 2>&1 && fail "kill point $k: a killed chat's new file stays"
     read -r n t < <(resumed kr.err)
     [ "$n" = "${want_n[$t]}" ] ||
         fail "kill point $k: $n tokens with $t turns; the chat saved ${want_n[$t]} with $t turns"
@@ -234,5 +241,20 @@ for k in $(seq 1 400); do
 done
 [ $rc = 0 ] || fail "still killed after 400 points"
 [ $n_points -ge 8 ] || fail "only $n_points kill points: the injection does not count writes"
-echo "   ($n_points kill points: $n_none before the file existed, then by turns: 0:${n_at[0]:-0} 1:${n_at[1]:-0} 2:${n_at[2]:-0} 3:${n_at[3]:-0})"
+echo "   ($n_points kill points: $n_none before the file existed, then by turns: 0:${n_at[0]:-0} 1:${n_at[1]:-0} 2:${n_at[2]:-0} 3:${n_at[3]:-0}; $n_strays left a FILE.new-PID-K, each removed by the next open)"
+[ $n_strays -gt 0 ] || fail "no kill point left a new file behind: the clean-up is not tried"
+
+check "leftover FILE.new-PID-K: a dead process's removed at open, a live one's kept"
+run_ok lo0 sh -c "printf 'hi\n' | \"$REBOUND\" ${chat_args[*]} --session lo.rbs"
+sh -c 'exit 0' & dead=$!
+wait $dead
+sleep 60 & live=$!
+printf 'x' > "lo.rbs.new-$dead-0"
+printf 'x' > "lo.rbs.new-$live-3"
+printf 'x' > lo.rbs.new-notapid
+run_ok lo1 sh -c "printf 'more\n' | \"$REBOUND\" ${chat_args[*]} --session lo.rbs"
+[ -e "lo.rbs.new-$dead-0" ] && fail "a dead process's leftover stays"
+[ -e "lo.rbs.new-$live-3" ] || fail "a live process's new file was removed"
+[ -e lo.rbs.new-notapid ] || fail "a file of another name was removed"
+kill $live 2>/dev/null || true
 passed
