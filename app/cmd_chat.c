@@ -668,7 +668,7 @@ int rb_cmd_chat(int argc, char **argv)
     int64_t n_predict = -1;
     rb_sampler_params sp = rb_sampler_default_params();
     rb_session_params p = rb_session_default_params();
-    int use_mmap = 0, ctx_shift = 0, verbose = 0, cnv = 1, seed_given = 0, wait = 0;
+    int use_mmap = 0, ctx_shift = 0, verbose = 0, cnv = 1, seed_given = 0, wait = 0, do_fsync = 0;
     char template_help[256];
     snprintf(template_help, sizeof template_help,
              "chat format: %s\n(default: from the file's tokenizer.chat_template, else from its\n"
@@ -695,6 +695,11 @@ int rb_cmd_chat(int argc, char **argv)
         {"--wait", RB_OPT_FLAG, NULL,
          "a --session FILE another process is writing: wait for it (default:\n"
          "refuse, naming that process)", &wait, 0, 0, NULL, NULL},
+        {"--fsync", RB_OPT_FLAG, NULL,
+         "fdatasync --session FILE at each save, and its directory when the file\n"
+         "is renamed: a power cut too loses no saved turn (default: a kill\n"
+         "cannot lose what was written; the OS flushes it later)", &do_fsync, 0, 0, NULL,
+         NULL},
         {"-cnv|--conversation", RB_OPT_FLAG, NULL,
          "conversation mode: what chat always does (plain completion: `rebound run`)", &cnv, 0,
          0, NULL, NULL},
@@ -752,7 +757,8 @@ int rb_cmd_chat(int argc, char **argv)
     struct chat c = {0};
     c.system = system;
     c.ctx_shift = ctx_shift;
-    c.save_flags = RB_SAVE_ON_REQUEST | (wait ? RB_SAVE_WAIT : 0);
+    c.save_flags = RB_SAVE_ON_REQUEST | (wait ? RB_SAVE_WAIT : 0) |
+                   (do_fsync ? RB_SAVE_FSYNC : 0);
     c.verbose = verbose;
     c.n_predict = n_predict;
     c.bos = -1;

@@ -86,7 +86,7 @@ int rb_cmd_run(int argc, char **argv)
     rb_sampler_params sp = rb_sampler_default_params();
     rb_session_params p = rb_session_default_params();
     int use_mmap = 0, show_stats = 0, report_ttft = 0, escape = 0, no_cnv = 1, seed_given = 0;
-    int wait = 0;
+    int wait = 0, do_fsync = 0;
     int ctx_shift = 0;
     uint64_t n_keep_opt = 0;
     const char *session_path = NULL;
@@ -127,6 +127,11 @@ int rb_cmd_run(int argc, char **argv)
         {"--wait", RB_OPT_FLAG, NULL,
          "a --session FILE another process is writing: wait for it (default:\n"
          "refuse, naming that process)", &wait, 0, 0, NULL, NULL},
+        {"--fsync", RB_OPT_FLAG, NULL,
+         "fdatasync --session FILE at each save, and its directory when the file\n"
+         "is renamed: a power cut too loses no saved turn (default: a kill\n"
+         "cannot lose what was written; the OS flushes it later)", &do_fsync, 0, 0, NULL,
+         NULL},
         {"--context-shift|--ctx-shift", RB_OPT_FLAG, NULL,
          "when the context is full, drop the oldest half (after the BOS and --keep)\n"
          "and go on, the kept keys rotated in place (default: stop)", &ctx_shift, 0, 0, NULL,
@@ -211,7 +216,7 @@ int rb_cmd_run(int argc, char **argv)
     /* --session: resume the file when it exists (the prompt continues it),
        else start one; saved again at the end */
     int resumed = session_path && access(session_path, F_OK) == 0;
-    unsigned save_flags = wait ? RB_SAVE_WAIT : 0;
+    unsigned save_flags = (wait ? RB_SAVE_WAIT : 0) | (do_fsync ? RB_SAVE_FSYNC : 0);
     p.file_flags = save_flags;
     if (resumed ? rb_session_open_saved(model, &p, session_path, &s, &err) != RB_OK
                 : rb_session_create(model, &p, &s, &err) != RB_OK) {

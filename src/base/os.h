@@ -52,8 +52,9 @@ rb_status rb_os_write_full(const rb_os *os, int fd, const void *buf, size_t n,
  * RB_E_IO with *err_no set. err_no may be NULL. */
 rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no);
 
-/* A fault-injection point before each write and sync of a session or
- * spill file (rb_os_write_full calls it): with REBOUND_FAULT_KILL_AT=N in
+/* A fault-injection point before each write, sync and rename of a
+ * session or spill file (rb_os_write_full calls it; the session file's
+ * fsyncs and renames call it too): with REBOUND_FAULT_KILL_AT=N in
  * the environment, the N-th point raises SIGKILL (kill-anywhere tests).
  * Without the variable it costs one relaxed atomic load. */
 void rb_os_fault_point(void);

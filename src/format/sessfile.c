@@ -410,11 +410,32 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
     return RB_OK;
 }
 
+/* fsync of the directory holding path (a rename or link in it survives a
+ * power cut); a fault point. Best effort: the data itself is synced. */
+static void sync_dir(const char *path)
+{
+    char *dir = strdup(path);
+    char *slash = dir ? strrchr(dir, '/') : NULL;
+    int dfd = -1;
+    if (dir) {
+        if (slash)
+            *(slash == dir ? slash + 1 : slash) = 0;
+        dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }
+    if (dfd >= 0) {
+        rb_os_fault_point();
+        fsync(dfd);
+        close(dfd);
+    }
+    free(dir);
+}
+
 /* Makes the new file the one at path: renamed over the file it replaces,
  * or linked where none is (so that a file another process created
  * meanwhile is never replaced: RB_E_BUSY). */
 static rb_status publish(rb_sessfile *f, int do_fsync, rb_error *err)
 {
+    rb_os_fault_point(); /* a kill with the new file whole, not yet at path */
     if (f->replace_fd >= 0) {
         if (f->os->rename(f->tmp_path, f->path) != 0)
             return rb_error_set(err, RB_E_IO, "session file: cannot rename '%s' to '%s': %s",
@@ -430,22 +451,8 @@ static rb_status publish(rb_sessfile *f, int do_fsync, rb_error *err)
         }
         f->os->unlink(f->tmp_path);
     }
-    if (do_fsync) { /* the name too survives a power cut */
-        char *dir = strdup(f->path);
-        char *slash = dir ? strrchr(dir, '/') : NULL;
-        int dfd = -1;
-        if (dir) {
-            if (slash)
-                *(slash == dir ? slash + 1 : slash) = 0;
-            dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        }
-        if (dfd >= 0) {
-            rb_os_fault_point();
-            fsync(dfd);
-            close(dfd);
-        }
-        free(dir);
-    }
+    if (do_fsync) /* the name too survives a power cut */
+        sync_dir(f->path);
     free(f->tmp_path);
     f->tmp_path = NULL;
     f->publish_pending = 0;
@@ -1062,10 +1069,14 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
         f->pages = pages;
         f->sb.data_end = end;
         st = write_state(f, f->tokens, f->n_tokens, f->blob, f->blob_n, do_fsync, err);
-        /* 3. renamed over the file (a mapping of the old one stays valid) */
+        /* 3. renamed over the file */
+        if (st == RB_OK)
+            rb_os_fault_point(); /* a kill with both files whole */
         if (st == RB_OK && f->os->rename(tmp, f->path) != 0)
             st = rb_error_set(err, RB_E_IO, "session file: cannot rename '%s' to '%s': %s",
                               tmp, f->path, strerror(errno));
+        if (st == RB_OK && do_fsync)
+            sync_dir(f->path);
         if (st != RB_OK) {
             f->fd = old_fd;
             f->pages = old_pages;

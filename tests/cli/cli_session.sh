@@ -3,10 +3,11 @@
 # as a careful user and as an attacker would try them: a -c smaller than
 # the saved tokens, another model's dimensions, a crafted chat record under
 # --ctx-shift, /reset, a dangling link, long paths, mode 0600, two writers
-# at once (refused naming the holder, or --wait), a SIGKILL at every write
-# of a scripted chat (REBOUND_FAULT_KILL_AT: each reopened state is one the
-# chat saved, and the chat goes on from it as an unbroken one would), token
-# ids beyond 32 bits, a full stdout.
+# at once (refused naming the holder, or --wait), a SIGKILL at every write,
+# fsync and rename of a scripted chat (REBOUND_FAULT_KILL_AT: each reopened
+# state is one the chat saved, and the chat goes on from it as an unbroken
+# one would; a leftover new file goes at the next open), token ids beyond
+# 32 bits, a full stdout.
 #
 #   cli_session.sh REBOUND_BIN SCRATCH_DIR MODELS_DIR SESSION_TOOL
 set -euo pipefail
@@ -179,9 +180,9 @@ for i in 1 2 3 4 5 6; do
 done
 echo "   (6 trials, $n_both ran one after the other)"
 
-check "a SIGKILL at every write of a scripted chat: each file reopens to a saved state that goes on unbroken"
+check "a SIGKILL at every write, fsync and rename of a scripted chat (--fsync): each file reopens to a saved state that goes on unbroken"
 msgs=("Hello" "How are you" "Tell me more")
-chat_args=(chat -m tiny.gguf -c 256 -n 6 --temp 0.9 --seed 5 -t 1)
+chat_args=(chat -m tiny.gguf -c 256 -n 6 --temp 0.9 --seed 5 -t 1 --fsync)
 # the clean states: after T turns, and what the remaining turns then print
 rm -f s0.rbs
 run_ok s0 sh -c "printf '' | \"$REBOUND\" ${chat_args[*]} --session s0.rbs"
