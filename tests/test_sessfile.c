@@ -31,6 +31,14 @@
 #include "session_writer.h"
 #include "testlib.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define RB_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RB_TEST_TSAN 1
+#endif
+#endif
+
 #define N_PROMPT 600
 #define V 512
 
@@ -265,10 +273,12 @@ static void mapped_weights_test(void)
     CHECK_EQ_INT(rb_session_rewind(s, 256), RB_OK);
     CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
     CHECK(same_logits(s, want));
+#ifndef RB_TEST_TSAN /* it takes the guard's zero page for a racing write */
     CHECK(truncate(path, 4096) == 0);
     CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_E_IO);
     CHECK(strstr(rb_session_errmsg(s), "sessfile-mapped.gguf' was cut short") != NULL);
     CHECK_EQ_INT(rb_session_n_tokens(s), 257);
+#endif
     rb_session_destroy(s);
     rb_model_close(cold);
     remove(path);
@@ -1291,8 +1301,8 @@ static void garbage_test(rb_model *m)
 }
 
 /* Commits behind the feeds (no save after the first) reclaim garbage too:
- * 40 rounds of a rewind by 100 tokens and 100 fed again rewrite a full
- * page per layer each (120 pages of garbage without a compaction); the
+ * 12 rounds of a rewind by 100 tokens and 100 fed again rewrite a full
+ * page per layer each (36 pages of garbage without a compaction); the
  * file's data stays within twice its live pages, and it reopens with every
  * token and the logits of a session that never left RAM. */
 static void rewind_garbage_test(rb_model *m)
@@ -1313,7 +1323,7 @@ static void rewind_garbage_test(rb_model *m)
     /* the catalog areas and the 300 tokens' pages (the last partly filled) */
     const long first = file_size(path), live = n_layers * ((300 + pt - 1) / pt) * page;
     long most = first;
-    for (int i = 0; i < 40; i++) {
+    for (int i = 0; i < 12; i++) {
         CHECK_EQ_INT(rb_session_rewind(s, 200), RB_OK);
         CHECK_EQ_INT(rb_session_feed(s, &prompt[200], 100, NULL), RB_OK);
         if (s->file_writer) /* the commit behind the feed */
@@ -1323,7 +1333,7 @@ static void rewind_garbage_test(rb_model *m)
     }
     rb_session_destroy(s);
     CHECK(most <= first + live + n_layers * page);
-    printf("rewind garbage: 40 rounds grew the file by at most %ld pages (%ld live; 120 "
+    printf("rewind garbage: 12 rounds grew the file by at most %ld pages (%ld live; 36 "
            "rewritten)\n", (most - first) / page, live / page);
     int32_t t = 11;
     float want[V];
