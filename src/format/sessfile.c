@@ -2,7 +2,9 @@
  * sessfile.c - the session file (format and commit protocol in sessfile.h).
  *
  * Memory: the in-RAM catalog (tokens up to the context's capacity, the page
- * table, the blob), one 4 KiB superblock buffer; nothing per page.
+ * table, the blob as large as it is), one buffer for the superblock and the
+ * catalog's serialisation (grown to what the catalog holds, never to its
+ * area's room of a 256 KiB blob); nothing per page.
  * Invariant: `cat` and `sb` describe the committed state, except between
  * the writes of a commit; on failure a commit restores them.
  */
@@ -64,8 +66,10 @@ struct rb_sessfile {
     size_t n_tokens;
     sf_entry *pages;  /* [n_layers][pages_per_layer] */
     uint8_t *blob;
-    size_t blob_n;
-    uint8_t *buf;     /* catalog serialisation, cat_area bytes */
+    size_t blob_n, blob_cap;
+    uint8_t *buf;     /* superblock and catalog serialisation, buf_cap bytes:
+                         grown to what a catalog needs, not its area's room */
+    size_t buf_cap;
     char *path;       /* the file (a symbolic link's target) */
     char *tmp_path;   /* a new file not yet published at path: its name */
     int publish_pending;  /* the next commit publishes tmp_path at path */
@@ -166,14 +170,44 @@ static rb_sessfile *alloc_handle(const char *path, const rb_sessfile_geom *g, co
     f->cap_tokens = (uint64_t)g->pages_per_layer * g->page_tokens;
     f->tokens = malloc((f->cap_tokens ? f->cap_tokens : 1) * sizeof *f->tokens);
     f->pages = calloc(n_entries(f) ? n_entries(f) : 1, sizeof *f->pages);
-    f->blob = malloc(g->max_blob ? g->max_blob : 1);
-    f->buf = aligned_alloc(SF_A, cat_area_bytes(g));
+    f->blob_cap = 64; /* both grow on use: the room (a 256 KiB blob) is rarely used */
+    f->blob = malloc(f->blob_cap);
+    f->buf_cap = SF_A;
+    f->buf = aligned_alloc(SF_A, f->buf_cap);
     f->path = strdup(path);
     if (!f->tokens || !f->pages || !f->blob || !f->buf || !f->path) {
         rb_sessfile_close(f);
         return NULL;
     }
     return f;
+}
+
+/* Grows buf (keeping nothing) or blob (keeping its bytes) to n bytes.
+ * 0, or -1 when out of memory (nothing changed). */
+static int reserve_buf(rb_sessfile *f, uint64_t n)
+{
+    if (n <= f->buf_cap)
+        return 0;
+    size_t cap = (size_t)((n + SF_A - 1) / SF_A * SF_A);
+    uint8_t *b = aligned_alloc(SF_A, cap);
+    if (!b)
+        return -1;
+    free(f->buf);
+    f->buf = b;
+    f->buf_cap = cap;
+    return 0;
+}
+
+static int reserve_blob(rb_sessfile *f, size_t n)
+{
+    if (n <= f->blob_cap)
+        return 0;
+    uint8_t *b = realloc(f->blob, n);
+    if (!b)
+        return -1;
+    f->blob = b;
+    f->blob_cap = n;
+    return 0;
 }
 
 static void open_direct(rb_sessfile *f, const char *path, int flags)
@@ -482,6 +516,10 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, c
     }
     /* the catalog must be whole; pages past the end of a cut file are
        only lost pages (their reads fail and they are recomputed) */
+    if (reserve_buf(f, s->cat_bytes) != 0) {
+        snprintf(why, why_n, "no memory for its catalog of %" PRIu64 " bytes", s->cat_bytes);
+        return -1;
+    }
     if (area_off + s->cat_bytes > file_size ||
         rb_os_read_full(f->os, f->fd, f->buf, (size_t)s->cat_bytes, area_off, NULL, NULL) !=
             RB_OK) {
@@ -550,6 +588,10 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, c
     if (bn > f->g.max_blob || (uint64_t)(end - p) < bn) {
         snprintf(why, why_n, "its catalog's blob of %" PRIu32 " bytes exceeds its room",
                  bn);
+        return -1;
+    }
+    if (reserve_blob(f, bn) != 0) {
+        snprintf(why, why_n, "no memory for its blob of %" PRIu32 " bytes", bn);
         return -1;
     }
     memcpy(f->blob, p, bn);
@@ -847,6 +889,8 @@ static rb_status write_state(rb_sessfile *f, const int32_t *tokens, size_t n_tok
     const uint32_t old_active = f->sb.active;
     const uint64_t old_seq = f->sb.seq;
     rb_status st = RB_OK;
+    if (reserve_buf(f, 8 + 4ull * n_tokens + 24ull * n_entries(f) + 4 + blob_n) != 0)
+        return rb_error_set(err, RB_E_NOMEM, "session file: out of memory for the catalog");
     {
         uint8_t *p = f->buf;
         put64(&p, n_tokens);
@@ -919,6 +963,8 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
         return rb_error_set(err, RB_E_INVALID_ARG, "session file: %zu tokens / %zu blob bytes "
                             "exceed its room (%" PRIu64 " / %" PRIu32 ")", n_tokens, blob_n,
                             f->cap_tokens, f->g.max_blob);
+    if (reserve_blob(f, blob_n) != 0) /* here: nothing may fail after the state is written */
+        return rb_error_set(err, RB_E_NOMEM, "session file: out of memory for the blob");
     /* keep the committed state to fall back on */
     sf_super old_sb = f->sb;
     sf_entry *old_pages = malloc(n_entries(f) * sizeof *old_pages + 1);
