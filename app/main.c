@@ -19,6 +19,9 @@ static const struct {
 } commands[] = {
     {"run", rb_cmd_run, "generate text from a prompt (llama.cpp's flags)"},
     {"chat", rb_cmd_chat, "interactive multi-turn chat with the model's chat template"},
+#ifdef REBOUND_HAVE_SERVE
+    {"serve", rb_cmd_serve, "an OpenAI-compatible HTTP service: many conversations, one model"},
+#endif
     {"bench", rb_cmd_bench, "prompt-processing and generation speed, as llama-bench"},
     {"demo", rb_cmd_demo, "the app-switch demo on a model it makes itself (or -m MODEL)"},
     {"switch", rb_cmd_switch, "the app-switch experiment: TTFT after memory is taken, per strategy"},
@@ -112,6 +115,13 @@ int main(int argc, char **argv)
         }
         return commands[i].run(argc - 1, argv + 1);
     }
+#ifndef REBOUND_HAVE_SERVE
+    if (!strcmp(name, "serve"))
+        return rb_cli_fail("serve", "this rebound was built without serve: libmicrohttpd and "
+                           "jansson were not found when cmake ran",
+                           "scripts/deps.sh installs them (Debian: libmicrohttpd-dev "
+                           "libjansson-dev), then run cmake -B build again");
+#endif
     fprintf(stderr, "rebound: unknown command '%s'\n\n", name);
     usage(stderr);
     return 2;

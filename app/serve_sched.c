@@ -1,0 +1,1161 @@
+/*
+ * serve_sched.c - the compute side of `rebound serve`: one thread that
+ * owns the model, every conversation's session and the --sessions folder,
+ * and runs the requests the connection threads queue.
+ *
+ * Does: map a request to a conversation (an explicit id, else the stored
+ * conversation whose tokens share the longest prefix with the request's
+ * tokens, when that prefix covers at least half of them), rewind the
+ * conversation to the shared prefix and feed only the rest; interleave the
+ * active requests round robin, one step each (a prefill chunk of n_batch
+ * tokens, or one decoded token), so a long prompt does not stall the
+ * others' streams; publish each request's text as it is decoded (holding
+ * back what may be the start of a stop string); close a chat reply as the
+ * template does and save the conversation to its session file
+ * (RB_SAVE_ON_REQUEST: the file changes only at the end of a request, so a
+ * kill -9 leaves the previous turn or this one); keep at most max_open
+ * sessions in RAM (the least recently used idle one is closed: its file
+ * holds it) and, over --mem-budget, trim the idle sessions' KV
+ * (RB_TRIM_MODERATE, least recently used first) and then close them;
+ * bound the stored conversations by count and bytes, deleting the least
+ * recently used first.
+ * Does not: batch several sessions' decode steps into one forward pass
+ * (each step is its own feed), or share one memory pool between sessions:
+ * each session has its own memory manager, so the budget is enforced
+ * between requests, not inside a feed.
+ *
+ * Memory: the conversations' token copies (the prefix index; 4 bytes a
+ * token), one session each while open, one sampler and detokenizer per
+ * active request, the reply text of each active request.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "serve.h"
+
+typedef struct sv_conv {
+    char id[SV_ID_MAX + 1];
+    int32_t *tokens;          /* the conversation's tokens as last saved */
+    size_t n_tokens, cap;
+    rb_session *session;      /* NULL: closed (its file holds it) */
+    int is_busy;              /* an active request uses it */
+    int has_file;
+    uint64_t file_bytes;
+    uint64_t last_used;       /* the scheduler's clock: larger is newer */
+} sv_conv;
+
+enum { PHASE_PREFILL = 0, PHASE_DECODE = 1 };
+
+typedef struct sv_active {
+    sv_request *req;
+    sv_conv *conv;
+    int32_t *todo;            /* prompt tokens still to feed: todo[i_todo..n_todo) */
+    size_t n_todo, i_todo;
+    rb_sampler *sampler;
+    rb_detokenizer *detok;
+    char *text;               /* the whole reply so far */
+    size_t len, cap, published;
+    int64_t n_gen;
+    int phase;
+    int has_ttft;
+    int is_stopped;           /* a stop string ended the text */
+} sv_active;
+
+struct sv_sched {
+    sv_server *srv;
+    pthread_t thread;
+    int has_thread;
+
+    /* the queue: under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sv_request *head, *tail;
+    uint32_t n_queued;
+    int is_stopping;
+
+    /* everything below: the scheduler thread's alone */
+    rb_chat_template tmpl;
+    int32_t bos;              /* fed first when the model asks for it, else -1 */
+    int32_t *reply_end;       /* the template's reply end, tokenized */
+    size_t n_reply_end;
+    sv_conv **convs;
+    size_t n_convs, cap_convs;
+    rb_session *spare;        /* a fresh session for the next new conversation */
+    sv_active *active;        /* parallel slots */
+    uint32_t n_active;
+    uint64_t clock;
+    uint32_t n_ctx, n_batch;
+    char *piece;              /* one detokenizer push */
+    size_t max_piece;
+    int lock_fd;              /* the --sessions folder's lock */
+    uint64_t rng;
+};
+
+/* ---- small helpers -------------------------------------------------------- */
+
+static uint64_t next_rand(sv_sched *s)
+{
+    uint64_t x = s->rng += 0x9e3779b97f4a7c15ull; /* splitmix64 */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q)
+        return -1;
+    *p = q, *cap = c;
+    return 0;
+}
+
+/* path of a conversation's file into buf; the id was validated */
+static void conv_path(const sv_sched *s, const char *id, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%s.rbs", s->srv->cfg.sessions_dir, id);
+}
+
+static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, int32_t **out,
+                    size_t *n_out, size_t lead)
+{
+    size_t cap = len + lead + 8, n = 0;
+    int32_t *t = malloc(cap * sizeof *t);
+    if (!t)
+        return -1;
+    rb_status st = RB_OK;
+    if (len || add_special) {
+        st = rb_model_tokenize(s->srv->model, text, len, add_special, 1, t + lead, cap - lead, &n);
+        if (st == RB_E_INVALID_ARG && n > cap - lead) {
+            cap = n + lead;
+            int32_t *u = realloc(t, cap * sizeof *t);
+            if (!u) {
+                free(t);
+                return -1;
+            }
+            t = u;
+            st = rb_model_tokenize(s->srv->model, text, len, add_special, 1, t + lead, cap - lead,
+                                   &n);
+        }
+    }
+    if (st != RB_OK) {
+        free(t);
+        return -1;
+    }
+    *out = t, *n_out = n + lead;
+    return 0;
+}
+
+static void metrics_add(sv_sched *s, uint64_t *field, uint64_t v)
+{
+    pthread_mutex_lock(&s->srv->metrics_mu);
+    *field += v;
+    pthread_mutex_unlock(&s->srv->metrics_mu);
+}
+
+/* ---- the request's shared side ------------------------------------------- */
+
+static void req_publish(sv_request *r, const char *p, size_t n)
+{
+    pthread_mutex_lock(&r->mu);
+    if (n && r->out_len + n + 1 > r->out_cap) {
+        size_t c = r->out_cap ? r->out_cap : 256;
+        while (c < r->out_len + n + 1)
+            c *= 2;
+        char *q = realloc(r->out, c);
+        if (q)
+            r->out = q, r->out_cap = c;
+        else
+            n = 0; /* dropped: the request ends with an error below */
+    }
+    if (n) {
+        memcpy(r->out + r->out_len, p, n);
+        r->out_len += n;
+        r->out[r->out_len] = 0;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int req_is_cancelled(sv_request *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int c = r->is_cancelled;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+/* Ends r with an error (before or after it started). */
+static void req_fail(sv_request *r, sv_err e, const char *fmt, ...)
+{
+    pthread_mutex_lock(&r->mu);
+    r->err = e;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->errmsg, sizeof r->errmsg, fmt, ap);
+    va_end(ap);
+    r->is_done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- conversations ------------------------------------------------------- */
+
+static sv_conv *conv_find(sv_sched *s, const char *id)
+{
+    for (size_t i = 0; i < s->n_convs; i++)
+        if (!strcmp(s->convs[i]->id, id))
+            return s->convs[i];
+    return NULL;
+}
+
+static sv_conv *conv_add(sv_sched *s, const char *id)
+{
+    if (grow((void **)&s->convs, &s->cap_convs, s->n_convs + 1, sizeof *s->convs))
+        return NULL;
+    sv_conv *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    snprintf(c->id, sizeof c->id, "%s", id);
+    c->last_used = ++s->clock;
+    s->convs[s->n_convs++] = c;
+    return c;
+}
+
+static void conv_remove(sv_sched *s, sv_conv *c)
+{
+    for (size_t i = 0; i < s->n_convs; i++)
+        if (s->convs[i] == c) {
+            s->convs[i] = s->convs[--s->n_convs];
+            break;
+        }
+    rb_session_destroy(c->session);
+    free(c->tokens);
+    free(c);
+}
+
+static int conv_copy_tokens(sv_conv *c)
+{
+    size_t n = rb_session_n_tokens(c->session);
+    if (grow((void **)&c->tokens, &c->cap, n, sizeof *c->tokens))
+        return -1;
+    if (n)
+        memcpy(c->tokens, rb_session_get_tokens(c->session), n * sizeof *c->tokens);
+    c->n_tokens = n;
+    return 0;
+}
+
+static uint64_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+static size_t n_open(const sv_sched *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_convs; i++)
+        n += s->convs[i]->session != NULL;
+    return n;
+}
+
+/* The least recently used conversation that no request uses; with
+ * open_only, among those with a session in RAM. */
+static sv_conv *lru_idle(sv_sched *s, int open_only, const sv_conv *except)
+{
+    sv_conv *best = NULL;
+    for (size_t i = 0; i < s->n_convs; i++) {
+        sv_conv *c = s->convs[i];
+        if (c->is_busy || c == except || (open_only && !c->session))
+            continue;
+        if (!best || c->last_used < best->last_used)
+            best = c;
+    }
+    return best;
+}
+
+/* Closes an idle conversation's session: its file keeps it; without a
+ * --sessions folder the conversation is forgotten. */
+static void conv_close(sv_sched *s, sv_conv *c, const char *why)
+{
+    if (!c->has_file) {
+        sv_log("conversation %s forgotten (%s; no --sessions folder)", c->id, why);
+        conv_remove(s, c);
+        metrics_add(s, &s->srv->metrics.conv_evicted, 1);
+        return;
+    }
+    rb_session_destroy(c->session);
+    c->session = NULL;
+    metrics_add(s, &s->srv->metrics.conv_closed, 1);
+}
+
+/* Deletes a conversation and its file. */
+static void conv_delete(sv_sched *s, sv_conv *c, const char *why)
+{
+    char path[4096];
+    sv_log("conversation %s deleted (%s)", c->id, why);
+    rb_session_destroy(c->session);
+    c->session = NULL;
+    if (c->has_file) {
+        conv_path(s, c->id, path, sizeof path);
+        if (unlink(path) != 0 && errno != ENOENT)
+            sv_log("warning: cannot delete %s: %s", path, strerror(errno));
+    }
+    conv_remove(s, c);
+    metrics_add(s, &s->srv->metrics.conv_evicted, 1);
+}
+
+/* Publishes the memory and conversation gauges for /metrics. */
+static void snapshot(sv_sched *s)
+{
+    sv_mem_snapshot m = {0};
+    for (size_t i = 0; i < s->n_convs; i++) {
+        sv_conv *c = s->convs[i];
+        m.n_conv_total++;
+        m.n_conv_stored += c->has_file;
+        m.disk_bytes += c->file_bytes;
+        if (!c->session)
+            continue;
+        m.n_conv_open++;
+        rb_session_stats st;
+        if (rb_session_get_stats(c->session, &st) != RB_OK)
+            continue;
+        if (st.weights_bytes > m.weights_bytes) /* the model's one buffer */
+            m.weights_bytes = st.weights_bytes;
+        m.kv_resident_bytes += st.kv_raw_bytes;
+        m.kv_compressed_bytes += st.kv_compressed_bytes;
+        m.kv_stored_bytes += st.kv_stored_bytes;
+        m.kv_dropped_bytes += st.kv_dropped_bytes;
+        m.scratch_bytes += st.scratch_bytes;
+        m.other_bytes += st.other_bytes;
+    }
+    pthread_mutex_lock(&s->srv->metrics_mu);
+    s->srv->metrics.mem = m;
+    pthread_mutex_unlock(&s->srv->metrics_mu);
+}
+
+static uint64_t ram_bytes(const sv_mem_snapshot *m)
+{
+    return m->weights_bytes + m->kv_resident_bytes + m->kv_compressed_bytes + m->scratch_bytes +
+           m->other_bytes;
+}
+
+/* Keeps the bounds: open sessions (max_open, --mem-budget) and stored
+ * conversations (count, bytes). Only idle conversations are touched. */
+static void enforce_bounds(sv_sched *s)
+{
+    const sv_config *cfg = &s->srv->cfg;
+    sv_conv *c;
+    while (n_open(s) > cfg->max_open && (c = lru_idle(s, 1, NULL)))
+        conv_close(s, c, "more than --max-open sessions");
+    snapshot(s);
+    if (cfg->mem_budget_bytes) {
+        /* first the idle sessions' KV (least recently used first), then
+           the sessions themselves */
+        for (int pass = 0; pass < 2; pass++) {
+            for (;;) {
+                sv_mem_snapshot m = s->srv->metrics.mem; /* ours: only we write it */
+                if (ram_bytes(&m) <= cfg->mem_budget_bytes)
+                    break;
+                sv_conv *best = NULL;
+                for (size_t i = 0; i < s->n_convs; i++) {
+                    sv_conv *x = s->convs[i];
+                    rb_session_stats st;
+                    if (x->is_busy || !x->session || (best && x->last_used >= best->last_used))
+                        continue;
+                    if (pass == 0 && (rb_session_get_stats(x->session, &st) != RB_OK ||
+                                      st.kv_raw_bytes == 0))
+                        continue;
+                    best = x;
+                }
+                if (!best)
+                    break;
+                if (pass == 0) {
+                    uint64_t freed = 0;
+                    if (rb_session_trim(best->session, 0, RB_TRIM_MODERATE, &freed) != RB_OK ||
+                        freed == 0) {
+                        /* nothing more to take from it: close it */
+                        conv_close(s, best, "over --mem-budget");
+                    }
+                } else {
+                    conv_close(s, best, "over --mem-budget");
+                }
+                snapshot(s);
+            }
+        }
+    }
+    if (cfg->sessions_dir) {
+        for (;;) {
+            uint64_t n = 0, bytes = 0;
+            for (size_t i = 0; i < s->n_convs; i++)
+                n++, bytes += s->convs[i]->file_bytes;
+            int over_n = n > cfg->max_conversations;
+            int over_b = cfg->max_disk_bytes && bytes > cfg->max_disk_bytes;
+            if (!over_n && !over_b)
+                break;
+            if (!(c = lru_idle(s, 0, NULL)))
+                break;
+            conv_delete(s, c, over_n ? "more than --max-conversations" : "over --max-disk");
+        }
+    } else {
+        while (s->n_convs > cfg->max_conversations && (c = lru_idle(s, 0, NULL)))
+            conv_delete(s, c, "more than --max-conversations");
+    }
+    snapshot(s);
+}
+
+/* A session for c: the open one, reopened from its file, or a new one. */
+static rb_status conv_open(sv_sched *s, sv_conv *c, char *err, size_t err_n)
+{
+    const sv_config *cfg = &s->srv->cfg;
+    if (c->session) {
+        metrics_add(s, &s->srv->metrics.restores_resident, 1);
+        return RB_OK;
+    }
+    /* room first: at most max_open sessions */
+    sv_conv *old;
+    while (n_open(s) >= cfg->max_open && (old = lru_idle(s, 1, c)))
+        conv_close(s, old, "more than --max-open sessions");
+    rb_error e;
+    if (c->has_file) {
+        char path[4096];
+        conv_path(s, c->id, path, sizeof path);
+        rb_session_params p = cfg->sp;
+        p.file_flags = RB_SAVE_ON_REQUEST;
+        rb_status st = rb_session_open_saved(s->srv->model, &p, path, &c->session, &e);
+        if (st != RB_OK) {
+            snprintf(err, err_n, "conversation %s: %s", c->id, e.message);
+            return st;
+        }
+        rb_cli_warn_recovery("serve", c->session);
+        metrics_add(s, &s->srv->metrics.restores_file, 1);
+        return RB_OK;
+    }
+    if (s->spare) {
+        c->session = s->spare;
+        s->spare = NULL;
+    } else if (rb_session_create(s->srv->model, &cfg->sp, &c->session, &e) != RB_OK) {
+        snprintf(err, err_n, "%s", e.message);
+        return e.status;
+    }
+    metrics_add(s, &s->srv->metrics.restores_new, 1);
+    return RB_OK;
+}
+
+static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
+/* Scans the --sessions folder: each valid file becomes a conversation
+ * (its tokens read by opening it; closed again). */
+static int scan_sessions(sv_sched *s)
+{
+    const sv_config *cfg = &s->srv->cfg;
+    DIR *d = opendir(cfg->sessions_dir);
+    if (!d) {
+        fprintf(stderr, "rebound serve: error: cannot open --sessions %s: %s\n",
+                cfg->sessions_dir, strerror(errno));
+        return 1;
+    }
+    struct dirent *de;
+    size_t n_ok = 0, n_bad = 0;
+    struct { char id[SV_ID_MAX + 1]; time_t mtime; } *found = NULL;
+    size_t n_found = 0, cap = 0;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 5 || len - 4 > SV_ID_MAX || strcmp(de->d_name + len - 4, ".rbs") != 0)
+            continue;
+        char id[SV_ID_MAX + 1];
+        memcpy(id, de->d_name, len - 4);
+        id[len - 4] = 0;
+        if (!sv_id_is_valid(id))
+            continue;
+        char path[4096];
+        conv_path(s, id, path, sizeof path);
+        struct stat st;
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (grow((void **)&found, &cap, n_found + 1, sizeof *found)) {
+            closedir(d);
+            free(found);
+            return 1;
+        }
+        snprintf(found[n_found].id, sizeof found[n_found].id, "%s", id);
+        found[n_found++].mtime = st.st_mtime;
+    }
+    closedir(d);
+    /* oldest first, so that the clock orders them by last use */
+    for (size_t i = 1; i < n_found; i++)
+        for (size_t j = i; j > 0 && found[j - 1].mtime > found[j].mtime; j--) {
+            __typeof__(*found) t = found[j];
+            found[j] = found[j - 1], found[j - 1] = t;
+        }
+    for (size_t i = 0; i < n_found; i++) {
+        char path[4096];
+        conv_path(s, found[i].id, path, sizeof path);
+        rb_session_params p = cfg->sp;
+        p.file_flags = RB_SAVE_ON_REQUEST;
+        rb_session *ss = NULL;
+        rb_error e;
+        if (rb_session_open_saved(s->srv->model, &p, path, &ss, &e) != RB_OK) {
+            sv_log("warning: %s is not resumed (left as it is): %s", path, e.message);
+            n_bad++;
+            continue;
+        }
+        sv_conv *c = conv_add(s, found[i].id);
+        if (!c) {
+            rb_session_destroy(ss);
+            free(found);
+            return 1;
+        }
+        c->has_file = 1;
+        c->file_bytes = file_size(path);
+        c->session = ss;
+        int rc = conv_copy_tokens(c);
+        c->session = NULL;
+        rb_session_destroy(ss);
+        if (rc) {
+            free(found);
+            return 1;
+        }
+        n_ok++;
+    }
+    free(found);
+    sv_log("%zu conversation%s resumable from %s%s", n_ok, n_ok == 1 ? "" : "s",
+           cfg->sessions_dir, n_bad ? " (some files skipped: above)" : "");
+    return 0;
+}
+
+/* ---- one request --------------------------------------------------------- */
+
+/* The request's tokens: BOS + the rendered chat, or the prompt. */
+static int request_tokens(sv_sched *s, sv_request *r, int32_t **out, size_t *n)
+{
+    if (r->kind == SV_COMPLETION)
+        return tokenize(s, r->prompt, strlen(r->prompt), 1, out, n, 0);
+    size_t len = 0;
+    if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &len) != RB_OK)
+        return -1;
+    char *text = malloc(len + 1);
+    if (!text || rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, text, len + 1, &len) != RB_OK) {
+        free(text);
+        return -1;
+    }
+    size_t lead = s->bos >= 0 ? 1 : 0;
+    int rc = tokenize(s, text, len, 0, out, n, lead);
+    free(text);
+    if (rc == 0 && lead)
+        (*out)[0] = s->bos;
+    return rc;
+}
+
+static void active_free(sv_active *a)
+{
+    free(a->todo);
+    free(a->text);
+    rb_sampler_destroy(a->sampler);
+    rb_detokenizer_destroy(a->detok);
+    memset(a, 0, sizeof *a);
+}
+
+/*
+ * Admits r into slot a: tokens, conversation, rewind to the shared prefix,
+ * sampler. Returns 0, or -1 after ending r with its error.
+ */
+static int admit(sv_sched *s, sv_request *r, sv_active *a)
+{
+    int32_t *toks = NULL;
+    size_t n = 0;
+    memset(a, 0, sizeof *a);
+    a->req = r;
+    if (request_tokens(s, r, &toks, &n) != 0) {
+        req_fail(r, SV_ERR_INVALID, "the prompt cannot be tokenized: %s",
+                 rb_model_errmsg(s->srv->model));
+        return -1;
+    }
+    uint32_t n_ctx = s->n_ctx;
+    size_t reserve = 1 + (r->kind == SV_CHAT ? s->n_reply_end : 0);
+    if (n == 0 || n + reserve > n_ctx) {
+        free(toks);
+        req_fail(r, SV_ERR_INVALID, "the prompt has %zu tokens; the context holds %" PRIu32
+                 " (with room for one reply token%s)", n, n_ctx,
+                 r->kind == SV_CHAT ? " and the reply's end" : "");
+        return -1;
+    }
+    /* the conversation: by id, else the longest shared prefix that covers
+       at least half of a stored conversation, else a new one */
+    sv_conv *c = NULL;
+    if (r->conv_id[0]) {
+        c = conv_find(s, r->conv_id);
+        if (!c && !(c = conv_add(s, r->conv_id)))
+            goto nomem;
+    } else {
+        size_t best = 0;
+        for (size_t i = 0; i < s->n_convs; i++) {
+            sv_conv *x = s->convs[i];
+            if (x->is_busy || x->n_tokens == 0)
+                continue;
+            size_t k = common_prefix(x->tokens, x->n_tokens, toks, n);
+            if (k > best && 2 * k >= x->n_tokens)
+                best = k, c = x;
+        }
+        if (!c) {
+            char id[SV_ID_MAX + 1];
+            snprintf(id, sizeof id, "c%016" PRIx64, next_rand(s));
+            if (!(c = conv_add(s, id)))
+                goto nomem;
+        }
+    }
+    char err[600];
+    rb_status st = conv_open(s, c, err, sizeof err);
+    if (st != RB_OK) {
+        free(toks);
+        req_fail(r, st == RB_E_NOMEM ? SV_ERR_UNAVAILABLE : SV_ERR_SERVER, "%s", err);
+        if (!c->has_file && !c->session)
+            conv_remove(s, c);
+        return -1;
+    }
+    c->is_busy = 1;
+    c->last_used = ++s->clock;
+    a->conv = c;
+    /* only what the conversation does not hold yet is computed; at least
+       one token is fed so that its logits are this request's */
+    size_t have = rb_session_n_tokens(c->session);
+    size_t k = common_prefix(rb_session_get_tokens(c->session), have, toks, n);
+    if (k == n)
+        k = n - 1;
+    if (k < have && rb_session_rewind(c->session, k) != RB_OK) {
+        req_fail(r, SV_ERR_SERVER, "%s", rb_session_errmsg(c->session));
+        free(toks);
+        c->is_busy = 0;
+        a->conv = NULL;
+        return -1;
+    }
+    a->todo = toks;
+    a->n_todo = n;
+    a->i_todo = k;
+    rb_error e;
+    if (rb_sampler_create(&r->sp, rb_session_n_vocab(c->session), &a->sampler, &e) != RB_OK) {
+        req_fail(r, SV_ERR_INVALID, "%s", e.message);
+        c->is_busy = 0;
+        active_free(a);
+        return -1;
+    }
+    unsigned flags = r->kind == SV_COMPLETION ? RB_DETOKENIZER_CONTINUATION : 0;
+    if (rb_detokenizer_create_flags(s->srv->model, flags, &a->detok, &e) != RB_OK) {
+        req_fail(r, SV_ERR_SERVER, "%s", e.message);
+        c->is_busy = 0;
+        active_free(a);
+        return -1;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->n_prompt = n;
+    r->n_cached = k;
+    snprintf(r->conv_out, sizeof r->conv_out, "%s", c->id);
+    r->is_started = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    metrics_add(s, &s->srv->metrics.tokens_prompt, n);
+    metrics_add(s, &s->srv->metrics.tokens_cached, k);
+    return 0;
+nomem:
+    free(toks);
+    req_fail(r, SV_ERR_UNAVAILABLE, "out of memory");
+    return -1;
+}
+
+/* The first stop string in text[0..len), its offset; len when none. */
+static size_t find_stop(const sv_request *r, const char *text, size_t len)
+{
+    size_t best = len;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t m = strlen(r->stop[i]);
+        for (size_t j = 0; m && j + m <= len && j < best; j++)
+            if (!memcmp(text + j, r->stop[i], m)) {
+                best = j;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Publishes a->text up to end, never cutting a UTF-8 character. */
+static void publish_upto(sv_active *a, size_t end)
+{
+    while (end > a->published && end < a->len && ((unsigned char)a->text[end] & 0xC0) == 0x80)
+        end--;
+    if (end > a->published) {
+        req_publish(a->req, a->text + a->published, end - a->published);
+        a->published = end;
+    }
+}
+
+/* Appends a piece; 1 when a stop string is now complete (the text is cut
+ * before it), else 0; -1 out of memory. */
+static int append_text(sv_active *a, const char *p, size_t n)
+{
+    sv_request *r = a->req;
+    if (grow((void **)&a->text, &a->cap, a->len + n + 1, 1))
+        return -1;
+    memcpy(a->text + a->len, p, n);
+    a->len += n;
+    size_t at = find_stop(r, a->text, a->len);
+    if (at < a->len) {
+        a->len = at;
+        a->is_stopped = 1;
+        publish_upto(a, at);
+        return 1;
+    }
+    size_t hold = 0;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t m = strlen(r->stop[i]);
+        if (m - 1 > hold)
+            hold = m - 1;
+    }
+    publish_upto(a, a->len > hold ? a->len - hold : 0);
+    return 0;
+}
+
+static void record_ttft(sv_sched *s, double ttft_s)
+{
+    static const double le[SV_TTFT_BUCKETS] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+    sv_metrics *m = &s->srv->metrics;
+    pthread_mutex_lock(&s->srv->metrics_mu);
+    m->ttft_count++;
+    m->ttft_sum_s += ttft_s;
+    for (int i = 0; i < SV_TTFT_BUCKETS; i++)
+        if (ttft_s <= le[i])
+            m->ttft_bucket[i]++;
+    pthread_mutex_unlock(&s->srv->metrics_mu);
+}
+
+/* Ends the active request: the rest of the reply published, a chat reply
+ * closed as the template does, the conversation saved and handed back.
+ * e: SV_ERR_NONE, or the error the request ends with (msg). */
+static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, const char *msg)
+{
+    const sv_config *cfg = &s->srv->cfg;
+    sv_request *r = a->req;
+    sv_conv *c = a->conv;
+    rb_session *ss = c->session;
+    if (a->detok && a->phase == PHASE_DECODE) {
+        /* an unfinished character comes out as U+FFFD; not after a stop
+           string (the text ends before it) */
+        size_t k = 0;
+        if (!a->is_stopped &&
+            rb_detokenizer_flush(a->detok, s->piece, s->max_piece, &k) == RB_OK && k)
+            append_text(a, s->piece, k);
+        publish_upto(a, a->len);
+    }
+    /* a chat reply is closed as the template closes it, so that the next
+       turn's rendering shares this conversation's tokens */
+    if (r->kind == SV_CHAT && a->phase == PHASE_DECODE && s->n_reply_end &&
+        rb_session_n_tokens(ss) + s->n_reply_end <= s->n_ctx &&
+        rb_session_feed(ss, s->reply_end, s->n_reply_end, NULL) != RB_OK)
+        sv_log("warning: conversation %s: closing the reply: %s", c->id, rb_session_errmsg(ss));
+    if (cfg->sessions_dir) {
+        char path[4096];
+        conv_path(s, c->id, path, sizeof path);
+        if (rb_session_save(ss, path, RB_SAVE_ON_REQUEST) == RB_OK) {
+            c->has_file = 1;
+            c->file_bytes = file_size(path);
+        } else {
+            sv_log("warning: conversation %s was not saved: %s", c->id, rb_session_errmsg(ss));
+        }
+    }
+    if (conv_copy_tokens(c) != 0)
+        c->n_tokens = 0; /* out of memory: not found by prefix, still by id */
+    c->is_busy = 0;
+    c->last_used = ++s->clock;
+    pthread_mutex_lock(&r->mu);
+    r->finish_reason = reason;
+    r->n_completion = (size_t)a->n_gen;
+    if (e != SV_ERR_NONE) {
+        r->err = e;
+        snprintf(r->errmsg, sizeof r->errmsg, "%s", msg ? msg : "internal error");
+    }
+    r->is_done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    metrics_add(s, &s->srv->metrics.tokens_completion, (uint64_t)a->n_gen);
+    if (reason && !strcmp(reason, "cancelled"))
+        metrics_add(s, &s->srv->metrics.cancelled, 1);
+    sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s",
+           r->kind == SV_CHAT ? "chat" : "completion", c->id, r->n_prompt, r->n_cached, a->n_gen,
+           reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "");
+    sv_request_release(r);
+    active_free(a);
+}
+
+/* One step of an active request: a prefill chunk or one decoded token. */
+static void step(sv_sched *s, sv_active *a)
+{
+    sv_request *r = a->req;
+    rb_session *ss = a->conv->session;
+    if (req_is_cancelled(r)) {
+        finish(s, a, "cancelled", SV_ERR_NONE, NULL);
+        return;
+    }
+    if (a->phase == PHASE_PREFILL) {
+        size_t n = a->n_todo - a->i_todo;
+        if (n > s->n_batch)
+            n = s->n_batch;
+        if (rb_session_feed(ss, a->todo + a->i_todo, n, NULL) != RB_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", rb_session_errmsg(ss));
+            finish(s, a, NULL, SV_ERR_SERVER, msg);
+            return;
+        }
+        a->i_todo += n;
+        if (a->i_todo == a->n_todo) {
+            a->phase = PHASE_DECODE;
+            free(a->todo);
+            a->todo = NULL;
+        }
+        return;
+    }
+    int32_t next;
+    if (rb_sampler_sample(a->sampler, rb_session_get_logits(ss), rb_session_get_tokens(ss),
+                          rb_session_n_tokens(ss), &next) != RB_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rb_sampler_errmsg(a->sampler));
+        finish(s, a, NULL, SV_ERR_SERVER, msg);
+        return;
+    }
+    if (!a->has_ttft) {
+        a->has_ttft = 1;
+        record_ttft(s, rb_cli_now_s() - r->t_arrival);
+    }
+    if (rb_model_token_is_eog(s->srv->model, next)) {
+        finish(s, a, "stop", SV_ERR_NONE, NULL);
+        return;
+    }
+    size_t k = 0;
+    if (rb_detokenizer_push(a->detok, next, s->piece, s->max_piece, &k) != RB_OK)
+        k = 0;
+    a->n_gen++;
+    int stop = append_text(a, s->piece, k);
+    if (stop < 0) {
+        finish(s, a, NULL, SV_ERR_SERVER, "out of memory");
+        return;
+    }
+    if (stop) {
+        finish(s, a, "stop", SV_ERR_NONE, NULL);
+        return;
+    }
+    size_t reserve = r->kind == SV_CHAT ? s->n_reply_end : 0;
+    if (rb_session_n_tokens(ss) + 1 + reserve > s->n_ctx) {
+        finish(s, a, "length", SV_ERR_NONE, NULL);
+        return;
+    }
+    if (rb_session_feed(ss, &next, 1, NULL) != RB_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rb_session_errmsg(ss));
+        finish(s, a, NULL, SV_ERR_SERVER, msg);
+        return;
+    }
+    if (r->max_tokens >= 0 && a->n_gen >= r->max_tokens)
+        finish(s, a, "length", SV_ERR_NONE, NULL);
+}
+
+/* 1 when a request for this id is active (or about to be, in taken) */
+static int id_busy(sv_sched *s, const char *id, sv_request **taken, int n_taken)
+{
+    sv_conv *c = conv_find(s, id);
+    if (c && c->is_busy)
+        return 1;
+    for (int i = 0; i < n_taken; i++)
+        if (!strcmp(taken[i]->conv_id, id))
+            return 1;
+    return 0;
+}
+
+static void *sched_main(void *arg)
+{
+    sv_sched *s = arg;
+    const uint32_t P = s->srv->cfg.parallel;
+    sv_request **taken = calloc(P, sizeof *taken);
+    for (;;) {
+        int n_taken = 0;
+        pthread_mutex_lock(&s->mu);
+        while (!s->is_stopping && s->n_active == 0 && !s->head)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (s->is_stopping) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        /* first come first served, except that a conversation serves one
+           request at a time: one for a busy id waits */
+        sv_request *prev = NULL, *r = s->head;
+        while (r && taken && s->n_active + (uint32_t)n_taken < P) {
+            sv_request *nx = r->next;
+            if (r->conv_id[0] && id_busy(s, r->conv_id, taken, n_taken)) {
+                prev = r;
+            } else {
+                if (prev)
+                    prev->next = nx;
+                else
+                    s->head = nx;
+                if (s->tail == r)
+                    s->tail = prev;
+                r->next = NULL;
+                s->n_queued--;
+                taken[n_taken++] = r;
+            }
+            r = nx;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < n_taken; i++) {
+            sv_active *a = NULL;
+            for (uint32_t j = 0; j < P && !a; j++)
+                if (!s->active[j].req)
+                    a = &s->active[j];
+            if (req_is_cancelled(taken[i])) {
+                req_fail(taken[i], SV_ERR_INVALID, "the client closed the connection");
+                sv_request_release(taken[i]);
+                continue;
+            }
+            if (admit(s, taken[i], a) != 0) {
+                sv_request_release(taken[i]);
+                continue;
+            }
+            s->n_active++;
+            /* its first chunk at once: a session reopened from its file
+               restores within this feed, before any other session computes */
+            step(s, a);
+            if (!a->req)
+                s->n_active--, enforce_bounds(s);
+        }
+        for (uint32_t j = 0; j < P; j++) {
+            if (!s->active[j].req)
+                continue;
+            step(s, &s->active[j]);
+            if (!s->active[j].req) {
+                s->n_active--;
+                enforce_bounds(s);
+            }
+        }
+    }
+    for (uint32_t j = 0; j < P; j++)
+        if (s->active[j].req)
+            finish(s, &s->active[j], "cancelled", SV_ERR_UNAVAILABLE, "the server is stopping");
+    pthread_mutex_lock(&s->mu);
+    sv_request *r = s->head;
+    s->head = s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (r) {
+        sv_request *nx = r->next;
+        req_fail(r, SV_ERR_UNAVAILABLE, "the server is stopping");
+        sv_request_release(r);
+        r = nx;
+    }
+    free(taken);
+    return NULL;
+}
+
+sv_err sv_sched_submit(sv_sched *s, sv_request *r)
+{
+    sv_err e = SV_ERR_NONE;
+    pthread_mutex_lock(&s->mu);
+    if (s->is_stopping)
+        e = SV_ERR_UNAVAILABLE;
+    else if (s->n_queued >= s->srv->cfg.max_queue)
+        e = SV_ERR_BUSY;
+    if (e == SV_ERR_NONE) {
+        pthread_mutex_lock(&r->mu);
+        r->refs++;
+        pthread_mutex_unlock(&r->mu);
+        r->next = NULL;
+        if (s->tail)
+            s->tail->next = r;
+        else
+            s->head = r;
+        s->tail = r;
+        s->n_queued++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return e;
+}
+
+void sv_request_release(sv_request *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!last)
+        return;
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        free((char *)r->msgs[i].role);
+        free((char *)r->msgs[i].content);
+    }
+    free(r->msgs);
+    free(r->prompt);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->out);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+/* ---- start and stop ------------------------------------------------------ */
+
+static int lock_sessions_dir(sv_sched *s)
+{
+    const char *dir = s->srv->cfg.sessions_dir;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "rebound serve: error: cannot create --sessions %s: %s\n", dir,
+                strerror(errno));
+        return 1;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s->lock_fd < 0) {
+        fprintf(stderr, "rebound serve: error: cannot open %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t n = pread(s->lock_fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        fprintf(stderr, "rebound serve: error: another rebound serve%s%s uses --sessions %s\n",
+                pid[0] ? " (pid " : "", pid[0] ? pid : "", dir);
+        if (pid[0])
+            fprintf(stderr, "hint: stop it, or give this one another folder\n");
+        return 1;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(s->lock_fd, 0) != 0 || pwrite(s->lock_fd, pid, (size_t)n, 0) != n)
+        sv_log("warning: cannot write the pid into %s", path);
+    return 0;
+}
+
+int sv_sched_start(sv_server *srv)
+{
+    sv_config *cfg = &srv->cfg;
+    sv_sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return rb_cli_fail("serve", "out of memory", NULL);
+    s->srv = srv;
+    s->lock_fd = -1;
+    s->bos = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    srv->sched = s;
+    rb_model *model = srv->model;
+
+    rb_chat_template_info info;
+    if (rb_chat_template_choose(model, cfg->chat_template, &info) != RB_OK)
+        return rb_cli_fail("serve", "cannot choose a chat template", NULL);
+    s->tmpl = info.tmpl;
+    sv_log("chat template %s (%s)", info.name, cfg->chat_template ? "--chat-template" : info.reason);
+    if (info.is_fallback)
+        sv_log("note: %s; chat requests use the plain fallback (User: ... Assistant:); "
+               "--chat-template NAME picks one of %s",
+               info.first_line[0] ? "the model's tokenizer.chat_template is not one rebound knows"
+                                  : "the model names no chat template",
+               rb_chat_template_names());
+    if (info.first_line[0])
+        sv_log("note: its first line: '%s'", info.first_line);
+    {
+        int32_t probe[4];
+        size_t n = 0;
+        int32_t bos = rb_model_token_bos(model);
+        if (bos >= 0 && rb_model_tokenize(model, "", 0, 1, 0, probe, 4, &n) == RB_OK && n >= 1 &&
+            probe[0] == bos)
+            s->bos = bos;
+        size_t len = 0;
+        char end[256];
+        if (rb_chat_render_piece(s->tmpl, RB_CHAT_PIECE_REPLY_END, NULL, 0, end, sizeof end,
+                                 &len) != RB_OK || len >= sizeof end ||
+            tokenize(s, end, len, 0, &s->reply_end, &s->n_reply_end, 0) != 0)
+            return rb_cli_fail("serve", "cannot tokenize the template's reply end",
+                               rb_model_errmsg(model));
+    }
+    rb_error e;
+    /* the first session loads the weights: an unsupported model fails here */
+    if (rb_session_create(model, &cfg->sp, &s->spare, &e) != RB_OK)
+        return rb_cli_fail("serve", e.message, NULL);
+    s->n_ctx = rb_session_n_ctx(s->spare);
+    cfg->sp.n_ctx = s->n_ctx; /* the files are saved and reopened with it */
+    s->n_batch = cfg->sp.n_batch ? cfg->sp.n_batch : 128;
+    {
+        rb_detokenizer *d = NULL;
+        if (rb_detokenizer_create(model, &d, &e) != RB_OK)
+            return rb_cli_fail("serve", e.message, NULL);
+        s->max_piece = rb_detokenizer_max_bytes(d);
+        rb_detokenizer_destroy(d);
+        if (!(s->piece = malloc(s->max_piece)))
+            return rb_cli_fail("serve", "out of memory", NULL);
+    }
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&s->rng, sizeof s->rng, 1, f) != 1)
+        s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (f)
+        fclose(f);
+    if (cfg->sessions_dir && (lock_sessions_dir(s) || scan_sessions(s)))
+        return 1;
+    enforce_bounds(s);
+    if (!(s->active = calloc(cfg->parallel, sizeof *s->active)))
+        return rb_cli_fail("serve", "out of memory", NULL);
+    if (pthread_create(&s->thread, NULL, sched_main, s) != 0)
+        return rb_cli_fail("serve", "cannot start the scheduler thread", NULL);
+    s->has_thread = 1;
+    return 0;
+}
+
+void sv_sched_stop(sv_sched *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->is_stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->has_thread)
+        pthread_join(s->thread, NULL);
+    s->has_thread = 0;
+}
+
+void sv_sched_free(sv_sched *s)
+{
+    if (!s)
+        return;
+    sv_sched_stop(s);
+    while (s->n_convs)
+        conv_remove(s, s->convs[s->n_convs - 1]);
+    free(s->convs);
+    rb_session_destroy(s->spare);
+    free(s->active);
+    free(s->reply_end);
+    free(s->piece);
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
