@@ -97,7 +97,7 @@ typedef struct sv_config {
     uint64_t max_disk_bytes;      /* session files in all; 0: no limit */
     uint32_t max_open;            /* sessions open in RAM at once */
     uint32_t parallel;            /* requests computed at once (interleaved) */
-    uint32_t max_queue;           /* requests waiting beyond those */
+    uint32_t max_queue;           /* requests waiting beyond those (429 beyond) */
 } sv_config;
 
 /* A snapshot of what the scheduler holds, for /metrics. */
@@ -135,8 +135,8 @@ typedef struct sv_server {
  * the sessions folder, creates the first session (which loads the
  * weights), starts the thread. Returns 0, or 1 after printing why. */
 int sv_sched_start(sv_server *srv);
-/* Queues r (the scheduler takes a reference). SV_ERR_BUSY when max_queue
- * requests wait already, SV_ERR_UNAVAILABLE while stopping; else 0. */
+/* Queues r (the scheduler takes a reference). SV_ERR_BUSY when parallel +
+ * max_queue requests are in flight (queued or active) already, SV_ERR_UNAVAILABLE while stopping; else 0. */
 sv_err sv_sched_submit(sv_sched *s, sv_request *r);
 /* Stops the thread: active requests end (503, their conversations
  * saved), queued ones get 503, later submits SV_ERR_UNAVAILABLE. */

@@ -829,8 +829,9 @@ static enum MHD_Result generate(conn *c)
     if (e != SV_ERR_NONE) {
         sv_request_release(r);
         return e == SV_ERR_BUSY
-                   ? respond_error(c, e, NULL, "too many requests waiting (--max-queue %" PRIu32
-                                   "); retry later", srv->cfg.max_queue)
+                   ? respond_error(c, e, NULL, "too many requests in flight (--parallel %" PRIu32
+                                   " + --max-queue %" PRIu32 "); retry later",
+                                   srv->cfg.parallel, srv->cfg.max_queue)
                    : respond_error(c, e, NULL, "the server is stopping");
     }
     c->req = r;

@@ -81,7 +81,7 @@ struct sv_sched {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     sv_request *head, *tail;
-    uint32_t n_queued;
+    uint32_t n_in_flight;     /* queued or active: submit to finish */
     int is_stopping;
 
     /* everything below: the scheduler thread's alone */
@@ -160,6 +160,15 @@ static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, 
     }
     *out = t, *n_out = n + lead;
     return 0;
+}
+
+/* The scheduler lets go of a request it took from the queue. */
+static void sched_release(sv_sched *s, sv_request *r)
+{
+    pthread_mutex_lock(&s->mu);
+    s->n_in_flight--;
+    pthread_mutex_unlock(&s->mu);
+    sv_request_release(r);
 }
 
 static void metrics_add(sv_sched *s, uint64_t *field, uint64_t v)
@@ -803,7 +812,7 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s",
            r->kind == SV_CHAT ? "chat" : "completion", c->id, r->n_prompt, r->n_cached, a->n_gen,
            reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "");
-    sv_request_release(r);
+    sched_release(s, r);
     active_free(a);
 }
 
@@ -919,7 +928,6 @@ static void *sched_main(void *arg)
                 if (s->tail == r)
                     s->tail = prev;
                 r->next = NULL;
-                s->n_queued--;
                 taken[n_taken++] = r;
             }
             r = nx;
@@ -932,11 +940,12 @@ static void *sched_main(void *arg)
                     a = &s->active[j];
             if (req_is_cancelled(taken[i])) {
                 req_fail(taken[i], SV_ERR_INVALID, "the client closed the connection");
-                sv_request_release(taken[i]);
+                sched_release(s, taken[i]);
                 continue;
             }
             if (admit(s, taken[i], a) != 0) {
-                sv_request_release(taken[i]);
+                a->req = NULL; /* the slot stays free */
+                sched_release(s, taken[i]);
                 continue;
             }
             s->n_active++;
@@ -966,7 +975,7 @@ static void *sched_main(void *arg)
     while (r) {
         sv_request *nx = r->next;
         req_fail(r, SV_ERR_UNAVAILABLE, "the server is stopping");
-        sv_request_release(r);
+        sched_release(s, r);
         r = nx;
     }
     free(taken);
@@ -979,7 +988,7 @@ sv_err sv_sched_submit(sv_sched *s, sv_request *r)
     pthread_mutex_lock(&s->mu);
     if (s->is_stopping)
         e = SV_ERR_UNAVAILABLE;
-    else if (s->n_queued >= s->srv->cfg.max_queue)
+    else if (s->n_in_flight >= s->srv->cfg.parallel + s->srv->cfg.max_queue)
         e = SV_ERR_BUSY;
     if (e == SV_ERR_NONE) {
         pthread_mutex_lock(&r->mu);
@@ -991,7 +1000,7 @@ sv_err sv_sched_submit(sv_sched *s, sv_request *r)
         else
             s->head = r;
         s->tail = r;
-        s->n_queued++;
+        s->n_in_flight++;
         pthread_cond_signal(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
@@ -1041,8 +1050,8 @@ static int lock_sessions_dir(sv_sched *s)
         ssize_t n = pread(s->lock_fd, pid, sizeof pid - 1, 0);
         pid[n > 0 ? n : 0] = 0;
         pid[strcspn(pid, "\n")] = 0;
-        fprintf(stderr, "rebound serve: error: another rebound serve%s%s uses --sessions %s\n",
-                pid[0] ? " (pid " : "", pid[0] ? pid : "", dir);
+        fprintf(stderr, "rebound serve: error: another rebound serve%s%s%s uses --sessions %s\n",
+                pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", dir);
         if (pid[0])
             fprintf(stderr, "hint: stop it, or give this one another folder\n");
         return 1;

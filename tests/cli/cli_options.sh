@@ -46,7 +46,7 @@ check "every spelling of every option in each command's help is accepted"
 base_args() {
     case $1 in
         run) echo "-m nope.gguf -p hi" ;;
-        chat|bench|demo|switch) echo "-m nope.gguf" ;;
+        chat|bench|demo|switch|serve) echo "-m nope.gguf" ;;
         kvquality) echo "-m nope.gguf --codec q8" ;;
         info) echo "nope.gguf" ;;
         make-model) echo "--vocab 100 -o x.gguf" ;;

@@ -1,0 +1,52 @@
+#!/bin/sh
+# scripts/deps.sh - installs what rebound's build and tests use, when it is
+# missing, on Debian or Ubuntu (apt-get; as root, or with password-less
+# sudo). Nothing is installed when everything is present, so the README's
+# commands may run it every time.
+#
+#   required   a C compiler, cmake, make
+#   serve      pkg-config, libmicrohttpd-dev (HTTP), libjansson-dev (JSON):
+#              `rebound serve` is built only with them (librebound never
+#              links them)
+#   tests      curl and python3: the serve test's HTTP client and its JSON
+#              reader
+#
+# Without apt-get (or rights to use it) it lists what is missing and exits
+# 0: the build then goes on without serve and says so.
+set -eu
+want=""
+have() { command -v "$1" >/dev/null 2>&1; }
+have cc || have gcc || want="$want gcc libc6-dev"
+have cmake || want="$want cmake"
+have make || want="$want make"
+have pkg-config || want="$want pkg-config"
+if ! have pkg-config || ! pkg-config --exists libmicrohttpd 2>/dev/null; then
+    want="$want libmicrohttpd-dev"
+fi
+if ! have pkg-config || ! pkg-config --exists jansson 2>/dev/null; then
+    want="$want libjansson-dev"
+fi
+have curl || want="$want curl"
+have python3 || want="$want python3"
+[ -n "$want" ] || exit 0
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    if have sudo && sudo -n true 2>/dev/null; then
+        sudo="sudo -n"
+    else
+        echo "scripts/deps.sh: missing:$want (not root and no password-less sudo: install them, then run cmake again)" >&2
+        exit 0
+    fi
+fi
+if ! have apt-get; then
+    echo "scripts/deps.sh: missing:$want (no apt-get: install them with your package manager)" >&2
+    exit 0
+fi
+echo "scripts/deps.sh: installing$want" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >/dev/null 2>&1 || echo "scripts/deps.sh: apt-get update failed; trying the lists at hand" >&2
+# shellcheck disable=SC2086
+if ! $sudo apt-get install -y -qq --no-install-recommends $want >/dev/null; then
+    echo "scripts/deps.sh: apt-get install$want failed" >&2
+    exit 1
+fi

@@ -1,0 +1,355 @@
+#!/usr/bin/env bash
+# cli_serve.sh - `rebound serve` end to end over real HTTP on loopback
+# (curl as the client, python3 to read the JSON): /health, /v1/models,
+# chat and text completions with and without streaming (the stream's text
+# equals the whole reply's), stop strings, usage with cached tokens when a
+# request continues a conversation (by prefix and by conversation_id),
+# every hostile input (malformed JSON, wrong types, absurd values,
+# oversize bodies and headers, unsafe conversation ids, too many requests
+# in flight, wrong API key) answered with an OpenAI error object and the
+# server still up, a client that leaves mid-stream (its generation stops,
+# the conversation goes on), the Unix socket, the bounds on stored
+# conversations, and kill -9 mid-stream then a restart that serves the
+# next turn from the session file with the same greedy reply as a server
+# that was never killed. /metrics is Prometheus text with the counters.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+if ! "$REBOUND" --help | grep -q '^  serve '; then
+    echo "SKIP: this rebound was built without serve (libmicrohttpd-dev and libjansson-dev: scripts/deps.sh)"
+    exit 77
+fi
+for tool in curl python3; do
+    command -v $tool >/dev/null 2>&1 || { echo "SKIP: $tool is not installed (scripts/deps.sh installs it)"; exit 77; }
+done
+
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+
+# start_server LOG ARGS...: starts serve in the background, waits for its
+# "listening" line; sets SERVER_PID and URL.
+start_server() {
+    local log=$1
+    shift
+    "$REBOUND" serve --port 0 "$@" >"$log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 1 300); do
+        if grep -q 'listening on' "$log"; then
+            local port
+            port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
+            URL=http://127.0.0.1:$port
+            return 0
+        fi
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; fail "serve exited at start"; }
+        sleep 0.1
+    done
+    cat "$log" >&2
+    fail "serve did not start listening within 30 s"
+}
+
+# stop_server: SIGTERM; the server must exit 0
+stop_server() {
+    kill -TERM "$SERVER_PID"
+    local rc=0
+    wait "$SERVER_PID" || rc=$?
+    SERVER_PID=""
+    [ $rc -eq 0 ] || fail "serve exited with status $rc after SIGTERM"
+}
+
+alive() {
+    kill -0 "$SERVER_PID" 2>/dev/null || fail "the server died"
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] || fail "/health is not 200"
+}
+
+# post PATH OUT [CURL ARGS...]: POST stdin as JSON; prints the status
+post() {
+    local path=$1 out=$2
+    shift 2
+    curl -s -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @- \
+        "$@" "$URL$path"
+}
+
+# jget FILE EXPR: a Python expression over the JSON in FILE (as d)
+jget() {
+    python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+# sse_text FILE: the text of a stream's chunks, joined; checks the framing
+sse_text() {
+    python3 - "$1" <<'EOF'
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1], encoding="utf-8").read().split("\n") if l.startswith("data: ")]
+assert ev and ev[-1] == "[DONE]", "the stream does not end with data: [DONE]"
+out = []
+for e in ev[:-1]:
+    d = json.loads(e)
+    assert "error" not in d, "error event: %r" % d
+    for c in d["choices"]:
+        out.append(c.get("delta", {}).get("content") or c.get("text") or "")
+sys.stdout.write("".join(out))
+EOF
+}
+
+# expect_error STATUS TYPE_REGEX BODY_FILE GOT
+expect_error() {
+    [ "$4" = "$1" ] || { cat "$3" >&2; fail "status $4, expected $1"; }
+    [ "$(jget "$3" 'd["error"]["type"]')" != "" ] || fail "no error.type in $3"
+    jget "$3" 'd["error"]["type"]' | grep -Eq "$2" || { cat "$3" >&2; fail "error type is not /$2/"; }
+}
+
+run_ok mk "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 64 --layers 2 --heads 4 \
+    --kv-heads 2 --ffn 256 --vocab 1024 --ctx 256 --type q8_0 -o qwen.gguf
+# slower (about 4 ms a token on 2 threads), for requests that must still
+# run when the client leaves or others arrive
+run_ok mks "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 256 --layers 4 --heads 4 \
+    --kv-heads 2 --ffn 1024 --vocab 4096 --ctx 2048 --type q8_0 -o slow.gguf
+
+HELLO='{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0}'
+
+check "a server starts, /health and /v1/models answer"
+start_server s1.log -m qwen.gguf -t 2 --sessions convs --max-body 64K
+[ "$(curl -s "$URL/health")" = '{"status":"ok"}' ] || fail "/health body"
+curl -s "$URL/v1/models" > models.json
+[ "$(jget models.json 'd["data"][0]["id"]')" = qwen.gguf ] || fail "/v1/models id"
+expect_line s1.log 'chat template chatml'
+
+check "chat completion: 8 greedy tokens, usage, a conversation id"
+[ "$(echo "$HELLO" | post /v1/chat/completions c1.json)" = 200 ] || { cat c1.json; fail "chat status"; }
+[ "$(jget c1.json 'd["object"]')" = chat.completion ] || fail "object"
+[ "$(jget c1.json 'd["choices"][0]["finish_reason"]')" = length ] || fail "finish_reason"
+[ "$(jget c1.json 'd["usage"]["completion_tokens"]')" = 8 ] || fail "completion_tokens"
+[ "$(jget c1.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0 ] || fail "cached on a new conversation"
+P1=$(jget c1.json 'd["usage"]["prompt_tokens"]')
+CONV1=$(jget c1.json 'd["conversation_id"]')
+REPLY1=$(jget c1.json 'd["choices"][0]["message"]["content"]')
+[ -n "$REPLY1" ] || fail "empty reply"
+[ -f "convs/$CONV1.rbs" ] || fail "no session file convs/$CONV1.rbs"
+
+check "the same request again: the conversation's prefix is reused, the greedy reply is the same"
+echo "$HELLO" | post /v1/chat/completions c2.json >/dev/null
+[ "$(jget c2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = $((P1 - 1)) ] || fail "cached tokens of a repeated prompt"
+[ "$(jget c2.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] || fail "the repeated greedy reply differs"
+[ "$(jget c2.json 'd["conversation_id"]')" = "$CONV1" ] || fail "another conversation was used"
+
+check "streaming (SSE): the chunks' text equals the whole reply; usage chunk; [DONE]"
+echo '{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' \
+    | post /v1/chat/completions s.sse -N > s.code
+[ "$(cat s.code)" = 200 ] || fail "stream status"
+[ "$(sse_text s.sse)" = "$REPLY1" ] || fail "streamed text '$(sse_text s.sse)' differs from '$REPLY1'"
+grep -q '"finish_reason":"length"' s.sse || fail "no finish_reason in the stream"
+grep -q '"usage":{"prompt_tokens":' s.sse || fail "no usage chunk"
+
+check "the next turn continues the conversation by prefix: only the new tokens are computed"
+python3 - "$REPLY1" > turn2.json <<'EOF'
+import json, sys
+print(json.dumps({"messages": [{"role": "user", "content": "Hello there"},
+                               {"role": "assistant", "content": sys.argv[1]},
+                               {"role": "user", "content": "Tell me more"}],
+                  "max_tokens": 8, "temperature": 0}))
+EOF
+post /v1/chat/completions t2.json < turn2.json >/dev/null
+[ "$(jget t2.json 'd["conversation_id"]')" = "$CONV1" ] || fail "turn 2 went to another conversation"
+cached=$(jget t2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
+[ "$cached" -ge "$P1" ] || fail "turn 2 reused $cached tokens, fewer than turn 1's prompt ($P1)"
+
+check "stop strings: the reply ends before the stop string, also when streamed"
+STOP=$(python3 -c 'import sys; print(sys.argv[1][2:5])' "$REPLY1")
+WANT=$(python3 -c 'import sys; r, s = sys.argv[1], sys.argv[2]; print(r[:r.find(s)])' "$REPLY1" "$STOP")
+python3 -c 'import json, sys; print(json.dumps({"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0, "stop": [sys.argv[1]]}))' "$STOP" > stop.json
+post /v1/chat/completions st.json < stop.json >/dev/null
+[ "$(jget st.json 'd["choices"][0]["message"]["content"]')" = "$WANT" ] || fail "stop: '$(jget st.json 'd["choices"][0]["message"]["content"]')' != '$WANT'"
+[ "$(jget st.json 'd["choices"][0]["finish_reason"]')" = stop ] || fail "stop: finish_reason"
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["stream"] = True; print(json.dumps(d))' stop.json \
+    | post /v1/chat/completions st.sse -N >/dev/null
+[ "$(sse_text st.sse)" = "$WANT" ] || fail "streamed stop: '$(sse_text st.sse)' != '$WANT'"
+
+check "text completions, plain and streamed, agree"
+echo '{"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0}' | post /v1/completions tc.json >/dev/null
+[ "$(jget tc.json 'd["object"]')" = text_completion ] || fail "completion object"
+TEXT=$(jget tc.json 'd["choices"][0]["text"]')
+echo '{"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "stream": true}' | post /v1/completions tc.sse -N >/dev/null
+[ "$(sse_text tc.sse)" = "$TEXT" ] || fail "streamed completion differs"
+
+check "conversation_id: a named conversation is created, then continued"
+echo '{"conversation_id": "alice-1", "prompt": "One two three", "max_tokens": 4, "temperature": 0}' | post /v1/completions a1.json >/dev/null
+[ "$(jget a1.json 'd["conversation_id"]')" = alice-1 ] || fail "the id was not used"
+echo '{"conversation_id": "alice-1", "prompt": "One two three four five", "max_tokens": 4, "temperature": 0}' | post /v1/completions a2.json >/dev/null
+[ "$(jget a2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 3 ] || fail "alice-1 did not reuse its prefix"
+[ -f convs/alice-1.rbs ] || fail "no convs/alice-1.rbs"
+
+check "hostile requests: an OpenAI error object with the right status, the server stays up"
+bad() {   # bad STATUS TYPE BODY
+    local got
+    got=$(printf '%s' "$3" | post /v1/chat/completions bad.json)
+    expect_error "$1" "$2" bad.json "$got"
+}
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}'
+bad 400 invalid_request '[]'
+bad 400 invalid_request ''
+bad 400 invalid_request '{"messages": "Hi"}'
+bad 400 invalid_request '{"messages": []}'
+bad 400 invalid_request '{"messages": [{"role": "robot", "content": "Hi"}]}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": 7}]}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": "8"}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1.5}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1000000000000}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 0}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "temperature": "hot"}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "temperature": 1e309}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "stream": "yes"}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "stop": ["a", "b", "c", "d", "e"]}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "n": 2}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "conversation_id": "../../etc/passwd"}'
+bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "conversation_id": "a/b"}'
+bad 400 invalid_request "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"conversation_id\": \"$(printf 'x%.0s' $(seq 1 65))\"}"
+bad 400 invalid_request "$(printf '%.0s[' $(seq 1 5000))"
+[ "$(ls convs | grep -c -v '\.rbs$' || true)" = 0 ] || { ls -la convs; fail "a file other than a session file in convs"; }
+# a prompt longer than the context (256)
+python3 -c 'import json; print(json.dumps({"prompt": "word " * 2000, "max_tokens": 4}))' | post /v1/completions long.json > long.code
+expect_error 400 invalid_request long.json "$(cat long.code)"
+grep -q 'context holds 256' long.json || fail "the long prompt's error does not name the context"
+# a body over --max-body (64K), with and without a Content-Length
+head -c 100000 /dev/zero | tr '\0' 'a' > big.txt
+got=$(curl -s -o big.json -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @big.txt "$URL/v1/chat/completions")
+expect_error 413 invalid_request big.json "$got"
+got=$(curl -s -o big2.json -w '%{http_code}' -H 'Transfer-Encoding: chunked' --data-binary @big.txt "$URL/v1/chat/completions")
+expect_error 413 invalid_request big2.json "$got"
+# headers beyond the connection's memory (64 KiB): refused by the HTTP layer
+got=$(curl -s -o /dev/null -w '%{http_code}' -H "X-Big: $(head -c 70000 /dev/zero | tr '\0' 'b')" "$URL/health" || true)
+case $got in 413|431|400|000) ;; *) fail "oversize header: status $got" ;; esac
+got=$(curl -s -o nf.json -w '%{http_code}' "$URL/v2/nothing")
+expect_error 404 . nf.json "$got"
+got=$(curl -s -o m.json -w '%{http_code}' "$URL/v1/chat/completions")
+expect_error 405 invalid_request m.json "$got"
+alive
+
+check "/metrics: Prometheus text with requests, tokens, conversations, TTFT"
+curl -s "$URL/metrics" > metrics.txt
+expect_line metrics.txt '^rebound_requests_total\{endpoint="chat_completions",code="2xx"\} [1-9]'
+expect_line metrics.txt '^rebound_requests_total\{endpoint="chat_completions",code="4xx"\} [1-9]'
+expect_line metrics.txt '^rebound_tokens_total\{kind="cached"\} [1-9]'
+expect_line metrics.txt '^rebound_ttft_seconds_count [1-9]'
+expect_line metrics.txt '^rebound_conversations\{state="stored"\} [1-9]'
+expect_line metrics.txt '^rebound_memory_bytes\{kind="weights",tier="resident"\} [1-9]'
+
+check "a second server on the same --sessions folder is refused"
+run_fails second any 'another rebound serve \(pid [0-9]+\) uses --sessions' \
+    "$REBOUND" serve -m qwen.gguf --port 0 --sessions convs
+stop_server
+expect_line s1.log 'SIGTERM: stopping'
+
+check "restart: the conversations are resumed from their files (prefix and id)"
+start_server s2.log -m qwen.gguf -t 2 --sessions convs
+expect_line s2.log '[0-9]+ conversations resumable from convs'
+post /v1/chat/completions r2.json < turn2.json >/dev/null
+[ "$(jget r2.json 'd["conversation_id"]')" = "$CONV1" ] || fail "after a restart turn 2 went to another conversation"
+[ "$(jget r2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$P1" ] || fail "after a restart nothing was reused"
+[ "$(jget r2.json 'd["choices"][0]["message"]["content"]')" = "$(jget t2.json 'd["choices"][0]["message"]["content"]')" ] \
+    || fail "turn 2 after a restart differs from turn 2 before"
+curl -s "$URL/metrics" > metrics2.txt
+expect_line metrics2.txt '^rebound_conversation_restores_total\{path="file"\} [1-9]'
+stop_server
+
+check "--api-key (Bearer, constant-time compare) and --unix"
+"$REBOUND" serve -m qwen.gguf -t 2 --unix "$SCRATCH/s.sock" --api-key sekrit > s3.log 2>&1 &
+SERVER_PID=$!
+for _ in $(seq 1 300); do grep -q 'listening on unix:' s3.log && break; sleep 0.1; done
+expect_line s3.log 'listening on unix:'
+U=(curl -s --unix-socket "$SCRATCH/s.sock")
+[ "$("${U[@]}" http://localhost/health)" = '{"status":"ok"}' ] || fail "/health over the unix socket"
+got=$(echo "$HELLO" | "${U[@]}" -o k1.json -w '%{http_code}' --data-binary @- http://localhost/v1/chat/completions)
+expect_error 401 authentication k1.json "$got"
+got=$(echo "$HELLO" | "${U[@]}" -o k2.json -w '%{http_code}' -H 'Authorization: Bearer sekrit2' --data-binary @- http://localhost/v1/chat/completions)
+expect_error 401 authentication k2.json "$got"
+got=$(echo "$HELLO" | "${U[@]}" -o k3.json -w '%{http_code}' -H 'Authorization: Bearer sekrit' --data-binary @- http://localhost/v1/chat/completions)
+[ "$got" = 200 ] || { cat k3.json; fail "the right key: status $got"; }
+[ "$(jget k3.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] || fail "reply over the unix socket differs"
+stop_server
+[ ! -e "$SCRATCH/s.sock" ] || fail "the socket file was left behind"
+
+check "too many requests in flight: 429 for the rest, the others complete"
+start_server s4.log -m slow.gguf -t 2 -c 2048 --parallel 1 --max-queue 1
+pids=()
+for i in 1 2 3 4 5 6; do
+    (echo '{"prompt": "count with me", "max_tokens": 100, "temperature": 0}' | post /v1/completions "q$i.json" > "q$i.code") &
+    pids+=($!)
+done
+wait "${pids[@]}"
+n200=0; n429=0
+for i in 1 2 3 4 5 6; do
+    case $(cat "q$i.code") in
+        200) n200=$((n200 + 1)) ;;
+        429) n429=$((n429 + 1)); expect_error 429 rate_limit "q$i.json" 429 ;;
+        *) cat "q$i.json"; fail "request $i: status $(cat "q$i.code")" ;;
+    esac
+done
+[ $n200 -ge 1 ] && [ $n429 -ge 1 ] || fail "$n200 answered and $n429 refused, expected some of both"
+
+check "a client that leaves mid-stream: its generation stops, the conversation goes on"
+echo '{"conversation_id": "leaver", "prompt": "tell a long story", "max_tokens": 1900, "temperature": 0, "stream": true}' \
+    | curl -s -N --max-time 1 -H 'Content-Type: application/json' --data-binary @- "$URL/v1/completions" > leave.sse || true
+[ -s leave.sse ] || fail "no event arrived before the client left"
+for _ in $(seq 1 100); do grep -q 'conversation leaver: .* cancelled' s4.log && break; sleep 0.1; done
+expect_line s4.log 'conversation leaver: [0-9]+ prompt tokens .*, [0-9]+ generated, cancelled'
+n_gen=$(sed -n 's/.*conversation leaver: .*, \([0-9]*\) generated, cancelled.*/\1/p' s4.log)
+[ "$n_gen" -lt 1900 ] || fail "the generation ran to its end ($n_gen tokens)"
+echo '{"conversation_id": "leaver", "prompt": "tell a long story", "max_tokens": 4, "temperature": 0}' | post /v1/completions after.json > after.code
+[ "$(cat after.code)" = 200 ] || fail "the conversation of the client that left: status $(cat after.code)"
+[ "$(jget after.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 1 ] || fail "nothing reused after the client left"
+curl -s "$URL/metrics" > m4.txt
+grep -Eq '^rebound_requests_cancelled_total [1-9]' m4.txt || fail "no cancelled request in /metrics"
+alive
+stop_server
+
+check "bounds: --max-conversations 2 deletes the least recently used conversation's file"
+start_server s5.log -m qwen.gguf -t 2 --sessions bounded --max-conversations 2
+for id in b1 b2 b3; do
+    echo "{\"conversation_id\": \"$id\", \"prompt\": \"hello $id\", \"max_tokens\": 2}" | post /v1/completions "$id.json" >/dev/null
+done
+[ ! -e bounded/b1.rbs ] && [ -e bounded/b2.rbs ] && [ -e bounded/b3.rbs ] || { ls bounded; fail "the oldest conversation's file was not the one deleted"; }
+expect_line s5.log 'conversation b1 deleted \(more than --max-conversations\)'
+curl -s "$URL/metrics" > m5.txt
+grep -Eq '^rebound_conversations\{state="total"\} 2$' m5.txt || fail "/metrics does not count 2 conversations"
+stop_server
+
+check "kill -9 mid-stream, restart: the next turn comes from the file, greedy reply as uninterrupted"
+TURN='{"conversation_id": "k", "messages": [{"role": "user", "content": "first"}], "max_tokens": 6, "temperature": 0}'
+TURN2='{"conversation_id": "k", "messages": [{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "second"}], "max_tokens": 12, "temperature": 0}'
+start_server s6.log -m slow.gguf -t 2 -c 2048 --sessions ref
+echo "$TURN" | post /v1/chat/completions ref1.json >/dev/null
+echo "$TURN2" | post /v1/chat/completions ref2.json >/dev/null
+stop_server
+start_server s7.log -m slow.gguf -t 2 -c 2048 --sessions killed
+echo "$TURN" | post /v1/chat/completions k1.json >/dev/null
+python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["stream"] = True; d["max_tokens"] = 1500; print(json.dumps(d))' "$TURN2" \
+    | curl -s -N -H 'Content-Type: application/json' --data-binary @- "$URL/v1/chat/completions" > killed.sse &
+CURL_PID=$!
+for _ in $(seq 1 100); do grep -q '"content"' killed.sse 2>/dev/null && break; sleep 0.05; done
+grep -q '"content"' killed.sse || fail "the stream to be killed sent nothing"
+kill -KILL "$SERVER_PID"
+wait "$SERVER_PID" 2>/dev/null || true
+wait "$CURL_PID" 2>/dev/null || true
+SERVER_PID=""
+grep -q 'data: \[DONE\]' killed.sse && fail "the stream ended before the kill (make the model slower)"
+start_server s8.log -m slow.gguf -t 2 -c 2048 --sessions killed
+echo "$TURN2" | post /v1/chat/completions k2.json >/dev/null
+[ "$(jget k2.json 'd["choices"][0]["message"]["content"]')" = "$(jget ref2.json 'd["choices"][0]["message"]["content"]')" ] \
+    || fail "after kill -9 the reply '$(jget k2.json 'd["choices"][0]["message"]["content"]')' differs from '$(jget ref2.json 'd["choices"][0]["message"]["content"]')'"
+[ "$(jget k2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$(jget k1.json 'd["usage"]["prompt_tokens"]')" ] \
+    || fail "after kill -9 the first turn was not served from the file"
+curl -s "$URL/metrics" > m8.txt
+grep -Eq '^rebound_conversation_restores_total\{path="file"\} [1-9]' m8.txt || fail "no restore from file in /metrics"
+stop_server
+
+check "usage errors: no model, bad --chat-template, --max-open below --parallel"
+run_fails u1 2 'no model given' "$REBOUND" serve
+run_fails u2 2 "unknown --chat-template 'nope'" "$REBOUND" serve -m qwen.gguf --chat-template nope
+run_fails u3 2 'is below --parallel' "$REBOUND" serve -m qwen.gguf --max-open 1 --parallel 2
+run_fails u4 1 'nope.gguf' "$REBOUND" serve -m nope.gguf
+
+passed
