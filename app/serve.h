@@ -59,6 +59,7 @@ typedef struct sv_request {
     char conv_id[SV_ID_MAX + 1];  /* "": map by longest token prefix */
     int64_t max_tokens;           /* -1: until end of generation or full context */
     rb_sampler_params sp;
+    int has_seed;                 /* sp.seed is the request's */
     char *stop[SV_STOP_MAX];
     int n_stop;
     double t_arrival;
@@ -88,6 +89,7 @@ typedef struct sv_config {
     const char *model_name;       /* /v1/models id: the file's base name */
     rb_session_params sp;         /* per conversation (budget_bytes 0) */
     rb_sampler_params sampler;    /* request defaults */
+    int has_seed;                 /* -s given: the default seed; else random per request */
     int64_t n_predict;            /* default max_tokens; -1: none */
     const char *chat_template;    /* NULL: the model's */
     const char *sessions_dir;     /* NULL: conversations live in RAM only */

@@ -263,6 +263,7 @@ static int peer_closed(struct MHD_Connection *mc)
 static int wait_request(conn *c, int until_done, size_t have)
 {
     sv_request *r = c->req;
+    double last_check = rb_cli_now_s();
     pthread_mutex_lock(&r->mu);
     for (;;) {
         if (r->is_done || (!until_done && r->is_started && (have == (size_t)-1 ||
@@ -273,10 +274,16 @@ static int wait_request(conn *c, int until_done, size_t have)
         ts.tv_nsec += 100 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000)
             ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && peer_closed(c->mc)) {
-            r->is_cancelled = 1;
-            pthread_mutex_unlock(&r->mu);
-            return -1;
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        /* every 100 ms, also while text keeps coming (a whole reply) */
+        double now = rb_cli_now_s();
+        if (now - last_check >= 0.1) {
+            last_check = now;
+            if (peer_closed(c->mc)) {
+                r->is_cancelled = 1;
+                pthread_mutex_unlock(&r->mu);
+                return -1;
+            }
         }
     }
     pthread_mutex_unlock(&r->mu);
@@ -485,10 +492,9 @@ static int parse_request(sv_server *srv, int endpoint, json_t *root, sv_request 
     if (get_int(root, "top_k", 0, 1 << 30, &v, NULL, p))
         return -1;
     r->sp.top_k = (int32_t)v;
-    given = 0;
-    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &given, p))
+    if (get_int(root, "seed", INT64_MIN, INT64_MAX, &v, &r->has_seed, p))
         return -1;
-    if (given)
+    if (r->has_seed)
         r->sp.seed = (uint64_t)v;
     v = 1;
     if (get_int(root, "n", 1, 1, &v, NULL, p))
@@ -1123,8 +1129,7 @@ int rb_cmd_serve(int argc, char **argv)
     cfg->max_open = max_open;
     cfg->parallel = parallel;
     cfg->max_queue = max_queue;
-    if (!seed_given) /* each request without a seed gets a random one */
-        cfg->sampler.seed = 0;
+    cfg->has_seed = seed_given; /* else each request without a seed gets a random one */
     const char *base = strrchr(cfg->model_path, '/');
     cfg->model_name = alias ? alias : base ? base + 1 : cfg->model_path;
 

@@ -664,7 +664,10 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     a->n_todo = n;
     a->i_todo = k;
     rb_error e;
-    if (rb_sampler_create(&r->sp, rb_session_n_vocab(c->session), &a->sampler, &e) != RB_OK) {
+    rb_sampler_params sp = r->sp;
+    if (!r->has_seed && !s->srv->cfg.has_seed)
+        sp.seed = next_rand(s) & 0xffffffffu;
+    if (rb_sampler_create(&sp, rb_session_n_vocab(c->session), &a->sampler, &e) != RB_OK) {
         req_fail(r, SV_ERR_INVALID, "%s", e.message);
         c->is_busy = 0;
         active_free(a);
@@ -796,6 +799,8 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
         c->n_tokens = 0; /* out of memory: not found by prefix, still by id */
     c->is_busy = 0;
     c->last_used = ++s->clock;
+    /* the bounds hold when the client sees the reply end */
+    enforce_bounds(s);
     pthread_mutex_lock(&r->mu);
     r->finish_reason = reason;
     r->n_completion = (size_t)a->n_gen;
@@ -810,7 +815,7 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     if (reason && !strcmp(reason, "cancelled"))
         metrics_add(s, &s->srv->metrics.cancelled, 1);
     sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s",
-           r->kind == SV_CHAT ? "chat" : "completion", c->id, r->n_prompt, r->n_cached, a->n_gen,
+           r->kind == SV_CHAT ? "chat" : "completion", r->conv_out, r->n_prompt, r->n_cached, a->n_gen,
            reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "");
     sched_release(s, r);
     active_free(a);
@@ -953,16 +958,14 @@ static void *sched_main(void *arg)
                restores within this feed, before any other session computes */
             step(s, a);
             if (!a->req)
-                s->n_active--, enforce_bounds(s);
+                s->n_active--;
         }
         for (uint32_t j = 0; j < P; j++) {
             if (!s->active[j].req)
                 continue;
             step(s, &s->active[j]);
-            if (!s->active[j].req) {
+            if (!s->active[j].req)
                 s->n_active--;
-                enforce_bounds(s);
-            }
         }
     }
     for (uint32_t j = 0; j < P; j++)
