@@ -93,8 +93,10 @@ typedef struct sv_config {
     int64_t n_predict;            /* default max_tokens; -1: none */
     const char *chat_template;    /* NULL: the model's */
     const char *sessions_dir;     /* NULL: conversations live in RAM only */
-    uint64_t mem_budget_bytes;    /* 0: none; else over it idle KV is trimmed,
-                                     then idle sessions closed (LRU first) */
+    uint64_t mem_budget_bytes;    /* the pool's budget (0: none): it trims
+                                     background sessions' KV, least recently
+                                     used first, then weights; beyond that
+                                     idle sessions are closed */
     uint32_t max_conversations;   /* stored conversations; oldest deleted first */
     uint64_t max_disk_bytes;      /* session files in all; 0: no limit */
     uint32_t max_open;            /* sessions open in RAM at once */
@@ -109,6 +111,8 @@ typedef struct sv_mem_snapshot {
     uint64_t scratch_bytes, other_bytes;
     uint64_t n_conv_open, n_conv_stored, n_conv_total;
     uint64_t disk_bytes;
+    uint64_t pool_total_bytes, pool_over_bytes;   /* rb_pool_stats */
+    uint64_t pool_trimmed_bytes, pool_weights_released_bytes;
 } sv_mem_snapshot;
 
 #define SV_TTFT_BUCKETS 10

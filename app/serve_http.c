@@ -764,6 +764,16 @@ static enum MHD_Result metrics_page(conn *c)
                "rebound_memory_bytes{kind=\"other\",tier=\"resident\"} %" PRIu64 "\n",
             m.mem.weights_bytes, m.mem.kv_resident_bytes, m.mem.kv_compressed_bytes,
             m.mem.kv_stored_bytes, m.mem.kv_dropped_bytes, m.mem.scratch_bytes, m.mem.other_bytes);
+    fprintf(f, "# HELP rebound_pool_bytes The memory pool (one budget over the weights and "
+               "every session): total as it counts, over the budget after its last check, "
+               "taken from sessions, weights released (the last two since the start).\n"
+               "# TYPE rebound_pool_bytes gauge\n"
+               "rebound_pool_bytes{what=\"total\"} %" PRIu64 "\n"
+               "rebound_pool_bytes{what=\"over\"} %" PRIu64 "\n"
+               "rebound_pool_bytes{what=\"trimmed\"} %" PRIu64 "\n"
+               "rebound_pool_bytes{what=\"weights_released\"} %" PRIu64 "\n",
+            m.mem.pool_total_bytes, m.mem.pool_over_bytes, m.mem.pool_trimmed_bytes,
+            m.mem.pool_weights_released_bytes);
     fprintf(f, "# HELP rebound_memory_budget_bytes --mem-budget (0: none).\n"
                "# TYPE rebound_memory_budget_bytes gauge\nrebound_memory_budget_bytes %" PRIu64 "\n"
                "# HELP rebound_sessions_disk_bytes Bytes of the conversations' session files.\n"
@@ -1061,9 +1071,10 @@ int rb_cmd_serve(int argc, char **argv)
          "limit)", &max_disk, 1, 1e19, NULL, NULL},
         {"--max-open", RB_OPT_U32, "N", "sessions open in RAM at once (default 4; at least "
          "--parallel)", &max_open, 1, 4096, NULL, NULL},
-        {"--mem-budget", RB_OPT_SIZE, "BYTES", "RAM for weights and every open session (K/M/G): "
-         "beyond it idle\nconversations' KV is trimmed, then they are closed", &mem_budget, 1,
-         1e19, NULL, NULL},
+        {"--mem-budget", RB_OPT_SIZE, "BYTES", "the memory pool's budget over the weights and every "
+         "open session (K/M/G):\nbeyond it the idle conversations' KV goes first (least "
+         "recently used),\nthen weights; idle sessions are closed when that is not enough",
+         &mem_budget, 1, 1e19, NULL, NULL},
         {"--chat-template|--template", RB_OPT_STR, "NAME", "chat format (default: the model's)",
          &cfg->chat_template, 0, 0, NULL, NULL},
         {"-n|--n-predict", RB_OPT_I64, "N", "default max_tokens (default -1: until the model "

@@ -13,16 +13,16 @@
  * back what may be the start of a stop string); close a chat reply as the
  * template does and save the conversation to its session file
  * (RB_SAVE_ON_REQUEST: the file changes only at the end of a request, so a
- * kill -9 leaves the previous turn or this one); keep at most max_open
- * sessions in RAM (the least recently used idle one is closed: its file
- * holds it) and, over --mem-budget, trim the idle sessions' KV
- * (RB_TRIM_MODERATE, least recently used first) and then close them;
- * bound the stored conversations by count and bytes, deleting the least
- * recently used first.
+ * kill -9 leaves the previous turn or this one); put every session in one
+ * memory pool (rb_pool, --mem-budget) with the conversation being served
+ * in the foreground and the idle ones in the background, so the pool takes
+ * the idle ones' KV first, least recently used first, then weights; keep
+ * at most max_open sessions in RAM and, when the pool is still over its
+ * budget, close idle sessions (the least recently used first: a session
+ * file holds each); bound the stored conversations by count and bytes,
+ * deleting the least recently used first.
  * Does not: batch several sessions' decode steps into one forward pass
- * (each step is its own feed), or share one memory pool between sessions:
- * each session has its own memory manager, so the budget is enforced
- * between requests, not inside a feed.
+ * (each step is its own feed).
  *
  * Memory: the conversations' token copies (the prefix index; 4 bytes a
  * token), one session each while open, one sampler and detokenizer per
@@ -89,6 +89,7 @@ struct sv_sched {
     int32_t bos;              /* fed first when the model asks for it, else -1 */
     int32_t *reply_end;       /* the template's reply end, tokenized */
     size_t n_reply_end;
+    rb_pool *pool;            /* one budget over the weights and every session */
     sv_conv **convs;
     size_t n_convs, cap_convs;
     rb_session *spare;        /* a fresh session for the next new conversation */
@@ -345,8 +346,6 @@ static void snapshot(sv_sched *s)
         rb_session_stats st;
         if (rb_session_get_stats(c->session, &st) != RB_OK)
             continue;
-        if (st.weights_bytes > m.weights_bytes) /* the model's one buffer */
-            m.weights_bytes = st.weights_bytes;
         m.kv_resident_bytes += st.kv_raw_bytes;
         m.kv_compressed_bytes += st.kv_compressed_bytes;
         m.kv_stored_bytes += st.kv_stored_bytes;
@@ -354,15 +353,17 @@ static void snapshot(sv_sched *s)
         m.scratch_bytes += st.scratch_bytes;
         m.other_bytes += st.other_bytes;
     }
+    rb_pool_stats ps;
+    if (rb_pool_get_stats(s->pool, &ps) == RB_OK) {
+        m.weights_bytes = ps.weights_bytes; /* the model's, counted once */
+        m.pool_total_bytes = ps.total_bytes;
+        m.pool_over_bytes = ps.over_bytes;
+        m.pool_trimmed_bytes = ps.trimmed_bytes;
+        m.pool_weights_released_bytes = ps.weights_released_bytes;
+    }
     pthread_mutex_lock(&s->srv->metrics_mu);
     s->srv->metrics.mem = m;
     pthread_mutex_unlock(&s->srv->metrics_mu);
-}
-
-static uint64_t ram_bytes(const sv_mem_snapshot *m)
-{
-    return m->weights_bytes + m->kv_resident_bytes + m->kv_compressed_bytes + m->scratch_bytes +
-           m->other_bytes;
 }
 
 /* Keeps the bounds: open sessions (max_open, --mem-budget) and stored
@@ -373,42 +374,13 @@ static void enforce_bounds(sv_sched *s)
     sv_conv *c;
     while (n_open(s) > cfg->max_open && (c = lru_idle(s, 1, NULL)))
         conv_close(s, c, "more than --max-open sessions");
-    snapshot(s);
-    if (cfg->mem_budget_bytes) {
-        /* first the idle sessions' KV (least recently used first), then
-           the sessions themselves */
-        for (int pass = 0; pass < 2; pass++) {
-            for (;;) {
-                sv_mem_snapshot m = s->srv->metrics.mem; /* ours: only we write it */
-                if (ram_bytes(&m) <= cfg->mem_budget_bytes)
-                    break;
-                sv_conv *best = NULL;
-                for (size_t i = 0; i < s->n_convs; i++) {
-                    sv_conv *x = s->convs[i];
-                    rb_session_stats st;
-                    if (x->is_busy || !x->session || (best && x->last_used >= best->last_used))
-                        continue;
-                    if (pass == 0 && (rb_session_get_stats(x->session, &st) != RB_OK ||
-                                      st.kv_raw_bytes == 0))
-                        continue;
-                    best = x;
-                }
-                if (!best)
-                    break;
-                if (pass == 0) {
-                    uint64_t freed = 0;
-                    if (rb_session_trim(best->session, 0, RB_TRIM_MODERATE, &freed) != RB_OK ||
-                        freed == 0) {
-                        /* nothing more to take from it: close it */
-                        conv_close(s, best, "over --mem-budget");
-                    }
-                } else {
-                    conv_close(s, best, "over --mem-budget");
-                }
-                snapshot(s);
-            }
-        }
-    }
+    /* the pool trims KV (background sessions first, least recently used
+       first) and then weights after every feed; what it cannot take (an
+       idle session's run state and tables) goes by closing idle sessions */
+    rb_pool_stats ps;
+    while (cfg->mem_budget_bytes && rb_pool_get_stats(s->pool, &ps) == RB_OK &&
+           ps.total_bytes > cfg->mem_budget_bytes && (c = lru_idle(s, 1, NULL)))
+        conv_close(s, c, "over --mem-budget");
     if (cfg->sessions_dir) {
         for (;;) {
             uint64_t n = 0, bytes = 0;
@@ -647,6 +619,8 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     c->is_busy = 1;
     c->last_used = ++s->clock;
     a->conv = c;
+    /* the conversation being served is the pool's foreground */
+    rb_session_set_priority(c->session, RB_PRIORITY_FOREGROUND);
     /* only what the conversation does not hold yet is computed; at least
        one token is fed so that its logits are this request's */
     size_t have = rb_session_n_tokens(c->session);
@@ -797,6 +771,7 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     }
     if (conv_copy_tokens(c) != 0)
         c->n_tokens = 0; /* out of memory: not found by prefix, still by id */
+    rb_session_set_priority(ss, RB_PRIORITY_BACKGROUND);
     c->is_busy = 0;
     c->last_used = ++s->clock;
     /* the bounds hold when the client sees the reply end */
@@ -1109,6 +1084,11 @@ int sv_sched_start(sv_server *srv)
                                rb_model_errmsg(model));
     }
     rb_error e;
+    if (rb_pool_create(model, cfg->mem_budget_bytes, &s->pool, &e) != RB_OK)
+        return rb_cli_fail("serve", e.message, NULL);
+    cfg->sp.pool = s->pool;
+    cfg->sp.budget_bytes = 0;
+    cfg->sp.priority = RB_PRIORITY_BACKGROUND;
     /* the first session loads the weights: an unsupported model fails here */
     if (rb_session_create(model, &cfg->sp, &s->spare, &e) != RB_OK)
         return rb_cli_fail("serve", e.message, NULL);
@@ -1162,6 +1142,7 @@ void sv_sched_free(sv_sched *s)
         conv_remove(s, s->convs[s->n_convs - 1]);
     free(s->convs);
     rb_session_destroy(s->spare);
+    rb_pool_destroy(s->pool);
     free(s->active);
     free(s->reply_end);
     free(s->piece);
