@@ -353,6 +353,33 @@ curl -s "$URL/metrics" > m8.txt
 grep -Eq '^rebound_conversation_restores_total\{path="file"\} [1-9]' m8.txt || fail "no restore from file in /metrics"
 stop_server
 
+check "more conversations than --mem-budget holds: the pool trims idle KV, a returning one is exact"
+# slow.gguf at -c 1024: 6.4 MB of weights, ~3.2 MB per 400-token
+# conversation (KV + run state): three of them need ~16 MB, the budget is 14
+LONG=$(python3 -c 'print("the cat sat on the mat and " * 40)')
+mb_round() {   # mb_round PREFIX: three conversations, then m1's next turn
+    for id in m1 m2 m3; do
+        echo "{\"conversation_id\": \"$id\", \"prompt\": \"$LONG $id\", \"max_tokens\": 4, \"temperature\": 0}" \
+            | post /v1/completions "$1-$id.json" >/dev/null
+    done
+    echo "{\"conversation_id\": \"m1\", \"prompt\": \"$LONG m1 and then\", \"max_tokens\": 8, \"temperature\": 0}" \
+        | post /v1/completions "$1-back.json" >/dev/null
+}
+start_server s9.log -m slow.gguf -t 2 -c 1024
+mb_round ref
+stop_server
+start_server s10.log -m slow.gguf -t 2 -c 1024 --mem-budget 14M
+mb_round mb
+curl -s "$URL/metrics" > m10.txt
+stop_server
+[ "$(jget mb-back.json 'd["choices"][0]["text"]')" = "$(jget ref-back.json 'd["choices"][0]["text"]')" ] \
+    || fail "the returning conversation's reply under the budget differs from the reference"
+[ "$(jget mb-back.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 400 ] \
+    || fail "the returning conversation was recomputed, not restored"
+grep -Eq '^rebound_pool_bytes\{what="trimmed"\} [1-9]' m10.txt || { cat m10.txt >&2; fail "the pool trimmed nothing"; }
+total=$(sed -n 's/^rebound_pool_bytes{what="total"} //p' m10.txt)
+[ "$total" -le $((14 * 1048576 * 105 / 100)) ] || fail "the pool holds $total bytes, over the 14 MiB budget + 5%"
+
 check "usage errors: no model, bad --chat-template, --max-open below --parallel"
 run_fails u1 2 'no model given' "$REBOUND" serve
 run_fails u2 2 "unknown --chat-template 'nope'" "$REBOUND" serve -m qwen.gguf --chat-template nope
