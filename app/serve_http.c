@@ -87,8 +87,11 @@ typedef struct http {
     const char *api_key;      /* NULL: none */
     uint64_t max_body;
     uint32_t n_ctx;
+    uint32_t max_conn;        /* connections served; beyond: 503 (the daemon
+                                 accepts a few more so that they hear it) */
     uint64_t n_seq;           /* response ids */
-    pthread_mutex_t mu;       /* n_seq */
+    uint32_t n_conn;          /* connections open now */
+    pthread_mutex_t mu;       /* n_seq, n_conn */
 } http;
 
 static http g_http;           /* read-only after start except n_seq (mu) */
@@ -184,6 +187,8 @@ static enum MHD_Result respond(conn *c, unsigned status, const char *type, char 
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (status == SV_ERR_UNAVAILABLE) /* too many connections: this one goes */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (c->req && c->req->conv_out[0])
         MHD_add_response_header(r, "X-Rebound-Conversation", c->req->conv_out);
     enum MHD_Result ok = MHD_queue_response(c->mc, status, r);
@@ -889,6 +894,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         c->mc = mc;
         c->endpoint = route(url);
         c->is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
+        pthread_mutex_lock(&g_http.mu);
+        uint32_t n_conn = g_http.n_conn;
+        pthread_mutex_unlock(&g_http.mu);
+        if (n_conn > g_http.max_conn)
+            return respond_error(c, SV_ERR_UNAVAILABLE, NULL, "too many connections (%" PRIu32
+                                 " open, --max-connections %" PRIu32 "); retry later", n_conn,
+                                 g_http.max_conn);
         if (c->is_post) {
             const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
                                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -979,6 +991,18 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
     *con_cls = NULL;
 }
 
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)cls, (void)mc, (void)socket_context;
+    pthread_mutex_lock(&g_http.mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        g_http.n_conn++;
+    else if (g_http.n_conn > 0)
+        g_http.n_conn--;
+    pthread_mutex_unlock(&g_http.mu);
+}
+
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -1055,8 +1079,8 @@ int rb_cmd_serve(int argc, char **argv)
          "in constant time)", &api_key, 0, 0, opt_api_key, NULL},
         {"--max-body", RB_OPT_SIZE, "BYTES", "largest request body (K/M/G; default 4M): 413 beyond",
          &max_body, 1, 1e12, NULL, NULL},
-        {"--max-connections", RB_OPT_U32, "N", "connections at once (default 64)", &max_conn, 1,
-         4096, NULL, NULL},
+        {"--max-connections", RB_OPT_U32, "N", "connections served at once (default 64); a few "
+         "more hear 503,\nthe rest are refused", &max_conn, 1, 4096, NULL, NULL},
         {"-np|--parallel", RB_OPT_U32, "N", "requests computed at once, interleaved token by token "
          "(default 4)", &parallel, 1, 256, NULL, NULL},
         {"--max-queue", RB_OPT_U32, "N", "requests waiting beyond those (default 64): 429 beyond",
@@ -1169,6 +1193,7 @@ int rb_cmd_serve(int argc, char **argv)
     g_http.srv = &srv;
     g_http.api_key = api_key;
     g_http.max_body = max_body;
+    g_http.max_conn = max_conn;
     g_http.n_ctx = cfg->sp.n_ctx;
 
     unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD |
@@ -1205,7 +1230,8 @@ int rb_cmd_serve(int argc, char **argv)
     d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, &srv,
                          MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                          MHD_OPTION_ARRAY, listen_opt,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)max_conn + 8,
+                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
                          MHD_OPTION_CONNECTION_TIMEOUT, 60u,
                          MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,

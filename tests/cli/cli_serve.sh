@@ -210,6 +210,7 @@ bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "conv
 bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "conversation_id": "a/b"}'
 bad 400 invalid_request "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"conversation_id\": \"$(printf 'x%.0s' $(seq 1 65))\"}"
 bad 400 invalid_request "$(printf '%.0s[' $(seq 1 5000))"
+bad 400 invalid_request "$(printf '{"messages": [{"role": "user", "content": "\xff\xfe"}]}')"
 [ "$(ls convs | grep -c -v '\.rbs$' || true)" = 0 ] || { ls -la convs; fail "a file other than a session file in convs"; }
 # a prompt longer than the context (256)
 python3 -c 'import json; print(json.dumps({"prompt": "word " * 2000, "max_tokens": 4}))' | post /v1/completions long.json > long.code
@@ -314,13 +315,28 @@ alive
 stop_server
 
 check "bounds: --max-conversations 2 deletes the least recently used conversation's file"
-start_server s5.log -m qwen.gguf -t 2 --sessions bounded --max-conversations 2
+start_server s5.log -m qwen.gguf -t 2 --sessions bounded --max-conversations 2 --max-connections 3
 for id in b1 b2 b3; do
     echo "{\"conversation_id\": \"$id\", \"prompt\": \"hello $id\", \"max_tokens\": 2}" | post /v1/completions "$id.json" >/dev/null
 done
 [ ! -e bounded/b1.rbs ] && [ -e bounded/b2.rbs ] && [ -e bounded/b3.rbs ] || { ls bounded; fail "the oldest conversation's file was not the one deleted"; }
 expect_line s5.log 'conversation b1 deleted \(more than --max-conversations\)'
 curl -s "$URL/metrics" > m5.txt
+# four idle connections held open: the fifth (over --max-connections 3) hears 503
+python3 - "${URL#http://}" > conn.out <<'EOF'
+import socket, sys
+host, port = sys.argv[1].split(":")
+idle = [socket.create_connection((host, int(port))) for _ in range(4)]
+s = socket.create_connection((host, int(port)))
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+s.settimeout(10)
+print(s.recv(4096).decode("latin-1").split("\r\n")[0])
+for c in idle + [s]:
+    c.close()
+EOF
+grep -q '^HTTP/1.1 503' conn.out || { cat conn.out; fail "over --max-connections: not 503"; }
+for _ in $(seq 1 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && break; sleep 0.1; done
+alive
 grep -Eq '^rebound_conversations\{state="total"\} 2$' m5.txt || fail "/metrics does not count 2 conversations"
 stop_server
 
