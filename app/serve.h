@@ -97,6 +97,8 @@ typedef struct sv_config {
                                      background sessions' KV, least recently
                                      used first, then weights; beyond that
                                      idle sessions are closed */
+    int watch_pressure;           /* --pressure: the pool trims on the kernel's
+                                     memory pressure signals (PSI, cgroup) */
     uint32_t max_conversations;   /* stored conversations; oldest deleted first */
     uint64_t max_disk_bytes;      /* session files in all; 0: no limit */
     uint32_t max_open;            /* sessions open in RAM at once */

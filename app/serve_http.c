@@ -1099,6 +1099,10 @@ int rb_cmd_serve(int argc, char **argv)
          "open session (K/M/G):\nbeyond it the idle conversations' KV goes first (least "
          "recently used),\nthen weights; idle sessions are closed when that is not enough",
          &mem_budget, 1, 1e19, NULL, NULL},
+        {"--pressure", RB_OPT_FLAG, NULL, "trim the pool on the kernel's memory pressure "
+         "signals (PSI or the cgroup's\nlevels: low -> the last quarter of the layers' KV, "
+         "medium -> half, critical -> all\nand the weights)", &cfg->watch_pressure, 0, 0, NULL,
+         NULL},
         {"--chat-template|--template", RB_OPT_STR, "NAME", "chat format (default: the model's)",
          &cfg->chat_template, 0, 0, NULL, NULL},
         {"-n|--n-predict", RB_OPT_I64, "N", "default max_tokens (default -1: until the model "

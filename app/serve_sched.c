@@ -1092,6 +1092,14 @@ int sv_sched_start(sv_server *srv)
     /* the first session loads the weights: an unsupported model fails here */
     if (rb_session_create(model, &cfg->sp, &s->spare, &e) != RB_OK)
         return rb_cli_fail("serve", e.message, NULL);
+    if (cfg->watch_pressure) {
+        if (rb_pool_watch_pressure(s->pool, NULL, &e) != RB_OK)
+            return rb_cli_fail("serve", e.message, "serve runs without --pressure there");
+        rb_pool_stats ps;
+        rb_pool_get_stats(s->pool, &ps);
+        fprintf(stderr, "rebound serve: the pool trims on memory pressure from %s\n",
+                ps.pressure_source);
+    }
     s->n_ctx = rb_session_n_ctx(s->spare);
     cfg->sp.n_ctx = s->n_ctx; /* the files are saved and reopened with it */
     s->n_batch = cfg->sp.n_batch ? cfg->sp.n_batch : 128;

@@ -384,7 +384,13 @@ mb_round() {   # mb_round PREFIX: three conversations, then m1's next turn
 start_server s9.log -m slow.gguf -t 2 -c 1024
 mb_round ref
 stop_server
-start_server s10.log -m slow.gguf -t 2 -c 1024 --mem-budget 14M
+pressure=""
+[ -r /proc/pressure/memory ] && pressure=--pressure   # the monitor too, where PSI exists
+start_server s10.log -m slow.gguf -t 2 -c 1024 --mem-budget 14M $pressure
+if [ -n "$pressure" ]; then
+    grep -q 'the pool trims on memory pressure from .*/proc/pressure/memory\|the pool trims on memory pressure from .*memory.pressure' s10.log \
+        || { cat s10.log >&2; fail "--pressure: serve does not say what it watches"; }
+fi
 mb_round mb
 curl -s "$URL/metrics" > m10.txt
 stop_server
