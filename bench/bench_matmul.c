@@ -19,7 +19,10 @@
  * timed (llm.c style). Output: one `result ...` line per measurement
  * (machine-readable: commit, compiler, cpu, threads) and a table.
  *
- * usage: bench_matmul [--quick]
+ * usage: bench_matmul [--quick] [--model] [--prefill] [--cputime]
+ *   --prefill  the prefill rows only (no decode, no model)
+ *   --cputime  one thread, timed by the process's CPU time: kernel A/B on a
+ *              loaded machine, where wall time mostly measures the others
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,11 +41,14 @@
 
 static char cpu_name[128] = "unknown";
 static int quick;
+static int use_cputime; /* --cputime: process CPU time, one thread only */
+static int n_pools = 2;
+static int only_prefill;
 
 static double now_s(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(use_cputime ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -200,9 +206,9 @@ static void bench_decode_prefill(rb_threadpool *pools[2])
             }
             void *act = make_act(type, n_cols, prefill_tok);
             float *y = malloc(sizeof(float) * (size_t)(n_rows * prefill_tok));
-            for (int p = 0; p < 2; p++) {
+            for (int p = 0; p < n_pools; p++) {
                 const int nth = rb_threadpool_n_threads(pools[p]);
-                for (int pf = 0; pf < 2; pf++) {
+                for (int pf = only_prefill; pf < 2; pf++) {
                     if (pf && type == RB_TYPE_Q6_K)
                         continue;
                     const int64_t n_tok = pf ? prefill_tok : 1;
@@ -318,8 +324,12 @@ int main(int argc, char **argv)
             quick = 1;
         else if (strcmp(argv[i], "--model") == 0)
             only_model = 1;
+        else if (strcmp(argv[i], "--prefill") == 0)
+            only_prefill = 1;
+        else if (strcmp(argv[i], "--cputime") == 0)
+            use_cputime = 1, n_pools = 1;
         else {
-            fprintf(stderr, "usage: bench_matmul [--quick] [--model]\n");
+            fprintf(stderr, "usage: bench_matmul [--quick] [--model] [--prefill] [--cputime]\n");
             return 2;
         }
     }
@@ -335,8 +345,11 @@ int main(int argc, char **argv)
            __VERSION__);
     if (!only_model)
         bench_decode_prefill(pools);
+    if (only_prefill)
+        goto done;
     bench_model(pools, RB_TYPE_Q4_0);
     bench_model(pools, RB_TYPE_Q8_0);
+done:
     for (int p = 0; p < 2; p++)
         rb_threadpool_destroy(pools[p]);
     return 0;

@@ -47,6 +47,9 @@
 #define RB_MATMUL_DECODE_CHUNK_ROWS 16
 #define RB_MATMUL_PREFILL_CHUNK_ROWS 16
 #define RB_MATMUL_PREFILL_TOK_BLOCK 64
+/* the ISA's panel kernel (gemm) from this many tokens on: below, its
+ * repacking of each panel costs more than the tiles' extra loads */
+#define RB_MATMUL_GEMM_MIN_TOKENS 16
 
 #ifdef RB_MATMUL_HAVE_X86
 static rb_matmul_isa g_avx512;
@@ -62,6 +65,11 @@ static void build_avx512(void)
             g_avx512.act[t] = own->act[t];
         if (own->tile[t])
             g_avx512.tile[t] = own->tile[t];
+        if (own->gemm[t]) {
+            g_avx512.gemm[t] = own->gemm[t];
+            g_avx512.gemm_side[t] = own->gemm_side[t];
+            g_avx512.gemm_corr_lanes[t] = own->gemm_corr_lanes[t];
+        }
     }
 }
 #endif
@@ -143,6 +151,13 @@ typedef struct rb_matmul_job {
     int64_t y_stride;
     int64_t chunk_rows, tok_block, n_row_chunks, n_chunks;
     int tile_rows, tile_toks;
+    /* gemm (the ISA's panel kernel, NULL: tiles): its side tables */
+    rb_gemm_fn gemm;
+    rb_gemm_side_fn gemm_side;
+    rb_threadpool *pool;
+    float *side_d;
+    int32_t *side_corr;
+    int corr_lanes;
     /* next chunk to claim; starts at nth (chunks 0..nth-1 go by thread id) */
     alignas(64) atomic_llong next_chunk;
 } rb_matmul_job;
@@ -160,6 +175,44 @@ static void rb_matmul_chunk(const rb_matmul_job *job, int64_t c)
             job->tile(job->n_cols, job->w + r * job->w_row_bytes, job->w_row_bytes, nr,
                       job->act + t * job->act_stride, job->act_stride, nt,
                       job->y + t * job->y_stride + r, job->y_stride);
+        }
+    }
+}
+
+/* gemm, first job: the side tables, tokens split evenly */
+static void rb_matmul_side_task(void *ctx, int ith, int nth)
+{
+    const rb_matmul_job *job = ctx;
+    const int64_t t0 = job->n_tokens * ith / nth, t1 = job->n_tokens * (ith + 1) / nth;
+    job->gemm_side(job->act, job->act_stride, job->n_cols, t0, t1, job->side_d, job->side_corr);
+}
+
+/* gemm, second job: a chunk is a panel of RB_GEMM_ROWS rows x every token;
+ * a worker without scratch memory runs the tiles of its panels instead
+ * (the same bits) */
+static void rb_matmul_gemm_task(void *ctx, int ith, int nth)
+{
+    rb_matmul_job *job = ctx;
+    (void)nth;
+    void *scratch = rb_threadpool_scratch(job->pool, ith, RB_GEMM_SCRATCH(job->n_cols));
+    for (int64_t c = ith; c < job->n_chunks;
+         c = atomic_fetch_add_explicit(&job->next_chunk, 1, memory_order_relaxed)) {
+        const int64_t r0 = c * RB_GEMM_ROWS;
+        const int n = (int)(job->n_rows - r0 < RB_GEMM_ROWS ? job->n_rows - r0 : RB_GEMM_ROWS);
+        if (scratch) {
+            job->gemm(job->n_cols, job->w + r0 * job->w_row_bytes, job->w_row_bytes, n, job->act,
+                      job->act_stride, job->n_tokens, job->side_d, job->side_corr, job->y + r0,
+                      job->y_stride, scratch);
+            continue;
+        }
+        for (int64_t t = 0; t < job->n_tokens; t += job->tile_toks) {
+            const int nt = (int)(job->n_tokens - t < job->tile_toks ? job->n_tokens - t : job->tile_toks);
+            for (int64_t r = r0; r < r0 + n; r += job->tile_rows) {
+                const int nr = (int)(r0 + n - r < job->tile_rows ? r0 + n - r : job->tile_rows);
+                job->tile(job->n_cols, job->w + r * job->w_row_bytes, job->w_row_bytes, nr,
+                          job->act + t * job->act_stride, job->act_stride, nt,
+                          job->y + t * job->y_stride + r, job->y_stride);
+            }
         }
     }
 }
@@ -209,6 +262,23 @@ void rb_matmul(rb_threadpool *pool, uint32_t w_type, const void *w, int64_t n_ro
     job.n_chunks = job.n_row_chunks * ((n_tokens + job.tok_block - 1) / job.tok_block);
     const int nth = rb_threadpool_n_threads(pool);
     atomic_init(&job.next_chunk, nth);
+    if (n_tokens >= RB_MATMUL_GEMM_MIN_TOKENS && isa->gemm[w_type] && pool) {
+        const int64_t nb = n_cols / (int64_t)rb_type_get_traits(rb_matmul_act_type(w_type))->block_elems;
+        const size_t n_d = (size_t)(n_tokens * nb);
+        const int lanes = isa->gemm_corr_lanes[w_type];
+        char *side = rb_threadpool_scratch(pool, nth, n_d * sizeof(float) * (size_t)(1 + lanes));
+        if (side) {
+            job.gemm = isa->gemm[w_type];
+            job.gemm_side = isa->gemm_side[w_type];
+            job.pool = pool;
+            job.side_corr = (int32_t *)side;
+            job.side_d = (float *)(side + n_d * sizeof(int32_t) * (size_t)lanes);
+            job.n_chunks = (n_rows + RB_GEMM_ROWS - 1) / RB_GEMM_ROWS;
+            rb_threadpool_run(pool, rb_matmul_side_task, &job);
+            rb_threadpool_run(pool, rb_matmul_gemm_task, &job);
+            return;
+        }
+    }
     rb_threadpool_run(pool, rb_matmul_task, &job);
 }
 

@@ -23,10 +23,12 @@
     defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #define RB_INLINE static inline __attribute__((always_inline))
 #define RB_FOR(i, n) _Pragma("GCC unroll 4") for (int i = 0; i < (n); i++)
+#define RB_FOR8(i, n) _Pragma("GCC unroll 8") for (int i = 0; i < (n); i++)
 
 RB_INLINE float rb_h2f(rb_f16 h) { return _cvtsh_ss(h); }
 
@@ -210,6 +212,239 @@ RB_INLINE void rb_tile_q4_0(int64_t n, const char *w, size_t wrb, const char *a,
         y[t * ys + r] = T == 4 ? l[r][t] : R == 4 ? l[t][r] : ch.s[r][t];
 }
 
+/* ---- prefill panels (matmul_kernels.h's gemm) --------------------------------
+ * Q4_0: one output row per int32 lane. The panel's 32 rows are repacked
+ * (gathered) into 16-row groups: for block b, quad q (elements 4q..4q+3),
+ * group g a zmm whose dword i holds row 16g + i's four unsigned codes, and
+ * the rows' scales as floats. Per block and token one vpdpbusd per quad and
+ * group, with the token's four activation codes broadcast from its Q8_0
+ * row, starting from corr = -8 * sum(a) gives each row's exact block
+ * integer in its lane; then acc = fma(float(isum), dw * da, acc): the
+ * chains of the tile kernels (llama.cpp's repacked gemm), lane by lane. No
+ * horizontal sums, and each weight byte is loaded once per token tile of
+ * RB_G_TOK tokens.
+ * Q8_0: two rows per zmm (row 2p in the low 256 bits, 2p + 1 high), the
+ * token's block broadcast to both halves: vpdpbusd from corr = -128 * (the
+ * sums of 4 activation codes) gives ggml_vec_dot_q8_0_q8_0's 8 int32 lanes
+ * of each row (codes + 128 as the unsigned operand), then its per-block
+ * fma(dw * da, float(lanes), acc) and hsum8 at the end. */
+
+#define RB_G_TOK 6 /* tokens per tile: 2 x 6 int + 2 x 6 float accumulators */
+
+static void rb_gemm_side_q4_0(const void *act, size_t arb, int64_t n, int64_t t0, int64_t t1,
+                              float *d, int32_t *corr)
+{
+    const int64_t nb = n / RB_QK8_0;
+    for (int64_t t = t0; t < t1; t++) {
+        const rb_block_q8_0 *ab = (const rb_block_q8_0 *)((const char *)act + t * arb);
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)ab[b].qs);
+            /* sum of the unsigned a + 128, minus 32 * 128 */
+            const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(a, _mm256_set1_epi8((char)0x80)),
+                                              _mm256_setzero_si256());
+            const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            const int32_t sum = (int32_t)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 4096;
+            d[t * nb + b] = rb_h2f(ab[b].d);
+            corr[t * nb + b] = -8 * sum;
+        }
+    }
+}
+
+static void rb_gemm_side_q8_0(const void *act, size_t arb, int64_t n, int64_t t0, int64_t t1,
+                              float *d, int32_t *corr)
+{
+    const int64_t nb = n / RB_QK8_0;
+    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t t = t0; t < t1; t++) {
+        const rb_block_q8_0 *ab = (const rb_block_q8_0 *)((const char *)act + t * arb);
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i *)ab[b].qs);
+            const __m256i c = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                               _mm256_dpbusd_epi32(_mm256_setzero_si256(), k80, a));
+            _mm256_storeu_si256((__m256i *)(corr + (t * nb + b) * 8), c);
+            d[t * nb + b] = rb_h2f(ab[b].d);
+        }
+    }
+}
+
+/* the panel's rows as 16-row groups (see above); rows >= n_rows are zeros */
+static void rb_gemm_pack_q4_0(int64_t nb, const char *w, size_t wrb, int n_rows, __m512i *pw,
+                              float *ps)
+{
+    for (int g = 0; g < RB_GEMM_ROWS / 16; g++) {
+        const int left = n_rows - 16 * g;
+        const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32((int)wrb));
+        const char *wg = w + (size_t)(16 * g) * wrb;
+        const __m512i k0f = _mm512_set1_epi8(0x0f);
+        for (int64_t b = 0; b < nb; b++) {
+            const char *bb = wg + b * sizeof(rb_block_q4_0);
+            const __m512i dd = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, bb, 1);
+            _mm512_storeu_ps(ps + (b * (RB_GEMM_ROWS / 16) + g) * 16,
+                             _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+            for (int q = 0; q < 4; q++) {
+                const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx,
+                                                              bb + 2 + 4 * q, 1);
+                pw[(b * 8 + q) * (RB_GEMM_ROWS / 16) + g] = _mm512_and_si512(v, k0f);
+                pw[(b * 8 + q + 4) * (RB_GEMM_ROWS / 16) + g] =
+                    _mm512_and_si512(_mm512_srli_epi16(v, 4), k0f);
+            }
+        }
+    }
+}
+
+RB_INLINE void rb_gemm_q4_0_tile(int64_t nb, const __m512i *pw, const float *ps, const char *a,
+                                 size_t arb, const float *sd, const int32_t *sc, float *y,
+                                 int64_t ys, __mmask16 m0, __mmask16 m1, const int T)
+{
+    enum { G = RB_GEMM_ROWS / 16 };
+    __m512 acc[G][RB_G_TOK];
+    RB_FOR8(g, G) RB_FOR8(t, T) acc[g][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i is[G][RB_G_TOK];
+        RB_FOR8(t, T) {
+            const __m512i c = _mm512_set1_epi32(sc[t * nb + b]);
+            RB_FOR8(g, G) is[g][t] = c;
+        }
+        const char *ab = a + b * sizeof(rb_block_q8_0) + offsetof(rb_block_q8_0, qs);
+        const __m512i *pb = pw + b * 8 * G;
+        _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) {
+            const __m512i w0 = _mm512_load_si512(pb + q * G);
+            const __m512i w1 = _mm512_load_si512(pb + q * G + 1);
+            RB_FOR8(t, T) {
+                int32_t a4;
+                memcpy(&a4, ab + t * arb + 4 * q, 4);
+                const __m512i av = _mm512_set1_epi32(a4);
+                is[0][t] = _mm512_dpbusd_epi32(is[0][t], w0, av);
+                is[1][t] = _mm512_dpbusd_epi32(is[1][t], w1, av);
+            }
+        }
+        const __m512 dw0 = _mm512_load_ps(ps + b * 16 * G), dw1 = _mm512_load_ps(ps + b * 16 * G + 16);
+        RB_FOR8(t, T) {
+            const __m512 da = _mm512_set1_ps(sd[t * nb + b]);
+            acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[0][t]), _mm512_mul_ps(dw0, da), acc[0][t]);
+            acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[1][t]), _mm512_mul_ps(dw1, da), acc[1][t]);
+        }
+    }
+    RB_FOR8(t, T) {
+        _mm512_mask_storeu_ps(y + t * ys, m0, acc[0][t]);
+        _mm512_mask_storeu_ps(y + t * ys + 16, m1, acc[1][t]);
+    }
+}
+
+static void rb_gemm_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int64_t n_tok, const float *sd, const int32_t *sc,
+                                float *y, int64_t ys, void *scratch)
+{
+    const int64_t nb = n / RB_QK8_0;
+    __m512i *pw = scratch;
+    float *ps = (float *)(pw + nb * 8 * (RB_GEMM_ROWS / 16));
+    rb_gemm_pack_q4_0(nb, w, wrb, n_rows, pw, ps);
+    const __mmask16 m0 = n_rows >= 16 ? 0xffff : (__mmask16)((1u << n_rows) - 1);
+    const __mmask16 m1 = n_rows >= 32 ? 0xffff : n_rows <= 16 ? 0 : (__mmask16)((1u << (n_rows - 16)) - 1);
+    const char *ac = a;
+    int64_t t = 0;
+    for (; t + RB_G_TOK <= n_tok; t += RB_G_TOK)
+        rb_gemm_q4_0_tile(nb, pw, ps, ac + t * arb, arb, sd + t * nb, sc + t * nb, y + t * ys, ys,
+                          m0, m1, RB_G_TOK);
+    switch (n_tok - t) {
+#define RB_GQ4(T) rb_gemm_q4_0_tile(nb, pw, ps, ac + t * arb, arb, sd + t * nb, sc + t * nb, \
+                                    y + t * ys, ys, m0, m1, T)
+    case 1: RB_GQ4(1); break;
+    case 2: RB_GQ4(2); break;
+    case 3: RB_GQ4(3); break;
+    case 4: RB_GQ4(4); break;
+    case 5: RB_GQ4(5); break;
+    default: break;
+#undef RB_GQ4
+    }
+}
+
+/* Q8_0 panel: per row pair p and block b, a zmm of the two rows' codes
+ * + 128 (pw) and one of their scales (8 x dw of row 2p, 8 x dw of 2p + 1) */
+static void rb_gemm_pack_q8_0(int64_t nb, const char *w, size_t wrb, int n_rows, __m512i *pw,
+                              __m512 *ps)
+{
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    for (int p = 0; p < RB_GEMM_ROWS / 2; p++) {
+        const int r0 = 2 * p;
+        const rb_block_q8_0 *x0 = r0 < n_rows ? (const rb_block_q8_0 *)(w + r0 * wrb) : NULL;
+        const rb_block_q8_0 *x1 = r0 + 1 < n_rows ? (const rb_block_q8_0 *)(w + (r0 + 1) * wrb) : NULL;
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256i l = x0 ? _mm256_loadu_si256((const __m256i *)x0[b].qs) : _mm256_set1_epi8((char)0x80);
+            const __m256i h = x1 ? _mm256_loadu_si256((const __m256i *)x1[b].qs) : _mm256_set1_epi8((char)0x80);
+            pw[b * (RB_GEMM_ROWS / 2) + p] =
+                _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1), k80);
+            const float d0 = x0 ? rb_h2f(x0[b].d) : 0.0f, d1 = x1 ? rb_h2f(x1[b].d) : 0.0f;
+            ps[b * (RB_GEMM_ROWS / 2) + p] =
+                _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
+        }
+    }
+}
+
+#define RB_G8_PAIRS 4
+#define RB_G8_TOK 3
+
+RB_INLINE void rb_gemm_q8_0_tile(int64_t nb, const __m512i *pw, const __m512 *ps, const char *a,
+                                 size_t arb, const float *sd, const int32_t *sc, float *y,
+                                 int64_t ys, int r0, int n_rows, const int T)
+{
+    enum { P = RB_G8_PAIRS };
+    __m512 acc[P][RB_G8_TOK];
+    RB_FOR8(p, P) RB_FOR8(t, T) acc[p][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i av[RB_G8_TOK], cv[RB_G8_TOK];
+        __m512 dav[RB_G8_TOK];
+        RB_FOR8(t, T) {
+            const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
+            av[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)ab->qs));
+            cv[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sc + (t * nb + b) * 8)));
+            dav[t] = _mm512_set1_ps(sd[t * nb + b]);
+        }
+        RB_FOR8(p, P) {
+            const __m512i wv = _mm512_load_si512(pw + b * (RB_GEMM_ROWS / 2) + p);
+            const __m512 dw = _mm512_load_ps((const float *)(ps + b * (RB_GEMM_ROWS / 2) + p));
+            RB_FOR8(t, T) {
+                const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(cv[t], wv, av[t]));
+                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dav[t]), f, acc[p][t]);
+            }
+        }
+    }
+    RB_FOR8(p, P) RB_FOR8(t, T) {
+        const int r = r0 + 2 * p;
+        if (r < n_rows)
+            y[t * ys + r] = rb_hsum8(_mm512_castps512_ps256(acc[p][t]));
+        if (r + 1 < n_rows)
+            y[t * ys + r + 1] = rb_hsum8(_mm512_extractf32x8_ps(acc[p][t], 1));
+    }
+}
+
+static void rb_gemm_q8_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int64_t n_tok, const float *sd, const int32_t *sc,
+                                float *y, int64_t ys, void *scratch)
+{
+    const int64_t nb = n / RB_QK8_0;
+    __m512i *pw = scratch;
+    __m512 *ps = (__m512 *)(pw + nb * (RB_GEMM_ROWS / 2));
+    rb_gemm_pack_q8_0(nb, w, wrb, n_rows, pw, ps);
+    const char *ac = a;
+    for (int pp = 0; pp < RB_GEMM_ROWS / 2 && 2 * pp < n_rows; pp += RB_G8_PAIRS) {
+        const __m512i *pwp = pw + pp;
+        const __m512 *psp = ps + pp;
+        int64_t t = 0;
+        for (; t + RB_G8_TOK <= n_tok; t += RB_G8_TOK)
+            rb_gemm_q8_0_tile(nb, pwp, psp, ac + t * arb, arb, sd + t * nb, sc + t * nb * 8,
+                              y + t * ys, ys, 2 * pp, n_rows, RB_G8_TOK);
+        if (n_tok - t == 2)
+            rb_gemm_q8_0_tile(nb, pwp, psp, ac + t * arb, arb, sd + t * nb, sc + t * nb * 8,
+                              y + t * ys, ys, 2 * pp, n_rows, 2);
+        else if (n_tok - t == 1)
+            rb_gemm_q8_0_tile(nb, pwp, psp, ac + t * arb, arb, sd + t * nb, sc + t * nb * 8,
+                              y + t * ys, ys, 2 * pp, n_rows, 1);
+    }
+}
+
 /* ---- instantiation (matmul_avx2.c's shape switch) ---------------------------- */
 
 #define RB_SHAPES(CALL)                                                               \
@@ -259,6 +494,18 @@ const rb_matmul_isa rb_matmul_isa_avx512_own = {
     .tile = {
         [RB_TYPE_Q4_0] = rb_tile_q4_0_avx512,
         [RB_TYPE_Q8_0] = rb_tile_q8_0_avx512,
+    },
+    .gemm = {
+        [RB_TYPE_Q4_0] = rb_gemm_q4_0_avx512,
+        [RB_TYPE_Q8_0] = rb_gemm_q8_0_avx512,
+    },
+    .gemm_side = {
+        [RB_TYPE_Q4_0] = rb_gemm_side_q4_0,
+        [RB_TYPE_Q8_0] = rb_gemm_side_q8_0,
+    },
+    .gemm_corr_lanes = {
+        [RB_TYPE_Q4_0] = 1,
+        [RB_TYPE_Q8_0] = 8,
     },
 };
 

@@ -47,10 +47,35 @@ typedef void (*rb_tile_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, in
                            const void *act, size_t act_row_bytes, int n_tok, float *y,
                            int64_t y_stride);
 
+/*
+ * gemm: prefill of a whole panel of up to RB_GEMM_ROWS weight rows against
+ * n_tok activation rows, for the weight types an ISA has one for. Before
+ * the panels run, `side` converts the activation rows' per-block values
+ * that every panel shares (for token t, block b: d[t * nb + b] = the
+ * block's scale as a float, corr[(t * nb + b) * corr_lanes ...] the
+ * integer correction of the kernel's unsigned weight codes); the panel
+ * kernel repacks its rows into `scratch` (RB_GEMM_SCRATCH(n_cols) bytes,
+ * 64-aligned) and writes y[t * y_stride + r] for r < n_rows, t < n_tok.
+ * Same determinism rule as the tiles: every output is computed by the float
+ * operations of the tile kernels of its table, bit for bit.
+ */
+#define RB_GEMM_ROWS 32
+#define RB_GEMM_SCRATCH(n_cols) ((size_t)(n_cols) * 2 * RB_GEMM_ROWS + 64)
+
+typedef void (*rb_gemm_side_fn)(const void *act, size_t act_row_bytes, int64_t n_cols,
+                                int64_t t0, int64_t t1, float *d, int32_t *corr);
+typedef void (*rb_gemm_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,
+                           const void *act, size_t act_row_bytes, int64_t n_tok,
+                           const float *side_d, const int32_t *side_corr, float *y,
+                           int64_t y_stride, void *scratch);
+
 typedef struct rb_matmul_isa {
     const char *name;                 /* "ref", "avx2", "vnni", "avx512", "neon", "dotprod" */
     rb_act_fn act[RB_TYPE_COUNT];     /* by activation type; NULL: none */
     rb_tile_fn tile[RB_TYPE_COUNT];   /* by weight type; NULL: unsupported */
+    rb_gemm_fn gemm[RB_TYPE_COUNT];   /* by weight type; NULL: tiles only */
+    rb_gemm_side_fn gemm_side[RB_TYPE_COUNT];
+    int gemm_corr_lanes[RB_TYPE_COUNT];
     int decode_rows;                  /* rows per tile when n_tok == 1 */
     int prefill_rows, prefill_toks;   /* tile shape when n_tok > 1 */
 } rb_matmul_isa;

@@ -55,6 +55,7 @@
 #include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -89,6 +90,9 @@ struct rb_threadpool {
     int n_threads;
     int n_started; /* threads created (so destroy joins only those) */
     pthread_t *threads;
+    /* rb_threadpool_scratch: n_threads + 1 slots, each owned as it says */
+    void **scratch;
+    size_t *scratch_bytes;
 };
 
 typedef struct rb_worker_arg {
@@ -188,9 +192,19 @@ rb_status rb_threadpool_create(int n_threads, rb_threadpool **out, rb_error *err
     atomic_init(&pool->n_sleeping, 0);
     pool->n_threads = n_threads;
     pool->threads = NULL;
+    pool->scratch = calloc((size_t)n_threads + 1, sizeof *pool->scratch);
+    pool->scratch_bytes = calloc((size_t)n_threads + 1, sizeof *pool->scratch_bytes);
+    if (!pool->scratch || !pool->scratch_bytes) {
+        free(pool->scratch);
+        free(pool->scratch_bytes);
+        free(pool);
+        return rb_error_set(err, RB_E_NOMEM, "threadpool: out of memory");
+    }
     if (n_threads > 1) {
         pool->threads = calloc((size_t)n_threads - 1, sizeof(pthread_t));
         if (!pool->threads) {
+            free(pool->scratch);
+            free(pool->scratch_bytes);
             free(pool);
             return rb_error_set(err, RB_E_NOMEM, "threadpool: out of memory");
         }
@@ -212,6 +226,8 @@ rb_status rb_threadpool_create(int n_threads, rb_threadpool **out, rb_error *err
             pthread_cond_destroy(&pool->cond);
             pthread_mutex_destroy(&pool->mutex);
             free(pool->threads);
+            free(pool->scratch);
+            free(pool->scratch_bytes);
             free(pool);
             if (rc < 0)
                 return rb_error_set(err, RB_E_NOMEM, "threadpool: out of memory");
@@ -232,7 +248,29 @@ void rb_threadpool_destroy(rb_threadpool *pool)
     pthread_cond_destroy(&pool->cond);
     pthread_mutex_destroy(&pool->mutex);
     free(pool->threads);
+    for (int i = 0; i <= pool->n_threads; i++)
+        free(pool->scratch[i]);
+    free(pool->scratch);
+    free(pool->scratch_bytes);
     free(pool);
+}
+
+void *rb_threadpool_scratch(rb_threadpool *pool, int slot, size_t bytes)
+{
+    if (!pool || slot < 0 || slot > pool->n_threads || bytes > SIZE_MAX / 2)
+        return NULL;
+    if (pool->scratch_bytes[slot] < bytes) {
+        /* grown by half again, so that a run of growing requests reallocates
+         * a few times only */
+        size_t size = (bytes + bytes / 2 + RB_CACHE_LINE - 1) / RB_CACHE_LINE * RB_CACHE_LINE;
+        void *p = aligned_alloc(RB_CACHE_LINE, size);
+        if (!p)
+            return NULL;
+        free(pool->scratch[slot]);
+        pool->scratch[slot] = p;
+        pool->scratch_bytes[slot] = size;
+    }
+    return pool->scratch[slot];
 }
 
 int rb_threadpool_n_threads(const rb_threadpool *pool)

@@ -32,4 +32,12 @@ int rb_threadpool_n_threads(const rb_threadpool *pool);
 /* Runs fn(ctx, ith, nth) on every worker (ith = 0 on the caller). */
 void rb_threadpool_run(rb_threadpool *pool, rb_task_fn fn, void *ctx);
 
+/* Scratch memory a job's worker may use: slot 0..n_threads - 1 belongs to
+ * worker ith while a job runs (no other thread touches it), slot n_threads
+ * to the caller between jobs (a job may read it). At least `bytes` bytes,
+ * 64-aligned, kept and reused by later calls (grown when too small, freed by
+ * rb_threadpool_destroy); its contents do not survive a call that grows it.
+ * NULL when pool is NULL, slot is out of range or memory ran out. */
+void *rb_threadpool_scratch(rb_threadpool *pool, int slot, size_t bytes);
+
 #endif
