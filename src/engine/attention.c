@@ -67,6 +67,28 @@ void rb_attn_scale_f16(rb_f16 *acc, float s, int n)
         acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * s);
 }
 
+void rb_attn_block8_f16(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
+                        float kq_scale, rb_f16 *acc, float *m, float *sum)
+{
+    RB_ATTN_X86(rb_attn_block8_f16_avx2(q, k, v, stride, n, kq_scale, acc, m, sum); return);
+    float sc[8];
+    rb_attn_dot8_f16(q, k, stride, n, sc);
+    for (int l = 0; l < 8; l++) {
+        const float s = sc[l] * kq_scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > *m) {
+            const float m_old = *m;
+            *m = s;
+            ms = expf(m_old - *m);
+            rb_attn_scale_f16(acc, ms, n);
+        } else {
+            vs = expf(s - *m);
+        }
+        rb_attn_mad_f16(acc, v + l * stride, vs, n);
+        *sum = fmaf(*sum, ms, vs);
+    }
+}
+
 /*
  * Quantized K (llama.cpp's --cache-type-k q8_0 / q4_0): the score is its
  * vec_dot of the K row with the query quantized to q8_0, in the order of

@@ -22,6 +22,16 @@ void rb_attn_mad_f16(rb_f16 *acc, const rb_f16 *v, float s, int n);
 /* acc[i] = f16(acc[i] * s) */
 void rb_attn_scale_f16(rb_f16 *acc, float s, int n);
 
+/* 8 consecutive positions of one query, K and V rows stride elements apart:
+ * for each, score = rb_attn_dot_f16(q, k row) * kq_scale, then the online
+ * softmax step (m, sum: the running max and sum): when the score exceeds m,
+ * acc is scaled by expf(m - score) and m raised, else the weight is
+ * expf(score - m); acc gets the weighted V row (rb_attn_mad_f16) and
+ * sum = fmaf(sum, ms, vs). llama.cpp's flash attention step, the same bits
+ * as the separate calls. */
+void rb_attn_block8_f16(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
+                        float kq_scale, rb_f16 *acc, float *m, float *sum);
+
 /* Quantized K rows (q8_0, q4_0) against a query row quantized to q8_0
  * (n values, a multiple of 32), in llama.cpp's AVX2 vec_dot order. */
 float rb_attn_dot_q8_0(const void *k_row, const void *q_row, int n);

@@ -383,7 +383,6 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
         }
     memset(acc, 0, (size_t)nq * hd * sizeof *acc);
     const uint32_t end = j->pos0 + t1; /* one past the last query's last position */
-    float scores[8];
     const uint32_t start = nq ? qs[0].first / 8 * 8 : end; /* qs[0]: the earliest window */
     for (uint32_t p0 = start; p0 < end; p0 += 8) {
         /* a block of 8 positions (within a page: its rows hd apart) is read
@@ -397,10 +396,8 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
             const rb_f16 *q = qh + qi * hd;
             rb_f16 *ac = acc + qi * hd;
             if (in_page && p0 + 8 <= a->last + 1 && p0 >= a->first) {
-                rb_attn_dot8_f16(q, k0, hd, (int)hd, scores);
-                for (uint32_t l = 0; l < 8; l++)
-                    attn_step(a, ac, rb_kvcache_v(j->kv, j->layer, kvh, p0 + l),
-                              scores[l] * scale, (int)hd);
+                rb_attn_block8_f16(q, k0, rb_kvcache_v(j->kv, j->layer, kvh, p0), hd, (int)hd,
+                                   scale, ac, &a->m, &a->sum);
             } else {
                 for (uint32_t p = p0 > a->first ? p0 : a->first; p <= a->last && p < p0 + 8; p++)
                     attn_step(a, ac, rb_kvcache_v(j->kv, j->layer, kvh, p),

@@ -8,6 +8,7 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
+#include <math.h>
 
 #include "fp_dot.h"
 
@@ -98,6 +99,62 @@ void rb_attn_scale_f16_avx2(rb_f16 *acc, float s, int n)
     }
     for (; i < n; i++)
         acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * s);
+}
+
+/* attention.c's rb_attn_block8_f16: the dot products and online-softmax
+ * steps of 8 positions in one call (attend() ran four calls and two tier
+ * checks per position), each step's operations those of the separate
+ * functions: the same bits */
+static inline void rb_attn_scale_inl(rb_f16 *acc, float s, int n)
+{
+    int i = 0;
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i)));
+        _mm_storeu_si128((__m128i *)(acc + i),
+                         _mm256_cvtps_ph(_mm256_mul_ps(a, vs), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++)
+        acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * s);
+}
+
+static inline void rb_attn_mad_inl(rb_f16 *acc, const rb_f16 *v, float s, int n)
+{
+    int i = 0;
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(acc + i)));
+        __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i)));
+        _mm_storeu_si128((__m128i *)(acc + i),
+                         _mm256_cvtps_ph(_mm256_fmadd_ps(x, vs, a), _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; i++)
+        acc[i] = rb_fp32_to_fp16(fmaf(rb_fp16_to_fp32(v[i]), s, rb_fp16_to_fp32(acc[i])));
+}
+
+void rb_attn_block8_f16_avx2(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
+                             int n, float kq_scale, rb_f16 *acc, float *m, float *sum)
+{
+    float sc[8];
+    for (int l = 0; l < 8; l++)
+        sc[l] = rb_dot_f16_ggml(k + l * stride, q, n);
+    float mm = *m, ss = *sum;
+    for (int l = 0; l < 8; l++) {
+        const float s = sc[l] * kq_scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > mm) {
+            const float m_old = mm;
+            mm = s;
+            ms = expf(m_old - mm);
+            rb_attn_scale_inl(acc, ms, n);
+        } else {
+            vs = expf(s - mm);
+        }
+        rb_attn_mad_inl(acc, v + l * stride, vs, n);
+        ss = fmaf(ss, ms, vs);
+    }
+    *m = mm;
+    *sum = ss;
 }
 
 #else

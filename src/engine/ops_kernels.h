@@ -22,6 +22,8 @@ float rb_attn_dot_f16_avx2(const rb_f16 *q, const rb_f16 *k, int n);
 void rb_attn_dot8_f16_avx2(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, float out[8]);
 void rb_attn_mad_f16_avx2(rb_f16 *acc, const rb_f16 *v, float s, int n);
 void rb_attn_scale_f16_avx2(rb_f16 *acc, float s, int n);
+void rb_attn_block8_f16_avx2(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
+                             int n, float kq_scale, rb_f16 *acc, float *m, float *sum);
 #endif
 
 #endif
