@@ -46,6 +46,8 @@
 
 #define RB_MATMUL_DECODE_CHUNK_ROWS 16
 #define RB_MATMUL_PREFILL_CHUNK_ROWS 16
+/* decode chunks of a gemv kernel: a multiple of its 32 rows */
+#define RB_MATMUL_GEMV_CHUNK_ROWS 64
 #define RB_MATMUL_PREFILL_TOK_BLOCK 64
 /* the ISA's panel kernel (gemm) from this many tokens on: below, its
  * repacking of each panel costs more than the tiles' extra loads */
@@ -65,6 +67,8 @@ static void build_avx512(void)
             g_avx512.act[t] = own->act[t];
         if (own->tile[t])
             g_avx512.tile[t] = own->tile[t];
+        if (own->gemv[t])
+            g_avx512.gemv[t] = own->gemv[t];
         if (own->gemm[t]) {
             g_avx512.gemm[t] = own->gemm[t];
             g_avx512.gemm_side[t] = own->gemm_side[t];
@@ -151,6 +155,7 @@ typedef struct rb_matmul_job {
     int64_t y_stride;
     int64_t chunk_rows, tok_block, n_row_chunks, n_chunks;
     int tile_rows, tile_toks;
+    rb_gemv_fn gemv; /* decode's row kernel (NULL: tiles) */
     /* gemm (the ISA's panel kernel, NULL: tiles): its side tables */
     rb_gemm_fn gemm;
     rb_gemm_side_fn gemm_side;
@@ -164,6 +169,13 @@ typedef struct rb_matmul_job {
 
 static void rb_matmul_chunk(const rb_matmul_job *job, int64_t c)
 {
+    if (job->gemv) {
+        const int64_t g0 = c * job->chunk_rows;
+        const int64_t g1 = g0 + job->chunk_rows < job->n_rows ? g0 + job->chunk_rows : job->n_rows;
+        job->gemv(job->n_cols, job->w + g0 * job->w_row_bytes, job->w_row_bytes, (int)(g1 - g0),
+                  job->act, job->y + g0);
+        return;
+    }
     const int64_t r0 = (c % job->n_row_chunks) * job->chunk_rows;
     const int64_t t0 = (c / job->n_row_chunks) * job->tok_block;
     const int64_t r1 = r0 + job->chunk_rows < job->n_rows ? r0 + job->chunk_rows : job->n_rows;
@@ -247,7 +259,13 @@ void rb_matmul(rb_threadpool *pool, uint32_t w_type, const void *w, int64_t n_ro
         .y = y,
         .y_stride = y_stride,
     };
-    if (n_tokens == 1) {
+    if (n_tokens == 1 && isa->gemv[w_type]) {
+        job.gemv = isa->gemv[w_type];
+        job.chunk_rows = RB_MATMUL_GEMV_CHUNK_ROWS;
+        job.tok_block = 1;
+        job.tile_rows = isa->decode_rows;
+        job.tile_toks = 1;
+    } else if (n_tokens == 1) {
         job.chunk_rows = RB_MATMUL_DECODE_CHUNK_ROWS;
         job.tok_block = 1;
         job.tile_rows = isa->decode_rows;

@@ -69,10 +69,16 @@ typedef void (*rb_gemm_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, in
                            const float *side_d, const int32_t *side_corr, float *y,
                            int64_t y_stride, void *scratch);
 
+/* gemv: decode (one token) of n_rows consecutive weight rows, y[r] for
+ * r < n_rows; the same bits as the type's tile with n_tok = 1. */
+typedef void (*rb_gemv_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,
+                           const void *act, float *y);
+
 typedef struct rb_matmul_isa {
     const char *name;                 /* "ref", "avx2", "vnni", "avx512", "neon", "dotprod" */
     rb_act_fn act[RB_TYPE_COUNT];     /* by activation type; NULL: none */
     rb_tile_fn tile[RB_TYPE_COUNT];   /* by weight type; NULL: unsupported */
+    rb_gemv_fn gemv[RB_TYPE_COUNT];   /* by weight type; NULL: tiles only */
     rb_gemm_fn gemm[RB_TYPE_COUNT];   /* by weight type; NULL: tiles only */
     rb_gemm_side_fn gemm_side[RB_TYPE_COUNT];
     int gemm_corr_lanes[RB_TYPE_COUNT];
