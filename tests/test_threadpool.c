@@ -5,7 +5,9 @@
  * (run under ASan / TSan in CI builds). Prints the per-job overhead.
  */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "check.h"
@@ -131,6 +133,56 @@ static void test_threads(int n_threads)
     rb_threadpool_destroy(pool);
 }
 
+/* Each worker writes its own scratch slot while a job runs; the caller's
+ * slot (n_threads) is read by the job. */
+typedef struct scratch_ctx {
+    rb_threadpool *pool;
+    const unsigned char *shared;
+    int ok[8];
+} scratch_ctx;
+
+static void scratch_task(void *ctx, int ith, int nth)
+{
+    scratch_ctx *c = ctx;
+    (void)nth;
+    unsigned char *mine = rb_threadpool_scratch(c->pool, ith, 4096 + 64 * (size_t)ith);
+    int ok = mine != NULL && ((uintptr_t)mine % 64) == 0;
+    if (mine)
+        memset(mine, ith + 1, 4096 + 64 * (size_t)ith);
+    for (int i = 0; i < 100; i++)
+        ok &= c->shared[i] == 0xab;
+    c->ok[ith] = ok;
+}
+
+static void test_scratch(int n_threads)
+{
+    rb_threadpool *pool = NULL;
+    rb_error err = {0};
+    CHECK_EQ_INT(rb_threadpool_create(n_threads, &pool, &err), RB_OK);
+    CHECK(rb_threadpool_scratch(NULL, 0, 16) == NULL);
+    CHECK(rb_threadpool_scratch(pool, -1, 16) == NULL);
+    CHECK(rb_threadpool_scratch(pool, n_threads + 1, 16) == NULL);
+    CHECK(rb_threadpool_scratch(pool, 0, SIZE_MAX) == NULL);
+    unsigned char *shared = rb_threadpool_scratch(pool, n_threads, 100);
+    CHECK(shared != NULL);
+    memset(shared, 0xab, 100);
+    /* a smaller request keeps the block; a larger one may move it */
+    CHECK(rb_threadpool_scratch(pool, n_threads, 50) == shared);
+    scratch_ctx c = {.pool = pool, .shared = shared};
+    for (int round = 0; round < 3; round++) {
+        memset(c.ok, 0, sizeof c.ok);
+        rb_threadpool_run(pool, scratch_task, &c);
+        for (int i = 0; i < n_threads; i++)
+            CHECK_EQ_INT(c.ok[i], 1);
+    }
+    /* the slots are distinct and hold what their worker wrote */
+    for (int i = 0; i < n_threads; i++) {
+        const unsigned char *p = rb_threadpool_scratch(pool, i, 16);
+        CHECK(p != NULL && p[0] == i + 1 && p[4095] == i + 1);
+    }
+    rb_threadpool_destroy(pool);
+}
+
 int main(void)
 {
     rb_threadpool *pool = NULL;
@@ -142,6 +194,8 @@ int main(void)
 
     for (int n = 1; n <= 4; n++)
         test_threads(n);
+    for (int n = 1; n <= 4; n++)
+        test_scratch(n);
 
     /* create and destroy without running anything (workers may be asleep or
      * not yet started) */

@@ -4,8 +4,10 @@
  *
  * What it does: maps a weight type to its activation type (llama.cpp's
  * vec_dot_type), converts activation rows, and splits y = W x across the
- * pool's workers. What it does not do: no allocation, no repacking of
- * weights (rows are read in their GGUF layout), no state between calls.
+ * pool's workers. What it does not do: no repacking of the model's weights
+ * (rows are read in their GGUF layout; a gemm kernel repacks a panel into
+ * the pool's per-worker scratch for the length of one call), no state
+ * between calls.
  *
  * Work split (ggml-cpu.c's shape): the output is cut into chunks of
  * chunk_rows weight rows x tok_block tokens, numbered row-chunk-fastest so
@@ -20,6 +22,18 @@
  *   prefill (n_tokens > 1) : 2 rows x 4 tokens, each weight block unpacked
  *           once for 4 tokens, a chunk's rows reused from L1/L2 for every
  *           token of the block.
+ * An ISA may also have, per weight type, two whole-panel kernels that run
+ * instead of the tiles (matmul_kernels.h):
+ *   gemv   (n_tokens == 1): 64-row chunks, each one call (avx512 Q4_0: 16
+ *          rows per zmm group, no per-row horizontal sums);
+ *   gemm   (n_tokens >= RB_MATMUL_GEMM_MIN_TOKENS): two pool jobs. First
+ *          the side tables (each token's block scales as floats and the
+ *          integer corrections of the kernel's unsigned weight codes),
+ *          tokens split evenly, in the caller's pool scratch slot; then
+ *          chunks of RB_GEMM_ROWS rows x every token, each repacked once
+ *          into the worker's own scratch slot and run against all tokens
+ *          (a worker whose scratch cannot be had runs its chunks' tiles).
+ *          No memory is allocated per call once the slots have grown.
  * Determinism: each output element is computed by the same float operations
  * whatever the chunk, tile or thread count (matmul_kernels.h), so results
  * are bit-identical for any n_threads and for decode vs prefill.
