@@ -6,6 +6,9 @@
  * status. Does not: buffer, cache, or decide policy; callers own that.
  */
 #include <errno.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -248,4 +251,11 @@ void rb_os_guard_remove(int id)
     atomic_store(&guards[id].lo, 0);
     atomic_store(&guards[id].hi, 0);
     atomic_store(&guards[id].used, 0);
+}
+
+void rb_os_trim_heap(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }

@@ -58,6 +58,10 @@ rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no);
  * the environment, the N-th point raises SIGKILL (kill-anywhere tests).
  * Without the variable it costs one relaxed atomic load. */
 void rb_os_fault_point(void);
+/* Gives the heap's free pages back to the OS (glibc: malloc_trim), after
+ * many small blocks were freed at once (a restore's compressed frames), so
+ * that what the accounts freed leaves the process's RSS. No-op elsewhere. */
+void rb_os_trim_heap(void);
 
 /*
  * Guarded file mappings. A file cut under a mapping of it raises SIGBUS

@@ -54,6 +54,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "os.h"
 #include "residency.h"
 #include "rebound_experimental.h"
 #include "residency_split.h"
@@ -1029,6 +1030,7 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
         double seen = (double)r->bytes_io / (r->t_last_io_done - r->t_begin);
         r->R_seen = r->R_seen > 0 ? 0.5 * r->R_seen + 0.5 * seen : seen;
     }
+    const int decoded = r->n_dec > 0;
     r->n_io = r->io_next = r->n_dec = r->dec_next = 0;
     for (uint32_t i = r->batch_next; i < r->batch_n; i++) /* pages of failed reads */
         rb_kvpage_free(r->batch[i], page_alloc_bytes(r));
@@ -1037,6 +1039,10 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
         free(r->dead_frames[i]);
     r->n_dead = 0;
     pthread_mutex_unlock(&r->mu);
+    /* the decoded pages' frames went back to the heap: give its free
+       pages back to the OS, or the process keeps what the accounts freed */
+    if (decoded)
+        rb_os_trim_heap();
     return st;
 }
 
