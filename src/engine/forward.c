@@ -300,13 +300,12 @@ static void matmul(rb_forward *f, const rb_wmat *w, const float *x, int64_t x_st
 
 typedef struct attn_job {
     rb_forward *f;
-    const rb_kvcache *kv;
-    uint32_t layer, n, pos0;
+    const rb_forward_seq *seqs; /* each its own KV cache, positions and rows */
+    uint32_t n_seqs, layer;
     uint32_t chunk;         /* tokens per task */
-    uint32_t n_chunks;
     uint32_t heads;         /* query heads of a KV head's group per task */
     uint32_t n_splits;      /* tasks a group is split into (heads > the cap) */
-    _Atomic uint32_t next;  /* next (KV head, token chunk, heads) task to claim */
+    _Atomic uint32_t next;  /* next (sequence, KV head, token chunk, heads) task */
 } attn_job;
 
 /* Queries one task keeps in flight, and their f16 accumulators' room.
@@ -357,13 +356,14 @@ static void attn_step(attn_query *a, rb_f16 *acc, const rb_f16 *v, float s, int 
  * outside the window is skipped as llama.cpp skips a -inf mask entry, so
  * no page before the earliest query's window is touched (such pages may
  * have been freed). */
-static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t t0,
-                   uint32_t t1)
+static void attend(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
+                   uint32_t g1, uint32_t t0, uint32_t t1)
 {
     rb_forward *f = j->f;
     const rb_hparams *hp = &f->hp;
+    const rb_kvcache *kv = sq->kv;
     const uint32_t hd = hp->head_dim_k, group = hp->n_head / hp->n_head_kv;
-    const uint32_t pt = j->kv->page_tokens, window = f->layers[j->layer].window;
+    const uint32_t pt = kv->page_tokens, window = f->layers[j->layer].window;
     const float scale = f->kq_scale;
     rb_f16 qh[ATTN_ACC_HALVES], acc[ATTN_ACC_HALVES];
     attn_query qs[ATTN_MAX_QUERIES];
@@ -372,9 +372,9 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
         for (uint32_t g = g0; g < g1; g++, nq++) {
             uint32_t h = kvh * group + g;
             attn_query *a = &qs[nq];
-            a->q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
-            a->out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
-            a->last = j->pos0 + t;
+            a->q = f->q + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
+            a->out = f->ao + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
+            a->last = sq->pos0 + t;
             a->first = window && a->last >= window ? a->last - window + 1 : 0;
             a->m = -INFINITY;
             a->sum = 0.0f;
@@ -382,12 +382,12 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
                 qh[nq * hd + i] = rb_fp32_to_fp16(a->q[i]);
         }
     memset(acc, 0, (size_t)nq * hd * sizeof *acc);
-    const uint32_t end = j->pos0 + t1; /* one past the last query's last position */
+    const uint32_t end = sq->pos0 + t1; /* one past the last query's last position */
     const uint32_t start = nq ? qs[0].first / 8 * 8 : end; /* qs[0]: the earliest window */
     for (uint32_t p0 = start; p0 < end; p0 += 8) {
         /* a block of 8 positions (within a page: its rows hd apart) is read
            from RAM once for all the queries */
-        const rb_f16 *k0 = rb_kvcache_k(j->kv, j->layer, kvh, p0);
+        const rb_f16 *k0 = rb_kvcache_k(kv, j->layer, kvh, p0);
         const int in_page = p0 % pt + 8 <= pt;
         for (uint32_t qi = 0; qi < nq; qi++) {
             attn_query *a = &qs[qi];
@@ -396,12 +396,12 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
             const rb_f16 *q = qh + qi * hd;
             rb_f16 *ac = acc + qi * hd;
             if (in_page && p0 + 8 <= a->last + 1 && p0 >= a->first) {
-                rb_attn_block8_f16(q, k0, rb_kvcache_v(j->kv, j->layer, kvh, p0), hd, (int)hd,
+                rb_attn_block8_f16(q, k0, rb_kvcache_v(kv, j->layer, kvh, p0), hd, (int)hd,
                                    scale, ac, &a->m, &a->sum);
             } else {
                 for (uint32_t p = p0 > a->first ? p0 : a->first; p <= a->last && p < p0 + 8; p++)
-                    attn_step(a, ac, rb_kvcache_v(j->kv, j->layer, kvh, p),
-                              rb_attn_dot_f16(q, rb_kvcache_k(j->kv, j->layer, kvh, p), (int)hd) *
+                    attn_step(a, ac, rb_kvcache_v(kv, j->layer, kvh, p),
+                              rb_attn_dot_f16(q, rb_kvcache_k(kv, j->layer, kvh, p), (int)hd) *
                                   scale,
                               (int)hd);
             }
@@ -421,11 +421,11 @@ static void attend(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t
  * loop, so that a K row is read and a V row dequantized once for all the
  * task's queries; each query sees its positions in order (the same bits as
  * one query at a time). */
-static void attend_quant(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, uint32_t t0,
-                         uint32_t t1)
+static void attend_quant(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
+                         uint32_t g1, uint32_t t0, uint32_t t1)
 {
     rb_forward *f = j->f;
-    const rb_kvcache *kv = j->kv;
+    const rb_kvcache *kv = sq->kv;
     const uint32_t hd = f->hp.head_dim_k, group = f->hp.n_head / f->hp.n_head_kv;
     const uint32_t window = f->layers[j->layer].window;
     const int k_f16 = kv->type_k == RB_TYPE_F16, v_f16 = kv->type_v == RB_TYPE_F16;
@@ -440,9 +440,9 @@ static void attend_quant(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, ui
         for (uint32_t g = g0; g < g1; g++, nq++) {
             const uint32_t h = kvh * group + g;
             attn_query *a = &qs[nq];
-            a->q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
-            a->out = f->ao + (size_t)t * f->q_dim + (size_t)h * hd;
-            a->last = j->pos0 + t;
+            a->q = f->q + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
+            a->out = f->ao + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
+            a->last = sq->pos0 + t;
             a->first = window && a->last >= window ? a->last - window + 1 : 0;
             a->m = -INFINITY;
             a->sum = 0.0f;
@@ -456,7 +456,7 @@ static void attend_quant(attn_job *j, uint32_t kvh, uint32_t g0, uint32_t g1, ui
         memset(acc16, 0, (size_t)nq * hd * sizeof *acc16);
     else
         memset(acc, 0, (size_t)nq * hd * sizeof *acc);
-    const uint32_t start = nq ? qs[0].first : 0, end = j->pos0 + t1;
+    const uint32_t start = nq ? qs[0].first : 0, end = sq->pos0 + t1;
     for (uint32_t p = start; p < end; p++) {
         const void *krow = rb_kvcache_k_row(kv, j->layer, kvh, p);
         const void *vr = rb_kvcache_v_row(kv, j->layer, kvh, p);
@@ -502,23 +502,32 @@ static void attn_worker(void *ctx, int ith, int nth)
 {
     attn_job *j = ctx;
     const uint32_t n_kv = j->f->hp.n_head_kv, group = j->f->hp.n_head / n_kv;
-    const uint32_t per_chunk = n_kv * j->n_splits, n_tasks = j->n_chunks * per_chunk;
+    const uint32_t per_chunk = n_kv * j->n_splits;
     (void)ith;
     (void)nth;
     /* relaxed: the task index is the only thing shared, results go to
        disjoint rows, and the pool's job barrier orders them for the caller.
-       The last chunks (the longest causal spans) are claimed first. */
-    for (uint32_t task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-         task < n_tasks;
+       Tasks are numbered sequence by sequence; within one, the last chunks
+       (the longest causal spans) are claimed first. */
+    for (uint32_t task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);;
          task = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) {
-        uint32_t c = j->n_chunks - 1 - task / per_chunk, t0 = c * j->chunk;
-        uint32_t t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
+        const rb_forward_seq *sq = j->seqs;
+        uint32_t n_chunks = (sq->n + j->chunk - 1) / j->chunk;
+        for (uint32_t i = 1; task >= n_chunks * per_chunk && i < j->n_seqs; i++) {
+            task -= n_chunks * per_chunk;
+            sq = &j->seqs[i];
+            n_chunks = (sq->n + j->chunk - 1) / j->chunk;
+        }
+        if (task >= n_chunks * per_chunk)
+            return; /* past the last sequence's tasks */
+        uint32_t c = n_chunks - 1 - task / per_chunk, t0 = c * j->chunk;
+        uint32_t t1 = t0 + j->chunk < sq->n ? t0 + j->chunk : sq->n;
         uint32_t kvh = task % per_chunk / j->n_splits, g0 = task % j->n_splits * j->heads;
         uint32_t g1 = g0 + j->heads < group ? g0 + j->heads : group;
-        if (j->kv->type_k == RB_TYPE_F16 && j->kv->type_v == RB_TYPE_F16)
-            attend(j, kvh, g0, g1, t0, t1);
+        if (sq->kv->type_k == RB_TYPE_F16 && sq->kv->type_v == RB_TYPE_F16)
+            attend(j, sq, kvh, g0, g1, t0, t1);
         else
-            attend_quant(j, kvh, g0, g1, t0, t1);
+            attend_quant(j, sq, kvh, g0, g1, t0, t1);
     }
 }
 
@@ -563,7 +572,12 @@ static void post_norm(rb_forward *f, const float *w, uint32_t n)
         rb_rmsnorm(f->y + (size_t)t * E, f->y + (size_t)t * E, w, E, f->hp.rms_eps);
 }
 
-static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t n, uint32_t pos0)
+/* The attention block of layer l over n rows of n_seqs sequences: every
+ * row-wise step (norms, matrix products, rope, the K/V store) runs on all
+ * rows at once, each row at its own sequence's position into its own KV
+ * cache; each query attends over its own sequence's cache only. */
+static void attention_block(rb_forward *f, const rb_forward_seq *seqs, uint32_t n_seqs,
+                            uint32_t l, uint32_t n)
 {
     const rb_hparams *hp = &f->hp;
     const rb_layer_weights *w = &f->layers[l];
@@ -577,7 +591,11 @@ static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t 
     add_bias(f->q, w->bq, n, f->q_dim);
     add_bias(f->k, w->bk, n, f->kv_dim);
     add_bias(f->v, w->bv, n, f->kv_dim);
-    for (uint32_t t = 0; t < n; t++) {
+    for (uint32_t t = 0, si = 0; t < n; t++) {
+        while (t >= seqs[si].row0 + seqs[si].n)
+            si++;
+        rb_kvcache *kv = seqs[si].kv;
+        const uint32_t pos = seqs[si].pos0 + (t - seqs[si].row0);
         float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
         if (w->q_norm) {
             for (uint32_t h = 0; h < hp->n_head; h++)
@@ -586,21 +604,20 @@ static void attention_block(rb_forward *f, rb_kvcache *kv, uint32_t l, uint32_t 
                 rb_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
         }
         const rb_rope *rope = w->window ? &f->rope_swa : &f->rope;
-        rb_rope_apply(rope, q, (int)hp->n_head, (int)hd, pos0 + t);
-        rb_rope_apply(rope, k, (int)hp->n_head_kv, (int)hd, pos0 + t);
+        rb_rope_apply(rope, q, (int)hp->n_head, (int)hd, pos);
+        rb_rope_apply(rope, k, (int)hp->n_head_kv, (int)hd, pos);
         if (f->q_scale != 1.0f)
             for (uint32_t i = 0; i < f->q_dim; i++)
                 q[i] *= f->q_scale;
         const float *v = f->v + (size_t)t * f->kv_dim;
         for (uint32_t h = 0; h < hp->n_head_kv; h++) {
-            rb_forward_store_row(kv->type_k, k + h * hd, rb_kvcache_k_row(kv, l, h, pos0 + t), hd);
-            rb_forward_store_row(kv->type_v, v + h * hd, rb_kvcache_v_row(kv, l, h, pos0 + t), hd);
+            rb_forward_store_row(kv->type_k, k + h * hd, rb_kvcache_k_row(kv, l, h, pos), hd);
+            rb_forward_store_row(kv->type_v, v + h * hd, rb_kvcache_v_row(kv, l, h, pos), hd);
         }
     }
     const uint32_t cap = attn_queries_per_task(hp), group = hp->n_head / hp->n_head_kv;
     const uint32_t heads = group < cap ? group : cap, chunk = group < cap ? cap / group : 1;
-    attn_job job = {f,     kv, l, n, pos0, chunk, (n + chunk - 1) / chunk,
-                    heads, (group + heads - 1) / heads, 0};
+    attn_job job = {f, seqs, n_seqs, l, chunk, heads, (group + heads - 1) / heads, 0};
     rb_threadpool_run(f->pool, attn_worker, &job);
     matmul(f, &w->wo, f->ao, f->q_dim, n, f->y, E);
     post_norm(f, w->attn_post_norm, n);
@@ -639,54 +656,87 @@ static int is_finite_row(const float *x, uint32_t n)
     return acc == acc;
 }
 
-int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
-                     uint32_t pos0, float *logits, int all_logits)
+int rb_forward_multi(rb_forward *f, rb_forward_seq *seqs, uint32_t n_seqs, float *logits)
 {
-    f->nonfinite_layer = -1;
     const rb_hparams *hp = &f->hp;
-    uint32_t E = hp->n_embd;
+    const uint32_t E = hp->n_embd;
     const rb_type_traits *et = rb_type_get_traits(f->token_embd.type);
-    size_t row_bytes = rb_type_row_bytes(f->token_embd.type, E);
-    if (f->rows_gate && f->rows_gate(f->rows_gate_ctx, tokens, n) != 0)
-        return -1;
-    const rb_model_observer *obs = f->obs; /* the I/O analysis sees each batch */
-    if (obs && obs->on_forward_begin)
-        obs->on_forward_begin(obs->ctx, tokens, n, pos0);
-    for (uint32_t t = 0; t < n; t++) {
-        float *x = f->x + (size_t)t * E;
-        et->dequantize_row((const uint8_t *)f->token_embd.data + (size_t)tokens[t] * row_bytes,
-                           x, E);
-        if (f->embd_scale != 1.0f)
-            for (uint32_t i = 0; i < E; i++)
-                x[i] *= f->embd_scale;
+    const size_t row_bytes = rb_type_row_bytes(f->token_embd.type, E);
+    uint32_t n = 0; /* rows of all sequences */
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        seqs[i].row0 = n;
+        seqs[i].nonfinite_layer = -1;
+        n += seqs[i].n;
     }
-    for (uint32_t l = 0; l < hp->n_layers; l++) {
-        if (f->layer_gate && f->layer_gate(f->layer_gate_ctx, l) != 0) {
-            if (obs && obs->on_forward_end)
-                obs->on_forward_end(obs->ctx);
+    for (uint32_t i = 0; i < n_seqs; i++)
+        if (seqs[i].rows_gate &&
+            seqs[i].rows_gate(seqs[i].rows_gate_ctx, seqs[i].tokens, seqs[i].n) != 0)
             return -1;
+    const rb_model_observer *obs = f->obs; /* the I/O analysis sees each sequence */
+    if (obs && obs->on_forward_begin)
+        for (uint32_t i = 0; i < n_seqs; i++)
+            obs->on_forward_begin(obs->ctx, seqs[i].tokens, seqs[i].n, seqs[i].pos0);
+    for (uint32_t i = 0; i < n_seqs; i++)
+        for (uint32_t t = 0; t < seqs[i].n; t++) {
+            float *x = f->x + (size_t)(seqs[i].row0 + t) * E;
+            et->dequantize_row((const uint8_t *)f->token_embd.data +
+                                   (size_t)seqs[i].tokens[t] * row_bytes, x, E);
+            if (f->embd_scale != 1.0f)
+                for (uint32_t c = 0; c < E; c++)
+                    x[c] *= f->embd_scale;
         }
+    for (uint32_t l = 0; l <= hp->n_layers; l++) {
+        /* every sequence's gate before layer l (l == n_layers: the layers
+           are done, before the output's weights); one "no" stops all */
+        for (uint32_t i = 0; i < n_seqs; i++)
+            if (seqs[i].layer_gate && seqs[i].layer_gate(seqs[i].layer_gate_ctx, l) != 0) {
+                if (l < hp->n_layers && obs && obs->on_forward_end)
+                    obs->on_forward_end(obs->ctx);
+                return -1;
+            }
+        if (l == hp->n_layers)
+            break;
         if (obs && obs->on_forward_layer)
             obs->on_forward_layer(obs->ctx, l);
-        attention_block(f, kv, l, n, pos0);
+        attention_block(f, seqs, n_seqs, l, n);
         ffn_block(f, l, n);
-        if (f->nonfinite_layer < 0 && !is_finite_row(f->x + (size_t)(n - 1) * E, E))
-            f->nonfinite_layer = (int32_t)l;
+        for (uint32_t i = 0; i < n_seqs; i++)
+            if (seqs[i].nonfinite_layer < 0 &&
+                !is_finite_row(f->x + (size_t)(seqs[i].row0 + seqs[i].n - 1) * E, E))
+                seqs[i].nonfinite_layer = (int32_t)l;
+        if (l + 1 == hp->n_layers && obs && obs->on_forward_end)
+            obs->on_forward_end(obs->ctx);
     }
-    if (obs && obs->on_forward_end)
-        obs->on_forward_end(obs->ctx);
-    /* "all layers done": closes the last layer's span; the output's weights */
-    if (f->layer_gate && f->layer_gate(f->layer_gate_ctx, hp->n_layers) != 0)
-        return -1;
-    uint32_t first = all_logits ? 0 : n - 1, m = n - first;
-    for (uint32_t t = first; t < n; t++)
-        rb_rmsnorm(f->xb + (size_t)(t - first) * E, f->x + (size_t)t * E, f->output_norm, E,
-                   hp->rms_eps);
+    /* the rows that give logits, packed: a sequence's all or its last */
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        const uint32_t first = seqs[i].all_logits ? 0 : seqs[i].n - 1;
+        for (uint32_t t = first; t < seqs[i].n; t++, m++)
+            rb_rmsnorm(f->xb + (size_t)m * E, f->x + (size_t)(seqs[i].row0 + t) * E,
+                       f->output_norm, E, hp->rms_eps);
+    }
     matmul(f, &f->output, f->xb, E, m, logits, hp->n_vocab);
     if (hp->final_logit_softcap > 0.0f)
         rb_softcap(logits, (int64_t)m * hp->n_vocab, hp->final_logit_softcap);
-    if (f->nonfinite_layer < 0 &&
-        !is_finite_row(logits + (size_t)(m - 1) * hp->n_vocab, hp->n_vocab))
-        f->nonfinite_layer = (int32_t)hp->n_layers;
+    m = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+        m += seqs[i].all_logits ? seqs[i].n : 1;
+        if (seqs[i].nonfinite_layer < 0 &&
+            !is_finite_row(logits + (size_t)(m - 1) * hp->n_vocab, hp->n_vocab))
+            seqs[i].nonfinite_layer = (int32_t)hp->n_layers;
+    }
     return 0;
+}
+
+int rb_forward_batch(rb_forward *f, rb_kvcache *kv, const int32_t *tokens, uint32_t n,
+                     uint32_t pos0, float *logits, int all_logits)
+{
+    rb_forward_seq seq = {.kv = kv, .tokens = tokens, .n = n, .pos0 = pos0,
+                          .all_logits = all_logits,
+                          .layer_gate = f->layer_gate, .layer_gate_ctx = f->layer_gate_ctx,
+                          .rows_gate = f->rows_gate, .rows_gate_ctx = f->rows_gate_ctx};
+    f->nonfinite_layer = -1;
+    int rc = rb_forward_multi(f, &seq, 1, logits);
+    f->nonfinite_layer = seq.nonfinite_layer;
+    return rc;
 }

@@ -5,7 +5,9 @@
  * shape and type), owns the run state for batches of up to n_batch tokens
  * (allocated once, nothing per token), and computes logits for a batch of
  * tokens at consecutive positions, writing their K and V into a paged
- * rb_kvcache. It does not sample, tokenize or decide residency.
+ * rb_kvcache; or (rb_forward_multi) for the next tokens of several
+ * sequences at once, each with its own cache and positions. It does not
+ * sample, tokenize or decide residency.
  */
 #ifndef RB_FORWARD_H
 #define RB_FORWARD_H
@@ -101,6 +103,42 @@ void rb_forward_deinit(rb_forward *f);
 /* One head's K or V row of n floats into a cache row of type (f16, q8_0,
  * q4_0) as llama.cpp's copy into its cache converts it. */
 void rb_forward_store_row(uint32_t type, const float *x, void *dst, uint32_t n);
+
+/*
+ * One sequence of a pass over several (rb_forward_multi): its own KV cache,
+ * positions and gates. The caller fills the fields above `out`.
+ */
+typedef struct rb_forward_seq {
+    rb_kvcache *kv;          /* its cache, pages reserved for pos0 + n */
+    const int32_t *tokens;   /* n >= 1 tokens at positions pos0.. */
+    uint32_t n, pos0;
+    int all_logits;          /* logits of its n rows, else of its last one */
+    /* as rb_forward's layer_gate / rows_gate, for this sequence; NULL:
+       never asked */
+    int (*layer_gate)(void *ctx, uint32_t layer);
+    void *layer_gate_ctx;
+    int (*rows_gate)(void *ctx, const int32_t *tokens, uint32_t n);
+    void *rows_gate_ctx;
+    /* out */
+    int32_t nonfinite_layer; /* as rb_forward's nonfinite_layer, for its last row */
+    uint32_t row0;           /* its first row of the run state (set by the pass) */
+} rb_forward_seq;
+
+/*
+ * One forward pass over n_seqs sequences (the sum of their n <= n_batch):
+ * every matrix product runs over the rows of all of them at once, so each
+ * weight is read once per pass; attention runs each row over its own
+ * sequence's cache. A sequence's logits and K/V are bit-identical to a pass
+ * over it alone (the kernels compute each row by the same operations
+ * whatever the number of rows: matmul_kernels.h). f's own gates are not
+ * asked; before each layer every sequence's layer_gate is, in order, and
+ * one nonzero answer stops the whole pass (returns -1; the logits and the
+ * K/V of all sequences' positions are then unspecified). logits: the
+ * rows of the sequences in order, all_logits ? n : 1 rows each, n_vocab
+ * floats apart. The model's observer sees on_forward_begin once per
+ * sequence, then the layers once.
+ */
+int rb_forward_multi(rb_forward *f, rb_forward_seq *seqs, uint32_t n_seqs, float *logits);
 
 /*
  * Runs tokens[0..n) at positions pos0.. (n <= n_batch, pos0 + n <= n_ctx),
