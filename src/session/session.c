@@ -369,9 +369,20 @@ rb_status rb_session_feed(rb_session *s, const int32_t *tokens, size_t n, float 
  * (recompute from it). A trim posted from another thread, or an abort,
  * stops the forward pass at a layer boundary: the batches that completed
  * are kept (their tokens appended), the trim is served, and the feed goes
- * on with the rest (an abort returns instead).
+ * on with the rest (an abort returns instead). In steps
+ * (session_internal.h): begin, then attempts of prepare, run, finish;
+ * rb_session_decode_multi runs several sessions' new tokens in one pass in
+ * place of their run step.
  */
 static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, float *logits)
+{
+    rb_feed fd;
+    rb_status st = rb_session_feed_begin(s, tokens, n, logits, &fd);
+    return st != RB_OK ? st : rb_session_feed_continue(s, &fd);
+}
+
+rb_status rb_session_feed_begin(rb_session *s, const int32_t *tokens, size_t n, float *logits,
+                                rb_feed *fd)
 {
     const uint32_t n_vocab = s->fwd.hp.n_vocab;
     if (!tokens)
@@ -385,15 +396,25 @@ static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, flo
         return rb_error_set(&s->err, RB_E_BUDGET,
                             "session: %zu more tokens exceed the context: %zu of %" PRIu32
                             " positions are used", n, s->n_tokens, s->kv.n_ctx);
-    uint32_t damaged = UINT32_MAX;
+    memset(fd, 0, sizeof *fd);
+    fd->tokens = tokens;
+    fd->n = n;
+    fd->logits = logits;
+    fd->damaged = UINT32_MAX;
     s->recomputed_tokens = 0;
-    size_t fed = 0; /* of the new tokens, appended already (a stop between batches) */
-    /* A restore that finds a damaged page (checksum, I/O) recomputes from
-       that page on; a second damaged restore of the same feed is not
-       expected (the recomputed pages are fresh), the bound only keeps a
-       broken device from looping. A stop for a trim is not an attempt. */
-    for (int attempt = 0; attempt < 4;) {
-        const size_t rest = n - fed;
+    return RB_OK;
+}
+
+/* A restore that finds a damaged page (checksum, I/O) recomputes from that
+ * page on; a second damaged restore of the same feed is not expected (the
+ * recomputed pages are fresh), the bound only keeps a broken device from
+ * looping. A stop for a trim is not an attempt. */
+#define FEED_ATTEMPTS 4
+
+rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd)
+{
+    while (fd->attempt < FEED_ATTEMPTS) {
+        const size_t rest = fd->n - fd->fed;
         /* before any restore is planned: a re-balance may trim KV */
         rb_session_memory_before_feed(s, (uint32_t)((s->n_tokens + rest + s->kv.page_tokens - 1) /
                                                     s->kv.page_tokens));
@@ -408,8 +429,8 @@ static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, flo
         } else if (s->res &&
                    (st = rb_residency_begin_restore(s->res, &recompute_from, &s->err)) != RB_OK)
             return st;
-        if (damaged < recompute_from)
-            recompute_from = damaged;
+        if (fd->damaged < recompute_from)
+            recompute_from = fd->damaged;
         if (recompute_from < kv_valid && window_recompute_point(s, recompute_from) == 0 &&
             recompute_from > 0) {
             /* a sliding window reaches released pages: all from 0, with
@@ -423,8 +444,8 @@ static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, flo
             }
             forget_pages_from(s, 0);
             s->n_kv_valid = 0;
-            damaged = UINT32_MAX;
-            attempt++;
+            fd->damaged = UINT32_MAX;
+            fd->attempt++;
             continue;
         }
         if (recompute_from < kv_valid) {
@@ -436,77 +457,110 @@ static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, flo
         s->stop_interrupt = 0;
         s->gate_status = RB_OK;
         s->progress_layers = s->params.progress && s->res ? s->kv.n_layers : 0;
-        int stopped = 0;
-        size_t done_re = 0, done_new = 0;
-        st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
-                        NULL, &stopped, &done_re);
-        if (st == RB_OK && !stopped) {
-            double t0 = rb_throttle_now_s();
-            st = run_tokens(s, tokens + fed, rest, (uint32_t)s->n_tokens,
-                            logits ? logits + fed * n_vocab : NULL, &stopped, &done_new);
-            if (s->res && st == RB_OK && !stopped && fed == 0) /* the split's compute estimate */
-                rb_residency_note_compute(s->res, n, rb_throttle_now_s() - t0);
-        }
-        rb_status rst = RB_OK;
-        damaged = UINT32_MAX;
-        if (s->res)
-            rst = rb_residency_end_restore(s->res, &damaged, &s->err);
-        s->in_forward = 0;
-        s->progress_layers = 0;
-        if (st != RB_OK)
-            return st;
-        if (rst != RB_OK)
-            return rst; /* weights could not be re-read: nothing computes */
-        if (s->gate_status != RB_OK)
-            return s->gate_status; /* the same, found by the layer gate */
-        if (stopped && !s->stop_interrupt && (st = rb_session_memory_stream_error(s)) != RB_OK)
-            return st;  /* streamed weights could not be read: the same */
-        if (!stopped && damaged == UINT32_MAX) {
-            s->recomputed_tokens += (uint32_t)(s->n_tokens - kv_valid);
-            memcpy(s->tokens + s->n_tokens, tokens + fed, rest * sizeof *tokens);
-            s->n_tokens += rest;
-            s->n_kv_valid = s->n_tokens;
-            s->has_logits = 1;
-            rb_session_release_window(s, s->n_tokens, 0); /* the restore ended */
-            rb_session_file_after_feed(s); /* never fails the feed */
-            return rb_session_memory_after_feed(s);
-        }
-        if (stopped && s->stop_interrupt && damaged == UINT32_MAX) {
-            /* a trim or an abort at a layer boundary: keep what completed */
-            s->stop_interrupt = 0;
-            if (done_new == 0) {
-                s->n_kv_valid = kv_valid + done_re;
-                s->recomputed_tokens += (uint32_t)done_re;
-            } else {
-                s->recomputed_tokens += (uint32_t)(s->n_tokens - kv_valid);
-                memcpy(s->tokens + s->n_tokens, tokens + fed, done_new * sizeof *tokens);
-                s->n_tokens += done_new;
-                s->n_kv_valid = s->n_tokens;
-                s->has_logits = 1;
-                fed += done_new;
-            }
-            rb_session_release_window(s, s->n_kv_valid, 0);
-            if (atomic_exchange(&s->abort_req, 0)) {
-                rb_session_serve_requests(s);
-                if (done_new)
-                    rb_session_file_after_feed(s);
-                rb_session_memory_after_feed(s);
-                return rb_error_set(&s->err, RB_E_ABORTED, "session: feed aborted after %zu of "
-                                    "%zu tokens (the session holds %zu)", fed, n, s->n_tokens);
-            }
-            rb_session_serve_requests(s);
-            continue;
-        }
-        if (damaged != UINT32_MAX) {
-            damaged = (uint32_t)window_recompute_point(s, damaged);
-            forget_pages_from(s, damaged / s->kv.page_tokens);
-            if (damaged < s->n_kv_valid)
-                s->n_kv_valid = damaged;
-        }
-        attempt++;
+        fd->kv_valid = kv_valid;
+        fd->stopped = 0;
+        fd->done_re = fd->done_new = 0;
+        fd->st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
+                            NULL, &fd->stopped, &fd->done_re);
+        fd->ready = fd->st == RB_OK && !fd->stopped;
+        return RB_OK;
     }
     return rb_error_set(&s->err, RB_E_IO, "session: the evicted context could not be "
-                        "restored or recomputed after 4 attempts");
+                        "restored or recomputed after %d attempts", FEED_ATTEMPTS);
+}
+
+void rb_session_feed_run(rb_session *s, rb_feed *fd)
+{
+    const uint32_t n_vocab = s->fwd.hp.n_vocab;
+    double t0 = rb_throttle_now_s();
+    fd->st = run_tokens(s, fd->tokens + fd->fed, fd->n - fd->fed, (uint32_t)s->n_tokens,
+                        fd->logits ? fd->logits + fd->fed * n_vocab : NULL, &fd->stopped,
+                        &fd->done_new);
+    if (s->res && fd->st == RB_OK && !fd->stopped && fd->fed == 0) /* the split's compute estimate */
+        rb_residency_note_compute(s->res, fd->n, rb_throttle_now_s() - t0);
+}
+
+rb_status rb_session_feed_finish(rb_session *s, rb_feed *fd, int *done)
+{
+    const size_t rest = fd->n - fd->fed, kv_valid = fd->kv_valid;
+    rb_status st = fd->st, rst = RB_OK;
+    *done = 1;
+    fd->damaged = UINT32_MAX;
+    if (s->res)
+        rst = rb_residency_end_restore(s->res, &fd->damaged, &s->err);
+    s->in_forward = 0;
+    s->progress_layers = 0;
+    if (st != RB_OK)
+        return st;
+    if (rst != RB_OK)
+        return rst; /* weights could not be re-read: nothing computes */
+    if (s->gate_status != RB_OK)
+        return s->gate_status; /* the same, found by the layer gate */
+    if (fd->stopped && !s->stop_interrupt && (st = rb_session_memory_stream_error(s)) != RB_OK)
+        return st;  /* streamed weights could not be read: the same */
+    if (!fd->stopped && fd->damaged == UINT32_MAX) {
+        s->recomputed_tokens += (uint32_t)(s->n_tokens - kv_valid);
+        memcpy(s->tokens + s->n_tokens, fd->tokens + fd->fed, rest * sizeof *fd->tokens);
+        s->n_tokens += rest;
+        s->n_kv_valid = s->n_tokens;
+        s->has_logits = 1;
+        rb_session_release_window(s, s->n_tokens, 0); /* the restore ended */
+        rb_session_file_after_feed(s); /* never fails the feed */
+        return rb_session_memory_after_feed(s);
+    }
+    *done = 0;
+    if (fd->stopped && s->stop_interrupt && fd->damaged == UINT32_MAX) {
+        /* a trim or an abort at a layer boundary: keep what completed */
+        s->stop_interrupt = 0;
+        if (fd->done_new == 0) {
+            s->n_kv_valid = kv_valid + fd->done_re;
+            s->recomputed_tokens += (uint32_t)fd->done_re;
+        } else {
+            s->recomputed_tokens += (uint32_t)(s->n_tokens - kv_valid);
+            memcpy(s->tokens + s->n_tokens, fd->tokens + fd->fed,
+                   fd->done_new * sizeof *fd->tokens);
+            s->n_tokens += fd->done_new;
+            s->n_kv_valid = s->n_tokens;
+            s->has_logits = 1;
+            fd->fed += fd->done_new;
+        }
+        rb_session_release_window(s, s->n_kv_valid, 0);
+        if (atomic_exchange(&s->abort_req, 0)) {
+            rb_session_serve_requests(s);
+            if (fd->done_new)
+                rb_session_file_after_feed(s);
+            rb_session_memory_after_feed(s);
+            *done = 1;
+            return rb_error_set(&s->err, RB_E_ABORTED, "session: feed aborted after %zu of "
+                                "%zu tokens (the session holds %zu)", fd->fed, fd->n,
+                                s->n_tokens);
+        }
+        rb_session_serve_requests(s);
+        return RB_OK;
+    }
+    if (fd->damaged != UINT32_MAX) {
+        fd->damaged = (uint32_t)window_recompute_point(s, fd->damaged);
+        forget_pages_from(s, fd->damaged / s->kv.page_tokens);
+        if (fd->damaged < s->n_kv_valid)
+            s->n_kv_valid = fd->damaged;
+    }
+    fd->attempt++;
+    return RB_OK;
+}
+
+rb_status rb_session_feed_continue(rb_session *s, rb_feed *fd)
+{
+    for (;;) {
+        rb_status st = rb_session_feed_prepare(s, fd);
+        if (st != RB_OK)
+            return st;
+        if (fd->ready)
+            rb_session_feed_run(s, fd);
+        int done;
+        st = rb_session_feed_finish(s, fd, &done);
+        if (done)
+            return st;
+    }
 }
 
 static rb_status rewind_locked(rb_session *s, size_t n_tokens);

@@ -123,6 +123,46 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
  * (before a trim, a rewind, a new mode, a close). What failed or was not
  * read stays in its tier for the next feed's restore. No-op otherwise. */
 void rb_session_settle_restore(rb_session *s, int finish);
+/*
+ * A feed in steps, for rb_session_decode_multi (session_multi.c), which
+ * runs the new tokens of several sessions in one forward pass (op_mu held
+ * throughout):
+ *   begin     validates (tokens, context room; the session is unchanged on
+ *             an error);
+ *   prepare   one attempt up to the new tokens: re-balances a streaming
+ *             weight cache, begins (or joins) the restore, recomputes
+ *             positions whose K/V is gone; ready = 1 when the new tokens
+ *             can run now; an error ends the feed;
+ *   run       the new tokens (rb_session_feed's way), setting st, stopped
+ *             and done_new; the multi pass sets them for its sessions;
+ *   finish    ends the restore; done = 1: the feed is over with the status
+ *             returned (success: tokens appended, logits kept, window pages
+ *             released, the file's commit handed over, the budget enforced);
+ *             done = 0: another attempt (damaged pages, a stopped pass; a
+ *             trim served at a stop keeps the tokens that completed).
+ * rb_session_feed = begin, then continue (prepare, run, finish until done).
+ */
+typedef struct rb_feed {
+    const int32_t *tokens;  /* the caller's, n of them */
+    size_t n;
+    float *logits;          /* the caller's (n rows), or NULL */
+    size_t fed;             /* of the new tokens, appended already (a stop between batches) */
+    size_t kv_valid;        /* this attempt's: positions whose K/V exists in some tier */
+    uint32_t damaged;       /* the last restore's first damaged position */
+    int attempt;
+    int ready;              /* prepare: the new tokens can run */
+    int stopped;            /* a gate stopped the pass */
+    size_t done_re, done_new; /* tokens of completed batches: recomputed, new */
+    rb_status st;           /* the attempt's compute status */
+} rb_feed;
+
+rb_status rb_session_feed_begin(rb_session *s, const int32_t *tokens, size_t n, float *logits,
+                                rb_feed *fd);
+rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd);
+void rb_session_feed_run(rb_session *s, rb_feed *fd);
+rb_status rb_session_feed_finish(rb_session *s, rb_feed *fd, int *done);
+rb_status rb_session_feed_continue(rb_session *s, rb_feed *fd);
+
 /* session_file.c: after a feed (hands the commit of the new full pages and
  * the tokens to the storage worker when bound, and returns; a failure is
  * recorded, never returned), after a rewind (waits for a running commit),
