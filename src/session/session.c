@@ -294,6 +294,16 @@ static void forget_pages_from(rb_session *s, uint32_t first_page)
         s->window_released_pages = first_page;
 }
 
+rb_status rb_session_nonfinite_error(rb_session *s, int32_t layer, uint32_t pos)
+{
+    char what[48] = "the output layer"; /* NaN logits would sample token 0 */
+    if ((uint32_t)layer < s->fwd.hp.n_layers)
+        snprintf(what, sizeof what, "layer %" PRId32, layer);
+    return rb_error_set(&s->err, RB_E_FORMAT, "forward: %s produced NaN or infinite values "
+                        "(position %" PRIu32 "): the model's weights are not finite there",
+                        what, pos);
+}
+
 /* Computes toks[0..n) at positions pos0.. in batches (pages reserved
  * first). *stopped: a gate stopped the pass (the memory manager could not
  * restore a layer, or a trim or an abort came: s->stop_interrupt);
@@ -329,14 +339,8 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
         }
         if ((st = rb_model_check_mapping(s->model, &s->err)) != RB_OK)
             return st;
-        if (s->fwd.nonfinite_layer >= 0) { /* NaN logits would sample token 0 */
-            char what[48] = "the output layer";
-            if ((uint32_t)s->fwd.nonfinite_layer < s->fwd.hp.n_layers)
-                snprintf(what, sizeof what, "layer %" PRId32, s->fwd.nonfinite_layer);
-            return rb_error_set(&s->err, RB_E_FORMAT, "forward: %s produced NaN or infinite "
-                                "values (position %" PRIu32 "): the model's weights are not "
-                                "finite there", what, pos + m - 1);
-        }
+        if (s->fwd.nonfinite_layer >= 0)
+            return rb_session_nonfinite_error(s, s->fwd.nonfinite_layer, pos + m - 1);
         done += m;
         *done_out = done;
         rb_session_release_window(s, pos0 + done, 1);

@@ -162,6 +162,8 @@ rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd);
 void rb_session_feed_run(rb_session *s, rb_feed *fd);
 rb_status rb_session_feed_finish(rb_session *s, rb_feed *fd, int *done);
 rb_status rb_session_feed_continue(rb_session *s, rb_feed *fd);
+/* The error of a pass whose nonfinite_layer is layer (>= 0), at pos. */
+rb_status rb_session_nonfinite_error(rb_session *s, int32_t layer, uint32_t pos);
 
 /* session_file.c: after a feed (hands the commit of the new full pages and
  * the tokens to the storage worker when bound, and returns; a failure is
