@@ -16,7 +16,10 @@
  *      prompt after its part of a round, so each part decodes the same
  *      positions. Tokens are fixed (no sampling: the speed of the pass).
  *   4. per N: the median over rounds of aggregate tok/s (N * n / seconds)
- *      and of the ratio to the same round's one stream.
+ *      and of the ratio to the same round's one stream; and the same
+ *      ratio in CPU time per token (all threads), which other processes
+ *      on the machine disturb less than the wall clock (the load average
+ *      goes into the result line).
  *
  * Output: a table and one `result bench=multi ...` line per N (CPU, tier,
  * threads, model, prompt, steps, rounds).
@@ -40,6 +43,16 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* the process's CPU time (every thread): on a machine others load, the
+ * wall clock of a memory-bound decode is not its own; CPU seconds per
+ * token say what the work costs */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -151,19 +164,22 @@ int main(int argc, char **argv)
 
     /* 3. alternating rounds */
     double one[MAX_ROUNDS], agg[MAX_MULTI][MAX_ROUNDS], ratio[MAX_MULTI][MAX_ROUNDS];
+    double one_cpu[MAX_ROUNDS], cpu_ratio[MAX_MULTI][MAX_ROUNDS]; /* CPU ms per token */
     for (int r = 0; r < rounds; r++) {
         for (int t = 0; t < n_gen; t++)
             buf[t] = token_at(0, (uint32_t)(P + t), nv);
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         for (int t = 0; t < n_gen; t++)
             if (rb_session_feed(s[0], &buf[t], 1, NULL) != RB_OK)
                 return die("feed", rb_session_errmsg(s[0]));
         one[r] = n_gen / (now_s() - t0);
+        one_cpu[r] = (cpu_s() - c0) * 1e3 / n_gen;
         rb_session_rewind(s[0], P);
         for (int k = 0; k < n_multi; k++) {
             const int N = multi[k];
             int32_t tok[MAX_MULTI];
             t0 = now_s();
+            c0 = cpu_s();
             for (int t = 0; t < n_gen; t++) {
                 for (int i = 0; i < N; i++)
                     tok[i] = token_at((uint32_t)i, (uint32_t)(P + t), nv);
@@ -172,6 +188,7 @@ int main(int argc, char **argv)
             }
             agg[k][r] = (double)N * n_gen / (now_s() - t0);
             ratio[k][r] = agg[k][r] / one[r];
+            cpu_ratio[k][r] = one_cpu[r] / ((cpu_s() - c0) * 1e3 / ((double)N * n_gen));
             for (int i = 0; i < N; i++)
                 rb_session_rewind(s[i], P);
         }
@@ -189,15 +206,26 @@ int main(int argc, char **argv)
     if (tl)
         sscanf(tl, "tier: %63s", tier);
     const int threads = n_threads > 0 ? n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    double one_med = median(one, rounds);
-    printf("\n| streams | aggregate tok/s (median of %d) | per stream | vs 1 stream (median ratio) |\n"
-           "|---|---|---|---|\n| 1 | %.2f | %.2f | 1.00x |\n", rounds, one_med, one_med);
+    double one_med = median(one, rounds), one_cpu_med = median(one_cpu, rounds);
+    double load[3] = {0, 0, 0};
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
+            load[0] = -1;
+        fclose(la);
+    }
+    printf("\n| streams | aggregate tok/s (median of %d) | per stream | vs 1 stream (median "
+           "ratio) | CPU ms per token | vs 1 stream |\n|---|---|---|---|---|---|\n"
+           "| 1 | %.2f | %.2f | 1.00x | %.1f | 1.00x |\n", rounds, one_med, one_med, one_cpu_med);
     for (int k = 0; k < n_multi; k++) {
         double a = median(agg[k], rounds), q = median(ratio[k], rounds);
-        printf("| %d | %.2f | %.2f | %.2fx |\n", multi[k], a, a / multi[k], q);
+        double cq = median(cpu_ratio[k], rounds);
+        printf("| %d | %.2f | %.2f | %.2fx | %.1f | %.2fx |\n", multi[k], a, a / multi[k], q,
+               one_cpu_med / cq, cq);
         printf("result bench=multi streams=%d agg_tok_s=%.2f one_tok_s=%.2f ratio=%.3f "
-               "prompt=%d gen=%d rounds=%d threads=%d tier=%s model=%s cpu=\"%s\"\n",
-               multi[k], a, one_med, q, n_prompt, n_gen, rounds, threads, tier, model_path, cpu);
+               "cpu_ratio=%.3f prompt=%d gen=%d rounds=%d threads=%d tier=%s load1=%.2f "
+               "model=%s cpu=\"%s\"\n", multi[k], a, one_med, q, cq, n_prompt, n_gen, rounds,
+               threads, tier, load[0], model_path, cpu);
     }
     for (int i = 0; i < k_max; i++)
         rb_session_destroy(s[i]);
