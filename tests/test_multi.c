@@ -9,12 +9,16 @@
  * lengths (one across a page boundary, one trimmed to the tiers between
  * steps, one with a smaller n_batch that splits the pass) for many steps
  * equals feeding each session alone, logits bit for bit and token counts;
- * the errors: a session twice, sessions of two models, different thread
+ * sessions of one memory pool decoded together while another thread trims
+ * the pool equal sessions never trimmed; the errors: a session twice, sessions of two models, different thread
  * counts, a token outside the vocabulary, a full context (no session
  * changed), NULL arguments.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 #include "forward.h"
@@ -256,6 +260,93 @@ static void session_test(rb_model *m, rb_kv_type kv)
     }
 }
 
+/* Sessions in one memory pool decoded together while another thread trims
+ * the pool again and again: the trims stop the shared pass at layer
+ * boundaries (the session served goes on alone, the others retry alone),
+ * and every step's logits still equal those of sessions never trimmed. */
+typedef struct trimmer {
+    rb_pool *pool;
+    atomic_int stop;
+    int n_trims;
+} trimmer;
+
+static void *trim_loop(void *arg)
+{
+    trimmer *t = arg;
+    while (!atomic_load(&t->stop)) {
+        uint64_t freed = 0;
+        rb_pool_trim(t->pool, 0, t->n_trims % 2 ? RB_TRIM_MODERATE : RB_TRIM_BACKGROUND, &freed);
+        t->n_trims++;
+        nanosleep(&(struct timespec){0, 3000000}, NULL);
+    }
+    return NULL;
+}
+
+#define P_STEPS 16
+
+static void pool_test(rb_model *m)
+{
+    static const uint32_t prompt[S_SEQS] = {70, 5, 33, 120};
+    rb_session *ref[S_SEQS], *ss[S_SEQS];
+    int32_t buf[128], toks[P_STEPS][S_SEQS];
+    const size_t V = N_VOCAB;
+    float *want = malloc((size_t)P_STEPS * S_SEQS * V * sizeof *want);
+    rb_error err;
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    if (!pool)
+        return;
+    for (uint32_t s = 0; s < S_SEQS; s++) {
+        ref[s] = new_session(m, RB_KV_F16, 64, 2);
+        rb_session_params p = rb_session_default_params();
+        p.n_ctx = N_CTX;
+        p.n_threads = 2;
+        p.pool = pool;
+        ss[s] = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &ss[s], &err), RB_OK);
+        if (!ref[s] || !ss[s])
+            return;
+        for (uint32_t i = 0; i < prompt[s]; i++)
+            buf[i] = token_at(s + 4, i);
+        CHECK_EQ_INT(rb_session_feed(ref[s], buf, prompt[s], NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_feed(ss[s], buf, prompt[s], NULL), RB_OK);
+    }
+    /* the references first, alone (nothing trims them) */
+    for (uint32_t step = 0; step < P_STEPS; step++)
+        for (uint32_t s = 0; s < S_SEQS; s++) {
+            toks[step][s] = (int32_t)argmax(rb_session_get_logits(ref[s]), V);
+            CHECK_EQ_INT(rb_session_feed(ref[s], &toks[step][s], 1, NULL), RB_OK);
+            memcpy(want + ((size_t)step * S_SEQS + s) * V, rb_session_get_logits(ref[s]),
+                   V * sizeof *want);
+        }
+    for (uint32_t s = 0; s < S_SEQS; s++)
+        rb_session_destroy(ref[s]);
+    trimmer t = {.pool = pool};
+    pthread_t th;
+    CHECK_EQ_INT(pthread_create(&th, NULL, trim_loop, &t), 0);
+    int same = 1;
+    for (uint32_t step = 0; step < P_STEPS; step++) {
+        CHECK_EQ_INT(rb_session_decode_multi(ss, toks[step], S_SEQS, &err), RB_OK);
+        for (uint32_t s = 0; s < S_SEQS; s++)
+            if (memcmp(rb_session_get_logits(ss[s]), want + ((size_t)step * S_SEQS + s) * V,
+                       V * sizeof *want) != 0) {
+                if (same)
+                    fprintf(stderr, "pool: step %u, session %u differs\n", step, s);
+                same = 0;
+            }
+    }
+    atomic_store(&t.stop, 1);
+    pthread_join(th, NULL);
+    CHECK(same);
+    CHECK(t.n_trims > 0);
+    for (uint32_t s = 0; s < S_SEQS; s++) {
+        CHECK_EQ_U64(rb_session_n_tokens(ss[s]), prompt[s] + P_STEPS);
+        rb_session_destroy(ss[s]);
+    }
+    rb_pool_destroy(pool);
+    free(want);
+}
+
 static void error_test(rb_model *m, rb_model *other)
 {
     rb_session *a = new_session(m, RB_KV_F16, 64, 2), *b = new_session(m, RB_KV_F16, 64, 2);
@@ -321,6 +412,7 @@ int main(void)
     session_test(m4, RB_KV_F16);
     session_test(m8, RB_KV_Q8_0);
     session_test(m4, RB_KV_Q4_0);
+    pool_test(m8);
     error_test(m4, m8);
     rb_model_close(m8);
     rb_model_close(m4);
