@@ -83,7 +83,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = NULL;
     int multi[MAX_MULTI], n_multi = 0, n_prompt = 64, n_gen = 32, rounds = 5, n_threads = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             return die(a, "needs a value (usage: bench_multi -m MODEL [--multi 2,4] [-p 64] "
@@ -103,7 +103,6 @@ int main(int argc, char **argv)
             n_threads = atoi(v);
         else
             return die(a, "unknown option");
-        i++;
     }
     if (!n_multi)
         multi[n_multi++] = 4;
