@@ -10,9 +10,9 @@
  * steps, one with a smaller n_batch that splits the pass) for many steps
  * equals feeding each session alone, logits bit for bit and token counts;
  * sessions of one memory pool decoded together while another thread trims
- * the pool equal sessions never trimmed; the errors: a session twice, sessions of two models, different thread
- * counts, a token outside the vocabulary, a full context (no session
- * changed), NULL arguments.
+ * the pool equal sessions never trimmed. The errors: a session twice,
+ * sessions of two models, different thread counts, a token outside the
+ * vocabulary, a full context (no session changed), NULL arguments.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -126,7 +126,6 @@ static void engine_test(rb_model *m, uint32_t kv_type)
         }
     }
     CHECK(same);
-    /* a gate that says no stops the whole pass */
     for (uint32_t s = 0; s < E_SEQS; s++)
         rb_kvcache_deinit(&alone[s]), rb_kvcache_deinit(&multi[s]);
     free(want);
@@ -141,6 +140,7 @@ static int no_at_layer_2(void *ctx, uint32_t layer)
     return layer == 2;
 }
 
+/* A gate that says no stops the whole pass. */
 static void engine_gate_test(rb_model *m)
 {
     rb_error err;

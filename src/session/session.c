@@ -480,7 +480,8 @@ void rb_session_feed_run(rb_session *s, rb_feed *fd)
     fd->st = run_tokens(s, fd->tokens + fd->fed, fd->n - fd->fed, (uint32_t)s->n_tokens,
                         fd->logits ? fd->logits + fd->fed * n_vocab : NULL, &fd->stopped,
                         &fd->done_new);
-    if (s->res && fd->st == RB_OK && !fd->stopped && fd->fed == 0) /* the split's compute estimate */
+    /* the split's compute estimate */
+    if (s->res && fd->st == RB_OK && !fd->stopped && fd->fed == 0)
         rb_residency_note_compute(s->res, fd->n, rb_throttle_now_s() - t0);
 }
 

@@ -92,7 +92,8 @@ static void run_group(rb_session **ss, rb_feed **fd, size_t k, rb_forward_seq *s
         if (!f)
             f = &s->fwd;
         seqs[m] = (rb_forward_seq){.kv = &s->kv, .tokens = fd[i]->tokens + fd[i]->fed,
-                                   .n = (uint32_t)(fd[i]->n - fd[i]->fed), .pos0 = (uint32_t)s->n_tokens,
+                                   .n = (uint32_t)(fd[i]->n - fd[i]->fed),
+                                   .pos0 = (uint32_t)s->n_tokens,
                                    .layer_gate = s->fwd.layer_gate,
                                    .layer_gate_ctx = s->fwd.layer_gate_ctx,
                                    .rows_gate = s->fwd.rows_gate,
