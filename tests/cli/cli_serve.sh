@@ -110,6 +110,10 @@ run_ok mk "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 64 --layers
 # run when the client leaves or others arrive
 run_ok mks "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 256 --layers 4 --heads 4 \
     --kv-heads 2 --ffn 1024 --vocab 4096 --ctx 2048 --type q8_0 -o slow.gguf
+# slower still (a few ms a token on an idle machine with the AVX-512
+# kernels): a reply of 1900 tokens must outlast a client that leaves after 1 s
+run_ok mkl "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 768 --layers 8 --heads 8 \
+    --kv-heads 2 --ffn 2048 --vocab 4096 --ctx 2048 --type q8_0 -o slower.gguf
 
 HELLO='{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0}'
 
@@ -276,7 +280,7 @@ stop_server
 [ ! -e "$SCRATCH/s.sock" ] || fail "the socket file was left behind"
 
 check "too many requests in flight: 429 for the rest, the others complete"
-start_server s4.log -m slow.gguf -t 2 -c 2048 --parallel 1 --max-queue 1
+start_server s4.log -m slower.gguf -t 2 -c 2048 --parallel 1 --max-queue 1
 pids=()
 for i in 1 2 3 4 5 6; do
     (echo '{"prompt": "count with me", "max_tokens": 100, "temperature": 0}' | post /v1/completions "q$i.json" > "q$i.code") &
