@@ -41,6 +41,7 @@ typedef struct ret_rec {
     uint64_t bytes_io, bytes_dec;
     uint32_t recomputed;
     uint64_t logits_hash;
+    double rss_max_mib, rss_after_mib; /* the process's RSS during the return, and after */
 } ret_rec;
 
 typedef struct rss_sampler {
@@ -312,7 +313,7 @@ int rb_cmd_bench_pool(int argc, char **argv)
         rb_session_get_stats(s[k], &st);
         rec[i] = (ret_rec){k, t0 - smp.t0, t1 - t0, st.restore_bytes_io, st.restore_bytes_decoded,
                            st.restore_recomputed_tokens,
-                           fnv(rb_session_get_logits(s[k]), n_vocab)};
+                           fnv(rb_session_get_logits(s[k]), n_vocab), 0, 0};
         pos[k] += o.turn;
     }
     rc = 0;
@@ -353,6 +354,17 @@ stop:
         rc = 0;
     }
 
+    /* RSS during each return (its TTFT window) and at the next one's start */
+    for (int i = 0; i < n_ret; i++) {
+        double a = rec[i].t_start, b = a + rec[i].ttft_s;
+        double next = i + 1 < n_ret ? rec[i + 1].t_start : b + 0.05;
+        for (uint32_t j = 0; j < smp.n; j++) {
+            if (smp.t[j] >= a && smp.t[j] <= b && smp.rss[j] > rec[i].rss_max_mib)
+                rec[i].rss_max_mib = smp.rss[j];
+            if (smp.t[j] > b && smp.t[j] <= next)
+                rec[i].rss_after_mib = smp.rss[j]; /* the last sample before the next */
+        }
+    }
     /* the figures */
     double *v = malloc((size_t)(n_ret + o.k) * sizeof *v);
     if (!v) {
@@ -380,11 +392,13 @@ stop:
     printf("## bench-pool: %u conversations x %u tokens, %u-token turns, %u rounds, device %s\n\n",
            o.k, o.ctx, o.turn, o.rounds, o.device);
     printf("| return | conversation | TTFT ms | vs warm | restored from storage MiB | "
-           "decoded MiB | recomputed tokens |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+           "decoded MiB | recomputed tokens | RSS during / after, MiB |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n_ret; i++)
-        printf("| %d | %d | %.1f | %.2fx | %.2f | %.2f | %u |\n", i + 1, rec[i].conv,
-               1e3 * rec[i].ttft_s, rec[i].ttft_s / warm_p50, rec[i].bytes_io / mib,
-               rec[i].bytes_dec / mib, rec[i].recomputed);
+        printf("| %d | %d | %.1f | %.2fx | %.2f | %.2f | %u | %.1f / %.1f |\n", i + 1,
+               rec[i].conv, 1e3 * rec[i].ttft_s, rec[i].ttft_s / warm_p50, rec[i].bytes_io / mib,
+               rec[i].bytes_dec / mib, rec[i].recomputed, rec[i].rss_max_mib,
+               rec[i].rss_after_mib);
     printf("\n| figure | value |\n|---|---:|\n");
     printf("| warm turn TTFT, median | %.1f ms |\n", 1e3 * warm_p50);
     printf("| returning turn TTFT, median / p95 / max | %.1f / %.1f / %.1f ms |\n", 1e3 * ret_p50,
@@ -422,8 +436,9 @@ stop:
         for (int i = 0; i < n_ret; i++)
             fprintf(f, "  {\"conversation\": %d, \"t_s\": %.6f, \"ttft_s\": %.6f, "
                        "\"restored_io_bytes\": %" PRIu64 ", \"decoded_bytes\": %" PRIu64 ", "
-                       "\"recomputed_tokens\": %u}%s\n", rec[i].conv, rec[i].t_start,
-                    rec[i].ttft_s, rec[i].bytes_io, rec[i].bytes_dec, rec[i].recomputed,
+                       "\"recomputed_tokens\": %u, \"rss_max_mib\": %.1f, \"rss_after_mib\": %.1f}%s\n",
+                    rec[i].conv, rec[i].t_start, rec[i].ttft_s, rec[i].bytes_io, rec[i].bytes_dec,
+                    rec[i].recomputed, rec[i].rss_max_mib, rec[i].rss_after_mib,
                     i + 1 < n_ret ? "," : "");
         fprintf(f, " ],\n \"return_ttft_p50_s\": %.6f, \"return_ttft_p95_s\": %.6f, "
                    "\"warm_ttft_p50_s\": %.6f, \"recompute_ttft_p50_s\": %.6f,\n"
