@@ -1203,6 +1203,14 @@ void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
     out->restore_total_s = r->t_last_done - r->t_begin;
     out->restore_bytes_io = r->bytes_io;
     out->restore_bytes_decoded = r->bytes_dec;
-    out->other_bytes += r->enc_cap + (size_t)r->n_kv_segs * sizeof(kv_seg);
+    /* its tables and buffers: the encode buffer, the segments, the job
+       and pick lists, and the event log (touched as a restore logs) */
+    out->other_bytes += r->enc_cap + (size_t)r->n_kv_segs * sizeof(kv_seg) +
+                        (size_t)MAX_EVENTS * sizeof *r->ev +
+                        (size_t)(r->n_kv_segs + r->kv.n_layers) *
+                            (2 * sizeof *r->io_jobs + sizeof *r->batch + sizeof *r->dead_frames) +
+                        (size_t)r->n_kv_segs * (sizeof *r->picks + sizeof *r->pick_ids);
+    if (r->store)
+        out->other_bytes += rb_store_ram_bytes(r->store);
     pthread_mutex_unlock(&r->mu);
 }

@@ -766,6 +766,14 @@ int rb_store_is_direct(const rb_store *s) { return s->is_direct; }
 
 size_t rb_store_align(const rb_store *s) { return s->is_direct ? s->slot_align : 1; }
 
+uint64_t rb_store_ram_bytes(rb_store *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t b = (uint64_t)s->tab_cap * sizeof *s->tab + (s->bounce ? bounce_bytes(s) : 0);
+    pthread_mutex_unlock(&s->mu);
+    return b;
+}
+
 void rb_store_get_stats(const rb_store *s, rb_store_stats *out)
 {
     rb_store *m = (rb_store *)s;

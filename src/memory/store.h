@@ -164,6 +164,8 @@ int rb_store_is_direct(const rb_store *s);
 /* The alignment that makes put/get copy-free (4096, or more if the file
  * system asks for more); 1 in buffered mode. */
 size_t rb_store_align(const rb_store *s);
+/* RAM the store holds: its index and its cached bounce buffer. */
+uint64_t rb_store_ram_bytes(rb_store *s);
 
 /* A snapshot of the counters (taken under the index mutex). */
 void rb_store_get_stats(const rb_store *s, rb_store_stats *out);
