@@ -276,11 +276,14 @@ int rb_cmd_bench_pool(int argc, char **argv)
         rb_cli_fail("bench-pool", err.message, NULL);
         goto out;
     }
+    /* the budget bounds the process: what it holds besides the weights and
+       the sessions (measured before they exist, so that nothing of theirs
+       is taken for it) */
+    rb_pool_count_process(pool);
     atomic_init(&smp.stop, 0);
     pthread_create(&smp.th, NULL, sample_loop, &smp);
     if (build(&o, model, pool, s, toks, pos, prefill_s, warm_s))
         goto stop;
-    rb_pool_count_process(pool); /* the budget bounds the process */
     rb_pool_stats ps;
     rb_pool_get_stats(pool, &ps);
     uint64_t kv_all = 0;

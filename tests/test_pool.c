@@ -364,6 +364,9 @@ static void test_schedule(void)
     CHECK_EQ_INT(over, 0);
     rb_pool_get_stats(pool, &ps);
     CHECK(ps.trimmed_bytes > 0); /* the budget made the pool work */
+    /* the sessions' KV meets the budget (to storage, compressed pages too):
+       the weights every feed reads stay */
+    CHECK_EQ_U64(ps.weights_released_bytes, 0);
     printf("schedule: budget %llu (a conversation's KV %llu): %d aborts, %d trims, pool "
            "trimmed %llu bytes, weights released %llu, %llu enforcements\n",
            (unsigned long long)budget, (unsigned long long)conv_kv, n_aborts, n_trims,

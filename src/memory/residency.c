@@ -628,9 +628,36 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
     return rb_residency_trim_kv(r, bytes, level, 0, freed_out, err);
 }
 
+/* A compressed page goes to storage (mu held): its frame is decoded into
+ * a page buffer, written, and both freed. Returns the RAM freed (the
+ * frame), 0 when it stays (no memory, a failed write: it is still in the
+ * compressed tier, nothing lost). */
+static uint64_t demote_frame(rb_residency *r, uint32_t id)
+{
+    kv_seg *s = &r->segs[id];
+    void *buf = alloc_page(r, 1);
+    if (!buf)
+        return 0;
+    rb_error e = {0};
+    uint64_t freed = 0;
+    if (decode_page(r, s->is_zram, s->frame, s->frame_bytes, buf, &e) == RB_OK &&
+        rb_store_put(r->store, id, buf, r->kv.page_bytes, &e) == RB_OK) {
+        freed = s->frame_bytes;
+        free(s->frame);
+        s->frame = NULL;
+        s->frame_bytes = 0;
+        s->tier = RB_TIER_STORED;
+    }
+    rb_kvpage_free(buf, page_alloc_bytes(r));
+    return freed;
+}
+
 rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
                                int kv_only, uint64_t *freed_out, rb_error *err)
 {
+    /* the pool's trims: storage only (a page there frees all of its RAM,
+       a compressed one a fraction), compressed pages too */
+    const int to_storage = kv_only == 2 && r->store != NULL;
     const uint32_t L = r->kv.n_layers;
     uint32_t first_layer = 0;
     int weights = 0;
@@ -663,6 +690,11 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             r->n_pin_waits += s->pins != 0;
             while (s->pins)
                 pthread_cond_wait(&r->cv_pin, &r->mu);
+            if (to_storage && s->tier == RB_TIER_COMPRESSED && !s->is_zram && r->store) {
+                r->pick_ids[n] = id; /* its frame goes to storage (step 3) */
+                r->picks[n++] = (rb_split_page){l, 0, 1};
+                continue;
+            }
             if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
                 continue;
             r->pick_ids[n] = id;
@@ -671,7 +703,8 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
         }
     /* 2. the tiers: recompute drops, eager stores, zram compresses, and a
        pipelined restore splits (residency_split.h) */
-    const int split = r->store && r->p.restore == RB_RESTORE_PIPELINED && !is_zram(r->p.ram_codec);
+    const int split = r->store && r->p.restore == RB_RESTORE_PIPELINED &&
+                      !is_zram(r->p.ram_codec) && !to_storage;
     if (n && r->store && r->R <= 0)
         measure_storage(r, r->kv.slots[r->pick_ids[0]]);
     if (n && split && (r->D <= 0 || r->frame_frac <= 0))
@@ -704,7 +737,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
         }
     } else {
         for (uint32_t i = 0; i < n; i++)
-            r->picks[i].to_store = r->store && !is_zram(r->p.ram_codec);
+            r->picks[i].to_store = r->store && (!is_zram(r->p.ram_codec) || to_storage);
     }
     /* 3. move them, in trim order */
     for (uint32_t i = 0; i < take && st == RB_OK; i++) {
@@ -712,6 +745,10 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             break;
         uint32_t id = r->pick_ids[i];
         kv_seg *s = &r->segs[id];
+        if (to_storage && s->tier == RB_TIER_COMPRESSED) {
+            freed += demote_frame(r, id);
+            continue;
+        }
         if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
             continue;
         if (s->pins) { /* pinned again since step 1 */

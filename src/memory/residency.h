@@ -76,8 +76,10 @@ void rb_residency_set_pages(rb_residency *r, uint32_t n_pages);
  */
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
                             uint64_t *freed, rb_error *err);
-/* The same; kv_only: the weights stay (the memory pool takes them last,
- * after every session's KV). */
+/* The same; kv_only 1: the weights stay (the memory pool takes them last,
+ * after every session's KV); 2: also every page goes to storage when
+ * there is a store, compressed ones included (the pool's budget: a stored
+ * page frees all of its RAM, a compressed one a fraction). */
 rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
                                int kv_only, uint64_t *freed, rb_error *err);
 

@@ -394,7 +394,8 @@ static uint64_t post_request(rb_session *s, uint64_t bytes, rb_trim_level level,
             s->req_level = level;
         if (bytes > s->req_bytes)
             s->req_bytes = bytes;
-        s->req_kv_only &= kv_only;
+        if (kv_only < s->req_kv_only) /* the least restricted of them */
+            s->req_kv_only = kv_only;
     }
     s->req_pending = 1;
     uint64_t id = ++s->req_posted;
@@ -423,24 +424,28 @@ static uint64_t post_request(rb_session *s, uint64_t bytes, rb_trim_level level,
     return freed;
 }
 
-/* The pool takes memory back (its mutex held; any thread): the KV only. */
+/* The pool takes memory back (its mutex held; any thread): the KV only;
+ * for its budget (bytes) to storage, compressed pages too, because a page
+ * there frees all of its RAM and a compressed one a fraction (a level, the
+ * app-switch moment, keeps the two-path split). */
 static uint64_t member_trim(void *ctx, uint64_t bytes, rb_trim_level level)
 {
     rb_session *s = ctx;
     uint64_t freed = 0;
+    const int kv_only = level == RB_TRIM_BYTES ? 2 : 1;
     if (held_by_me(s)) {
         if (s->in_forward) /* a callback inside the pass: at the next boundary */
-            return post_request(s, bytes, level, 1, 0);
-        (void)rb_session_trim_locked(s, bytes, level, 1, &freed);
+            return post_request(s, bytes, level, kv_only, 0);
+        (void)rb_session_trim_locked(s, bytes, level, kv_only, &freed);
         return freed;
     }
     if (pthread_mutex_trylock(&s->op_mu) == 0) {
         mark_held(s);
-        (void)rb_session_trim_locked(s, bytes, level, 1, &freed);
+        (void)rb_session_trim_locked(s, bytes, level, kv_only, &freed);
         rb_session_leave(s);
         return freed;
     }
-    return post_request(s, bytes, level, 1, 0);
+    return post_request(s, bytes, level, kv_only, 0);
 }
 
 static rb_status pool_join(rb_session *s, rb_error *err)
@@ -620,8 +625,11 @@ void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
         uint64_t now = st.kv_raw_bytes + st.kv_compressed_bytes;
         uint64_t after = (uint64_t)n_pages_after * s->kv.n_layers *
                          rb_kvcache_page_alloc_bytes(&s->kv);
+        /* and the model's weights any session released: the pass reads
+           them all back */
+        uint64_t extra = (after > now ? after - now : 0) + st.weights_evicted_bytes;
         publish_bytes(s);
-        rb_pool_enforce(s->mpool, s->member, after > now ? after - now : 0, 0, 0);
+        rb_pool_enforce(s->mpool, s->member, extra, 0, 0);
     }
     if (!s->wstream || !s->params.budget_bytes)
         return;
