@@ -10,7 +10,8 @@
  *
  * The order (rb_pool_enforce): background members before foreground ones,
  * least recently used first, the member that asks last (it is the most
- * recently used); within a member its last layers first (residency.c);
+ * recently used); within a member its last layers first, to storage
+ * (residency.c: a budget trim frees whole pages, compressed ones too);
  * the weights last, last layer first, a layer a forward pass computes
  * skipped. A member busy on another thread cannot be trimmed at once: its
  * trim function posts the request, which that thread serves at its next
