@@ -343,6 +343,7 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
             return rb_session_nonfinite_error(s, s->fwd.nonfinite_layer, pos + m - 1);
         done += m;
         *done_out = done;
+        s->grace_batch = 0;
         rb_session_release_window(s, pos0 + done, 1);
         if (s->params.progress && s->params.progress(s->params.progress_ctx, RB_PROGRESS_FEED,
                                                      done, n)) {
@@ -541,6 +542,7 @@ rb_status rb_session_feed_finish(rb_session *s, rb_feed *fd, int *done)
                                 s->n_tokens);
         }
         rb_session_serve_requests(s);
+        s->grace_batch = 1; /* the next batch completes whatever comes */
         return RB_OK;
     }
     if (fd->damaged != UINT32_MAX) {

@@ -63,6 +63,8 @@ struct rb_session {
                                        a batch from ever completing */
     _Atomic int abort_req;
     int stop_interrupt;             /* the feed's gate stopped for it */
+    int grace_batch;                /* the batch after such a stop runs to its
+                                       end (only an abort stops it) */
     int in_forward;                 /* a feed's restore and forward pass run */
     int held_layer;                 /* the layer whose weights the forward pass
                                        uses (rb_wcache_use), or -1 */

@@ -45,8 +45,13 @@ static int layer_gate(void *ctx, uint32_t layer)
     rb_session_gate_release(s); /* the previous layer is done */
     /* a trim posted from another thread, an abort: stop at this boundary
        (the pool's trims at a batch's first) */
-    if (atomic_load_explicit(&s->interrupt, memory_order_acquire) ||
-        (layer == 0 && atomic_load_explicit(&s->interrupt_batch, memory_order_acquire))) {
+    /* after a stop for a trim, the batch computed again runs to its end
+       (an abort still stops it): trims that keep coming cannot keep a feed
+       from ever completing one; they wait one batch at most */
+    if (s->grace_batch ? atomic_load_explicit(&s->abort_req, memory_order_acquire)
+                       : (atomic_load_explicit(&s->interrupt, memory_order_acquire) ||
+                          (layer == 0 &&
+                           atomic_load_explicit(&s->interrupt_batch, memory_order_acquire)))) {
         s->stop_interrupt = 1;
         return -1;
     }
