@@ -403,7 +403,9 @@ typedef enum rb_trim_level {
  * at the next layer boundary, trims as between feeds, and goes on: the
  * batch it stopped is computed again and restores what it needs, so the
  * feed's results stay exact; this call waits for the trim (one layer's
- * compute at most). Called from the session's own progress callback, the
+ * compute; one batch's when the feed was just stopped for another trim:
+ * the batch computed again runs to its end, so trims that keep coming
+ * cannot keep a feed from completing). Called from the session's own progress callback, the
  * trim happens before the feed's next batch and *freed_out is 0.
  */
 RB_API rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_level level,
