@@ -174,11 +174,6 @@ static int build(const bench_opts *o, rb_model *model, rb_pool *pool, rb_session
     return 0;
 }
 
-static int opt_restore(void *dest, const char *v, char *why, size_t n)
-{
-    return rb_cli_opt_restore(dest, v, why, n);
-}
-
 int rb_cmd_bench_pool(int argc, char **argv)
 {
     bench_opts o = {.device = "phone", .k = 4, .ctx = 2048, .turn = 8, .rounds = 3,
@@ -200,7 +195,7 @@ int rb_cmd_bench_pool(int argc, char **argv)
         {"--device", RB_OPT_STR, "D", "storage profile: phone (default), watch, host", &o.device,
          0, 0, NULL, NULL},
         {"--restore", RB_OPT_CALL, "MODE", "pipelined (default), eager, recompute", &o.restore, 0,
-         0, opt_restore, NULL},
+         0, rb_cli_opt_restore, NULL},
         {"--ram-codec", RB_OPT_CALL, "CODEC", "the RAM tier's codec: lossless (default), q8",
          &o.codec, 0, 0, rb_cli_opt_ram_codec, NULL},
         {"-t|--threads", RB_OPT_INT, "N", "threads (default: all cores)", &o.n_threads, 0, 256,

@@ -301,19 +301,26 @@ static int is_zram_codec(rb_ram_codec c)
 }
 
 /* What the session holds in RAM besides the model's weights. */
-static uint64_t own_bytes(const rb_session *s)
+static uint64_t own_bytes(const rb_session *s, const rb_session_stats *st)
 {
-    rb_session_stats st;
-    fill_stats(s, &st);
-    return st.kv_raw_bytes + st.kv_compressed_bytes + st.scratch_bytes + st.other_bytes +
-           (s->wstream ? st.weights_bytes : 0);
+    return st->kv_raw_bytes + st->kv_compressed_bytes + st->scratch_bytes + st->other_bytes +
+           (s->wstream ? st->weights_bytes : 0);
 }
 
-static void publish_bytes(rb_session *s)
+/* From stats the caller just filled (NULL: filled here). */
+static void publish_stats(rb_session *s, const rb_session_stats *st)
 {
-    if (s->member)
-        rb_pool_member_set_bytes(s->member, own_bytes(s));
+    if (!s->member)
+        return;
+    rb_session_stats mine;
+    if (!st) {
+        fill_stats(s, &mine);
+        st = &mine;
+    }
+    rb_pool_member_set_bytes(s->member, own_bytes(s, st));
 }
+
+static void publish_bytes(rb_session *s) { publish_stats(s, NULL); }
 
 static void mark_held(rb_session *s)
 {
@@ -633,7 +640,7 @@ void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
         /* and the model's weights any session released: the pass reads
            them all back */
         uint64_t extra = (after > now ? after - now : 0) + st.weights_evicted_bytes;
-        publish_bytes(s);
+        publish_stats(s, &st); /* the figures just filled, not a second scan */
         rb_pool_enforce(s->mpool, s->member, extra, 0, 0);
     }
     if (!s->wstream || !s->params.budget_bytes)
