@@ -36,6 +36,9 @@
  * on (the next tile): with only the hardware prefetcher a core streamed
  * 2048-column Q4_0 rows from DRAM at ~7 GB/s, with it ~12 GB/s (1 thread)
  * and tinyllama decode matmuls went from 24 to 32 tok/s on 2 threads.
+ * Into L2 (T1), not L1: on Zen 4 the L1 hint kept the Q8_0 rows at 11-12
+ * GB/s and L2 gave 14-20 (bench_matmul-style, 1 thread, 256 x 2048 rows
+ * cycled through 150 MB).
  */
 #include "matmul_kernels.h"
 
@@ -456,7 +459,7 @@ RB_INLINE void rb_tile_q4_5_0(int64_t n, const char *w, size_t wrb, const char *
             /* the same block of the next tile's rows: ~R rows ahead in the
              * stream, enough to cover DRAM latency (the hardware prefetcher
              * alone gave 7 GB/s on one core for 2048-column rows) */
-            _mm_prefetch(wb + R * wrb, _MM_HINT_T0);
+            _mm_prefetch(wb + R * wrb, _MM_HINT_T1);
             __m256i q;
             if (is_q5) {
                 const rb_block_q5_0 *x = (const rb_block_q5_0 *)wb;
@@ -530,8 +533,8 @@ RB_INLINE void rb_tile_q8_0(int64_t n, const char *w, size_t wrb, const char *a,
         }
         RB_FOR(r, R) {
             const rb_block_q8_0 *x = (const rb_block_q8_0 *)(w + r * wrb) + b;
-            _mm_prefetch((const char *)x + R * wrb, _MM_HINT_T0);
-            _mm_prefetch((const char *)x + R * wrb + 32, _MM_HINT_T0);
+            _mm_prefetch((const char *)x + R * wrb, _MM_HINT_T1);
+            _mm_prefetch((const char *)x + R * wrb + 32, _MM_HINT_T1);
             __m256i q = _mm256_loadu_si256((const __m256i *)x->qs);
             __m256i u = _mm256_sign_epi8(q, q);
             float dw = rb_h2f(x->d);
@@ -566,7 +569,7 @@ RB_INLINE void rb_tile_q4_K(int64_t n, const char *w, size_t wrb, const char *a,
         }
         RB_FOR(r, R) {
             const rb_block_q4_K *x = (const rb_block_q4_K *)(w + r * wrb) + b;
-            RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
+            RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T1);
             const __m128i sm = k_scales_mins(x->scales);
             const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
             const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
@@ -619,7 +622,7 @@ RB_INLINE void rb_tile_q6_K(int64_t n, const char *w, size_t wrb, const char *a,
     for (int64_t b = 0; b < n / RB_QK_K; b++) {
         RB_FOR(r, R) {
             const rb_block_q6_K *x = (const rb_block_q6_K *)(w + r * wrb) + b;
-            RB_FOR8(l, 4) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
+            RB_FOR8(l, 4) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T1);
             __m256i q[8];   /* q[4h + k]: elements 128h + 32k .. +31, values 0..63 */
             __m256i scv[8]; /* int16 scale of lanes: low 8 -> sub-block 2k', high 8 -> 2k'+1 */
             RB_FOR8(h, 2) {
@@ -697,7 +700,7 @@ RB_INLINE void rb_tile_q5_K(int64_t n, const char *w, size_t wrb, const char *a,
         }
         RB_FOR(r, R) {
             const rb_block_q5_K *x = (const rb_block_q5_K *)(w + r * wrb) + b;
-            RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T0);
+            RB_FOR8(l, 3) _mm_prefetch((const char *)x + R * wrb + 64 * l, _MM_HINT_T1);
             const __m128i sm = k_scales_mins(x->scales);
             const __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
             const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
@@ -764,7 +767,7 @@ RB_INLINE void rb_tile_q4_5_1(int64_t n, const char *w, size_t wrb, const char *
         }
         RB_FOR(r, R) {
             const char *wb = w + r * wrb + b * wbb;
-            _mm_prefetch(wb + R * wrb, _MM_HINT_T0);
+            _mm_prefetch(wb + R * wrb, _MM_HINT_T1);
             __m256i q;
             float dw, mw;
             if (is_q5) {
