@@ -259,3 +259,24 @@ void rb_os_trim_heap(void)
     malloc_trim(0);
 #endif
 }
+
+void rb_os_advise_huge(void *p, size_t n, int on)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t a = (uintptr_t)p, b = a + n;
+    if (on) {
+        a = (a + huge - 1) & ~(huge - 1);
+        b &= ~(huge - 1);
+    } else { /* a huge page needs its 2 MiB in one mapping of the kind:
+                  the split at the range's pages is enough */
+        const uintptr_t page = 4096;
+        a &= ~(page - 1);
+        b = (b + page - 1) & ~(page - 1);
+    }
+    if (b > a)
+        (void)madvise((void *)a, b - a, on ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#else
+    (void)p, (void)n, (void)on;
+#endif
+}

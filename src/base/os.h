@@ -63,6 +63,15 @@ void rb_os_fault_point(void);
  * that what the accounts freed leaves the process's RSS. No-op elsewhere. */
 void rb_os_trim_heap(void);
 
+/* Transparent huge pages for anonymous memory that holds weights (Linux
+ * MADV_HUGEPAGE / MADV_NOHUGEPAGE; no-op elsewhere or when the kernel has
+ * them off). on: the 2 MiB pages wholly inside [p, p + n) may be huge, so
+ * a decode's reads of a layer cost a TLB entry per 2 MiB instead of per 4
+ * KiB. off: no huge page may be made again over any part of the range
+ * (call it before giving the range back: a huge page faulted in later by a
+ * neighbour would fill the given-back part and overshoot the budget). */
+void rb_os_advise_huge(void *p, size_t n, int on);
+
 /*
  * Guarded file mappings. A file cut under a mapping of it raises SIGBUS
  * when a page past the new end is touched, in whatever code touches it.

@@ -34,6 +34,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "os.h"
 #include "status.h"
 #include "wcache.h"
 
@@ -423,7 +424,10 @@ int rb_wcache_release(rb_wcache *w, uint32_t layer)
         } else {
             uint64_t n = w->hi[layer] - w->lo[layer];
             /* anonymous memory: the pages go back to the OS and read as
-               zero until the reload writes them; the addresses stay valid */
+               zero until the reload writes them; the addresses stay valid.
+               No huge page over the range until its reload: one faulted in
+               by a neighbour could fill this part and overshoot the budget */
+            rb_os_advise_huge((void *)(w->base + w->lo[layer]), n, 0);
             madvise((void *)(w->base + w->lo[layer]), n, MADV_DONTNEED);
             if (!w->is_direct) /* so that the buffered reload reads the device */
                 posix_fadvise(w->fd, (off_t)w->lo[layer], (off_t)n, POSIX_FADV_DONTNEED);
@@ -441,6 +445,9 @@ static rb_status read_layer(rb_wcache *w, uint32_t layer, rb_throttle *th, rb_er
        neighbours too (populating a page that is there costs nothing) */
     uint64_t lo = w->is_mapped ? w->tlo[layer] : w->lo[layer];
     uint64_t hi = w->is_mapped ? w->thi[layer] : w->hi[layer];
+    /* huge pages wholly inside the layer: given back whole at its release */
+    if (!w->is_mapped)
+        rb_os_advise_huge((void *)(w->base + lo), hi - lo, 1);
     for (uint64_t off = lo; off < hi;) {
         size_t n = hi - off < WC_CHUNK ? (size_t)(hi - off) : WC_CHUNK;
         int64_t t0 = rb_throttle_now_ns();
