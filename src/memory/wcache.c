@@ -425,8 +425,11 @@ int rb_wcache_release(rb_wcache *w, uint32_t layer)
             uint64_t n = w->hi[layer] - w->lo[layer];
             /* anonymous memory: the pages go back to the OS and read as
                zero until the reload writes them; the addresses stay valid.
-               No huge page over the range until its reload: one faulted in
-               by a neighbour could fill this part and overshoot the budget */
+               Small pages from now on: a huge page faulted in by a
+               neighbour's reload could fill this part and overshoot the
+               budget, and a reload into huge pages waits for the kernel to
+               zero (and here, in a VM, often to find) each 2 MiB: touching
+               600 MiB took 0.24-5.5 s in huge pages, 0.8-1.2 s in small */
             rb_os_advise_huge((void *)(w->base + w->lo[layer]), n, 0);
             madvise((void *)(w->base + w->lo[layer]), n, MADV_DONTNEED);
             if (!w->is_direct) /* so that the buffered reload reads the device */
@@ -445,9 +448,6 @@ static rb_status read_layer(rb_wcache *w, uint32_t layer, rb_throttle *th, rb_er
        neighbours too (populating a page that is there costs nothing) */
     uint64_t lo = w->is_mapped ? w->tlo[layer] : w->lo[layer];
     uint64_t hi = w->is_mapped ? w->thi[layer] : w->hi[layer];
-    /* huge pages wholly inside the layer: given back whole at its release */
-    if (!w->is_mapped)
-        rb_os_advise_huge((void *)(w->base + lo), hi - lo, 1);
     for (uint64_t off = lo; off < hi;) {
         size_t n = hi - off < WC_CHUNK ? (size_t)(hi - off) : WC_CHUNK;
         int64_t t0 = rb_throttle_now_ns();

@@ -505,10 +505,9 @@ static rb_status load_tensors(rb_model *m, int skip_layers)
     if (skip_layers)
         return RB_OK;
     /* all of it is read now: huge pages (the weight cache turns them off
-       for a layer it gives back, and on for the pages wholly inside it when
-       it reads it again). Decode reads every weight once per token, and
-       with 4 KiB pages a core streamed Q4_0 rows at 11-13 GB/s where 2 MiB
-       pages gave 16-20 (Zen 4, one thread) */
+       for a layer it gives back). Decode reads every weight once per
+       token, and with 4 KiB pages a core streamed Q4_0 rows at 11-13 GB/s
+       where 2 MiB pages gave 16-20 (Zen 4, one thread) */
     if (!m->data_map && m->data_alloc)
         rb_os_advise_huge(m->data_alloc, rb_gguf_file_size(m->gguf) - rb_gguf_data_offset(m->gguf) +
                                              (size_t)(m->data - (uint8_t *)m->data_alloc), 1);
