@@ -56,33 +56,47 @@ static void deflate_file(const char *path, const char *dir, const char *name)
     const uint64_t area = fuzz_sess_cat_area();
     const uint64_t where[4] = {0, FUZZ_SESS_A, 2 * FUZZ_SESS_A, 2 * FUZZ_SESS_A + area};
     const uint64_t room[4] = {FUZZ_SESS_A, FUZZ_SESS_A, area, area};
+    uint8_t *c = malloc((size_t)size + 9);
+    if (!c) {
+        free(b);
+        n_failed++;
+        return;
+    }
+    size_t cn = 1;
+    for (int i = 0; i < 4; i++) {
+        size_t k = 0;
+        if ((uint64_t)size > where[i]) {
+            uint64_t avail = (uint64_t)size - where[i];
+            k = used(b + where[i], (size_t)(avail < room[i] ? avail : room[i]));
+        }
+        if (k > 65535)
+            k = 65535;
+        c[cn++] = (uint8_t)(k & 255);
+        c[cn++] = (uint8_t)(k >> 8);
+        memcpy(c + cn, b + where[i], k);
+        cn += k;
+    }
+    uint64_t data0 = 2 * FUZZ_SESS_A + 2 * area;
+    if ((uint64_t)size > data0) {
+        memcpy(c + cn, b + data0, (size_t)((uint64_t)size - data0));
+        cn += (size_t)((uint64_t)size - data0);
+    }
     for (int layer = 0; layer < 2; layer++) {
         char out[1024];
         snprintf(out, sizeof out, "%s/%s%s", dir, name, layer ? "-session" : "");
+        /* the session copy: bits 1, 2 and the gate of the rest */
+        c[0] = layer ? (uint8_t)(6 | fuzz_sess_gate(c + 1, cn - 1) << 3) : 0;
         FILE *o = fopen(out, "wb");
-        if (!o) {
+        if (!o || fwrite(c, 1, cn, o) != cn) {
+            if (o)
+                fclose(o);
             n_failed++;
             continue;
         }
-        fputc(layer ? 6 : 0, o);
-        for (int i = 0; i < 4; i++) {
-            size_t k = 0;
-            if ((uint64_t)size > where[i]) {
-                uint64_t avail = (uint64_t)size - where[i];
-                k = used(b + where[i], (size_t)(avail < room[i] ? avail : room[i]));
-            }
-            if (k > 65535)
-                k = 65535;
-            fputc((int)(k & 255), o);
-            fputc((int)(k >> 8), o);
-            fwrite(b + where[i], 1, k, o);
-        }
-        uint64_t data0 = 2 * FUZZ_SESS_A + 2 * area;
-        if ((uint64_t)size > data0)
-            fwrite(b + data0, 1, (size_t)((uint64_t)size - data0), o);
         if (fclose(o) != 0)
             n_failed++;
     }
+    free(c);
     free(b);
 }
 

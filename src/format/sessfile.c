@@ -29,9 +29,10 @@
 #define SF_MAGIC "RBSESS01"
 
 /* A fuzzing build skips the checksums, so that mutated files reach the
-   checks behind them (never in a normal build). */
+   checks behind them (never in a normal build); it does not even compute
+   them (the bytes were just read into the buffer the hash would read). */
 #ifdef REBOUND_FUZZ
-#define HASH_OK(stored, computed) ((void)(stored), (void)(computed), 1)
+#define HASH_OK(stored, computed) ((void)(stored), (void)sizeof(computed), 1)
 #else
 #define HASH_OK(stored, computed) ((stored) == (computed))
 #endif
