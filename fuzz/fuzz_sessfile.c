@@ -24,7 +24,7 @@
  * strays, fadvise) still runs on real, empty files of the same names in a
  * private directory, so locking and naming are the real ones. O_DIRECT
  * descriptors are numbers of this table only (no kernel file), and their
- * transfers must be aligned as O_DIRECT requires. A session costs ~100
+ * transfers must be aligned as O_DIRECT requires. A session costs ~15
  * file-layer inputs (creating and joining its restore and commit threads,
  * the model's fingerprint, a feed; measured under ASan): one input in 32
  * of the session kind runs one, picked by a hash of the input, so that
