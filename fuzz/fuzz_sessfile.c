@@ -94,16 +94,14 @@ NOCOV static void mf_reset(mfile *m)
     m->n = 0;
 }
 
-/* 0, or -1 (ENOSPC: beyond what any file of this model may grow to). */
-NOCOV static int mf_write(mfile *m, const void *p, size_t len, uint64_t off)
+/* Room for end bytes (the new ones zero). 0, or -1 (ENOSPC: beyond what
+ * any file of this model may grow to, by far). */
+NOCOV static int mf_reserve(mfile *m, uint64_t end)
 {
-    if (!len)
-        return 0;
-    if (off > (64u << 20) || len > (64u << 20)) { /* beyond data0 + every page, by far */
+    if (end > (128u << 20)) {
         errno = ENOSPC;
         return -1;
     }
-    size_t end = (size_t)off + len;
     if (end > m->cap) {
         size_t cap = (end + (1u << 20)) / MF_PAGE * MF_PAGE;
         uint8_t *b = realloc(m->b, cap), *d = b ? realloc(m->dirty, cap / MF_PAGE) : NULL;
@@ -115,6 +113,17 @@ NOCOV static int mf_write(mfile *m, const void *p, size_t len, uint64_t off)
         m->dirty = d;
         m->cap = cap;
     }
+    return 0;
+}
+
+/* 0, or -1 (ENOSPC). */
+NOCOV static int mf_write(mfile *m, const void *p, size_t len, uint64_t off)
+{
+    if (!len)
+        return 0;
+    if (len > (64u << 20) || mf_reserve(m, off + len) != 0)
+        return -1;
+    size_t end = (size_t)off + len;
     memcpy(m->b + off, p, len);
     memset(m->dirty + off / MF_PAGE, 1, (end - 1) / MF_PAGE - off / MF_PAGE + 1);
     if (end > m->n)
@@ -374,7 +383,7 @@ NOCOV static void inflate(const uint8_t *d, size_t n, int raw)
             abort();
         at += k;
     }
-    if (m->n < data0)
+    if (m->n < data0 && mf_reserve(m, data0) == 0)
         m->n = data0; /* the catalog areas' room: zeros */
     if (mf_write(m, d + at, n - at, data0) != 0)
         abort();
