@@ -938,6 +938,26 @@ static void crafted_test(void)
         CHECK(file_size(path) < (1L << 20));
     }
 
+    /* a sequence number at its end (found by fuzz_sessfile): a commit
+       wrapped it to 0, so the next open chose the state before the commit
+       (an acknowledged commit lost); now refused, the state kept */
+    make_unit(path);
+    craft_sb(path, 8, UINT64_MAX, 8);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 40);
+        int32_t toks[48] = {0};
+        CHECK_EQ_INT(rb_sessfile_commit(f, toks, 48, NULL, 0, NULL, 0, 0, NULL, &err),
+                     RB_E_FORMAT);
+        CHECK(strstr(err.message, "sequence number is 18446744073709551615"));
+        rb_sessfile_close(f);
+        CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+        if (f) {
+            CHECK_EQ_INT(rb_sessfile_n_tokens(f), 40);
+            rb_sessfile_close(f);
+        }
+    }
+
     /* a token outside the vocabulary (checksums valid): named, no state */
     make_unit(path);
     int32_t bad = 150;

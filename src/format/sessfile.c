@@ -890,6 +890,10 @@ static rb_status write_state(rb_sessfile *f, const int32_t *tokens, size_t n_tok
     const uint32_t old_active = f->sb.active;
     const uint64_t old_seq = f->sb.seq;
     rb_status st = RB_OK;
+    if (old_seq == UINT64_MAX) /* a crafted file: seq + 1 would be 0, and lose to it */
+        return rb_error_set(err, RB_E_FORMAT, "session file: '%s': its sequence number is %"
+                            PRIu64 ", the last there is: it takes no more commits (save the "
+                            "session to a new file)", f->path, old_seq);
     if (reserve_buf(f, 8 + 4ull * n_tokens + 24ull * n_entries(f) + 4 + blob_n) != 0)
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory for the catalog");
     {

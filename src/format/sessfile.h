@@ -156,7 +156,9 @@ rb_sessfile_source rb_sessfile_slots(const rb_sessfile_slot_table *t);
  * then the superblock. fsync: fdatasync before and after the superblock.
  * *pages_written receives the pages written (may be NULL).
  * Errors: RB_E_IO (disk full: the previous state stays the file's state),
- * RB_E_INVALID_ARG (more tokens than the catalog holds, blob too large).
+ * RB_E_INVALID_ARG (more tokens than the catalog holds, blob too large),
+ * RB_E_FORMAT (a crafted file whose sequence number is UINT64_MAX: no
+ * later state could win over it; the state stays).
  * Threads: the caller's, or the session's storage worker; concurrent with
  * rb_sessfile_read_page of pages it does not write (a restore).
  */
