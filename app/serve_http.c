@@ -265,12 +265,14 @@ static int peer_closed(struct MHD_Connection *mc)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Waits until r started (or is done), or until it is done. 0; -1 when the
- * client left (r is then cancelled). */
-static int wait_request(conn *c, int until_done, size_t have)
+/* Waits until r started (or is done), or until it is done; with have !=
+ * (size_t)-1, until it holds more than have bytes of text. 0; 1 when
+ * max_s seconds passed first (max_s 0: no limit); -1 when the client left
+ * (r is then cancelled). */
+static int wait_request(conn *c, int until_done, size_t have, double max_s)
 {
     sv_request *r = c->req;
-    double last_check = rb_cli_now_s();
+    double last_check = rb_cli_now_s(), t0 = last_check;
     pthread_mutex_lock(&r->mu);
     for (;;) {
         if (r->is_done || (!until_done && r->is_started && (have == (size_t)-1 ||
@@ -284,6 +286,10 @@ static int wait_request(conn *c, int until_done, size_t have)
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         /* every 100 ms, also while text keeps coming (a whole reply) */
         double now = rb_cli_now_s();
+        if (max_s > 0 && now - t0 >= max_s) {
+            pthread_mutex_unlock(&r->mu);
+            return 1;
+        }
         if (now - last_check >= 0.1) {
             last_check = now;
             if (peer_closed(c->mc)) {
@@ -642,6 +648,7 @@ static int add_event(conn *c, json_t *j)
 }
 
 enum { ST_ROLE, ST_TEXT, ST_END, ST_DONE };
+#define SV_KEEPALIVE_S 10.0 /* well within the 60 s idle timeout below */
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -665,8 +672,20 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             continue;
         }
         if (c->stage == ST_TEXT) {
-            if (wait_request(c, 0, c->sent) != 0)
+            /* a long prefill sends nothing for a while: a comment line
+               every SV_KEEPALIVE_S keeps the connection within
+               libmicrohttpd's idle timeout (and proxies'); SSE clients
+               skip lines that start with ':' */
+            int w = wait_request(c, 0, c->sent, SV_KEEPALIVE_S);
+            if (w < 0)
                 return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left */
+            if (w > 0) {
+                static const char ka[] = ": keep-alive\n\n";
+                if (max < sizeof ka - 1)
+                    continue;
+                memcpy(buf, ka, sizeof ka - 1);
+                return (ssize_t)(sizeof ka - 1);
+            }
             pthread_mutex_lock(&r->mu);
             size_t n = r->out_len - c->sent;
             char *t = n ? malloc(n) : NULL;
@@ -867,7 +886,7 @@ static enum MHD_Result generate(conn *c)
     pthread_mutex_unlock(&g_http.mu);
     snprintf(c->id, sizeof c->id, "%s-%" PRIu64, r->kind == SV_CHAT ? "chatcmpl" : "cmpl", seq);
     c->created = time(NULL);
-    if (wait_request(c, !r->stream, (size_t)-1) != 0)
+    if (wait_request(c, !r->stream, (size_t)-1, 0) != 0)
         return MHD_NO; /* the client left: cancelled */
     if (r->err != SV_ERR_NONE && (!r->is_started || !r->stream)) /* is_done: stable */
         return respond_error(c, r->err, NULL, "%s", r->errmsg);
