@@ -626,6 +626,15 @@ static int plan_turns(bench *b)
 
 /* ---- the report --------------------------------------------------------------------- */
 
+/* Tokens after the first over the time they took: the server's count of
+ * completion tokens when it gave one (an event may carry several tokens),
+ * else the content events. 0 when there is no second token. */
+static double decode_tokens(const bs_turn *t)
+{
+    int64_t n = t->completion_tokens > 0 ? t->completion_tokens : t->n_content;
+    return t->decode_s > 0 && n > 1 ? (double)(n - 1) : 0;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -839,9 +848,9 @@ static json_t *json_report(const bench *b, const bs_group *g, size_t n_g, double
         json_object_set_new(x, "prompt_tokens", json_integer(t->prompt_tokens));
         json_object_set_new(x, "cached_tokens", json_integer(t->cached_tokens));
         json_object_set_new(x, "completion_tokens", json_integer(t->completion_tokens));
-        json_object_set_new(x, "decode_tok_s",
-                            t->decode_s > 0 ? json_real((double)(t->n_content - 1) / t->decode_s)
-                                            : json_null());
+        json_object_set_new(x, "decode_tok_s", decode_tokens(t) > 0
+                                                   ? json_real(decode_tokens(t) / t->decode_s)
+                                                   : json_null());
         json_array_append_new(turns, x);
     }
     json_object_set_new(r, "turns", turns);
@@ -1002,9 +1011,9 @@ int rb_cmd_bench_serve(int argc, char **argv)
     size_t n_rate = 0;
     for (size_t i = 0; i < b.n_turns; i++) {
         const bs_turn *t = &b.turns[i];
-        if (t->decode_s > 0) {
-            rate[n_rate++] = (double)(t->n_content - 1) / t->decode_s;
-            dec_s += t->decode_s, dec_tok += (double)(t->n_content - 1);
+        if (decode_tokens(t) > 0) {
+            rate[n_rate++] = decode_tokens(t) / t->decode_s;
+            dec_s += t->decode_s, dec_tok += decode_tokens(t);
         }
     }
     qsort(rate, n_rate, sizeof *rate, cmp_double);
