@@ -26,6 +26,9 @@ int rb_cmd_kvquality(int argc, char **argv);
 int rb_cmd_bench_pool(int argc, char **argv);
 /* the HTTP service (serve_http.c); built with libmicrohttpd and jansson */
 int rb_cmd_serve(int argc, char **argv);
+/* the workload driver for OpenAI-compatible servers (cmd_bench_serve.c);
+ * built with libcurl and jansson */
+int rb_cmd_bench_serve(int argc, char **argv);
 
 /* --trace FILE of run/bench (cmd_trace.c): opens a trace writer on path and
  * attaches it to model (file recorded as model_path); detach closes it.

@@ -25,6 +25,9 @@ static const struct {
     {"bench", rb_cmd_bench, "prompt-processing and generation speed, as llama-bench"},
     {"demo", rb_cmd_demo, "the app-switch demo on a model it makes itself (or -m MODEL)"},
     {"switch", rb_cmd_switch, "the app-switch experiment: TTFT after memory is taken, per strategy"},
+#ifdef REBOUND_HAVE_BENCH_SERVE
+    {"bench-serve", rb_cmd_bench_serve, "TTFT of K conversations' returns on an OpenAI-compatible server"},
+#endif
     {"bench-pool", rb_cmd_bench_pool, "K conversations under one memory pool: TTFT of each return"},
     {"info", rb_cmd_info, "describe a GGUF model: shape, tensor types, weight and KV bytes"},
     {"make-model", rb_cmd_make_model, "write a synthetic GGUF model of a named or custom shape"},
@@ -120,6 +123,13 @@ int main(int argc, char **argv)
         return rb_cli_fail("serve", "this rebound was built without serve: libmicrohttpd and "
                            "jansson were not found when cmake ran",
                            "scripts/deps.sh installs them (Debian: libmicrohttpd-dev "
+                           "libjansson-dev), then run cmake -B build again");
+#endif
+#ifndef REBOUND_HAVE_BENCH_SERVE
+    if (!strcmp(name, "bench-serve"))
+        return rb_cli_fail("bench-serve", "this rebound was built without bench-serve: libcurl "
+                           "and jansson were not found when cmake ran",
+                           "scripts/deps.sh installs them (Debian: libcurl4-openssl-dev "
                            "libjansson-dev), then run cmake -B build again");
 #endif
     fprintf(stderr, "rebound: unknown command '%s'\n\n", name);

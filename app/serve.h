@@ -79,6 +79,8 @@ typedef struct sv_request {
     const char *finish_reason;    /* "stop", "length", "cancelled" */
     size_t n_prompt, n_cached, n_completion;
     char conv_out[SV_ID_MAX + 1]; /* the conversation that served it */
+    const char *restore;          /* where its KV was when admitted (static
+                                     string): sv_restore_name */
 } sv_request;
 
 /* Releases one side's hold; the last frees it. */
@@ -104,6 +106,11 @@ typedef struct sv_config {
     uint32_t max_open;            /* sessions open in RAM at once */
     uint32_t parallel;            /* requests computed at once (interleaved) */
     uint32_t max_queue;           /* requests waiting beyond those (429 beyond) */
+    int baseline_recompute;       /* --baseline recompute: an idle conversation
+                                     keeps no KV (rewound to nothing after each
+                                     request, never reopened from its file); a
+                                     returning one is computed again from its
+                                     tokens: the baseline bench-serve compares */
 } sv_config;
 
 /* A snapshot of what the scheduler holds, for /metrics. */
@@ -118,11 +125,27 @@ typedef struct sv_mem_snapshot {
 } sv_mem_snapshot;
 
 #define SV_TTFT_BUCKETS 10
+/* Where a request found its conversation's KV when it was admitted (the
+ * X-Rebound-Restore header): all of it in RAM, some in the compressed RAM
+ * tier (none on storage), some on storage, a session reopened from its
+ * file, a new conversation, or KV to compute again from the tokens (the
+ * baseline, or pages a trim dropped). */
+typedef enum sv_restore {
+    SV_RESTORE_RESIDENT = 0,
+    SV_RESTORE_COMPRESSED,
+    SV_RESTORE_STORED,
+    SV_RESTORE_FILE,
+    SV_RESTORE_NEW,
+    SV_RESTORE_RECOMPUTED
+} sv_restore;
+/* "resident", "compressed", "stored", "file", "new", "recomputed" */
+const char *sv_restore_name(sv_restore k);
+
 typedef struct sv_metrics {
     uint64_t requests[6][6];        /* endpoint x status class (2xx..5xx, other) */
     uint64_t in_flight;
     uint64_t tokens_prompt, tokens_cached, tokens_completion;
-    uint64_t restores_resident, restores_file, restores_new;
+    uint64_t restores[6];           /* by sv_restore */
     uint64_t conv_evicted, conv_closed, cancelled;
     uint64_t ttft_count, ttft_bucket[SV_TTFT_BUCKETS];
     double ttft_sum_s;

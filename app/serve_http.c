@@ -191,6 +191,8 @@ static enum MHD_Result respond(conn *c, unsigned status, const char *type, char 
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (c->req && c->req->conv_out[0])
         MHD_add_response_header(r, "X-Rebound-Conversation", c->req->conv_out);
+    if (c->req && c->req->restore)
+        MHD_add_response_header(r, "X-Rebound-Restore", c->req->restore);
     enum MHD_Result ok = MHD_queue_response(c->mc, status, r);
     MHD_destroy_response(r);
     count_request(c->endpoint, status);
@@ -263,12 +265,14 @@ static int peer_closed(struct MHD_Connection *mc)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-/* Waits until r started (or is done), or until it is done. 0; -1 when the
- * client left (r is then cancelled). */
-static int wait_request(conn *c, int until_done, size_t have)
+/* Waits until r started (or is done), or until it is done; with have !=
+ * (size_t)-1, until it holds more than have bytes of text. 0; 1 when
+ * max_s seconds passed first (max_s 0: no limit); -1 when the client left
+ * (r is then cancelled). */
+static int wait_request(conn *c, int until_done, size_t have, double max_s)
 {
     sv_request *r = c->req;
-    double last_check = rb_cli_now_s();
+    double last_check = rb_cli_now_s(), t0 = last_check;
     pthread_mutex_lock(&r->mu);
     for (;;) {
         if (r->is_done || (!until_done && r->is_started && (have == (size_t)-1 ||
@@ -282,6 +286,10 @@ static int wait_request(conn *c, int until_done, size_t have)
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         /* every 100 ms, also while text keeps coming (a whole reply) */
         double now = rb_cli_now_s();
+        if (max_s > 0 && now - t0 >= max_s) {
+            pthread_mutex_unlock(&r->mu);
+            return 1;
+        }
         if (now - last_check >= 0.1) {
             last_check = now;
             if (peer_closed(c->mc)) {
@@ -556,6 +564,8 @@ static json_t *base_object(conn *c, const char *object)
     json_object_set_new(o, "created", json_integer((json_int_t)c->created));
     json_object_set_new(o, "model", json_string(g_http.srv->cfg.model_name));
     json_object_set_new(o, "conversation_id", json_string(c->req->conv_out));
+    if (c->req->restore)
+        json_object_set_new(o, "restore", json_string(c->req->restore));
     return o;
 }
 
@@ -638,6 +648,7 @@ static int add_event(conn *c, json_t *j)
 }
 
 enum { ST_ROLE, ST_TEXT, ST_END, ST_DONE };
+#define SV_KEEPALIVE_S 10.0 /* well within the 60 s idle timeout below */
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -661,8 +672,20 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
             continue;
         }
         if (c->stage == ST_TEXT) {
-            if (wait_request(c, 0, c->sent) != 0)
+            /* a long prefill sends nothing for a while: a comment line
+               every SV_KEEPALIVE_S keeps the connection within
+               libmicrohttpd's idle timeout (and proxies'); SSE clients
+               skip lines that start with ':' */
+            int w = wait_request(c, 0, c->sent, SV_KEEPALIVE_S);
+            if (w < 0)
                 return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left */
+            if (w > 0) {
+                static const char ka[] = ": keep-alive\n\n";
+                if (max < sizeof ka - 1)
+                    continue;
+                memcpy(buf, ka, sizeof ka - 1);
+                return (ssize_t)(sizeof ka - 1);
+            }
             pthread_mutex_lock(&r->mu);
             size_t n = r->out_len - c->sent;
             char *t = n ? malloc(n) : NULL;
@@ -737,12 +760,13 @@ static enum MHD_Result metrics_page(conn *c)
                "rebound_tokens_total{kind=\"completion\"} %" PRIu64 "\n",
             m.tokens_prompt, m.tokens_cached, m.tokens_completion);
     fprintf(f, "# HELP rebound_conversation_restores_total Where a request found its "
-               "conversation: resident (a session in RAM), file (reopened from its session "
-               "file), new.\n# TYPE rebound_conversation_restores_total counter\n"
-               "rebound_conversation_restores_total{path=\"resident\"} %" PRIu64 "\n"
-               "rebound_conversation_restores_total{path=\"file\"} %" PRIu64 "\n"
-               "rebound_conversation_restores_total{path=\"new\"} %" PRIu64 "\n",
-            m.restores_resident, m.restores_file, m.restores_new);
+               "conversation's KV: resident (all in RAM), compressed (some in the compressed "
+               "RAM tier), stored (some on storage), file (reopened from its session file), "
+               "new, recomputed (computed again from its tokens).\n"
+               "# TYPE rebound_conversation_restores_total counter\n");
+    for (int k = SV_RESTORE_RESIDENT; k <= SV_RESTORE_RECOMPUTED; k++)
+        fprintf(f, "rebound_conversation_restores_total{path=\"%s\"} %" PRIu64 "\n",
+                sv_restore_name((sv_restore)k), m.restores[k]);
     fprintf(f, "# HELP rebound_conversations Conversations by where they are: open (a session "
                "in RAM), stored (a session file), total.\n# TYPE rebound_conversations gauge\n"
                "rebound_conversations{state=\"open\"} %" PRIu64 "\n"
@@ -862,7 +886,7 @@ static enum MHD_Result generate(conn *c)
     pthread_mutex_unlock(&g_http.mu);
     snprintf(c->id, sizeof c->id, "%s-%" PRIu64, r->kind == SV_CHAT ? "chatcmpl" : "cmpl", seq);
     c->created = time(NULL);
-    if (wait_request(c, !r->stream, (size_t)-1) != 0)
+    if (wait_request(c, !r->stream, (size_t)-1, 0) != 0)
         return MHD_NO; /* the client left: cancelled */
     if (r->err != SV_ERR_NONE && (!r->is_started || !r->stream)) /* is_done: stable */
         return respond_error(c, r->err, NULL, "%s", r->errmsg);
@@ -875,6 +899,8 @@ static enum MHD_Result generate(conn *c)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Rebound-Conversation", r->conv_out);
+    if (r->restore)
+        MHD_add_response_header(resp, "X-Rebound-Restore", r->restore);
     enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
     MHD_destroy_response(resp);
     count_request(c->endpoint, 200);
@@ -1052,6 +1078,17 @@ static int opt_api_key(void *dest, const char *v, char *why, size_t why_n)
     return 0;
 }
 
+/* --baseline: "recompute" (idle conversations keep no KV) or "none" */
+static int opt_baseline(void *dest, const char *v, char *why, size_t why_n)
+{
+    if (strcmp(v, "recompute") && strcmp(v, "none")) {
+        snprintf(why, why_n, "recompute or none");
+        return -1;
+    }
+    *(int *)dest = !strcmp(v, "recompute");
+    return 0;
+}
+
 int rb_cmd_serve(int argc, char **argv)
 {
     sv_server srv = {0};
@@ -1103,6 +1140,10 @@ int rb_cmd_serve(int argc, char **argv)
          "signals (PSI or the cgroup's\nlevels: low -> the last quarter of the layers' KV, "
          "medium -> half, critical -> all\nand the weights)", &cfg->watch_pressure, 0, 0, NULL,
          NULL},
+        {"--baseline", RB_OPT_CALL, "MODE", "recompute: an idle conversation keeps no KV and a "
+         "returning one is\ncomputed again from its tokens (what a server without tiers "
+         "pays;\nbench-serve compares the two); none (default)", &cfg->baseline_recompute, 0,
+         0, opt_baseline, NULL},
         {"--chat-template|--template", RB_OPT_STR, "NAME", "chat format (default: the model's)",
          &cfg->chat_template, 0, 0, NULL, NULL},
         {"-n|--n-predict", RB_OPT_I64, "N", "default max_tokens (default -1: until the model "

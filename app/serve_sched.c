@@ -20,7 +20,13 @@
  * at most max_open sessions in RAM and, when the pool is still over its
  * budget, close idle sessions (the least recently used first: a session
  * file holds each); bound the stored conversations by count and bytes,
- * deleting the least recently used first.
+ * deleting the least recently used first; tell each request where its
+ * conversation's KV was when it was admitted (sv_restore: resident,
+ * compressed, stored, file, new, recomputed). --baseline recompute rewinds
+ * a conversation's session to nothing when its request ends (its tokens
+ * stay in the prefix index and its file), so that every return computes
+ * the whole conversation again: the cost that the tiers save, measured by
+ * bench-serve in the same run.
  * Does not: batch several sessions' decode steps into one forward pass
  * (each step is its own feed).
  *
@@ -53,6 +59,8 @@ typedef struct sv_conv {
     int has_file;
     uint64_t file_bytes;
     uint64_t last_used;       /* the scheduler's clock: larger is newer */
+    int is_dropped;           /* --baseline recompute: its session was
+                                 rewound to nothing after its last request */
 } sv_conv;
 
 enum { PHASE_PREFILL = 0, PHASE_DECODE = 1 };
@@ -401,12 +409,35 @@ static void enforce_bounds(sv_sched *s)
     snapshot(s);
 }
 
-/* A session for c: the open one, reopened from its file, or a new one. */
-static rb_status conv_open(sv_sched *s, sv_conv *c, char *err, size_t err_n)
+const char *sv_restore_name(sv_restore k)
+{
+    static const char *const names[] = {"resident", "compressed", "stored",
+                                        "file",     "new",        "recomputed"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
+}
+
+/* Where an open session's KV is: the lowest tier holding any of it. */
+static sv_restore kv_place(rb_session *ss)
+{
+    rb_session_stats st;
+    if (rb_session_get_stats(ss, &st) != RB_OK)
+        return SV_RESTORE_RESIDENT;
+    if (st.kv_dropped_bytes)
+        return SV_RESTORE_RECOMPUTED;
+    if (st.kv_stored_bytes)
+        return SV_RESTORE_STORED;
+    return st.kv_compressed_bytes ? SV_RESTORE_COMPRESSED : SV_RESTORE_RESIDENT;
+}
+
+/* A session for c: the open one, reopened from its file, or a new one;
+ * *kind says which (and where the open one's KV is). With the recompute
+ * baseline a file is not reopened: a new session computes it all again. */
+static rb_status conv_open(sv_sched *s, sv_conv *c, sv_restore *kind, char *err, size_t err_n)
 {
     const sv_config *cfg = &s->srv->cfg;
     if (c->session) {
-        metrics_add(s, &s->srv->metrics.restores_resident, 1);
+        *kind = c->is_dropped ? SV_RESTORE_RECOMPUTED : kv_place(c->session);
+        metrics_add(s, &s->srv->metrics.restores[*kind], 1);
         return RB_OK;
     }
     /* room first: at most max_open sessions */
@@ -414,7 +445,7 @@ static rb_status conv_open(sv_sched *s, sv_conv *c, char *err, size_t err_n)
     while (n_open(s) >= cfg->max_open && (old = lru_idle(s, 1, c)))
         conv_close(s, old, "more than --max-open sessions");
     rb_error e;
-    if (c->has_file) {
+    if (c->has_file && !cfg->baseline_recompute) {
         char path[4096];
         conv_path(s, c->id, path, sizeof path);
         rb_session_params p = cfg->sp;
@@ -425,7 +456,8 @@ static rb_status conv_open(sv_sched *s, sv_conv *c, char *err, size_t err_n)
             return st;
         }
         rb_cli_warn_recovery("serve", c->session);
-        metrics_add(s, &s->srv->metrics.restores_file, 1);
+        *kind = SV_RESTORE_FILE;
+        metrics_add(s, &s->srv->metrics.restores[*kind], 1);
         return RB_OK;
     }
     if (s->spare) {
@@ -435,7 +467,8 @@ static rb_status conv_open(sv_sched *s, sv_conv *c, char *err, size_t err_n)
         snprintf(err, err_n, "%s", e.message);
         return e.status;
     }
-    metrics_add(s, &s->srv->metrics.restores_new, 1);
+    *kind = c->n_tokens ? SV_RESTORE_RECOMPUTED : SV_RESTORE_NEW;
+    metrics_add(s, &s->srv->metrics.restores[*kind], 1);
     return RB_OK;
 }
 
@@ -608,7 +641,8 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         }
     }
     char err[600];
-    rb_status st = conv_open(s, c, err, sizeof err);
+    sv_restore kind = SV_RESTORE_NEW;
+    rb_status st = conv_open(s, c, &kind, err, sizeof err);
     if (st != RB_OK) {
         free(toks);
         req_fail(r, st == RB_E_NOMEM ? SV_ERR_UNAVAILABLE : SV_ERR_SERVER, "%s", err);
@@ -617,6 +651,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         return -1;
     }
     c->is_busy = 1;
+    c->is_dropped = 0;
     c->last_used = ++s->clock;
     a->conv = c;
     /* the conversation being served is the pool's foreground */
@@ -658,6 +693,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     r->n_prompt = n;
     r->n_cached = k;
     snprintf(r->conv_out, sizeof r->conv_out, "%s", c->id);
+    r->restore = sv_restore_name(kind);
     r->is_started = 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -771,6 +807,10 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     }
     if (conv_copy_tokens(c) != 0)
         c->n_tokens = 0; /* out of memory: not found by prefix, still by id */
+    /* the baseline keeps the tokens (the prefix index, the file) and
+       frees the KV: the next turn computes the conversation again */
+    if (cfg->baseline_recompute && c->n_tokens && rb_session_rewind(ss, 0) == RB_OK)
+        c->is_dropped = 1;
     rb_session_set_priority(ss, RB_PRIORITY_BACKGROUND);
     c->is_busy = 0;
     c->last_used = ++s->clock;
@@ -1117,6 +1157,8 @@ int sv_sched_start(sv_server *srv)
         s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     if (f)
         fclose(f);
+    if (cfg->baseline_recompute)
+        sv_log("baseline: an idle conversation keeps no KV; a returning one is computed again");
     if (cfg->sessions_dir && (lock_sessions_dir(s) || scan_sessions(s)))
         return 1;
     enforce_bounds(s);

@@ -8,6 +8,8 @@
 #   serve      pkg-config, libmicrohttpd-dev (HTTP), libjansson-dev (JSON):
 #              `rebound serve` is built only with them (librebound never
 #              links them)
+#   bench-serve  libcurl4-openssl-dev (HTTP client), libjansson-dev:
+#              `rebound bench-serve` is built only with them
 #   tests      curl and python3: the serve test's HTTP client and its JSON
 #              reader
 #
@@ -25,6 +27,9 @@ if ! have pkg-config || ! pkg-config --exists libmicrohttpd 2>/dev/null; then
 fi
 if ! have pkg-config || ! pkg-config --exists jansson 2>/dev/null; then
     want="$want libjansson-dev"
+fi
+if ! have pkg-config || ! pkg-config --exists libcurl 2>/dev/null; then
+    want="$want libcurl4-openssl-dev"
 fi
 have curl || want="$want curl"
 have python3 || want="$want python3"

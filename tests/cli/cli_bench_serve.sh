@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# cli_bench_serve.sh - `rebound bench-serve` against a real `rebound serve`
+# on loopback: the JSON has its fields and every request's restore kind;
+# a pool budget that holds about two of four conversations makes returns
+# find their KV on storage; after a restart the same workload finds its
+# conversations in their files; the recompute baseline computes every
+# return again (no cached tokens); the kinds agree with the server's
+# /metrics; a refused connection, a wrong path, a bad URL and a bad --pid
+# are clear errors with a non-zero exit.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+if ! "$REBOUND" --help | grep -q '^  bench-serve '; then
+    echo "SKIP: this rebound was built without bench-serve (libcurl4-openssl-dev and libjansson-dev: scripts/deps.sh)"
+    exit 77
+fi
+if ! "$REBOUND" --help | grep -q '^  serve '; then
+    echo "SKIP: this rebound was built without serve (libmicrohttpd-dev and libjansson-dev: scripts/deps.sh)"
+    exit 77
+fi
+for tool in curl python3; do
+    command -v $tool >/dev/null 2>&1 || { echo "SKIP: $tool is not installed (scripts/deps.sh installs it)"; exit 77; }
+done
+
+SERVER_PID=""
+cleanup() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+}
+trap cleanup EXIT
+
+# start_server LOG ARGS...: serve in the background on a free port; sets
+# SERVER_PID and URL once it listens
+start_server() {
+    local log=$1
+    shift
+    "$REBOUND" serve --port 0 "$@" >"$log" 2>&1 &
+    SERVER_PID=$!
+    for _ in $(seq 1 300); do
+        if grep -q 'listening on' "$log"; then
+            URL=http://127.0.0.1:$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
+            return 0
+        fi
+        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; fail "serve exited at start"; }
+        sleep 0.1
+    done
+    cat "$log" >&2
+    fail "serve did not start listening within 30 s"
+}
+
+stop_server() {
+    kill -TERM "$SERVER_PID"
+    local rc=0
+    wait "$SERVER_PID" || rc=$?
+    SERVER_PID=""
+    [ $rc -eq 0 ] || fail "serve exited with status $rc after SIGTERM"
+}
+
+# check_json FILE KINDS_OF_OPENINGS KINDS_OF_RETURNS: the report's fields,
+# and every turn's kind among those given (comma-separated); prints the
+# returns' kinds, counted, as "kind=n ..."
+check_json() {
+    python3 - "$@" <<'EOF'
+import collections, json, sys
+d = json.load(open(sys.argv[1]))
+want_open, want_ret = set(sys.argv[2].split(",")), set(sys.argv[3].split(","))
+for k in ("endpoint", "conversations", "context_tokens", "rounds", "order", "turn_tokens",
+          "gen_tokens", "concurrency", "seed", "cpu", "load_start", "wall_s",
+          "decode_tok_s_median", "decode_tok_s_all", "ttft", "turns", "server"):
+    assert k in d, "no '%s' in the report" % k
+K, R, G = d["conversations"], d["rounds"], d["gen_tokens"]
+assert len(d["turns"]) == K * (1 + R), "%d turns, expected %d" % (len(d["turns"]), K * (1 + R))
+for t in d["turns"]:
+    for k in ("conversation", "round", "kv_was", "ttft_ms", "prompt_tokens", "cached_tokens",
+              "completion_tokens", "decode_tok_s"):
+        assert k in t, "no '%s' in a turn" % k
+    assert t["ttft_ms"] > 0, "TTFT %r" % t["ttft_ms"]
+    assert t["prompt_tokens"] > 0, "the server reported no prompt tokens: %r" % t
+    assert t["completion_tokens"] == G, "completion tokens %r, expected %d" % (t["completion_tokens"], G)
+    kinds = want_ret if t["round"] else want_open
+    assert t["kv_was"] in kinds, "turn %r: kv_was '%s' not in %s" % (t, t["kv_was"], kinds)
+    if t["round"] and t["kv_was"] != "recomputed":
+        assert t["cached_tokens"] > 0, "a return reused no tokens: %r" % t
+    if t["kv_was"] == "recomputed":
+        assert t["cached_tokens"] == 0, "a recomputed return reused tokens: %r" % t
+rows = {(g["turn"], g["kv_was"]): g for g in d["ttft"]}
+for g in d["ttft"]:
+    for k in ("n", "prompt_tokens_mean", "ttft_p50_ms", "ttft_p95_ms", "ttft_max_ms"):
+        assert k in g, "no '%s' in a ttft row" % k
+    assert 0 < g["ttft_p50_ms"] <= g["ttft_p95_ms"] <= g["ttft_max_ms"], "percentiles %r" % g
+assert rows[("return", "all")]["n"] == K * R, "the returns' row counts %r" % rows[("return", "all")]
+assert d["server"] and d["server"]["max_rss_bytes"] > 0 and d["server"]["vm_hwm_bytes"] > 0, \
+    "no server RSS with --pid: %r" % d["server"]
+assert d["decode_tok_s_median"] > 0
+c = collections.Counter(t["kv_was"] for t in d["turns"] if t["round"])
+print(" ".join("%s=%d" % kv for kv in sorted(c.items())))
+EOF
+}
+
+# metric_restores FILE KIND: rebound_conversation_restores_total of KIND
+metric_restores() {
+    sed -n 's/^rebound_conversation_restores_total{path="'"$2"'"} \([0-9]*\)$/\1/p' "$1"
+}
+
+# a model whose KV outweighs its run state, so that the pool's budget
+# trims KV rather than closing sessions: 4 KiB of KV a token
+run_ok mk "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 256 --layers 4 --heads 8 \
+    --kv-heads 8 --ffn 256 --vocab 1024 --ctx 1024 --type q8_0 -o kv.gguf
+WORKLOAD=(-k 4 -c 200 -r 2 -n 8 -s 3)
+
+check "bench-serve against serve: four conversations under a budget of about two; the JSON"
+mkdir -p spill
+start_server s1.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --device phone --sessions convs \
+    --spill-dir spill --mem-budget 16M
+run_ok b1 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
+KINDS=$(check_json b1.out new resident,compressed,stored,file) || { cat b1.out >&2; fail "bench-serve's JSON"; }
+echo "   returns: $KINDS"
+case " $KINDS " in *" stored="*) ;; *) fail "no return found its KV on storage under the budget: $KINDS" ;; esac
+
+check "the kinds it reports are the server's own count (/metrics)"
+curl -s "$URL/metrics" > m1.txt
+for kind in resident compressed stored file new; do
+    want=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(sum(t["kv_was"] == sys.argv[2] for t in d["turns"]))' b1.out $kind)
+    got=$(metric_restores m1.txt $kind)
+    [ "$got" = "$want" ] || fail "/metrics counts $got restores of kind $kind, bench-serve $want"
+done
+
+check "the readable table: a row per kind, TTFT percentiles, the server's RSS"
+run_ok b2 "$REBOUND" bench-serve "$URL" -k 1 -c 40 -r 1 -n 4 -s 9 --pid "$SERVER_PID"
+grep -q 'TTFT p50' b2.out || fail "no TTFT header in the table"
+grep -Eq '^open +new +1 ' b2.out || fail "no row for the opening"
+grep -Eq '^return +all +1 ' b2.out || fail "no row for all returns"
+grep -q "server pid $SERVER_PID: max RSS" b2.out || fail "no server RSS line"
+stop_server
+
+check "after a restart the same workload finds its conversations in their files"
+start_server s2.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --device phone --sessions convs \
+    --spill-dir spill --mem-budget 16M
+run_ok b3 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
+check_json b3.out file resident,compressed,stored,file > /dev/null || { cat b3.out >&2; fail "openings after a restart"; }
+stop_server
+
+check "--baseline recompute: every return is computed again (no cached tokens)"
+start_server s3.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --baseline recompute
+expect_line s3.log 'baseline: an idle conversation keeps no KV'
+run_ok b4 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
+KINDS=$(check_json b4.out new recomputed) || { cat b4.out >&2; fail "the baseline's JSON"; }
+[ "$KINDS" = "recomputed=8" ] || fail "baseline returns: $KINDS"
+
+check "a closed port: a clear error, exit 1"
+PORT_FREE=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+run_fails e1 1 "error: http://127\.0\.0\.1:$PORT_FREE/v1/chat/completions: .*(connect|refused)" \
+    "$REBOUND" bench-serve "http://127.0.0.1:$PORT_FREE" -k 1 -c 20 -r 0
+grep -q '^hint: is the server running' e1.err || fail "no hint for a refused connection"
+
+check "a path the server does not serve: its status and error message"
+run_fails e2 1 "answered HTTP 404: no endpoint" "$REBOUND" bench-serve "$URL/nope" -k 1 -c 20 -r 0
+
+check "usage errors: no URL, not http, a bad --order, a --pid that is no process"
+run_fails e3 2 "error: no URL given" "$REBOUND" bench-serve
+run_fails e4 2 "error: URL 'ftp://host' is not http:// or https://" "$REBOUND" bench-serve ftp://host
+run_fails e5 2 "order" "$REBOUND" bench-serve "$URL" --order sideways
+run_fails e6 1 "error: --pid 4194304: cannot read /proc/4194304/status" \
+    "$REBOUND" bench-serve "$URL" --pid 4194304
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] || fail "the server is not healthy after the bad requests"
+stop_server
+
+passed
