@@ -27,7 +27,7 @@
 #define RB_ATTN_VEC_TIER(t) ((t) >= RB_CPU_TIER_AVX2 && (t) <= RB_CPU_TIER_AVX512)
 #define RB_ATTN_K(name) name##_avx2
 #elif defined(__aarch64__)
-#define RB_ATTN_VEC_TIER(t) ((t) >= RB_CPU_TIER_NEON && (t) <= RB_CPU_TIER_DOTPROD)
+#define RB_ATTN_VEC_TIER(t) ((t) >= RB_CPU_TIER_NEON && (t) <= RB_CPU_TIER_I8MM)
 #define RB_ATTN_K(name) name##_neon
 #endif
 #ifdef RB_ATTN_K
@@ -121,7 +121,7 @@ float rb_attn_dot_q8_0(const void *k_row, const void *q_row, int n)
     if (RB_ATTN_VEC_TIER(tier))
         return rb_attn_dot_q8_0_avx2(k_row, q_row, n);
 #elif defined(__aarch64__)
-    if (tier == RB_CPU_TIER_DOTPROD)
+    if (tier >= RB_CPU_TIER_DOTPROD && tier <= RB_CPU_TIER_I8MM)
         return rb_attn_dot_q8_0_dotprod(k_row, q_row, n);
     if (RB_ATTN_VEC_TIER(tier))
         return rb_attn_dot_q8_0_neon(k_row, q_row, n);
@@ -137,7 +137,7 @@ float rb_attn_dot_q4_0(const void *k_row, const void *q_row, int n)
     if (RB_ATTN_VEC_TIER(tier))
         return rb_attn_dot_q4_0_avx2(k_row, q_row, n);
 #elif defined(__aarch64__)
-    if (tier == RB_CPU_TIER_DOTPROD)
+    if (tier >= RB_CPU_TIER_DOTPROD && tier <= RB_CPU_TIER_I8MM)
         return rb_attn_dot_q4_0_dotprod(k_row, q_row, n);
     if (RB_ATTN_VEC_TIER(tier))
         return rb_attn_dot_q4_0_neon(k_row, q_row, n);

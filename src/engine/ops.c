@@ -75,7 +75,7 @@ void rb_swiglu(float *gate, const float *up, int64_t n)
         i = rb_swiglu8_avx2(gate, up, n);
 #elif defined(__aarch64__)
     const int tier = rb_cpu_tier();
-    if (tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_DOTPROD)
+    if (tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_I8MM)
         i = rb_swiglu8_neon(gate, up, n);
 #endif
     for (; i < n; i++) {

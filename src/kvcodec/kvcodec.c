@@ -242,7 +242,7 @@ const rb_kvcodec_kernels *rb_kvcodec_kernels_get(void)
         return &rb_kvcodec_kernels_avx2;
 #elif defined(__aarch64__)
     const int tier = rb_cpu_tier();
-    if (tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_DOTPROD)
+    if (tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_I8MM)
         return &rb_kvcodec_kernels_neon;
 #endif
     return &rb_kvcodec_kernels_ref;
