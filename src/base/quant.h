@@ -129,11 +129,13 @@ uint64_t rb_type_row_bytes(uint32_t type, uint64_t n);
 
 /* Scalar conversions (round to nearest even; NaN and Inf preserved). The
  * _soft versions are portable bit manipulation; the inline ones use the
- * F16C instructions where the build targets them and FCVT on aarch64 (one
- * instruction instead of ~20: attention converts every K and V element it
- * reads), and give the same bits (test_quant checks all 65536 halves, and
- * the float to half direction against _soft over a sweep of 2^32 / 251
- * float bit patterns). */
+ * F16C instructions where the build targets them (one instruction instead
+ * of ~20: attention converts every K and V element it reads), and give the
+ * same bits (test_quant checks all 65536 halves, and the float to half
+ * direction against _soft over a sweep of 2^32 / 251 float bit patterns).
+ * Not __fp16 on aarch64: gcc 12's cross compiler crashed vectorising a
+ * loop of test_kvcodec.c with it (internal compiler error in
+ * vect_transform_reduction); the vector kernels convert with FCVTN. */
 rb_f16 rb_fp32_to_fp16_soft(float f);
 float rb_fp16_to_fp32_soft(rb_f16 h);
 
@@ -141,22 +143,6 @@ float rb_fp16_to_fp32_soft(rb_f16 h);
 #include <immintrin.h>
 static inline rb_f16 rb_fp32_to_fp16(float f) { return (rb_f16)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 static inline float rb_fp16_to_fp32(rb_f16 h) { return _cvtsh_ss(h); }
-#elif defined(__aarch64__)
-/* aarch64: FCVT in both directions is in the base ISA (round to nearest
- * even, the FPCR default; a NaN keeps its sign and top payload bits and
- * is made quiet, as the _soft form does) */
-static inline rb_f16 rb_fp32_to_fp16(float f)
-{
-    union { __fp16 h; rb_f16 u; } v;
-    v.h = (__fp16)f;
-    return v.u;
-}
-static inline float rb_fp16_to_fp32(rb_f16 h)
-{
-    union { __fp16 h; rb_f16 u; } v;
-    v.u = h;
-    return (float)v.h;
-}
 #else
 /* the baseline build (no F16C: the vector kernels are in their own files):
  * half to float inline, the same bits as rb_fp16_to_fp32_soft (a call per
