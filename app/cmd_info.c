@@ -26,7 +26,7 @@ int rb_cmd_info(int argc, char **argv)
          &list_tensors, 0, 0, NULL, NULL},
         {"--cpu", RB_OPT_FLAG, NULL,
          "the CPU features found, the kernel tier and the kernel per weight type "
-         "(REBOUND_CPU=ref|avx2|vnni|avx512|neon|dotprod caps the tier)", &show_cpu, 0, 0, NULL, NULL},
+         "(REBOUND_CPU=ref|avx2|vnni|avx512|neon|dotprod|i8mm caps the tier)", &show_cpu, 0, 0, NULL, NULL},
         {0},
     };
     const rb_cli_cmd cmd = {

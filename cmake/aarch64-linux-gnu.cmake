@@ -6,8 +6,11 @@
 #   ctest --test-dir build-arm64 -R '^test_'     # runs them under qemu-aarch64
 #
 # The build targets armv8-a (NEON, the floor of every 64-bit ARM phone);
-# matmul_dotprod.c alone adds +dotprod, and cpu.c picks it where the CPU's
-# HWCAP says so. REBOUND_NATIVE is ignored when cross-compiling.
+# matmul_dotprod.c and ops_dotprod.c alone add +dotprod, matmul_i8mm.c
+# +dotprod+i8mm, and cpu.c picks them where the CPU's HWCAP says so
+# (REBOUND_CPU=neon|dotprod caps it; the tests run every tier qemu has:
+# qemu-aarch64 -cpu max, its default, has both). REBOUND_NATIVE is ignored
+# when cross-compiling.
 #
 # Android: use the NDK's own toolchain file instead of this one, e.g.
 #   cmake -B build-android \

@@ -1066,7 +1066,7 @@ RB_API const char *rb_sampler_errmsg(const rb_sampler *s);
  * kernel tier in use and the best one here, and per weight type the kernel
  * set its matrix products run (one build per architecture picks them at
  * run time; the environment variable REBOUND_CPU=ref|avx2|vnni|avx512|
- * neon|dotprod caps the tier, read once at the first use). Lines of text
+ * neon|dotprod|i8mm caps the tier, read once at the first use). Lines of text
  * "key: value", NUL-terminated, cut to size; returns the length it needed.
  * Any thread. */
 RB_API size_t rb_cpu_describe(char *buf, size_t size);

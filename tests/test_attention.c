@@ -5,13 +5,20 @@
  * in double), V as f16(fma(v, s, acc)); the 8-position score equals eight
  * single scores. Quantized K rows (q8_0, q4_0 against a q8_0 query): the
  * dispatched kernel equals the scalar reference bit for bit, and a q8_0
- * score is close to the float dot of the dequantized rows.
+ * score is close to the float dot of the dequantized rows. SwiGLU: on the
+ * vector tiers the first n - n % 8 values of a row take ggml's vector exp
+ * (spelled out here in scalar fmaf steps), the rest libm's expf; on the
+ * ref tier every value libm's. All of it on every tier this build has and
+ * this CPU runs (x86-64: ref, avx2, vnni, avx512; aarch64: ref, neon,
+ * dotprod - under qemu-user in CI).
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "attention.h"
 #include "check.h"
+#include "cpu.h"
+#include "ops.h"
 #include "quant.h"
 #include "testlib.h"
 
@@ -41,9 +48,79 @@ static float ggml_order_dot(const rb_f16 *x, const rb_f16 *y, int n)
 /* Uniform in [-4, 4). */
 static float frand(rb_test_rng *r) { return (float)(rb_test_rng_uniform(r) * 8.0 - 4.0); }
 
-int main(void)
+static uint32_t f32_bits(float f)
 {
-    rb_test_rng seed = rb_test_rng_seed(42);
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float f32_from(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* e^x as ggml's AVX2 / NEON SiLU computes it (ARM optimized-routines'
+ * expf), one lane: fnmadd(a, b, c) is fmaf(-a, b, c) */
+static float ggml_vexpf(float x)
+{
+    const float shift = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, shift);
+    const float n = z - shift;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    const uint32_t e = f32_bits(z) << 23;
+    const float scale = f32_from(e + f32_bits(1.0f));
+    const float b2 = b * b;
+    const float c45 = fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f);
+    const float c23 = fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f);
+    const float poly = fmaf(fmaf(c45, b2, c23), b2, 0x1.ffffecp-1f * b);
+    if (!(fabsf(n) > 126.0f))
+        return fmaf(poly, scale, scale);
+    const uint32_t neg = n <= 0.0f ? 0x82000000u : 0u;
+    const float s1 = f32_from(neg + 0x7f000000u), s2 = f32_from(e - neg);
+    if (fabsf(n) > 192.0f)
+        return s1 * s1;
+    return fmaf(s2, poly, s2) * s1;
+}
+
+static int is_vector_tier(int tier)
+{
+    return tier != RB_CPU_TIER_REF;
+}
+
+static void check_swiglu(rb_test_rng *seed)
+{
+    enum { N = 4003 };
+    float gate[N], up[N], want[N];
+    const int vec = is_vector_tier(rb_cpu_tier());
+    for (int trial = 0; trial < 6; trial++) {
+        const int64_t n = trial == 0 ? 7 : trial == 1 ? 8 : N - trial;
+        for (int64_t i = 0; i < n; i++) {
+            /* mostly ordinary, some past the exp's split (|x| > 87) and
+               saturation (|x| > 133) points */
+            const double r = rb_test_rng_uniform(seed);
+            gate[i] = r < 0.1 ? (float)(rb_test_rng_uniform(seed) * 400.0 - 200.0) : frand(seed) * 3;
+            up[i] = frand(seed);
+        }
+        const int64_t nv = vec ? n - n % 8 : 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float g = gate[i];
+            const float e = i < nv ? ggml_vexpf(0.0f - g) : expf(-g);
+            want[i] = g / (1.0f + e) * up[i];
+        }
+        rb_swiglu(gate, up, n);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += memcmp(&gate[i], &want[i], 4) != 0;
+        CHECK_EQ_INT(bad, 0);
+    }
+}
+
+static void check_tier(rb_test_rng *rng)
+{
+    rb_test_rng seed = *rng;
     int dims[] = {8, 32, 64, 128, 6, 34, 80, 96};
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
         int n = dims[d];
@@ -94,5 +171,39 @@ int main(void)
             exact += (double)x[i] * y[i];
         CHECK(fabs(rb_attn_dot_q8_0(kq8, qq, n) - exact) < 0.02 * n);
     }
+    /* q8_0 values of -128 (a K page may hold them) and full-range bytes */
+    {
+        rb_block_q8_0 kq8[4], qq[4];
+        for (int b = 0; b < 4; b++) {
+            kq8[b].d = rb_fp32_to_fp16(0.01f * (float)(b + 1));
+            qq[b].d = rb_fp32_to_fp16(0.02f);
+            for (int i = 0; i < 32; i++) {
+                kq8[b].qs[i] = (int8_t)(i % 5 == 0 ? -128 : (int)(rb_test_rng_uniform(&seed) * 255) - 127);
+                qq[b].qs[i] = (int8_t)(i % 7 == 0 ? -127 : (int)(rb_test_rng_uniform(&seed) * 255) - 127);
+            }
+        }
+        float a = rb_attn_dot_q8_0(kq8, qq, 128), b = rb_attn_dot_q8_0_ref(kq8, qq, 128);
+        CHECK(memcmp(&a, &b, sizeof a) == 0);
+    }
+    check_swiglu(&seed);
+    *rng = seed;
+}
+
+int main(void)
+{
+    rb_test_rng seed = rb_test_rng_seed(42);
+    const int tier0 = rb_cpu_tier();
+    int ran = 0;
+    for (int tier = 0; tier < RB_CPU_TIER_COUNT; tier++) {
+        if (!rb_cpu_tier_available(tier))
+            continue;
+        rb_cpu_set_tier(tier);
+        const int before = check_failures;
+        check_tier(&seed);
+        printf("tier %s: %s\n", rb_cpu_tier_name(tier), check_failures == before ? "ok" : "FAILED");
+        ran++;
+    }
+    rb_cpu_set_tier(tier0);
+    CHECK(ran >= 1);
     return check_report();
 }

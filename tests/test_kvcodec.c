@@ -13,7 +13,8 @@
  *      heads of more than one 128-channel cluster chunk;
  *      lossy within each group's step / 2 (+ the f16 rounding of the
  *      output);
- *   3. agreement: the dispatched kernels (AVX2 where built) give the same
+ *   3. agreement: the dispatched kernels (AVX2 on x86-64, NEON on aarch64,
+ *      where the CPU runs them: under qemu-user in CI) give the same
  *      frames, pages and hashes as the _ref kernels;
  *   4. bad input: truncation at every length, each header field, checksum,
  *      other dims, payload sizes, the lossless payload version, and 3000
@@ -136,6 +137,15 @@ static void test_entropy_hand(void)
 
 /* ---- hash ------------------------------------------------------------------------ */
 
+/* The vector kernels of this build (kvcodec.h) and the tier that runs them */
+#if defined(__x86_64__)
+#define KV_VEC(name) name##_avx2
+#define KV_VEC_TIER RB_CPU_TIER_AVX2
+#elif defined(__aarch64__)
+#define KV_VEC(name) name##_neon
+#define KV_VEC_TIER RB_CPU_TIER_NEON
+#endif
+
 static void test_hash(void)
 {
     enum { N = 5000 };
@@ -173,11 +183,11 @@ static void test_hash(void)
     memcpy(sw, buf + 64, 32);
     memcpy(sw + 64, buf, 32);
     CHECK(rb_kvcodec_hash64(sw, N) != whole);
-#if defined(__x86_64__)
-    for (uint64_t first = 0; first < 40 && rb_cpu_tier_available(RB_CPU_TIER_AVX2); first += 7) {
+#ifdef KV_VEC
+    for (uint64_t first = 0; first < 40 && rb_cpu_tier_available(KV_VEC_TIER); first += 7) {
         uint64_t a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4};
         rb_kvcodec_hash_stripes_ref(a, first, buf, N / 32);
-        rb_kvcodec_hash_stripes_avx2(b, first, buf, N / 32);
+        KV_VEC(rb_kvcodec_hash_stripes)(b, first, buf, N / 32);
         CHECK(!memcmp(a, b, sizeof a));
     }
 #endif
@@ -189,9 +199,10 @@ static void test_hash(void)
 
 static void test_kernels_agree(void)
 {
-#if defined(__x86_64__)
-    if (!rb_cpu_tier_available(RB_CPU_TIER_AVX2)) {
-        printf("note: this CPU has no AVX2; kernel agreement not tested\n");
+#ifdef KV_VEC
+    if (!rb_cpu_tier_available(KV_VEC_TIER)) {
+        printf("note: this CPU cannot run the %s kernels; kernel agreement not tested\n",
+               rb_cpu_tier_name(KV_VEC_TIER));
         return;
     }
     enum { N = 300 };
@@ -208,7 +219,7 @@ static void test_kernels_agree(void)
             s[i] = (float)fabs(rng_normal()) * 0.1f;
         }
         rb_kvcodec_dequant_ref(q, n, bits, m, s, per_elem, a);
-        rb_kvcodec_dequant_avx2(q, n, bits, m, s, per_elem, b);
+        KV_VEC(rb_kvcodec_dequant)(q, n, bits, m, s, per_elem, b);
         CHECK(!memcmp(a, b, n * sizeof *a));
     }
     for (int trial = 0; trial < 100; trial++) {
@@ -222,7 +233,7 @@ static void test_kernels_agree(void)
         rb_kvcodec_hash ha, hb;
         rb_kvcodec_hash_init(&ha);
         rb_kvcodec_hash_init(&hb);
-        if (trial % 2) { /* the hash mid-stripe: the AVX2 merge cannot absorb in registers */
+        if (trial % 2) { /* the hash mid-stripe: the vector merge cannot absorb in registers */
             rb_kvcodec_hash_update(&ha, lo, 5);
             rb_kvcodec_hash_update(&hb, lo, 5);
         }
@@ -233,7 +244,7 @@ static void test_kernels_agree(void)
             top[i] = (rb_f16)(a[i] | (rng_next() & 0x3ff));
         const int apart = trial % 4 >= 2;
         rb_kvcodec_merge_ref(a, apart ? top : a, lo, hi, n, &ha);
-        rb_kvcodec_merge_avx2(b, apart ? top : b, lo, hi, n, &hb);
+        KV_VEC(rb_kvcodec_merge)(b, apart ? top : b, lo, hi, n, &hb);
         CHECK(!memcmp(a, b, n * sizeof *a));
         CHECK_EQ_U64(rb_kvcodec_hash_final(&ha), rb_kvcodec_hash_final(&hb));
     }

@@ -349,6 +349,26 @@ static void test_tiles(void)
                                 isas[k]->name, tr->name, (long long)n, diff);
                     CHECK_EQ_INT(diff, 0);
                 }
+                /* i8mm folds the dotprod kernels' exact integers in their
+                 * float steps: the same bits, every type */
+                const rb_matmul_isa *dp = rb_matmul_isa_for_tier(RB_CPU_TIER_DOTPROD);
+                if (strcmp(isas[k]->name, "i8mm") == 0 && dp) {
+                    int diff = 0;
+                    for (int r = 0; r < RB_TILE_MAX; r++)
+                        for (int t = 0; t < RB_TILE_MAX; t++) {
+                            float d1;
+                            dp->tile[wt](n, w + r * wrb, wrb, 1, a + t * arb, arb, 1, &d1, 1);
+                            diff += memcmp(&one[r][t], &d1, sizeof d1) != 0;
+                        }
+                    float y4[RB_TILE_MAX * RB_TILE_MAX], d4[RB_TILE_MAX * RB_TILE_MAX];
+                    isas[k]->tile[wt](n, w, wrb, RB_TILE_MAX, a, arb, RB_TILE_MAX, y4, RB_TILE_MAX);
+                    dp->tile[wt](n, w, wrb, RB_TILE_MAX, a, arb, RB_TILE_MAX, d4, RB_TILE_MAX);
+                    diff += memcmp(y4, d4, sizeof y4) != 0;
+                    if (diff)
+                        fprintf(stderr, "i8mm %s n %lld: %d results differ from dotprod in bits\n",
+                                tr->name, (long long)n, diff);
+                    CHECK_EQ_INT(diff, 0);
+                }
                 int mismatches = 0;
                 for (int nr = 1; nr <= RB_TILE_MAX; nr++)
                     for (int nt = 1; nt <= RB_TILE_MAX; nt++) {

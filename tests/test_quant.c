@@ -181,6 +181,20 @@ static void test_fp16(void)
     }
     CHECK_EQ_INT(bad, 0);
 
+    /* the inline conversions (F16C, FCVT, or the baseline's bit
+     * manipulation) against the _soft ones: every half, and floats of every
+     * exponent, sign and payload (a 4093-step sweep of the bit patterns) */
+    bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float a = rb_fp16_to_fp32((rb_f16)h), b = rb_fp16_to_fp32_soft((rb_f16)h);
+        bad += memcmp(&a, &b, sizeof a) != 0;
+    }
+    for (uint64_t u = 0; u < (UINT64_C(1) << 32); u += 4093) {
+        const float f = bits_f32((uint32_t)u);
+        bad += rb_fp32_to_fp16(f) != rb_fp32_to_fp16_soft(f);
+    }
+    CHECK_EQ_INT(bad, 0);
+
     /* values against an independent formula: (-1)^s 2^(e-15) (1 + m/1024) */
     bad = 0;
     for (uint32_t h = 0; h < 0x7c00; h++) {

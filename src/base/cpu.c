@@ -30,6 +30,7 @@ static const char *const tier_names[RB_CPU_TIER_COUNT] = {
     [RB_CPU_TIER_REF] = "ref",       [RB_CPU_TIER_AVX2] = "avx2",
     [RB_CPU_TIER_VNNI] = "vnni",     [RB_CPU_TIER_AVX512] = "avx512",
     [RB_CPU_TIER_NEON] = "neon",     [RB_CPU_TIER_DOTPROD] = "dotprod",
+    [RB_CPU_TIER_I8MM] = "i8mm",
 };
 
 const char *rb_cpu_tier_name(int tier)
@@ -153,7 +154,7 @@ int rb_cpu_tier_available(int tier)
 #ifdef RB_CPU_X86
     return tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512 && tier <= ci->best_tier;
 #elif defined(RB_CPU_ARM64)
-    return tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_DOTPROD && tier <= ci->best_tier;
+    return tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_I8MM && tier <= ci->best_tier;
 #else
     (void)ci;
     return 0;
@@ -169,8 +170,11 @@ static void detect(void)
     ci->best_tier = best_tier_x86(ci->features);
 #elif defined(RB_CPU_ARM64)
     ci->features = detect_arm64();
-    if (ci->features & RB_CPU_NEON)
+    if (ci->features & RB_CPU_NEON) {
         ci->best_tier = ci->features & RB_CPU_DOTPROD ? RB_CPU_TIER_DOTPROD : RB_CPU_TIER_NEON;
+        if ((ci->features & (RB_CPU_DOTPROD | RB_CPU_I8MM)) == (RB_CPU_DOTPROD | RB_CPU_I8MM))
+            ci->best_tier = RB_CPU_TIER_I8MM;
+    }
 #endif
     ci->tier = ci->best_tier;
     const char *env = getenv("REBOUND_CPU");
@@ -178,7 +182,8 @@ static void detect(void)
         const int want = rb_cpu_tier_from_name(env);
         if (want < 0)
             snprintf(ci->note, sizeof ci->note,
-                     "REBOUND_CPU=%.40s is not a tier (ref avx2 vnni avx512 neon dotprod): using %s",
+                     "REBOUND_CPU=%.40s is not a tier (ref avx2 vnni avx512 neon dotprod i8mm): "
+                     "using %s",
                      env, tier_names[ci->tier]);
         else if (want != RB_CPU_TIER_REF &&
                  !(want <= ci->best_tier &&

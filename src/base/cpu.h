@@ -5,8 +5,9 @@
  * One build per architecture: the kernels of each instruction-set level
  * live in their own files compiled with that level's flags
  * (matmul_avx2.c, matmul_vnni.c, matmul_avx512.c, ops_avx2.c, kvcodec_avx2.c,
- * kvcodec_lossless_dec_avx2.c; on
- * aarch64 matmul_neon.c and its dotprod build), and everything else is
+ * kvcodec_lossless_dec_avx2.c; on aarch64 matmul_neon.c and its dotprod and
+ * i8mm builds, ops_neon.c and its dotprod build, kvcodec_neon.c), and
+ * everything else is
  * compiled for the architecture's baseline. The tier picks which of them
  * run:
  *
@@ -17,7 +18,10 @@
  *                     the same integers and float order as avx2
  *            avx512   512-bit kernels (AVX-512 F/BW/VL/VNNI) where written,
  *                     the vnni ones elsewhere
- *   aarch64  ref, neon (the floor), dotprod (the SDOT extension)
+ *   aarch64  ref, neon (the floor), dotprod (the SDOT extension), i8mm
+ *            (dotprod + the SMMLA int8 matrix multiply: its Q4_0 / Q8_0
+ *            prefill tiles, the dotprod kernels elsewhere; the same bits
+ *            as dotprod)
  *
  * Detection: cpuid leaves 1 and 7 and xgetbv (the OS must save ymm, and for
  * the avx512 tiers opmask and zmm state); getauxval(AT_HWCAP) on aarch64.
@@ -41,6 +45,7 @@ enum {
     RB_CPU_TIER_AVX512,
     RB_CPU_TIER_NEON,
     RB_CPU_TIER_DOTPROD,
+    RB_CPU_TIER_I8MM,
     RB_CPU_TIER_COUNT
 };
 
@@ -91,7 +96,8 @@ int rb_cpu_tier_available(int tier);
  * tier. Tests and benchmarks only, with no forward pass running. */
 int rb_cpu_set_tier(int tier);
 
-/* "ref", "avx2", "vnni", "avx512", "neon", "dotprod"; -1 / NULL if unknown */
+/* "ref", "avx2", "vnni", "avx512", "neon", "dotprod", "i8mm"; -1 / NULL if
+ * unknown */
 const char *rb_cpu_tier_name(int tier);
 int rb_cpu_tier_from_name(const char *name);
 

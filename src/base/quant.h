@@ -131,7 +131,11 @@ uint64_t rb_type_row_bytes(uint32_t type, uint64_t n);
  * _soft versions are portable bit manipulation; the inline ones use the
  * F16C instructions where the build targets them (one instruction instead
  * of ~20: attention converts every K and V element it reads), and give the
- * same bits (test_quant checks all 65536 halves). */
+ * same bits (test_quant checks all 65536 halves, and the float to half
+ * direction against _soft over a sweep of 2^32 / 4093 float bit patterns).
+ * Not __fp16 on aarch64: gcc 12's cross compiler crashed vectorising a
+ * loop of test_kvcodec.c with it (internal compiler error in
+ * vect_transform_reduction); the vector kernels convert with FCVTN. */
 rb_f16 rb_fp32_to_fp16_soft(float f);
 float rb_fp16_to_fp32_soft(rb_f16 h);
 

@@ -19,23 +19,32 @@
 #include "cpu.h"
 #include "ops_kernels.h"
 
-/* x86: the vector tiers run ops_avx2.c's forms (this file is compiled for
- * the baseline); they give the same bits as the loops below */
+/* The vector tiers run ops_avx2.c's forms (x86-64) or ops_neon.c's
+ * (aarch64); this file is compiled for the baseline. They give the same
+ * bits as the loops below. RB_ATTN_VEC(call) runs call where the tier in
+ * use has them; call names the kernel as RB_ATTN_K(rb_attn_...). */
 #if defined(__x86_64__)
-#define RB_ATTN_X86(call)                                                   \
+#define RB_ATTN_VEC_TIER(t) ((t) >= RB_CPU_TIER_AVX2 && (t) <= RB_CPU_TIER_AVX512)
+#define RB_ATTN_K(name) name##_avx2
+#elif defined(__aarch64__)
+#define RB_ATTN_VEC_TIER(t) ((t) >= RB_CPU_TIER_NEON && (t) <= RB_CPU_TIER_I8MM)
+#define RB_ATTN_K(name) name##_neon
+#endif
+#ifdef RB_ATTN_K
+#define RB_ATTN_VEC(call)                                                   \
     do {                                                                    \
-        const int tier_ = rb_cpu_tier();                                    \
-        if (tier_ >= RB_CPU_TIER_AVX2 && tier_ <= RB_CPU_TIER_AVX512) {     \
+        if (RB_ATTN_VEC_TIER(rb_cpu_tier())) {                              \
             call;                                                           \
         }                                                                   \
     } while (0)
 #else
-#define RB_ATTN_X86(call) ((void)0)
+#define RB_ATTN_VEC_TIER(t) 0
+#define RB_ATTN_VEC(call) ((void)0)
 #endif
 
 float rb_attn_dot_f16(const rb_f16 *q, const rb_f16 *k, int n)
 {
-    RB_ATTN_X86(return rb_attn_dot_f16_avx2(q, k, n));
+    RB_ATTN_VEC(return RB_ATTN_K(rb_attn_dot_f16)(q, k, n));
     return rb_dot_f16_ggml(k, q, n);
 }
 
@@ -44,7 +53,7 @@ float rb_attn_dot_f16(const rb_f16 *q, const rb_f16 *k, int n)
  * only for toy models.) */
 void rb_attn_dot8_f16(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, float out[8])
 {
-    RB_ATTN_X86(rb_attn_dot8_f16_avx2(q, k, stride, n, out); return);
+    RB_ATTN_VEC(RB_ATTN_K(rb_attn_dot8_f16)(q, k, stride, n, out); return);
     for (int l = 0; l < 8; l++)
         out[l] = rb_dot_f16_ggml(k + l * stride, q, n);
 }
@@ -54,7 +63,7 @@ void rb_attn_dot8_f16(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, f
 void rb_attn_mad_f16(rb_f16 *acc, const rb_f16 *v, float s, int n)
 {
     int i = 0;
-    RB_ATTN_X86(rb_attn_mad_f16_avx2(acc, v, s, n); return);
+    RB_ATTN_VEC(RB_ATTN_K(rb_attn_mad_f16)(acc, v, s, n); return);
     for (; i < n; i++)
         acc[i] = rb_fp32_to_fp16(fmaf(rb_fp16_to_fp32(v[i]), s, rb_fp16_to_fp32(acc[i])));
 }
@@ -62,7 +71,7 @@ void rb_attn_mad_f16(rb_f16 *acc, const rb_f16 *v, float s, int n)
 void rb_attn_scale_f16(rb_f16 *acc, float s, int n)
 {
     int i = 0;
-    RB_ATTN_X86(rb_attn_scale_f16_avx2(acc, s, n); return);
+    RB_ATTN_VEC(RB_ATTN_K(rb_attn_scale_f16)(acc, s, n); return);
     for (; i < n; i++)
         acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * s);
 }
@@ -70,7 +79,7 @@ void rb_attn_scale_f16(rb_f16 *acc, float s, int n)
 void rb_attn_block8_f16(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
                         float kq_scale, rb_f16 *acc, float *m, float *sum)
 {
-    RB_ATTN_X86(rb_attn_block8_f16_avx2(q, k, v, stride, n, kq_scale, acc, m, sum); return);
+    RB_ATTN_VEC(RB_ATTN_K(rb_attn_block8_f16)(q, k, v, stride, n, kq_scale, acc, m, sum); return);
     float sc[8];
     rb_attn_dot8_f16(q, k, stride, n, sc);
     for (int l = 0; l < 8; l++) {
@@ -104,60 +113,34 @@ static float kv_hsum8(const float a[8])
     return (r0 + r2) + (r1 + r3);
 }
 
-#ifdef RB_ATTN_AVX2
-/* ggml's hsum_float_8: (hi + lo), then pairs, then the last two */
-static float kv_hsum8_avx2(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-/* 8 lanes of 4-product sums of signed bytes x * y, as float */
-static __m256 kv_sum4_avx2(__m256i x, __m256i y)
-{
-    const __m256i dot = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot));
-}
-#endif
-
 float rb_attn_dot_q8_0(const void *k_row, const void *q_row, int n)
 {
-#ifdef RB_ATTN_AVX2
-    {
-        const rb_block_q8_0 *x = k_row, *y = q_row;
-        __m256 acc = _mm256_setzero_ps();
-        for (int b = 0; b < n / RB_QK8_0; b++) {
-            const __m256 d = _mm256_set1_ps(rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
-            const __m256 q = kv_sum4_avx2(_mm256_loadu_si256((const __m256i *)x[b].qs),
-                                          _mm256_loadu_si256((const __m256i *)y[b].qs));
-            acc = _mm256_fmadd_ps(d, q, acc);
-        }
-        return kv_hsum8_avx2(acc);
-    }
+    const int tier = rb_cpu_tier();
+    (void)tier;
+#if defined(__x86_64__)
+    if (RB_ATTN_VEC_TIER(tier))
+        return rb_attn_dot_q8_0_avx2(k_row, q_row, n);
+#elif defined(__aarch64__)
+    if (tier >= RB_CPU_TIER_DOTPROD && tier <= RB_CPU_TIER_I8MM)
+        return rb_attn_dot_q8_0_dotprod(k_row, q_row, n);
+    if (RB_ATTN_VEC_TIER(tier))
+        return rb_attn_dot_q8_0_neon(k_row, q_row, n);
 #endif
     return rb_attn_dot_q8_0_ref(k_row, q_row, n);
 }
 
 float rb_attn_dot_q4_0(const void *k_row, const void *q_row, int n)
 {
-#ifdef RB_ATTN_AVX2
-    {
-        const rb_block_q4_0 *x = k_row;
-        const rb_block_q8_0 *y = q_row;
-        __m256 acc = _mm256_setzero_ps();
-        for (int b = 0; b < n / RB_QK4_0; b++) {
-            const __m256 d = _mm256_set1_ps(rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
-            const __m128i raw = _mm_loadu_si128((const __m128i *)x[b].qs);
-            __m256i qx = _mm256_and_si256(_mm256_set1_epi8(0x0f),
-                                          _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw));
-            qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(8));
-            const __m256 q = kv_sum4_avx2(qx, _mm256_loadu_si256((const __m256i *)y[b].qs));
-            acc = _mm256_fmadd_ps(d, q, acc);
-        }
-        return kv_hsum8_avx2(acc);
-    }
+    const int tier = rb_cpu_tier();
+    (void)tier;
+#if defined(__x86_64__)
+    if (RB_ATTN_VEC_TIER(tier))
+        return rb_attn_dot_q4_0_avx2(k_row, q_row, n);
+#elif defined(__aarch64__)
+    if (tier >= RB_CPU_TIER_DOTPROD && tier <= RB_CPU_TIER_I8MM)
+        return rb_attn_dot_q4_0_dotprod(k_row, q_row, n);
+    if (RB_ATTN_VEC_TIER(tier))
+        return rb_attn_dot_q4_0_neon(k_row, q_row, n);
 #endif
     return rb_attn_dot_q4_0_ref(k_row, q_row, n);
 }

@@ -106,6 +106,7 @@ const rb_matmul_isa *rb_matmul_isa_for_tier(int tier)
 #ifdef RB_MATMUL_HAVE_ARM64
     case RB_CPU_TIER_NEON: return &rb_matmul_isa_neon;
     case RB_CPU_TIER_DOTPROD: return &rb_matmul_isa_dotprod;
+    case RB_CPU_TIER_I8MM: return &rb_matmul_isa_i8mm;
 #endif
     default: return NULL;
     }
@@ -347,6 +348,11 @@ RB_API size_t rb_cpu_describe(char *buf, size_t size)
         if (tier == RB_CPU_TIER_AVX512 && !rb_matmul_isa_avx512_own.tile[types[i]])
             who = rb_matmul_isa_vnni.name;
 #endif
+#ifdef RB_MATMUL_HAVE_ARM64
+        /* i8mm has its own Q4_0 / Q8_0 prefill tiles, dotprod's kernels elsewhere */
+        if (tier == RB_CPU_TIER_I8MM && types[i] != RB_TYPE_Q4_0 && types[i] != RB_TYPE_Q8_0)
+            who = rb_matmul_isa_dotprod.name;
+#endif
         int k = snprintf(kern + at, sizeof kern - at, "%s%s=%s", at ? " " : "",
                          rb_type_name(types[i]), who);
         if (k < 0)
@@ -360,6 +366,8 @@ RB_API size_t rb_cpu_describe(char *buf, size_t size)
                      rb_cpu_tier_name(tier), rb_cpu_tier_name(ci->best_tier), kern,
 #ifdef RB_MATMUL_HAVE_X86
                      tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512 ? "avx2" : "ref",
+#elif defined(RB_MATMUL_HAVE_ARM64)
+                     tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_I8MM ? "neon" : "ref",
 #else
                      "portable",
 #endif

@@ -75,7 +75,8 @@ typedef void (*rb_gemv_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, in
                            const void *act, float *y);
 
 typedef struct rb_matmul_isa {
-    const char *name;                 /* "ref", "avx2", "vnni", "avx512", "neon", "dotprod" */
+    const char *name;                 /* "ref", "avx2", "vnni", "avx512", "neon", "dotprod",
+                                         "i8mm" */
     rb_act_fn act[RB_TYPE_COUNT];     /* by activation type; NULL: none */
     rb_tile_fn tile[RB_TYPE_COUNT];   /* by weight type; NULL: unsupported */
     rb_gemv_fn gemv[RB_TYPE_COUNT];   /* by weight type; NULL: tiles only */
@@ -95,6 +96,7 @@ extern const rb_matmul_isa rb_matmul_isa_avx512_own; /* matmul_avx512.c: its own
 #ifdef RB_MATMUL_HAVE_ARM64
 extern const rb_matmul_isa rb_matmul_isa_neon;    /* matmul_neon.c, armv8-a */
 extern const rb_matmul_isa rb_matmul_isa_dotprod; /* the same, built with +dotprod */
+extern const rb_matmul_isa rb_matmul_isa_i8mm;    /* ... with +dotprod+i8mm (matmul_i8mm.c) */
 #endif
 
 /* The table of a tier (cpu.h), NULL when this build has none; the avx512

@@ -1,6 +1,8 @@
 /*
  * matmul_neon.c - AArch64 NEON kernels (compiled only for __aarch64__; built
- * twice: for armv8-a here and with the dotprod extension, matmul_dotprod.c).
+ * three times: for armv8-a here, with the dotprod extension
+ * (matmul_dotprod.c), and with dotprod + i8mm (matmul_i8mm.c: SMMLA
+ * prefill tiles for Q4_0 / Q8_0, below).
  *
  * Scope: vectorized activation converters and one vec_dot per type; the
  * tile is a loop of vec_dots (no weight reuse across tokens yet: prefill on
@@ -19,7 +21,13 @@
 /* The build of this file: neon (the armv8-a floor), or dotprod
  * (matmul_dotprod.c includes it, compiled with +dotprod: vdotq_s32, the
  * same exact integers, so the same results). */
-#if defined(RB_NEON_DOTPROD_BUILD)
+#if defined(RB_NEON_I8MM_BUILD)
+#if !defined(__ARM_FEATURE_DOTPROD) || !defined(__ARM_FEATURE_MATMUL_INT8)
+#error "matmul_i8mm.c needs -march=armv8.2-a+dotprod+i8mm"
+#endif
+#define RB_NEON_TABLE rb_matmul_isa_i8mm
+#define RB_NEON_NAME "i8mm"
+#elif defined(RB_NEON_DOTPROD_BUILD)
 #if !defined(__ARM_FEATURE_DOTPROD)
 #error "matmul_dotprod.c needs -march=armv8.2-a+dotprod"
 #endif
@@ -345,6 +353,125 @@ RB_NEON_TILE(rb_tile_f32_neon, rb_vec_dot_f32_neon)
 RB_NEON_TILE(rb_tile_f16_neon, rb_vec_dot_f16_neon)
 RB_NEON_TILE(rb_tile_bf16_neon, rb_vec_dot_bf16_neon)
 
+#if defined(RB_NEON_I8MM_BUILD)
+/*
+ * Q4_0 / Q8_0 prefill with SMMLA (the i8mm build): the tile's rows and
+ * tokens go in pairs; one vmmlaq_s32 multiplies an 8-byte slice of two
+ * weight rows with the same slice of two activation rows, giving the four
+ * integer sums [r0.t0, r0.t1, r1.t0, r1.t1]; four slices make a block's
+ * exact integer dots. Each is then folded as the vec_dot above folds it,
+ * sumf += (float)sumi * (d_w * d_a), in block order, one chain per
+ * (row, token): the same bits as the dotprod tier (determinism rule of
+ * matmul_kernels.h). An odd row or token is paired with itself and its
+ * second copy dropped. One token (decode) runs the vec_dot: a pair would
+ * waste half of every SMMLA.
+ */
+
+/* a block's 32 signed codes as two 16-byte halves: Q4_0 nibbles - 8 ... */
+static inline void rb_i8mm_codes_q4_0(const void *row, int64_t b, int8x16_t q[2])
+{
+    const rb_block_q4_0 *x = (const rb_block_q4_0 *)row + b;
+    const uint8x16_t raw = vld1q_u8(x->qs);
+    q[0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
+    q[1] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), vdupq_n_s8(8));
+}
+
+/* ... and Q8_0's as they are */
+static inline void rb_i8mm_codes_q8_0(const void *row, int64_t b, int8x16_t q[2])
+{
+    const rb_block_q8_0 *x = (const rb_block_q8_0 *)row + b;
+    q[0] = vld1q_s8(x->qs);
+    q[1] = vld1q_s8(x->qs + 16);
+}
+
+/* the four block dots of rows (x0, x1) with tokens (y0, y1), each given as
+ * its two 16-byte code halves */
+static inline int32x4_t rb_i8mm_block(const int8x16_t x0[2], const int8x16_t x1[2],
+                                      const int8x16_t y0[2], const int8x16_t y1[2])
+{
+    int32x4_t acc = vdupq_n_s32(0);
+    for (int h = 0; h < 2; h++) {
+        const int64x2_t a0 = vreinterpretq_s64_s8(x0[h]), a1 = vreinterpretq_s64_s8(x1[h]);
+        const int64x2_t b0 = vreinterpretq_s64_s8(y0[h]), b1 = vreinterpretq_s64_s8(y1[h]);
+        /* slice 0: bytes 0-7 of each, slice 1: bytes 8-15 */
+        acc = vmmlaq_s32(acc, vreinterpretq_s8_s64(vzip1q_s64(a0, a1)),
+                         vreinterpretq_s8_s64(vzip1q_s64(b0, b1)));
+        acc = vmmlaq_s32(acc, vreinterpretq_s8_s64(vzip2q_s64(a0, a1)),
+                         vreinterpretq_s8_s64(vzip2q_s64(b0, b1)));
+    }
+    return acc;
+}
+
+typedef void (*rb_i8mm_codes_fn)(const void *row, int64_t b, int8x16_t q[2]);
+
+static inline void rb_i8mm_tile_x_0(int64_t n_cols, const void *w, size_t w_row_bytes,
+                                    int n_rows, const void *act, size_t act_row_bytes, int n_tok,
+                                    float *y, int64_t y_stride, rb_i8mm_codes_fn codes,
+                                    size_t w_block_bytes)
+{
+    const int64_t nb = n_cols / RB_QK8_0;
+    for (int r = 0; r < n_rows; r += 2) {
+        const int r1 = r + 1 < n_rows ? r + 1 : r;
+        const char *w0 = (const char *)w + r * w_row_bytes, *w1 = (const char *)w + r1 * w_row_bytes;
+        for (int t = 0; t < n_tok; t += 2) {
+            const int t1 = t + 1 < n_tok ? t + 1 : t;
+            const rb_block_q8_0 *a0 = (const rb_block_q8_0 *)((const char *)act + t * act_row_bytes);
+            const rb_block_q8_0 *a1 = (const rb_block_q8_0 *)((const char *)act + t1 * act_row_bytes);
+            /* lanes: (r, t), (r, t1), (r1, t), (r1, t1) */
+            float32x4_t sum = vdupq_n_f32(0.0f);
+            for (int64_t b = 0; b < nb; b++) {
+                int8x16_t x0[2], x1[2], y0[2], y1[2];
+                codes(w0, b, x0);
+                codes(w1, b, x1);
+                rb_i8mm_codes_q8_0(a0, b, y0);
+                rb_i8mm_codes_q8_0(a1, b, y1);
+                const int32x4_t sumi = rb_i8mm_block(x0, x1, y0, y1);
+                rb_f16 dw0, dw1;
+                memcpy(&dw0, w0 + b * w_block_bytes, sizeof dw0); /* d leads both blocks */
+                memcpy(&dw1, w1 + b * w_block_bytes, sizeof dw1);
+                const float fw0 = rb_fp16_to_fp32(dw0), fw1 = rb_fp16_to_fp32(dw1);
+                const float fa0 = rb_fp16_to_fp32(a0[b].d), fa1 = rb_fp16_to_fp32(a1[b].d);
+                const float dd[4] = {fw0 * fa0, fw0 * fa1, fw1 * fa0, fw1 * fa1};
+                /* sumf += (float)sumi * d, unfused (-ffp-contract=off) */
+                sum = vaddq_f32(sum, vmulq_f32(vcvtq_f32_s32(sumi), vld1q_f32(dd)));
+            }
+            y[t * y_stride + r] = vgetq_lane_f32(sum, 0);
+            if (t1 != t)
+                y[t1 * y_stride + r] = vgetq_lane_f32(sum, 1);
+            if (r1 != r) {
+                y[t * y_stride + r1] = vgetq_lane_f32(sum, 2);
+                if (t1 != t)
+                    y[t1 * y_stride + r1] = vgetq_lane_f32(sum, 3);
+            }
+        }
+    }
+}
+
+static void rb_tile_q4_0_i8mm(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,
+                              const void *act, size_t act_row_bytes, int n_tok, float *y,
+                              int64_t y_stride)
+{
+    if (n_tok == 1) {
+        rb_tile_q4_0_neon(n_cols, w, w_row_bytes, n_rows, act, act_row_bytes, n_tok, y, y_stride);
+        return;
+    }
+    rb_i8mm_tile_x_0(n_cols, w, w_row_bytes, n_rows, act, act_row_bytes, n_tok, y, y_stride,
+                     rb_i8mm_codes_q4_0, sizeof(rb_block_q4_0));
+}
+
+static void rb_tile_q8_0_i8mm(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,
+                              const void *act, size_t act_row_bytes, int n_tok, float *y,
+                              int64_t y_stride)
+{
+    if (n_tok == 1) {
+        rb_tile_q8_0_neon(n_cols, w, w_row_bytes, n_rows, act, act_row_bytes, n_tok, y, y_stride);
+        return;
+    }
+    rb_i8mm_tile_x_0(n_cols, w, w_row_bytes, n_rows, act, act_row_bytes, n_tok, y, y_stride,
+                     rb_i8mm_codes_q8_0, sizeof(rb_block_q8_0));
+}
+#endif
+
 const rb_matmul_isa RB_NEON_TABLE = {
     .name = RB_NEON_NAME,
     .act = {
@@ -359,9 +486,14 @@ const rb_matmul_isa RB_NEON_TABLE = {
         [RB_TYPE_F32] = rb_tile_f32_neon,
         [RB_TYPE_F16] = rb_tile_f16_neon,
         [RB_TYPE_BF16] = rb_tile_bf16_neon,
+#if defined(RB_NEON_I8MM_BUILD)
+        [RB_TYPE_Q4_0] = rb_tile_q4_0_i8mm,
+        [RB_TYPE_Q8_0] = rb_tile_q8_0_i8mm,
+#else
         [RB_TYPE_Q4_0] = rb_tile_q4_0_neon,
-        [RB_TYPE_Q5_0] = rb_tile_q5_0_neon,
         [RB_TYPE_Q8_0] = rb_tile_q8_0_neon,
+#endif
+        [RB_TYPE_Q5_0] = rb_tile_q5_0_neon,
         [RB_TYPE_Q4_K] = rb_tile_q4_K_neon,
         [RB_TYPE_Q6_K] = rb_tile_q6_K_neon,
         [RB_TYPE_Q5_K] = rb_tile_q5_K_neon,
@@ -369,8 +501,15 @@ const rb_matmul_isa RB_NEON_TABLE = {
         [RB_TYPE_Q5_1] = rb_tile_q5_1_neon,
     },
     .decode_rows = 1,
+#if defined(RB_NEON_I8MM_BUILD)
+    /* 4 x 4: two row pairs x two token pairs, each weight block unpacked
+     * once for 4 tokens (the other types' tiles loop over vec_dots) */
+    .prefill_rows = 4,
+    .prefill_toks = 4,
+#else
     .prefill_rows = 1,
     .prefill_toks = 1,
+#endif
 };
 
 #else

@@ -63,8 +63,9 @@ void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_
 
 /* One row: ggml's SwiGLU takes 8 lanes at a time with the vector exp and
  * the tail with libm's expf, so where a row is cut into 8s matters. The
- * 8-lane part is ops_avx2.c's (x86 vector tiers); elsewhere the row is
- * scalar, libm's expf throughout (within the golden bounds, not bitwise). */
+ * 8-lane part is ops_avx2.c's (x86 vector tiers) or ops_neon.c's (aarch64
+ * vector tiers: the same bits); on the ref tier the row is scalar, libm's
+ * expf throughout (within the golden bounds, not bitwise). */
 void rb_swiglu(float *gate, const float *up, int64_t n)
 {
     int64_t i = 0;
@@ -72,6 +73,10 @@ void rb_swiglu(float *gate, const float *up, int64_t n)
     const int tier = rb_cpu_tier();
     if (tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512)
         i = rb_swiglu8_avx2(gate, up, n);
+#elif defined(__aarch64__)
+    const int tier = rb_cpu_tier();
+    if (tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_I8MM)
+        i = rb_swiglu8_neon(gate, up, n);
 #endif
     for (; i < n; i++) {
         float g = gate[i];

@@ -1,7 +1,8 @@
 /*
  * ops_avx2.c - the AVX2 + FMA + F16C bodies of the forward pass's vector
  * ops outside the matrix products (contracts in ops_kernels.h): SwiGLU's
- * 8-lane part (ops.c) and attention's f16 loops (attention.c). The one file
+ * 8-lane part (ops.c), attention's f16 loops and its quantized-K scores
+ * (attention.c). The one file
  * of them compiled with those flags; the callers dispatch on rb_cpu_tier().
  */
 #include "ops_kernels.h"
@@ -155,6 +156,54 @@ void rb_attn_block8_f16_avx2(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, 
     }
     *m = mm;
     *sum = ss;
+}
+
+/* attention.c's rb_attn_dot_q8_0 / _q4_0 (quantized K against a q8_0
+ * query): llama.cpp's AVX2 vec_dot, the same bits as their _ref forms */
+/* ggml's hsum_float_8: (hi + lo), then pairs, then the last two */
+static float kv_hsum8_avx2(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+/* 8 lanes of 4-product sums of signed bytes x * y, as float */
+static __m256 kv_sum4_avx2(__m256i x, __m256i y)
+{
+    const __m256i dot = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot));
+}
+
+float rb_attn_dot_q8_0_avx2(const void *k_row, const void *q_row, int n)
+{
+    const rb_block_q8_0 *x = k_row, *y = q_row;
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < n / RB_QK8_0; b++) {
+        const __m256 d = _mm256_set1_ps(rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+        const __m256 q = kv_sum4_avx2(_mm256_loadu_si256((const __m256i *)x[b].qs),
+                                      _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(d, q, acc);
+    }
+    return kv_hsum8_avx2(acc);
+}
+
+float rb_attn_dot_q4_0_avx2(const void *k_row, const void *q_row, int n)
+{
+    const rb_block_q4_0 *x = k_row;
+    const rb_block_q8_0 *y = q_row;
+    __m256 acc = _mm256_setzero_ps();
+    for (int b = 0; b < n / RB_QK4_0; b++) {
+        const __m256 d = _mm256_set1_ps(rb_fp16_to_fp32(x[b].d) * rb_fp16_to_fp32(y[b].d));
+        const __m128i raw = _mm_loadu_si128((const __m128i *)x[b].qs);
+        __m256i qx = _mm256_and_si256(_mm256_set1_epi8(0x0f),
+                                      _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw));
+        qx = _mm256_sub_epi8(qx, _mm256_set1_epi8(8));
+        const __m256 q = kv_sum4_avx2(qx, _mm256_loadu_si256((const __m256i *)y[b].qs));
+        acc = _mm256_fmadd_ps(d, q, acc);
+    }
+    return kv_hsum8_avx2(acc);
 }
 
 #else

@@ -1,9 +1,11 @@
 /*
- * ops_kernels.h - internal: the AVX2 bodies of ops.c's SwiGLU and of
- * attention.c's f16 loops (ops_avx2.c, the one file of them compiled with
- * -mavx2 -mfma -mf16c). Callers run them only where rb_cpu_tier() is an x86
- * vector tier (cpu.h); each gives the bits of the portable form beside its
- * caller except where that says otherwise.
+ * ops_kernels.h - internal: the vector bodies of ops.c's SwiGLU and of
+ * attention.c's loops. x86-64: ops_avx2.c, the one file of them compiled
+ * with -mavx2 -mfma -mf16c, run where rb_cpu_tier() is an x86 vector tier.
+ * aarch64: ops_neon.c (armv8-a, the neon and dotprod tiers) and its
+ * +dotprod build ops_dotprod.c (the quantized-K scores of the dotprod
+ * tier). Each gives the bits of the portable form beside its caller except
+ * where that says otherwise.
  */
 #ifndef RB_OPS_KERNELS_H
 #define RB_OPS_KERNELS_H
@@ -24,6 +26,26 @@ void rb_attn_mad_f16_avx2(rb_f16 *acc, const rb_f16 *v, float s, int n);
 void rb_attn_scale_f16_avx2(rb_f16 *acc, float s, int n);
 void rb_attn_block8_f16_avx2(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
                              int n, float kq_scale, rb_f16 *acc, float *m, float *sum);
+float rb_attn_dot_q8_0_avx2(const void *k_row, const void *q_row, int n);
+float rb_attn_dot_q4_0_avx2(const void *k_row, const void *q_row, int n);
+#endif
+
+#if defined(__aarch64__)
+/* rb_swiglu8_avx2's contract and bits, in NEON */
+int64_t rb_swiglu8_neon(float *gate, const float *up, int64_t n);
+
+/* attention.c's rb_attn_* in NEON (the same bits) */
+float rb_attn_dot_f16_neon(const rb_f16 *q, const rb_f16 *k, int n);
+void rb_attn_dot8_f16_neon(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, float out[8]);
+void rb_attn_mad_f16_neon(rb_f16 *acc, const rb_f16 *v, float s, int n);
+void rb_attn_scale_f16_neon(rb_f16 *acc, float s, int n);
+void rb_attn_block8_f16_neon(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
+                             int n, float kq_scale, rb_f16 *acc, float *m, float *sum);
+float rb_attn_dot_q8_0_neon(const void *k_row, const void *q_row, int n);
+float rb_attn_dot_q4_0_neon(const void *k_row, const void *q_row, int n);
+/* ops_dotprod.c: the two above with SDOT (dotprod tier only) */
+float rb_attn_dot_q8_0_dotprod(const void *k_row, const void *q_row, int n);
+float rb_attn_dot_q4_0_dotprod(const void *k_row, const void *q_row, int n);
 #endif
 
 #endif

@@ -5,7 +5,7 @@
  * coder is measured against.
  *
  * Does: write and check the 48-byte header drawn in kvcodec.h; hash the
- * decoded page (rb_kvcodec_hash64, both a _ref and an AVX2 form); choose
+ * decoded page (rb_kvcodec_hash64: a _ref, an AVX2 and a NEON form); choose
  * STORE when lossless coding would not shrink a page. Does not: decide
  * which pages to compress or when (the residency manager does), allocate,
  * or keep any state between calls; code q8_0 KV pages (the KV cache holds
@@ -240,6 +240,10 @@ const rb_kvcodec_kernels *rb_kvcodec_kernels_get(void)
     const int tier = rb_cpu_tier();
     if (tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512)
         return &rb_kvcodec_kernels_avx2;
+#elif defined(__aarch64__)
+    const int tier = rb_cpu_tier();
+    if (tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_I8MM)
+        return &rb_kvcodec_kernels_neon;
 #endif
     return &rb_kvcodec_kernels_ref;
 }

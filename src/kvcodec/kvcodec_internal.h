@@ -36,6 +36,8 @@ struct rb_kvcodec_kernels {
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_ref;
 #if defined(__x86_64__)
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_avx2; /* kvcodec_avx2.c */
+#elif defined(__aarch64__)
+extern const rb_kvcodec_kernels rb_kvcodec_kernels_neon; /* kvcodec_neon.c */
 #endif
 /* The set the tier in use runs (cpu.h). */
 const rb_kvcodec_kernels *rb_kvcodec_kernels_get(void);
@@ -106,11 +108,11 @@ void rb_kvcodec_quant_decode_avx2(const rb_kvcodec_dims *d, int bits, const uint
                                   rb_f16 *page, rb_kvcodec_hash *h, const rb_kvcodec_kernels *k);
 #endif
 
-#if defined(__AVX2__)
-#include <immintrin.h>
-
 /* The hash's stripe keys (16 x 4), lane seeds (4), final keys (4). */
 extern const uint64_t rb_kvcodec_hash_keys[72];
+
+#if defined(__AVX2__)
+#include <immintrin.h>
 
 /* Absorbs stripe d, global stripe index idx, into the four lanes a (the
  * AVX2 form of rb_kvcodec_hash_stripes_ref's step; decoders that hold a

@@ -28,6 +28,8 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 #define MAXLEN RB_KVLL_MAXLEN
@@ -117,6 +119,10 @@ static inline void fill_run(uint16_t *e, uint32_t n, uint16_t v)
     const __m128i x = _mm_set1_epi16((short)v);
     for (uint32_t i = 0; i < n; i += 8)
         _mm_storeu_si128((__m128i *)(e + i), x);
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+    const uint16x8_t x = vdupq_n_u16(v);
+    for (uint32_t i = 0; i < n; i += 8)
+        vst1q_u16(e + i, x);
 #else
     for (uint32_t i = 0; i < n; i++)
         e[i] = v;
