@@ -401,7 +401,7 @@ static void test_tiles(void)
 static void test_matmul_driver(rb_threadpool *pools[3])
 {
     static const int64_t rows[] = {1, 5, 37, 100};
-    static const int64_t toks[] = {1, 3, 7, 20, 64};
+    static const int64_t toks[] = {1, 2, 3, 4, 5, 7, 8, 20, 64};
     for (size_t ti = 0; ti < N_W_TYPES; ti++) {
         const uint32_t wt = w_types[ti];
         const rb_type_traits *tr = rb_type_get_traits(wt);

@@ -26,6 +26,11 @@
  * instead of the tiles (matmul_kernels.h):
  *   gemv   (n_tokens == 1): 64-row chunks, each one call (avx512 Q4_0: 16
  *          rows per zmm group, no per-row horizontal sums);
+ *   few    (2 <= n_tokens <= RB_FEW_MAX, one decode step of several
+ *          sequences): 64-row chunks x every token, each one call that
+ *          loads a weight block once and runs it against every token (the
+ *          prefill tiles' 2 x 4 shape had no vector chains at 2 or 3
+ *          tokens: 2 streams took more CPU per token than one);
  *   gemm   (n_tokens >= RB_MATMUL_GEMM_MIN_TOKENS): two pool jobs. First
  *          the side tables (each token's block scales as floats and the
  *          integer corrections of the kernel's unsigned weight codes),
@@ -63,6 +68,8 @@
 /* decode chunks of a gemv kernel: a multiple of its 32 rows */
 #define RB_MATMUL_GEMV_CHUNK_ROWS 64
 #define RB_MATMUL_PREFILL_TOK_BLOCK 64
+/* chunks of a few kernel (a step of 2..RB_FEW_MAX sequences): as gemv's */
+#define RB_MATMUL_FEW_CHUNK_ROWS 64
 /* the ISA's panel kernel (gemm) from this many tokens on: below, its
  * repacking of each panel costs more than the tiles' extra loads */
 #define RB_MATMUL_GEMM_MIN_TOKENS 16
@@ -83,6 +90,8 @@ static void build_avx512(void)
             g_avx512.tile[t] = own->tile[t];
         if (own->gemv[t])
             g_avx512.gemv[t] = own->gemv[t];
+        if (own->few[t])
+            g_avx512.few[t] = own->few[t];
         if (own->gemm[t]) {
             g_avx512.gemm[t] = own->gemm[t];
             g_avx512.gemm_side[t] = own->gemm_side[t];
@@ -172,6 +181,7 @@ typedef struct rb_matmul_job {
     int tile_rows, tile_toks;
     rb_gemv_fn gemv; /* decode's row kernel (NULL: tiles) */
     int64_t gemv_part;  /* gemv: row chunks per thread's part (claims below) */
+    rb_few_fn few;   /* a step of several sequences' decode (NULL: tiles) */
     /* gemm (the ISA's panel kernel, NULL: tiles): its side tables */
     rb_gemm_fn gemm;
     rb_gemm_side_fn gemm_side;
@@ -198,6 +208,13 @@ static void rb_matmul_chunk(const rb_matmul_job *job, int64_t c)
         const int64_t g1 = g0 + job->chunk_rows < job->n_rows ? g0 + job->chunk_rows : job->n_rows;
         job->gemv(job->n_cols, job->w + g0 * job->w_row_bytes, job->w_row_bytes, (int)(g1 - g0),
                   job->act, job->y + g0);
+        return;
+    }
+    if (job->few) {
+        const int64_t g0 = c * job->chunk_rows;
+        const int64_t g1 = g0 + job->chunk_rows < job->n_rows ? g0 + job->chunk_rows : job->n_rows;
+        job->few(job->n_cols, job->w + g0 * job->w_row_bytes, job->w_row_bytes, (int)(g1 - g0),
+                 job->act, job->act_stride, (int)job->n_tokens, job->y + g0, job->y_stride);
         return;
     }
     const int64_t r0 = (c % job->n_row_chunks) * job->chunk_rows;
@@ -292,6 +309,12 @@ void rb_matmul(rb_threadpool *pool, uint32_t w_type, const void *w, int64_t n_ro
     } else if (n_tokens == 1) {
         job.chunk_rows = RB_MATMUL_DECODE_CHUNK_ROWS;
         job.tok_block = 1;
+        job.tile_rows = isa->decode_rows;
+        job.tile_toks = 1;
+    } else if (n_tokens <= RB_FEW_MAX && isa->few[w_type]) {
+        job.few = isa->few[w_type];
+        job.chunk_rows = RB_MATMUL_FEW_CHUNK_ROWS;
+        job.tok_block = n_tokens;
         job.tile_rows = isa->decode_rows;
         job.tile_toks = 1;
     } else {

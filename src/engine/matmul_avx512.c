@@ -542,6 +542,129 @@ static void rb_gemv_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     }
 }
 
+/* ---- a step of several sequences: Q4_0, 16 rows x T tokens ----------------------
+ * The gemv above with T tokens: a block of 16 rows is loaded and unpacked
+ * once (four zmm of low and four of high nibbles, the rows' scales) and
+ * run against each token's block: two vpdpbusd per quad of rows, the
+ * 4 x 4 transpose-and-add, the token's -8 * sum(a), then the chain's fma,
+ * lane by lane; so every output has the gemv's (and the tiles') bits. The
+ * tokens' per-block -8 * sum(a) and scale are computed once per call for
+ * up to RB_FEW_SEG blocks at a time (a call is a 64-row chunk: four row
+ * groups share them). Rows beyond a multiple of 16 go to the vnni tiles. */
+
+#define RB_FEW_SEG 256 /* blocks per side table: 8 tokens x 256 x 8 B = 16 KiB */
+
+/* the tokens' side values of blocks b0..b1 - 1: corr[(b - b0) * T + t] =
+ * -8 * sum of the codes, da[...] = the scale as a float */
+RB_INLINE void rb_few_side_q4_0(const char *a, size_t arb, int64_t b0, int64_t b1, int32_t *corr,
+                                float *da, const int T)
+{
+    const __m256i k80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = b0; b < b1; b++)
+        RB_FOR8(t, T) {
+            const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
+            const __m256i av = _mm256_loadu_si256((const __m256i *)ab->qs);
+            const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(av, k80), _mm256_setzero_si256());
+            const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+            const int32_t sum = (int32_t)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 4096;
+            corr[(b - b0) * T + t] = -8 * sum;
+            da[(b - b0) * T + t] = rb_h2f(ab->d);
+        }
+}
+
+RB_INLINE void rb_few_q4_0(int64_t n, const char *w, size_t wrb, int n_rows, const char *a,
+                           size_t arb, float *y, int64_t ys, const int T)
+{
+    const int64_t nb = n / RB_QK8_0;
+    const __m512i k0f = _mm512_set1_epi8(0x0f);
+    const __m512i unperm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    const size_t bs = sizeof(rb_block_q4_0);
+    int32_t corr[RB_FEW_SEG * RB_FEW_MAX];
+    float da[RB_FEW_SEG * RB_FEW_MAX];
+    const int n16 = n_rows / 16 * 16;
+    for (int p0 = 0; p0 < n16; p0 += 64) {
+        /* a piece of up to 4 row groups shares the side tables; the
+         * accumulators wait in memory between segments of blocks */
+        const int ng = (n16 - p0) / 16 < 4 ? (n16 - p0) / 16 : 4;
+        __m512 accm[4][RB_FEW_MAX];
+        for (int gi = 0; gi < 4; gi++)
+            RB_FOR8(t, T) accm[gi][t] = _mm512_setzero_ps();
+        for (int64_t s0 = 0; s0 < nb; s0 += RB_FEW_SEG) {
+            const int64_t s1 = s0 + RB_FEW_SEG < nb ? s0 + RB_FEW_SEG : nb;
+            rb_few_side_q4_0(a, arb, s0, s1, corr, da, T);
+            for (int gi = 0; gi < ng; gi++) {
+                const char *w0 = w + (size_t)(p0 + 16 * gi) * wrb;
+                __m512 acc[RB_FEW_MAX];
+                RB_FOR8(t, T) acc[t] = accm[gi][t];
+                for (int64_t b = s0; b < s1; b++) {
+                    const char *bb = w0 + b * bs;
+                    __m512i lo[4], hi[4];
+                    rb_f16 dh[16];
+                    RB_FOR(g, 4) {
+                        const char *r = bb + (size_t)(4 * g) * wrb;
+                        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r + 2)));
+                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + wrb + 2)), 1);
+                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 2 * wrb + 2)), 2);
+                        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 3 * wrb + 2)), 3);
+                        RB_FOR(j, 4) _mm_prefetch(r + (16 + j) * wrb, _MM_HINT_T0);
+                        lo[g] = _mm512_and_si512(v, k0f);
+                        hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0f);
+                        RB_FOR(j, 4) memcpy(&dh[4 * j + g], r + j * wrb, sizeof(rb_f16));
+                    }
+                    const __m512 dw = _mm512_cvtph_ps(_mm256_setr_epi16(
+                        (short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], (short)dh[4],
+                        (short)dh[5], (short)dh[6], (short)dh[7], (short)dh[8], (short)dh[9],
+                        (short)dh[10], (short)dh[11], (short)dh[12], (short)dh[13], (short)dh[14],
+                        (short)dh[15]));
+                    RB_FOR8(t, T) {
+                        const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
+                        const __m512i alo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ab->qs));
+                        const __m512i ahi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab->qs + 16)));
+                        __m512i z[4];
+                        RB_FOR(g, 4) z[g] = _mm512_dpbusd_epi32(
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[g], alo), hi[g], ahi);
+                        const __m512i a01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]),
+                                                             _mm512_unpackhi_epi32(z[0], z[1]));
+                        const __m512i a23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]),
+                                                             _mm512_unpackhi_epi32(z[2], z[3]));
+                        const int64_t k = (b - s0) * T + t;
+                        const __m512i is = _mm512_add_epi32(
+                            _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23), _mm512_unpackhi_epi64(a01, a23)),
+                            _mm512_set1_epi32(corr[k]));
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(da[k])),
+                                                 acc[t]);
+                    }
+                }
+                RB_FOR8(t, T) accm[gi][t] = acc[t];
+            }
+        }
+        for (int gi = 0; gi < ng; gi++)
+            RB_FOR8(t, T) _mm512_storeu_ps(y + t * ys + p0 + 16 * gi, _mm512_permutexvar_ps(unperm, accm[gi][t]));
+    }
+    for (int r0 = n16; r0 < n_rows; r0 += 4) {
+        const int nr = n_rows - r0 < 4 ? n_rows - r0 : 4;
+        for (int t0 = 0; t0 < T; t0 += 4)
+            rb_matmul_isa_vnni.tile[RB_TYPE_Q4_0](n, w + (size_t)r0 * wrb, wrb, nr, a + t0 * arb, arb,
+                                                  T - t0 < 4 ? T - t0 : 4, y + t0 * ys + r0, ys);
+    }
+}
+
+#define RB_FEW_SHAPES(CALL)                                                            \
+    switch (n_tok) {                                                                   \
+    case 2: CALL(2); break; case 3: CALL(3); break; case 4: CALL(4); break;            \
+    case 5: CALL(5); break; case 6: CALL(6); break; case 7: CALL(7); break;            \
+    case 8: CALL(8); break; default: break;                                            \
+    }
+
+static void rb_few_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                               size_t arb, int n_tok, float *y, int64_t ys)
+{
+    _Static_assert(RB_FEW_MAX == 8, "shapes above");
+#define RB_FQ4(T) rb_few_q4_0(n, w, wrb, n_rows, a, arb, y, ys, T)
+    RB_FEW_SHAPES(RB_FQ4)
+#undef RB_FQ4
+}
+
 /* ---- instantiation (matmul_avx2.c's shape switch) ---------------------------- */
 
 #define RB_SHAPES(CALL)                                                               \
@@ -606,6 +729,9 @@ const rb_matmul_isa rb_matmul_isa_avx512_own = {
     },
     .gemv = {
         [RB_TYPE_Q4_0] = rb_gemv_q4_0_avx512,
+    },
+    .few = {
+        [RB_TYPE_Q4_0] = rb_few_q4_0_avx512,
     },
     .gemm = {
         [RB_TYPE_Q4_0] = rb_gemm_q4_0_avx512,

@@ -74,6 +74,15 @@ typedef void (*rb_gemm_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, in
 typedef void (*rb_gemv_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,
                            const void *act, float *y);
 
+/* few: one decode step of several sequences, 2 <= n_tok <= RB_FEW_MAX
+ * activation rows against n_rows consecutive weight rows, y[t * y_stride +
+ * r]; each weight block is loaded once for all the tokens, and every output
+ * has the bits of the type's tile (and so of the one-token gemv). */
+#define RB_FEW_MAX 8
+typedef void (*rb_few_fn)(int64_t n_cols, const void *w, size_t w_row_bytes, int n_rows,
+                          const void *act, size_t act_row_bytes, int n_tok, float *y,
+                          int64_t y_stride);
+
 typedef struct rb_matmul_isa {
     const char *name;                 /* "ref", "avx2", "vnni", "avx512", "neon", "dotprod",
                                          "i8mm" */
@@ -81,6 +90,7 @@ typedef struct rb_matmul_isa {
     rb_tile_fn tile[RB_TYPE_COUNT];   /* by weight type; NULL: unsupported */
     rb_gemv_fn gemv[RB_TYPE_COUNT];   /* by weight type; NULL: tiles only */
     rb_gemm_fn gemm[RB_TYPE_COUNT];   /* by weight type; NULL: tiles only */
+    rb_few_fn few[RB_TYPE_COUNT];     /* by weight type; NULL: tiles only */
     rb_gemm_side_fn gemm_side[RB_TYPE_COUNT];
     int gemm_corr_lanes[RB_TYPE_COUNT];
     int decode_rows;                  /* rows per tile when n_tok == 1 */
