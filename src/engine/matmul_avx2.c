@@ -900,6 +900,28 @@ RB_DEF_TILE(rb_tile_f32_avx2, RB_C_F32)
 RB_DEF_TILE(rb_tile_f16_avx2, RB_C_F16)
 RB_DEF_TILE(rb_tile_bf16_avx2, RB_C_BF16)
 
+/* few (a step of 2..RB_FEW_MAX sequences): 4-row tiles over every token,
+ * rows outer, so that a tile's weight blocks come from DRAM once and are
+ * still in L1 for the next 4 tokens. At 2 or 3 tokens the Q4_0 and Q4_K
+ * chains then run as vectors over the 4 rows (the prefill tiles' 2 x 4
+ * shape keeps one scalar chain per output there); each output has the
+ * bits of any other tile. */
+#define RB_DEF_FEW(fname, tile)                                                         \
+    static void fname(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,   \
+                      size_t arb, int n_tok, float *y, int64_t ys)                       \
+    {                                                                                    \
+        for (int r = 0; r < n_rows; r += 4)                                              \
+            for (int t = 0; t < n_tok; t += 4)                                           \
+                tile(n, (const char *)w + (size_t)r * wrb, wrb,                          \
+                     n_rows - r < 4 ? n_rows - r : 4, (const char *)a + (size_t)t * arb, \
+                     arb, n_tok - t < 4 ? n_tok - t : 4, y + t * ys + r, ys);            \
+    }
+
+RB_DEF_FEW(rb_few_q4_0_avx2, rb_tile_q4_0_avx2)
+RB_DEF_FEW(rb_few_q8_0_avx2, rb_tile_q8_0_avx2)
+RB_DEF_FEW(rb_few_q4_K_avx2, rb_tile_q4_K_avx2)
+RB_DEF_FEW(rb_few_q6_K_avx2, rb_tile_q6_K_avx2)
+
 const rb_matmul_isa RB_AVX2_TABLE = {
     .name = RB_AVX2_NAME,
     .act = {
@@ -922,6 +944,12 @@ const rb_matmul_isa RB_AVX2_TABLE = {
         [RB_TYPE_Q5_K] = rb_tile_q5_K_avx2,
         [RB_TYPE_Q4_1] = rb_tile_q4_1_avx2,
         [RB_TYPE_Q5_1] = rb_tile_q5_1_avx2,
+    },
+    .few = {
+        [RB_TYPE_Q4_0] = rb_few_q4_0_avx2,
+        [RB_TYPE_Q8_0] = rb_few_q8_0_avx2,
+        [RB_TYPE_Q4_K] = rb_few_q4_K_avx2,
+        [RB_TYPE_Q6_K] = rb_few_q6_K_avx2,
     },
     .decode_rows = 4,
     .prefill_rows = 2,
