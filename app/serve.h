@@ -147,6 +147,8 @@ typedef struct sv_metrics {
     uint64_t tokens_prompt, tokens_cached, tokens_completion;
     uint64_t restores[6];           /* by sv_restore */
     uint64_t conv_evicted, conv_closed, cancelled;
+    uint64_t decode_passes_single;  /* decode steps of one stream */
+    uint64_t decode_passes_multi;   /* of several streams in one forward pass */
     uint64_t ttft_count, ttft_bucket[SV_TTFT_BUCKETS];
     double ttft_sum_s;
     sv_mem_snapshot mem;

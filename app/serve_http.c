@@ -759,6 +759,12 @@ static enum MHD_Result metrics_page(conn *c)
                "rebound_tokens_total{kind=\"cached\"} %" PRIu64 "\n"
                "rebound_tokens_total{kind=\"completion\"} %" PRIu64 "\n",
             m.tokens_prompt, m.tokens_cached, m.tokens_completion);
+    fprintf(f, "# HELP rebound_decode_passes_total Decode steps: forward passes of one "
+               "stream, and of several concurrent streams in one pass.\n"
+               "# TYPE rebound_decode_passes_total counter\n"
+               "rebound_decode_passes_total{streams=\"1\"} %" PRIu64 "\n"
+               "rebound_decode_passes_total{streams=\"several\"} %" PRIu64 "\n",
+            m.decode_passes_single, m.decode_passes_multi);
     fprintf(f, "# HELP rebound_conversation_restores_total Where a request found its "
                "conversation's KV: resident (all in RAM), compressed (some in the compressed "
                "RAM tier), stored (some on storage), file (reopened from its session file), "
@@ -1118,8 +1124,8 @@ int rb_cmd_serve(int argc, char **argv)
          &max_body, 1, 1e12, NULL, NULL},
         {"--max-connections", RB_OPT_U32, "N", "connections served at once (default 64); a few "
          "more hear 503,\nthe rest are refused", &max_conn, 1, 4096, NULL, NULL},
-        {"-np|--parallel", RB_OPT_U32, "N", "requests computed at once, interleaved token by token "
-         "(default 4)", &parallel, 1, 256, NULL, NULL},
+        {"-np|--parallel", RB_OPT_U32, "N", "requests computed at once (default 4): their decode "
+         "steps run\nas one forward pass, their prompts in chunks between the steps", &parallel, 1, 256, NULL, NULL},
         {"--max-queue", RB_OPT_U32, "N", "requests waiting beyond those (default 64): 429 beyond",
          &max_queue, 0, 1e6, NULL, NULL},
         {NULL, RB_OPT_SECTION, NULL, "conversations:", NULL, 0, 0, NULL, NULL},

@@ -6,11 +6,15 @@
  * Does: map a request to a conversation (an explicit id, else the stored
  * conversation whose tokens share the longest prefix with the request's
  * tokens, when that prefix covers at least half of them), rewind the
- * conversation to the shared prefix and feed only the rest; interleave the
- * active requests round robin, one step each (a prefill chunk of n_batch
- * tokens, or one decoded token), so a long prompt does not stall the
- * others' streams; publish each request's text as it is decoded (holding
- * back what may be the start of a stop string); close a chat reply as the
+ * conversation to the shared prefix and feed only the rest; run the active
+ * requests in rounds: a prefill chunk of n_batch tokens of each request
+ * still in its prompt (so a long prompt does not stall the others' streams
+ * for more than a chunk), then one decode step of all the others in one
+ * forward pass (rb_session_decode_multi: the weights are read once per
+ * step for every stream, and each stream's logits are the bits of decoding
+ * it alone, so its greedy reply does not depend on the others); publish
+ * each request's text as it is decoded (holding back what may be the start
+ * of a stop string); close a chat reply as the
  * template does and save the conversation to its session file
  * (RB_SAVE_ON_REQUEST: the file changes only at the end of a request, so a
  * kill -9 leaves the previous turn or this one); put every session in one
@@ -27,8 +31,8 @@
  * stay in the prefix index and its file), so that every return computes
  * the whole conversation again: the cost that the tiers save, measured by
  * bench-serve in the same run.
- * Does not: batch several sessions' decode steps into one forward pass
- * (each step is its own feed).
+ * Does not: batch prefill chunks of several requests together, or a prefill
+ * chunk with the others' decode step.
  *
  * Memory: the conversations' token copies (the prefix index; 4 bytes a
  * token), one session each while open, one sampler and detokenizer per
@@ -48,6 +52,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "rebound_experimental.h"
 #include "serve.h"
 
 typedef struct sv_conv {
@@ -103,6 +108,12 @@ struct sv_sched {
     rb_session *spare;        /* a fresh session for the next new conversation */
     sv_active *active;        /* parallel slots */
     uint32_t n_active;
+    /* decode_all's step over the active requests (parallel entries each) */
+    sv_active **step_act;
+    rb_session **step_sess;
+    int32_t *step_tok;
+    size_t *step_have;        /* each session's tokens before the step */
+    int is_multi_warned;
     uint64_t clock;
     uint32_t n_ctx, n_batch;
     char *piece;              /* one detokenizer push */
@@ -836,8 +847,9 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     active_free(a);
 }
 
-/* One step of an active request: a prefill chunk or one decoded token. */
-static void step(sv_sched *s, sv_active *a)
+/* One prefill step of an active request: a chunk of at most n_batch of its
+ * prompt tokens (the decode steps are decode_all's). */
+static void step_prefill(sv_sched *s, sv_active *a)
 {
     sv_request *r = a->req;
     rb_session *ss = a->conv->session;
@@ -845,66 +857,118 @@ static void step(sv_sched *s, sv_active *a)
         finish(s, a, "cancelled", SV_ERR_NONE, NULL);
         return;
     }
-    if (a->phase == PHASE_PREFILL) {
-        size_t n = a->n_todo - a->i_todo;
-        if (n > s->n_batch)
-            n = s->n_batch;
-        if (rb_session_feed(ss, a->todo + a->i_todo, n, NULL) != RB_OK) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", rb_session_errmsg(ss));
-            finish(s, a, NULL, SV_ERR_SERVER, msg);
-            return;
-        }
-        a->i_todo += n;
-        if (a->i_todo == a->n_todo) {
-            a->phase = PHASE_DECODE;
-            free(a->todo);
-            a->todo = NULL;
-        }
-        return;
-    }
-    int32_t next;
-    if (rb_sampler_sample(a->sampler, rb_session_get_logits(ss), rb_session_get_tokens(ss),
-                          rb_session_n_tokens(ss), &next) != RB_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", rb_sampler_errmsg(a->sampler));
-        finish(s, a, NULL, SV_ERR_SERVER, msg);
-        return;
-    }
-    if (!a->has_ttft) {
-        a->has_ttft = 1;
-        record_ttft(s, rb_cli_now_s() - r->t_arrival);
-    }
-    if (rb_model_token_is_eog(s->srv->model, next)) {
-        finish(s, a, "stop", SV_ERR_NONE, NULL);
-        return;
-    }
-    size_t k = 0;
-    if (rb_detokenizer_push(a->detok, next, s->piece, s->max_piece, &k) != RB_OK)
-        k = 0;
-    a->n_gen++;
-    int stop = append_text(a, s->piece, k);
-    if (stop < 0) {
-        finish(s, a, NULL, SV_ERR_SERVER, "out of memory");
-        return;
-    }
-    if (stop) {
-        finish(s, a, "stop", SV_ERR_NONE, NULL);
-        return;
-    }
-    size_t reserve = r->kind == SV_CHAT ? s->n_reply_end : 0;
-    if (rb_session_n_tokens(ss) + 1 + reserve > s->n_ctx) {
-        finish(s, a, "length", SV_ERR_NONE, NULL);
-        return;
-    }
-    if (rb_session_feed(ss, &next, 1, NULL) != RB_OK) {
+    size_t n = a->n_todo - a->i_todo;
+    if (n > s->n_batch)
+        n = s->n_batch;
+    if (rb_session_feed(ss, a->todo + a->i_todo, n, NULL) != RB_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", rb_session_errmsg(ss));
         finish(s, a, NULL, SV_ERR_SERVER, msg);
         return;
     }
-    if (r->max_tokens >= 0 && a->n_gen >= r->max_tokens)
+    a->i_todo += n;
+    if (a->i_todo == a->n_todo) {
+        a->phase = PHASE_DECODE;
+        free(a->todo);
+        a->todo = NULL;
+    }
+}
+
+/* A decode step's first half: the request's next token sampled from its
+ * session's logits and published. Returns 1 with *next when that token is
+ * to be computed (the request goes on), 0 when the request has ended. */
+static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
+{
+    sv_request *r = a->req;
+    rb_session *ss = a->conv->session;
+    if (req_is_cancelled(r)) {
+        finish(s, a, "cancelled", SV_ERR_NONE, NULL);
+        return 0;
+    }
+    if (rb_sampler_sample(a->sampler, rb_session_get_logits(ss), rb_session_get_tokens(ss),
+                          rb_session_n_tokens(ss), next) != RB_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rb_sampler_errmsg(a->sampler));
+        finish(s, a, NULL, SV_ERR_SERVER, msg);
+        return 0;
+    }
+    if (!a->has_ttft) {
+        a->has_ttft = 1;
+        record_ttft(s, rb_cli_now_s() - r->t_arrival);
+    }
+    if (rb_model_token_is_eog(s->srv->model, *next)) {
+        finish(s, a, "stop", SV_ERR_NONE, NULL);
+        return 0;
+    }
+    size_t k = 0;
+    if (rb_detokenizer_push(a->detok, *next, s->piece, s->max_piece, &k) != RB_OK)
+        k = 0;
+    a->n_gen++;
+    int stop = append_text(a, s->piece, k);
+    if (stop < 0) {
+        finish(s, a, NULL, SV_ERR_SERVER, "out of memory");
+        return 0;
+    }
+    if (stop) {
+        finish(s, a, "stop", SV_ERR_NONE, NULL);
+        return 0;
+    }
+    size_t reserve = r->kind == SV_CHAT ? s->n_reply_end : 0;
+    if (rb_session_n_tokens(ss) + 1 + reserve > s->n_ctx) {
         finish(s, a, "length", SV_ERR_NONE, NULL);
+        return 0;
+    }
+    return 1;
+}
+
+/*
+ * One decode step of every active request past its prompt: each samples
+ * its next token (decode_pick), then the tokens of all of them are
+ * computed in one forward pass (rb_session_decode_multi: each weight read
+ * once for every stream, each session's logits the bits of a feed alone).
+ * When the pass refuses the set (a session streaming its weights under a
+ * budget) or fails, every session it did not advance is fed alone, so one
+ * conversation's error (its own rb_session_feed's) ends only its request.
+ */
+static void decode_all(sv_sched *s)
+{
+    size_t n = 0;
+    for (uint32_t j = 0; j < s->srv->cfg.parallel; j++) {
+        sv_active *a = &s->active[j];
+        if (!a->req || a->phase != PHASE_DECODE || !decode_pick(s, a, &s->step_tok[n]))
+            continue;
+        s->step_act[n] = a;
+        s->step_sess[n] = a->conv->session;
+        s->step_have[n] = rb_session_n_tokens(a->conv->session);
+        n++;
+    }
+    if (n == 0)
+        return;
+    rb_status st = RB_E_INVALID_ARG;
+    if (n > 1) {
+        rb_error e;
+        st = rb_session_decode_multi(s->step_sess, s->step_tok, n, &e);
+        if (st != RB_OK && !s->is_multi_warned) {
+            s->is_multi_warned = 1;
+            sv_log("warning: %zu decode steps in one pass failed (%s); those sessions step "
+                   "alone (said once)", n, e.message);
+        }
+    }
+    metrics_add(s, n > 1 && st == RB_OK ? &s->srv->metrics.decode_passes_multi
+                                        : &s->srv->metrics.decode_passes_single, 1);
+    for (size_t i = 0; i < n; i++) {
+        sv_active *a = s->step_act[i];
+        rb_session *ss = s->step_sess[i];
+        if (rb_session_n_tokens(ss) != s->step_have[i] + 1 &&
+            rb_session_feed(ss, &s->step_tok[i], 1, NULL) != RB_OK) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", rb_session_errmsg(ss));
+            finish(s, a, NULL, SV_ERR_SERVER, msg);
+            continue;
+        }
+        if (a->req->max_tokens >= 0 && a->n_gen >= a->req->max_tokens)
+            finish(s, a, "length", SV_ERR_NONE, NULL);
+    }
 }
 
 /* 1 when a request for this id is active (or about to be, in taken) */
@@ -971,17 +1035,20 @@ static void *sched_main(void *arg)
             s->n_active++;
             /* its first chunk at once: a session reopened from its file
                restores within this feed, before any other session computes */
-            step(s, a);
+            step_prefill(s, a);
             if (!a->req)
                 s->n_active--;
         }
-        for (uint32_t j = 0; j < P; j++) {
-            if (!s->active[j].req)
-                continue;
-            step(s, &s->active[j]);
-            if (!s->active[j].req)
-                s->n_active--;
-        }
+        /* a round: one prefill chunk of each request still in its prompt
+           (so a long prompt never stalls the others' streams for more than
+           a chunk), then one decode step of all the others together */
+        for (uint32_t j = 0; j < P; j++)
+            if (s->active[j].req && s->active[j].phase == PHASE_PREFILL)
+                step_prefill(s, &s->active[j]);
+        decode_all(s);
+        s->n_active = 0;
+        for (uint32_t j = 0; j < P; j++)
+            s->n_active += s->active[j].req != NULL;
     }
     for (uint32_t j = 0; j < P; j++)
         if (s->active[j].req)
@@ -1162,7 +1229,12 @@ int sv_sched_start(sv_server *srv)
     if (cfg->sessions_dir && (lock_sessions_dir(s) || scan_sessions(s)))
         return 1;
     enforce_bounds(s);
-    if (!(s->active = calloc(cfg->parallel, sizeof *s->active)))
+    s->active = calloc(cfg->parallel, sizeof *s->active);
+    s->step_act = calloc(cfg->parallel, sizeof *s->step_act);
+    s->step_sess = calloc(cfg->parallel, sizeof *s->step_sess);
+    s->step_tok = calloc(cfg->parallel, sizeof *s->step_tok);
+    s->step_have = calloc(cfg->parallel, sizeof *s->step_have);
+    if (!s->active || !s->step_act || !s->step_sess || !s->step_tok || !s->step_have)
         return rb_cli_fail("serve", "out of memory", NULL);
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0)
         return rb_cli_fail("serve", "cannot start the scheduler thread", NULL);
@@ -1194,6 +1266,10 @@ void sv_sched_free(sv_sched *s)
     rb_session_destroy(s->spare);
     rb_pool_destroy(s->pool);
     free(s->active);
+    free(s->step_act);
+    free(s->step_sess);
+    free(s->step_tok);
+    free(s->step_have);
     free(s->reply_end);
     free(s->piece);
     if (s->lock_fd >= 0)

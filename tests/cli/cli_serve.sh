@@ -11,7 +11,9 @@
 # the conversation goes on), the Unix socket, the bounds on stored
 # conversations, and kill -9 mid-stream then a restart that serves the
 # next turn from the session file with the same greedy reply as a server
-# that was never killed. /metrics is Prometheus text with the counters.
+# that was never killed, concurrent streams decoded in one forward pass
+# with the same greedy replies as one at a time. /metrics is Prometheus
+# text with the counters.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -405,6 +407,46 @@ stop_server
 grep -Eq '^rebound_pool_bytes\{what="trimmed"\} [1-9]' m10.txt || { cat m10.txt >&2; fail "the pool trimmed nothing"; }
 total=$(sed -n 's/^rebound_pool_bytes{what="total"} //p' m10.txt)
 [ "$total" -le $((14 * 1048576 * 105 / 100)) ] || fail "the pool holds $total bytes, over the 14 MiB budget + 5%"
+
+check "concurrent streams: decoded in one pass, each greedy reply the same as alone"
+# four streamed completions (one with a prompt of several prefill chunks),
+# first one after the other, then all at once: each text must be the same
+# (each stream's logits are the bits of decoding it alone), and the
+# concurrent run must have decoded several streams in one pass
+conc_body() {   # conc_body I ID: a new conversation each (no prefix reused)
+    python3 - "$1" "$2" <<'EOF'
+import json, sys
+i = int(sys.argv[1])
+prompt = ("a long preamble of words " * 60 if i == 4 else "") + "stream %d counts" % i
+print(json.dumps({"conversation_id": sys.argv[2], "prompt": prompt * (1 + i % 2),
+                  "max_tokens": 40 + 8 * i, "temperature": 0, "seed": 7, "stream": True}))
+EOF
+}
+start_server s11.log -m slow.gguf -t 2 -c 2048 --parallel 4 -b 64
+for i in 1 2 3 4; do
+    conc_body $i "seq-$i" | post /v1/completions "seq$i.sse" -N > "seq$i.code"
+    [ "$(cat "seq$i.code")" = 200 ] || fail "sequential stream $i: status $(cat "seq$i.code")"
+done
+curl -s "$URL/metrics" > m11a.txt
+grep -Eq '^rebound_decode_passes_total\{streams="several"\} 0$' m11a.txt \
+    || fail "one request at a time still decoded several streams in a pass"
+pids=()
+for i in 1 2 3 4; do
+    (conc_body $i "par-$i" | post /v1/completions "par$i.sse" -N > "par$i.code") &
+    pids+=($!)
+done
+wait "${pids[@]}"
+for i in 1 2 3 4; do
+    [ "$(cat "par$i.code")" = 200 ] || fail "concurrent stream $i: status $(cat "par$i.code")"
+    [ -n "$(sse_text "seq$i.sse")" ] || fail "stream $i: empty text"
+    [ "$(sse_text "par$i.sse")" = "$(sse_text "seq$i.sse")" ] \
+        || fail "stream $i: concurrent '$(sse_text "par$i.sse")' != alone '$(sse_text "seq$i.sse")'"
+done
+curl -s "$URL/metrics" > m11b.txt
+grep -Eq '^rebound_decode_passes_total\{streams="several"\} [1-9]' m11b.txt \
+    || { grep decode_passes m11b.txt >&2; fail "the concurrent streams were never decoded in one pass"; }
+alive
+stop_server
 
 check "usage errors: no model, bad --chat-template, --max-open below --parallel"
 run_fails u1 2 'no model given' "$REBOUND" serve
