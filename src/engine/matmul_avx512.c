@@ -594,10 +594,15 @@ RB_INLINE void rb_few_q4_0(int64_t n, const char *w, size_t wrb, int n_rows, con
             rb_few_side_q4_0(a, arb, s0, s1, corr, da, T);
             for (int gi = 0; gi < ng; gi++) {
                 const char *w0 = w + (size_t)(p0 + 16 * gi) * wrb;
+                /* the gemv's prefetch: the range RB_GEMV_PREFETCH_BYTES
+                 * on, into L2, one line per 64 bytes */
+                const char *next = w0 + RB_GEMV_PREFETCH_BYTES;
                 __m512 acc[RB_FEW_MAX];
                 RB_FOR8(t, T) acc[t] = accm[gi][t];
                 for (int64_t b = s0; b < s1; b++) {
                     const char *bb = w0 + b * bs;
+                    const char *pf = next + b * 16 * bs;
+                    RB_FOR(k, 5) _mm_prefetch(pf + 64 * k, _MM_HINT_T1);
                     __m512i lo[4], hi[4];
                     rb_f16 dh[16];
                     RB_FOR(g, 4) {
@@ -606,16 +611,11 @@ RB_INLINE void rb_few_q4_0(int64_t n, const char *w, size_t wrb, int n_rows, con
                         v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + wrb + 2)), 1);
                         v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 2 * wrb + 2)), 2);
                         v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 3 * wrb + 2)), 3);
-                        RB_FOR(j, 4) _mm_prefetch(r + (16 + j) * wrb, _MM_HINT_T0);
                         lo[g] = _mm512_and_si512(v, k0f);
                         hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0f);
                         RB_FOR(j, 4) memcpy(&dh[4 * j + g], r + j * wrb, sizeof(rb_f16));
                     }
-                    const __m512 dw = _mm512_cvtph_ps(_mm256_setr_epi16(
-                        (short)dh[0], (short)dh[1], (short)dh[2], (short)dh[3], (short)dh[4],
-                        (short)dh[5], (short)dh[6], (short)dh[7], (short)dh[8], (short)dh[9],
-                        (short)dh[10], (short)dh[11], (short)dh[12], (short)dh[13], (short)dh[14],
-                        (short)dh[15]));
+                    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
                     RB_FOR8(t, T) {
                         const rb_block_q8_0 *ab = (const rb_block_q8_0 *)(a + t * arb) + b;
                         const __m512i alo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ab->qs));
