@@ -12,8 +12,9 @@
  *   - the scheduler thread is the only thread that calls into the
  *     library: tokenizer, sessions (create, open, feed, save, trim,
  *     destroy), samplers, detokenizers, and the --sessions folder. It
- *     interleaves the active requests one step each, round robin (a
- *     prefill chunk or one decoded token).
+ *     runs the active requests in rounds: a prefill chunk of each request
+ *     still in its prompt, then one decoded token of all the others in
+ *     one forward pass (rb_session_decode_multi).
  *   - an sv_request is shared by exactly those two: the fields above `mu`
  *     are written by the connection thread before it is queued and read
  *     only after; the fields below `mu` are guarded by it. It is freed by
@@ -104,7 +105,7 @@ typedef struct sv_config {
     uint32_t max_conversations;   /* stored conversations; oldest deleted first */
     uint64_t max_disk_bytes;      /* session files in all; 0: no limit */
     uint32_t max_open;            /* sessions open in RAM at once */
-    uint32_t parallel;            /* requests computed at once (interleaved) */
+    uint32_t parallel;            /* requests computed at once (decoded in one pass) */
     uint32_t max_queue;           /* requests waiting beyond those (429 beyond) */
     int baseline_recompute;       /* --baseline recompute: an idle conversation
                                      keeps no KV (rewound to nothing after each
