@@ -180,7 +180,7 @@ typedef struct rb_matmul_job {
     int64_t chunk_rows, tok_block, n_row_chunks, n_chunks;
     int tile_rows, tile_toks;
     rb_gemv_fn gemv; /* decode's row kernel (NULL: tiles) */
-    int64_t gemv_part;  /* gemv: row chunks per thread's part (claims below) */
+    int64_t gemv_part;  /* gemv, few: row chunks per thread's part (claims below) */
     rb_few_fn few;   /* a step of several sequences' decode (NULL: tiles) */
     /* gemm (the ISA's panel kernel, NULL: tiles): its side tables */
     rb_gemm_fn gemm;
@@ -195,7 +195,7 @@ typedef struct rb_matmul_job {
 
 static void rb_matmul_chunk(const rb_matmul_job *job, int64_t c)
 {
-    if (job->gemv) {
+    if (job->gemv || job->few) {
         /* claim k goes to part k % nth, its (k / nth)-th chunk: threads
            that claim in turn each walk a contiguous part, so the lines a
            kernel prefetches ahead are its own next rows, not the other
@@ -204,6 +204,8 @@ static void rb_matmul_chunk(const rb_matmul_job *job, int64_t c)
         c = (c % nth) * job->gemv_part + c / nth;
         if (c >= job->n_row_chunks)
             return;
+    }
+    if (job->gemv) {
         const int64_t g0 = c * job->chunk_rows;
         const int64_t g1 = g0 + job->chunk_rows < job->n_rows ? g0 + job->chunk_rows : job->n_rows;
         job->gemv(job->n_cols, job->w + g0 * job->w_row_bytes, job->w_row_bytes, (int)(g1 - g0),
@@ -326,7 +328,7 @@ void rb_matmul(rb_threadpool *pool, uint32_t w_type, const void *w, int64_t n_ro
     job.n_row_chunks = (n_rows + job.chunk_rows - 1) / job.chunk_rows;
     job.n_chunks = job.n_row_chunks * ((n_tokens + job.tok_block - 1) / job.tok_block);
     const int nth = rb_threadpool_n_threads(pool);
-    if (job.gemv) { /* claims of every part; those past the last chunk do nothing */
+    if (job.gemv || job.few) { /* claims of every part; those past the last chunk do nothing */
         job.gemv_part = (job.n_row_chunks + nth - 1) / nth;
         job.n_chunks = job.gemv_part * nth;
     }
