@@ -958,6 +958,27 @@ static void crafted_test(void)
         }
     }
 
+    /* a superblock in the slot its sequence number does not write (found
+       by fuzz_sessfile): the next commit would overwrite the state it
+       opened from, and a kill in that write leave none; now it counts as
+       damaged and the other state opens, said so */
+    make_unit(path);
+    {
+        uint8_t sb[4096];
+        int slot = newest_sb(path, sb);
+        uint64_t seq;
+        memcpy(&seq, sb + 8, 8);
+        CHECK_EQ_INT((int)(seq % 2), slot);
+        craft_sb(path, 8, seq + 1, 8);
+    }
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_n_tokens(f), 20);
+        const char *why = rb_sessfile_recovery(f, NULL);
+        CHECK(why && strstr(why, "superblock"));
+        rb_sessfile_close(f);
+    }
+
     /* a token outside the vocabulary (checksums valid): named, no state */
     make_unit(path);
     int32_t bad = 150;

@@ -676,7 +676,10 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
     for (int i = 0; i < 2; i++)
         if (size >= (uint64_t)(i + 1) * SF_A &&
             rb_os_read_full(f->os, f->fd, sbuf, SF_A, (uint64_t)i * SF_A, NULL, NULL) == RB_OK)
-            ok[i] = sb_decode(sbuf, &cand[i]) == 0;
+            /* a commit writes seq n at slot n % 2: one found elsewhere
+               (crafted) would have the next commit overwrite the state it
+               opened from, and a kill in that write leave none */
+            ok[i] = sb_decode(sbuf, &cand[i]) == 0 && cand[i].seq % 2 == (uint64_t)i;
     if (!ok[0] && !ok[1]) {
         rb_sessfile_close(f);
         return rb_error_set(err, RB_E_FORMAT, "session file: '%s' is not a rebound session "
