@@ -445,112 +445,29 @@ static void rb_gemm_q8_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     }
 }
 
-/* ---- decode: Q4_0 matrix-vector, 16 rows at a time ------------------------------
+/* ---- decode and steps of several sequences: Q4_0, 16 rows x T tokens -----------
  * Four rows per zmm (one 128-bit lane each: a block's 16 bytes of codes),
  * their low and high nibbles against the block's activation codes 0..15 and
  * 16..31 broadcast to every lane: two vpdpbusd give each row four partial
  * integers; a 4 x 4 transpose-and-add over the four zmm sums them, lane
  * 4j + k holding row 4k + j, and -8 * sum(a) completes the exact block
  * integer. Then the chains' acc = fma(float(isum), dw * da, acc), lane by
- * lane: the tiles' bits.
+ * lane: the tiles' bits. A block of 16 rows is loaded and unpacked once
+ * (four zmm of low and four of high nibbles, the rows' scales) and run
+ * against each of the T tokens' blocks, so every output has the bits of
+ * one token alone; the decode gemv is the case T = 1.
  * From DRAM this loop runs at half its speed on weights in L2 unless the
  * lines arrive early: the 16 rows ahead are one contiguous range, prefetched
  * into L2 (T1: into L1 it was 30% slower) 64 KiB ahead, one line per 64
- * bytes, not per row and block. The activation's per-block terms (da, -8 *
- * sum(a)) are computed once per call, not once per 16 rows. (A gather of
+ * bytes, not per row and block. The tokens' per-block -8 * sum(a) and scale
+ * are computed once per call (a 64-row chunk: four row groups share them)
+ * for up to RB_FEW_SEG blocks at a time, not once per 16 rows. (A gather of
  * the 16 scales instead of 16 scalar loads was slower on Zen 4.) Rows
- * beyond a multiple of 16 go to the vnni tile. */
-#define RB_GEMV_SIDE_BLOCKS 512
+ * beyond a multiple of 16 go to the vnni tiles. */
+
 /* how far ahead the prefetch runs: 64 KiB did best at both 2048 and 5632
  * columns (3.5 and 1.4 groups; one group ahead was 20% slower at 5632) */
 #define RB_GEMV_PREFETCH_BYTES 65536
-
-/* the activation's per-block terms of blocks b0..b1-1 */
-static void rb_gemv_q4_0_side(const rb_block_q8_0 *ab, int64_t b0, int64_t b1, float *da,
-                              int32_t *corr)
-{
-    const __m256i k80 = _mm256_set1_epi8((char)0x80);
-    for (int64_t b = b0; b < b1; b++) {
-        const __m256i av = _mm256_loadu_si256((const __m256i *)ab[b].qs);
-        const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(av, k80), _mm256_setzero_si256());
-        const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-        const int32_t sum = (int32_t)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 4096;
-        corr[b - b0] = -8 * sum;
-        da[b - b0] = rb_h2f(ab[b].d);
-    }
-}
-
-static void rb_gemv_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
-                                float *y)
-{
-    const int64_t nb = n / RB_QK8_0;
-    const rb_block_q8_0 *ab = a;
-    const __m512i k0f = _mm512_set1_epi8(0x0f);
-    /* lane 4j + k holds row 4k + j: the permutation back to row order */
-    const __m512i unperm = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    const size_t bs = sizeof(rb_block_q4_0);
-    float da[RB_GEMV_SIDE_BLOCKS];
-    int32_t corr[RB_GEMV_SIDE_BLOCKS];
-    const int side_once = nb <= RB_GEMV_SIDE_BLOCKS;
-    if (side_once)
-        rb_gemv_q4_0_side(ab, 0, nb, da, corr);
-    int r0 = 0;
-    for (; r0 + 16 <= n_rows; r0 += 16) {
-        const char *w0 = (const char *)w + (size_t)r0 * wrb;
-        /* the bytes RB_GEMV_PREFETCH_BYTES on, 16 * bs per block */
-        const char *next = w0 + RB_GEMV_PREFETCH_BYTES;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t s0 = 0; s0 < nb; s0 += RB_GEMV_SIDE_BLOCKS) {
-            const int64_t s1 = nb - s0 < RB_GEMV_SIDE_BLOCKS ? nb : s0 + RB_GEMV_SIDE_BLOCKS;
-            if (!side_once)
-                rb_gemv_q4_0_side(ab, s0, s1, da, corr);
-            for (int64_t b = s0; b < s1; b++) {
-                const __m512i alo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)ab[b].qs));
-                const __m512i ahi =
-                    _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(ab[b].qs + 16)));
-                const char *bb = w0 + b * bs;
-                const char *pf = next + b * 16 * bs;
-                RB_FOR(k, 5) _mm_prefetch(pf + 64 * k, _MM_HINT_T1);
-                __m512i z[4];
-                rb_f16 dh[16];
-                RB_FOR(g, 4) {
-                    const char *r = bb + (size_t)(4 * g) * wrb;
-                    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(r + 2)));
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + wrb + 2)), 1);
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 2 * wrb + 2)), 2);
-                    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(r + 3 * wrb + 2)), 3);
-                    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, k0f), alo);
-                    z[g] = _mm512_dpbusd_epi32(p, _mm512_and_si512(_mm512_srli_epi16(v, 4), k0f), ahi);
-                    /* lane 4j + k <- row 4k + j: row 4g + j's scale at 4j + g */
-                    RB_FOR(j, 4) memcpy(&dh[4 * j + g], r + j * wrb, sizeof(rb_f16));
-                }
-                const __m512i a01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
-                const __m512i a23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
-                const __m512i is = _mm512_add_epi32(_mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23),
-                                                                     _mm512_unpackhi_epi64(a01, a23)),
-                                                    _mm512_set1_epi32(corr[b - s0]));
-                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dh));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(da[b - s0])), acc);
-            }
-        }
-        _mm512_storeu_ps(y + r0, _mm512_permutexvar_ps(unperm, acc));
-    }
-    for (; r0 < n_rows; r0 += 4) {
-        const int nr = n_rows - r0 < 4 ? n_rows - r0 : 4;
-        rb_matmul_isa_vnni.tile[RB_TYPE_Q4_0](n, (const char *)w + (size_t)r0 * wrb, wrb, nr, a, 0, 1,
-                                              y + r0, 1);
-    }
-}
-
-/* ---- a step of several sequences: Q4_0, 16 rows x T tokens ----------------------
- * The gemv above with T tokens: a block of 16 rows is loaded and unpacked
- * once (four zmm of low and four of high nibbles, the rows' scales) and
- * run against each token's block: two vpdpbusd per quad of rows, the
- * 4 x 4 transpose-and-add, the token's -8 * sum(a), then the chain's fma,
- * lane by lane; so every output has the gemv's (and the tiles') bits. The
- * tokens' per-block -8 * sum(a) and scale are computed once per call for
- * up to RB_FEW_SEG blocks at a time (a call is a 64-row chunk: four row
- * groups share them). Rows beyond a multiple of 16 go to the vnni tiles. */
 
 #define RB_FEW_SEG 256 /* blocks per side table: 8 tokens x 256 x 8 B = 16 KiB */
 
@@ -594,8 +511,8 @@ RB_INLINE void rb_few_q4_0(int64_t n, const char *w, size_t wrb, int n_rows, con
             rb_few_side_q4_0(a, arb, s0, s1, corr, da, T);
             for (int gi = 0; gi < ng; gi++) {
                 const char *w0 = w + (size_t)(p0 + 16 * gi) * wrb;
-                /* the gemv's prefetch: the range RB_GEMV_PREFETCH_BYTES
-                 * on, into L2, one line per 64 bytes */
+                /* the range RB_GEMV_PREFETCH_BYTES on, into L2, one
+                 * line per 64 bytes */
                 const char *next = w0 + RB_GEMV_PREFETCH_BYTES;
                 __m512 acc[RB_FEW_MAX];
                 RB_FOR8(t, T) acc[t] = accm[gi][t];
@@ -663,6 +580,14 @@ static void rb_few_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows,
 #define RB_FQ4(T) rb_few_q4_0(n, w, wrb, n_rows, a, arb, y, ys, T)
     RB_FEW_SHAPES(RB_FQ4)
 #undef RB_FQ4
+}
+
+/* the decode gemv: the kernel above at one token (the same loop, the same
+ * bits; its side values are computed once per 64-row call) */
+static void rb_gemv_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                float *y)
+{
+    rb_few_q4_0(n, w, wrb, n_rows, a, 0, y, 0, 1);
 }
 
 /* ---- instantiation (matmul_avx2.c's shape switch) ---------------------------- */
