@@ -49,6 +49,10 @@ int rb_cli_load_trace(const char *cmd, const char *path, struct rb_trace *t,
 /* CLOCK_MONOTONIC in seconds (main.c). */
 double rb_cli_now_s(void);
 
+/* The CPU's model name from /proc/cpuinfo ("unknown" when there is none),
+ * for the benchmarks' reports (main.c). */
+void rb_cli_cpu_name(char *buf, size_t n);
+
 /* Prints "rebound <cmd>: error: <msg>" (and "hint: <hint>" when given) to
  * stderr; returns the exit status for errors (1). */
 int rb_cli_fail(const char *cmd, const char *msg, const char *hint);

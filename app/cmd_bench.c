@@ -408,21 +408,8 @@ int rb_cmd_bench(int argc, char **argv)
                             goto done;
                 }
             }
-    char cpu[128] = "unknown";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[256];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "model name", 10)) {
-                char *c = strchr(line, ':');
-                if (c) {
-                    snprintf(cpu, sizeof cpu, "%s", c + 2);
-                    cpu[strcspn(cpu, "\n")] = 0;
-                }
-                break;
-            }
-        fclose(f);
-    }
+    char cpu[128];
+    rb_cli_cpu_name(cpu, sizeof cpu);
     const char *name = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
     int is_md = !strcmp(output, "md");
     double tg_gbps = 0; /* the last tg test's weight reads, and its threads */

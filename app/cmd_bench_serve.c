@@ -700,27 +700,6 @@ static void read_loadavg(double *l1)
     }
 }
 
-static void cpu_name(char *buf, size_t n)
-{
-    snprintf(buf, n, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        char *p = strchr(line, ':');
-        if (!strncmp(line, "model name", 10) && p) {
-            p++;
-            while (*p == ' ')
-                p++;
-            p[strcspn(p, "\n")] = 0;
-            snprintf(buf, n, "%s", p);
-            break;
-        }
-    }
-    fclose(f);
-}
-
 static int opt_order(void *dest, const char *v, char *why, size_t why_n)
 {
     if (strcmp(v, "shuffle") && strcmp(v, "zipf")) {
@@ -962,7 +941,7 @@ int rb_cmd_bench_serve(int argc, char **argv)
         goto done;
     }
     char cpu[256];
-    cpu_name(cpu, sizeof cpu);
+    rb_cli_cpu_name(cpu, sizeof cpu);
     double load0, load1;
     read_loadavg(&load0);
     if (o->pid && pthread_create(&w.th, NULL, rss_main, &w) != 0) {

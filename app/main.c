@@ -56,6 +56,27 @@ double rb_cli_now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void rb_cli_cpu_name(char *buf, size_t n)
+{
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *p = strchr(line, ':');
+        if (!strncmp(line, "model name", 10) && p) {
+            p++;
+            while (*p == ' ')
+                p++;
+            p[strcspn(p, "\n")] = 0;
+            snprintf(buf, n, "%s", p);
+            break;
+        }
+    }
+    fclose(f);
+}
+
 int rb_cli_fail(const char *cmd, const char *msg, const char *hint)
 {
     fprintf(stderr, "rebound %s: error: %s\n", cmd, msg);

@@ -14,48 +14,7 @@ if ! "$REBOUND" --help | grep -q '^  bench-serve '; then
     echo "SKIP: this rebound was built without bench-serve (libcurl4-openssl-dev and libjansson-dev: scripts/deps.sh)"
     exit 77
 fi
-if ! "$REBOUND" --help | grep -q '^  serve '; then
-    echo "SKIP: this rebound was built without serve (libmicrohttpd-dev and libjansson-dev: scripts/deps.sh)"
-    exit 77
-fi
-for tool in curl python3; do
-    command -v $tool >/dev/null 2>&1 || { echo "SKIP: $tool is not installed (scripts/deps.sh installs it)"; exit 77; }
-done
-
-SERVER_PID=""
-cleanup() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -KILL "$SERVER_PID" 2>/dev/null || true
-    fi
-}
-trap cleanup EXIT
-
-# start_server LOG ARGS...: serve in the background on a free port; sets
-# SERVER_PID and URL once it listens
-start_server() {
-    local log=$1
-    shift
-    "$REBOUND" serve --port 0 "$@" >"$log" 2>&1 &
-    SERVER_PID=$!
-    for _ in $(seq 1 300); do
-        if grep -q 'listening on' "$log"; then
-            URL=http://127.0.0.1:$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
-            return 0
-        fi
-        kill -0 "$SERVER_PID" 2>/dev/null || { cat "$log" >&2; fail "serve exited at start"; }
-        sleep 0.1
-    done
-    cat "$log" >&2
-    fail "serve did not start listening within 30 s"
-}
-
-stop_server() {
-    kill -TERM "$SERVER_PID"
-    local rc=0
-    wait "$SERVER_PID" || rc=$?
-    SERVER_PID=""
-    [ $rc -eq 0 ] || fail "serve exited with status $rc after SIGTERM"
-}
+. "$CLI_DIR/serve_lib.sh"
 
 # check_json FILE KINDS_OF_OPENINGS KINDS_OF_RETURNS: the report's fields,
 # and every turn's kind among those given (comma-separated); prints the

@@ -17,6 +17,7 @@ case "$SCRATCH" in
     ""|/) echo "FAIL: refusing scratch dir '$SCRATCH'" >&2; exit 1 ;;
 esac
 REBOUND=$(cd "$(dirname "$REBOUND")" && pwd)/$(basename "$REBOUND")
+CLI_DIR=$(cd "$(dirname "$0")" && pwd) # this folder: serve_lib.sh
 rm -rf "$SCRATCH"
 mkdir -p "$SCRATCH"
 cd "$SCRATCH" || exit 1
