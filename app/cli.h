@@ -24,7 +24,7 @@ int rb_cmd_sim(int argc, char **argv);
 int rb_cmd_plan(int argc, char **argv);
 int rb_cmd_kvquality(int argc, char **argv);
 int rb_cmd_bench_pool(int argc, char **argv);
-/* the HTTP service (serve_http.c); built with libmicrohttpd and jansson */
+/* the HTTP service (cmd_serve.c over serve/); built with libmicrohttpd and jansson */
 int rb_cmd_serve(int argc, char **argv);
 /* the workload driver for OpenAI-compatible servers (cmd_bench_serve.c);
  * built with libcurl and jansson */
