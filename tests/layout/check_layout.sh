@@ -7,6 +7,7 @@
 # tools/ is a known module. The build enforces the same direction through
 # include paths (cmake/RbModule.cmake); this check also catches what a
 # transitive include path would let through, and says where.
+# tools/commands/ holds commands of the CLI: they may also include app/*.h.
 #
 # serve/ (the HTTP service, a library beside the library) is checked at the
 # level of its files: each file has a rank in SERVE_ORDER, and a file may
@@ -29,8 +30,9 @@ declare -A DEPS=(
     [analysis]="session"
     [synth]="session"
     [harness]="session"
+    [commands]="analysis synth harness"
 )
-dir_of() { case $1 in analysis|synth|harness) echo "tools/$1" ;; *) echo "src/$1" ;; esac; }
+dir_of() { case $1 in analysis|synth|harness|commands) echo "tools/$1" ;; *) echo "src/$1" ;; esac; }
 
 fail=0
 err() { echo "check_layout: $*" >&2; fail=1; }
@@ -59,8 +61,15 @@ closure() {
 }
 for m in "${!DEPS[@]}"; do closure "$m"; done
 
+# tools/commands are commands of the CLI (compiled into it, not into
+# rebound_tools): they may also include the CLI's own headers (app/*.h)
+ALLOWED[commands]+="app "
+
 # header -> module
 declare -A OWNER
+for h in app/*.h; do
+    [ -e "$h" ] && OWNER[$(basename "$h")]=app
+done
 for m in "${!DEPS[@]}"; do
     for h in $(dir_of "$m")/*.h; do
         [ -e "$h" ] || continue
@@ -166,7 +175,7 @@ if [ -d serve ]; then
         done
     done
     # outside serve/: the CLI includes only the face
-    for f in app/*.c app/*.h bench/*.c tools/*/*.c; do
+    for f in app/*.c app/*.h bench/*.c bench/*/*.c tools/*/*.c; do
         [ -e "$f" ] || continue
         while IFS= read -r inc; do
             [ -e "serve/$inc" ] || continue
