@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# tests.sh - the Java binding's tests (CTest's java_bindings): the JUnit 5
+# tests (src/test/java) on a small random-weight model, then
+# examples/Generate.java against `rebound run --temp 0` on the same files
+# and prompts: the same bytes.
+#
+# usage: tests.sh SKIP_REASON REBOUND_BIN SCRATCH JAVA JAR TESTS_JAR JNI_LIB JUNIT_JAR SRC_DIR
+#   SKIP_REASON non-empty: print it and exit 77 (the binding was not built).
+# Writes only into SCRATCH. Exit 0 pass, 77 skipped, else failure.
+set -euo pipefail
+[ $# -eq 9 ] || { echo "usage: $0 SKIP_REASON REBOUND_BIN SCRATCH JAVA JAR TESTS_JAR JNI_LIB JUNIT_JAR SRC_DIR" >&2; exit 2; }
+WHY=$1 REBOUND=$2 SCRATCH=$3 JAVA=$4 JAR=$5 TESTS_JAR=$6 JNI=$7 JUNIT=$8 SRC=$9
+if [ -n "$WHY" ]; then
+    echo "SKIP [java_bindings]: $WHY"
+    exit 77
+fi
+fail() { echo "FAIL [java_bindings]: $*" >&2; exit 1; }
+for f in "$JAR" "$TESTS_JAR" "$JNI" "$JUNIT"; do
+    [ -f "$f" ] || fail "$f does not exist (build first: cmake --build build)"
+done
+case "$SCRATCH" in ""|/) fail "refusing scratch dir '$SCRATCH'" ;; esac
+rm -rf "$SCRATCH"
+mkdir -p "$SCRATCH"
+cd "$SCRATCH"
+
+"$REBOUND" make-model --shape tiny --type q8_0 -o tiny.gguf > mk.log 2>&1 || { cat mk.log >&2; fail "make-model"; }
+"$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 64 --layers 2 --heads 4 \
+    --kv-heads 2 --ffn 256 --vocab 1024 --ctx 256 --type q8_0 -o qwen.gguf > mkq.log 2>&1 \
+    || { cat mkq.log >&2; fail "make-model qwen3"; }
+
+echo "-- JUnit: $(basename "$TESTS_JAR")"
+"$JAVA" -Drebound.jni.library="$JNI" -Drebound.test.model="$SCRATCH/tiny.gguf" \
+    -Drebound.test.dir="$SCRATCH" -jar "$JUNIT" --disable-banner --disable-ansi-colors --details=tree \
+    --fail-if-no-tests --class-path "$JAR:$TESTS_JAR" --scan-class-path "$TESTS_JAR" \
+    || fail "JUnit tests failed (above)"
+
+# the ~20-line program: the same greedy text as `rebound run`
+n=0
+for model in tiny.gguf qwen.gguf; do
+    for prompt in "Once upon a time" "The cat sat on"; do
+        n=$((n + 1))
+        echo "-- examples/Generate.java vs rebound run --temp 0: $model, '$prompt'"
+        "$REBOUND" run -m "$model" -p "$prompt" -n 24 --temp 0 > run$n.out 2> run$n.err \
+            || { cat run$n.err >&2; fail "rebound run"; }
+        "$JAVA" -Drebound.jni.library="$JNI" -cp "$JAR" "$SRC/examples/Generate.java" \
+            "$model" "$prompt" 24 > java$n.out 2> java$n.err || { cat java$n.err >&2; fail "Generate.java"; }
+        [ -s run$n.out ] || fail "rebound run printed nothing"
+        cmp run$n.out java$n.out || {
+            echo "--- rebound run:"; cat run$n.out; echo; echo "--- Generate.java:"; cat java$n.out; echo
+            fail "Generate.java and rebound run differ ($model, '$prompt')"
+        }
+    done
+done
+echo "PASS [java_bindings]: JUnit, and Generate.java = rebound run on $n model/prompt pairs"
