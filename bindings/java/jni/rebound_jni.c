@@ -333,6 +333,26 @@ JNIEXPORT jlong JNICALL JNI_FN(poolTrim)(JNIEnv *env, jclass cls, jlong h, jlong
     return (jlong)freed;
 }
 
+/* The library judges memory pressure itself (PSI, cgroup v1 levels) and
+ * trims the pool: what Android no longer tells apps since API 34. */
+JNIEXPORT void JNICALL JNI_FN(poolWatchPressure)(JNIEnv *env, jclass cls, jlong h,
+                                                  jboolean system_wide)
+{
+    (void)cls;
+    rb_pool_pressure_params p;
+    memset(&p, 0, sizeof p);
+    p.is_system_wide = system_wide ? 1 : 0;
+    rb_error err;
+    if (rb_pool_watch_pressure((rb_pool *)(intptr_t)h, &p, &err) != RB_OK)
+        throw_rb(env, err.status, err.message);
+}
+
+JNIEXPORT void JNICALL JNI_FN(poolUnwatchPressure)(JNIEnv *env, jclass cls, jlong h)
+{
+    (void)env, (void)cls;
+    rb_pool_unwatch_pressure((rb_pool *)(intptr_t)h);
+}
+
 /* PoolStats' order */
 JNIEXPORT jlongArray JNICALL JNI_FN(poolStats)(JNIEnv *env, jclass cls, jlong h)
 {

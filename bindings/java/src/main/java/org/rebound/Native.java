@@ -42,6 +42,8 @@ final class Native {
     static native void poolSetBudget(long pool, long budgetBytes);
     static native long poolTrim(long pool, long bytes, int level);
     static native long[] poolStats(long pool);
+    static native void poolWatchPressure(long pool, boolean systemWide);
+    static native void poolUnwatchPressure(long pool);
 
     static native long sessionCreate(long model, long pool, int[] cfg, long budgetBytes);
     static native long sessionOpenSaved(long model, long pool, int[] cfg, long budgetBytes, byte[] path);

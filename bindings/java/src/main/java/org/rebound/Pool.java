@@ -48,6 +48,23 @@ public final class Pool implements AutoCloseable {
         return trim(level, 0);
     }
 
+    /**
+     * Lets the library watch the kernel's memory pressure (PSI; cgroup v1
+     * levels) and trim the pool by itself (rb_pool_watch_pressure): since
+     * Android 14 an app is told only UI_HIDDEN and BACKGROUND. systemWide:
+     * the whole machine's PSI instead of the process's cgroup. Throws
+     * RB_E_UNSUPPORTED when the machine offers no signal (the message says
+     * why for each).
+     */
+    public void watchPressure(boolean systemWide) {
+        Native.poolWatchPressure(handle(), systemWide);
+    }
+
+    /** Stops watching; no trim comes from the monitor after this returns. */
+    public void unwatchPressure() {
+        Native.poolUnwatchPressure(handle());
+    }
+
     /** The pool's accounts (rb_pool_stats). */
     public static final class Stats {
         public final long budgetBytes, totalBytes, weightsBytes, weightsTotalBytes, sessionsBytes,
