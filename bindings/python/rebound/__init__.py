@@ -678,13 +678,14 @@ class Session:
         if rest:
             yield -1, rest
 
-    def generate(self, prompt="", max_tokens=64, temperature=0.8, on_token=None, sampler=None,
+    def generate(self, prompt="", max_tokens=64, temperature=None, on_token=None, sampler=None,
                  **sampling):
         """Feeds prompt and returns the generated text (without the prompt).
         temperature 0 is greedy: then it is what `rebound run -p PROMPT
         --temp 0` prints after the prompt. on_token(token, text) is called
-        per token; a False return (not None) stops. Other keywords: stream's."""
-        if sampler is None:
+        per token; a False return (not None) stops. Other keywords: stream's
+        (temperature defaults to 0.8, llama.cpp's)."""
+        if temperature is not None:
             sampling["temperature"] = temperature
         out = []
         for t, piece in self.stream(prompt, max_tokens, sampler=sampler, **sampling):
@@ -693,10 +694,10 @@ class Session:
                 break
         return "".join(out)
 
-    def generate_tokens(self, prompt="", max_tokens=64, temperature=0.8, sampler=None,
+    def generate_tokens(self, prompt="", max_tokens=64, temperature=None, sampler=None,
                         **sampling):
         """As generate, returning the generated token ids."""
-        if sampler is None:
+        if temperature is not None:
             sampling["temperature"] = temperature
         return [t for t, _ in self.stream(prompt, max_tokens, sampler=sampler, **sampling)
                 if t >= 0]

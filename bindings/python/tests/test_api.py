@@ -122,6 +122,8 @@ def test_sampler_options(model):
         assert [sp.sample(s) for _ in range(4)] == x
         c = sp.candidates(s)
         assert c and all(c[i][1] >= c[i + 1][1] for i in range(len(c) - 1))
+        with pytest.raises(TypeError):   # a sampler and keywords: which one? refused
+            s.generate(sampler=sp, temperature=0)
 
 
 def test_save_and_open_continue_exactly(model, tmp_path):

@@ -26,6 +26,12 @@ public final class Session implements AutoCloseable {
         /** the pool the session joins, or null: a pool of its own */
         public Pool pool = null;
         public Priority priority = Priority.FOREGROUND;
+        /** the live KV cache's type: "f16" (default), "q8_0" or "q4_0" */
+        public String kvType = "f16";
+        /** how trimmed KV comes back: "pipelined" (default) or "recompute" */
+        public String restore = "pipelined";
+        /** the compressed RAM tier's codec: "lossless" (default) or "q8" */
+        public String ramCodec = "lossless";
 
         public Config nCtx(int n) { nCtx = n; return this; }
         public Config nBatch(int n) { nBatch = n; return this; }
@@ -33,9 +39,22 @@ public final class Session implements AutoCloseable {
         public Config budgetBytes(long b) { budgetBytes = b; return this; }
         public Config pool(Pool p) { pool = p; return this; }
         public Config priority(Priority p) { priority = p; return this; }
+        public Config kvType(String t) { kvType = t; return this; }
+        public Config restore(String r) { restore = r; return this; }
+        public Config ramCodec(String c) { ramCodec = c; return this; }
+
+        private static int pick(String what, String v, String... names) {
+            for (int i = 0; i < names.length; i++)
+                if (names[i].equals(v))
+                    return i;
+            throw new IllegalArgumentException(what + " '" + v + "': one of " + String.join(", ", names));
+        }
 
         int[] ints() {
-            return new int[] {nCtx, nBatch, nThreads, priority.value, 0, 0, 0, 0};
+            int kv = pick("kvType", kvType, "f16", "q8_0", "q4_0");
+            int rs = restore.equals("recompute") ? 2 : pick("restore", restore, "pipelined");
+            int rc = pick("ramCodec", ramCodec, "lossless", "q8");
+            return new int[] {nCtx, nBatch, nThreads, priority.value, kv, kv, rs, rc};
         }
     }
 

@@ -224,6 +224,24 @@ class SessionTest {
     }
 
     @Test
+    void kvTypeAndRestoreOptions() {
+        try (Session s = model.createSession(new Session.Config().nCtx(256).restore("recompute"))) {
+            String a = s.generate(PROMPT, 6, Sampler.greedy());
+            assertTrue(s.trim(TrimLevel.COMPLETE) > 0);
+            assertTrue(s.stats().nPagesDropped > 0, "recompute drops the KV");
+            assertFalse(a.isEmpty());
+        }
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+            () -> model.createSession(new Session.Config().kvType("q3")));
+        assertTrue(e.getMessage().contains("kvType 'q3'"), e.getMessage());
+        // the test model's heads are 16 wide: a q8_0 cache needs multiples of 32,
+        // so the library refuses it (the option reached it)
+        ReboundException r = assertThrows(ReboundException.class,
+            () -> model.createSession(new Session.Config().nCtx(64).kvType("q8_0")));
+        assertTrue(r.getMessage().contains("32"), r.getMessage());
+    }
+
+    @Test
     void feedRejectsABadToken() {
         try (Session s = model.createSession(new Session.Config().nCtx(64))) {
             ReboundException e = assertThrows(ReboundException.class, () -> s.feed(new int[] {1 << 30}));
