@@ -4,12 +4,17 @@
 # examples/Generate.java against `rebound run --temp 0` on the same files
 # and prompts: the same bytes.
 #
-# usage: tests.sh SKIP_REASON REBOUND_BIN SCRATCH JAVA JAR TESTS_JAR JNI_LIB JUNIT_JAR SRC_DIR
+# usage: tests.sh SKIP_REASON PRELOAD REBOUND_BIN SCRATCH JAVA JAR TESTS_JAR JNI_LIB JUNIT_JAR SRC_DIR
 #   SKIP_REASON non-empty: print it and exit 77 (the binding was not built).
+#   PRELOAD: "" or the sanitizer runtimes of a sanitizer build (gcc's
+#   libasan and libubsan): preloaded into the interpreter and everything
+#   this script starts, with ASan's leak check off (the interpreter's own
+#   allocations are not the library's; the C tests check its leaks) and
+#   its SEGV handler off (the JVM takes SEGV for its own checks).
 # Writes only into SCRATCH. Exit 0 pass, 77 skipped, else failure.
 set -euo pipefail
-[ $# -eq 9 ] || { echo "usage: $0 SKIP_REASON REBOUND_BIN SCRATCH JAVA JAR TESTS_JAR JNI_LIB JUNIT_JAR SRC_DIR" >&2; exit 2; }
-WHY=$1 REBOUND=$2 SCRATCH=$3 JAVA=$4 JAR=$5 TESTS_JAR=$6 JNI=$7 JUNIT=$8 SRC=$9
+[ $# -eq 10 ] || { echo "usage: $0 SKIP_REASON PRELOAD REBOUND_BIN SCRATCH JAVA JAR TESTS_JAR JNI_LIB JUNIT_JAR SRC_DIR" >&2; exit 2; }
+WHY=$1 PRELOAD=$2 REBOUND=$3 SCRATCH=$4 JAVA=$5 JAR=$6 TESTS_JAR=$7 JNI=$8 JUNIT=$9 SRC=${10}
 if [ -n "$WHY" ]; then
     echo "SKIP [java_bindings]: $WHY"
     exit 77
@@ -22,6 +27,11 @@ case "$SCRATCH" in ""|/) fail "refusing scratch dir '$SCRATCH'" ;; esac
 rm -rf "$SCRATCH"
 mkdir -p "$SCRATCH"
 cd "$SCRATCH"
+if [ -n "$PRELOAD" ]; then
+    export LD_PRELOAD="$PRELOAD${LD_PRELOAD:+ $LD_PRELOAD}"
+    export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0:handle_segv=0:allow_user_segv_handler=1"
+    echo "-- sanitizer build: LD_PRELOAD=$LD_PRELOAD ASAN_OPTIONS=$ASAN_OPTIONS"
+fi
 
 "$REBOUND" make-model --shape tiny --type q8_0 -o tiny.gguf > mk.log 2>&1 || { cat mk.log >&2; fail "make-model"; }
 "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 64 --layers 2 --heads 4 \
