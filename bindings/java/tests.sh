@@ -44,6 +44,39 @@ echo "-- JUnit: $(basename "$TESTS_JAR")"
     --fail-if-no-tests --class-path "$JAR:$TESTS_JAR" --scan-class-path "$TESTS_JAR" \
     || fail "JUnit tests failed (above)"
 
+# the ComponentCallbacks2 glue, compiled against stand-ins of the four
+# Android types it uses (src/test/android-stubs; a real android.jar builds
+# it in CMake when one is found): it compiles, calls AndroidMemory with
+# Android's constants, and the stand-ins' constants are AndroidMemory's
+JAVAC=$(dirname "$JAVA")/javac
+if [ -x "$JAVAC" ]; then
+    echo "-- android/ReboundMemoryCallbacks.java compiles against the Android stand-ins"
+    mkdir -p glue
+    "$JAVAC" -nowarn -d glue -cp "$JAR" $(find "$SRC/src/test/android-stubs" -name '*.java') \
+        "$SRC/android/org/rebound/android/ReboundMemoryCallbacks.java" > glue.log 2>&1 \
+        || { cat glue.log >&2; fail "the Android glue does not compile"; }
+    cat > glue/GlueCheck.java <<'JAVA'
+import android.content.ComponentCallbacks2;
+import org.rebound.AndroidMemory;
+public class GlueCheck {
+    public static void main(String[] a) {
+        int[][] pairs = {
+            {ComponentCallbacks2.TRIM_MEMORY_RUNNING_MODERATE, AndroidMemory.TRIM_MEMORY_RUNNING_MODERATE},
+            {ComponentCallbacks2.TRIM_MEMORY_RUNNING_LOW, AndroidMemory.TRIM_MEMORY_RUNNING_LOW},
+            {ComponentCallbacks2.TRIM_MEMORY_RUNNING_CRITICAL, AndroidMemory.TRIM_MEMORY_RUNNING_CRITICAL},
+            {ComponentCallbacks2.TRIM_MEMORY_UI_HIDDEN, AndroidMemory.TRIM_MEMORY_UI_HIDDEN},
+            {ComponentCallbacks2.TRIM_MEMORY_BACKGROUND, AndroidMemory.TRIM_MEMORY_BACKGROUND},
+            {ComponentCallbacks2.TRIM_MEMORY_MODERATE, AndroidMemory.TRIM_MEMORY_MODERATE},
+            {ComponentCallbacks2.TRIM_MEMORY_COMPLETE, AndroidMemory.TRIM_MEMORY_COMPLETE}};
+        for (int[] p : pairs)
+            if (p[0] != p[1])
+                throw new AssertionError(p[0] + " != " + p[1]);
+    }
+}
+JAVA
+    "$JAVA" -cp "glue:$JAR" glue/GlueCheck.java || fail "Android's trim levels differ from AndroidMemory's"
+fi
+
 # the ~20-line program: the same greedy text as `rebound run`
 n=0
 for model in tiny.gguf qwen.gguf; do
