@@ -242,6 +242,22 @@ def test_trim_from_another_thread(model):
         assert text == ref_model_text
 
 
+def test_abort_stops_the_next_feed(model):
+    with model.create_session(n_ctx=256) as s:
+        n = []
+
+        def on_token(t, piece):
+            n.append(t)
+            if len(n) == 2:
+                s.abort()   # as another thread would: the next feed stops
+
+        with pytest.raises(rebound.Error) as e:
+            s.generate(PROMPT, max_tokens=50, temperature=0, on_token=on_token)
+        assert e.value.status == "RB_E_ABORTED"
+        assert s.n_tokens == len(model.tokenize(PROMPT)) + 2
+        assert s.generate(max_tokens=2, temperature=0)
+
+
 def test_progress_can_stop_a_feed(model):
     calls = []
     with model.create_session(n_ctx=256, n_batch=4,

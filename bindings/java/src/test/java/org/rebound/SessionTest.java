@@ -121,6 +121,22 @@ class SessionTest {
     }
 
     @Test
+    void abortStopsTheNextFeed() {
+        try (Session s = model.createSession(new Session.Config().nCtx(256))) {
+            int[] n = {0};
+            ReboundException e = assertThrows(ReboundException.class,
+                () -> s.generate(PROMPT, 50, Sampler.greedy(), (tok, piece) -> {
+                    if (++n[0] == 2)
+                        s.abort(); // as another thread would: the next feed stops
+                    return true;
+                }));
+            assertEquals("RB_E_ABORTED", e.status());
+            assertEquals(model.tokenize(PROMPT, true).length + 2, s.tokens().length);
+            assertFalse(s.generate("", 2, Sampler.greedy()).isEmpty(), "the session goes on");
+        }
+    }
+
+    @Test
     void badSamplerNamesTheParameter() {
         try (Session s = model.createSession(new Session.Config().nCtx(64))) {
             ReboundException e = assertThrows(ReboundException.class,
