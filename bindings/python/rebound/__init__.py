@@ -22,6 +22,7 @@ checkout's build folder, or the system's search path).
 import os as _os
 
 from ._lib import ffi as _ffi, lib as _lib, library_path
+from ._lib import model_params as _model_params, session_params as _session_params
 
 __all__ = ["Error", "Model", "Session", "Pool", "Sampler", "version", "cpu_describe",
            "decode_multi", "TRIM_BYTES", "TRIM_BACKGROUND", "TRIM_MODERATE", "TRIM_COMPLETE",
@@ -123,12 +124,11 @@ class Model:
         self._h = _ffi.NULL
         self._users = 0
         self.path = _os.fspath(path)
-        mp = _lib.rb_model_default_params()
+        mp = _model_params()
         mp.use_mmap = 1 if mmap else 0
         out = _ffi.new("rb_model **")
         err = _ffi.new("rb_error *")
-        if _lib.rb_model_open(self.path.encode(), _ffi.new("rb_model_params *", mp), out,
-                              err) != 0:
+        if _lib.rb_model_open(_os.fsencode(self.path), mp, out, err) != 0:
             _err_raise(err)
         self._h = out[0]
 
@@ -503,7 +503,7 @@ class Session:
         self._h = _ffi.NULL
         self.model = model
         self.pool = pool
-        p = _lib.rb_session_default_params()
+        p = _session_params()
         p.n_ctx = n_ctx
         if n_batch:
             p.n_batch = n_batch
@@ -541,8 +541,8 @@ class Session:
         if progress is not None:
             def _cb(ctx, phase, done, total):
                 try:
-                    return 1 if progress(("restore", "feed")[phase] if phase < 2 else phase,
-                                         done, total) else 0
+                    return 1 if progress(("restore", "feed", "load")[phase] if phase < 3
+                                         else phase, done, total) else 0
                 except BaseException as e:  # stop the feed; raised after it returns
                     self._progress_error = e
                     return 1
@@ -551,11 +551,10 @@ class Session:
         p.file_flags = save_flags
         out = _ffi.new("rb_session **")
         err = _ffi.new("rb_error *")
-        pp = _ffi.new("rb_session_params *", p)
         if _path is None:
-            st = _lib.rb_session_create(model._handle(), pp, out, err)
+            st = _lib.rb_session_create(model._handle(), p, out, err)
         else:
-            st = _lib.rb_session_open_saved(model._handle(), pp, _os.fsencode(_path), out, err)
+            st = _lib.rb_session_open_saved(model._handle(), p, _os.fsencode(_path), out, err)
         if st != 0:
             _err_raise(err)
         self._h = out[0]

@@ -2,7 +2,15 @@
 that the binding calls, for cffi's ABI mode. Enums are ints (their C
 size). The structs' layouts must be the header's: tests/test_layout.py
 compiles a C program that prints the header's sizeof and offsetof of every
-field declared here and compares them with cffi's."""
+field declared here and compares them with cffi's.
+
+The params structs a program fills come in two forms, and the functions
+that take them take `const void *`: rebound 0.2's (rb_model_params and
+rb_session_params without a size, filled by the exported
+rb_*_default_params), and the versioned form of 0.3 on (`_v3`: struct_size
+first, filled by rb_*_params_init with this binding's sizeof, so that the
+library reads only the fields declared here and a newer library gives the
+rest their defaults). _lib.PARAMS says which the loaded library has."""
 
 CDEF = r"""
 typedef int rb_status;
@@ -31,11 +39,21 @@ typedef struct rb_pool rb_pool;
 typedef struct rb_sampler rb_sampler;
 typedef struct rb_detokenizer rb_detokenizer;
 
-typedef struct rb_model_params {
+typedef int (*rb_progress_fn)(void *ctx, rb_progress_phase phase, uint64_t done, uint64_t total);
+
+typedef struct rb_model_params_v2 {
     int use_mmap;
-} rb_model_params;
-rb_model_params rb_model_default_params(void);
-rb_status rb_model_open(const char *path, const rb_model_params *params, rb_model **out, rb_error *err);
+} rb_model_params_v2;
+typedef struct rb_model_params_v3 {
+    size_t struct_size;
+    int use_mmap;
+    int sigbus_guard;
+    rb_progress_fn progress;
+    void *progress_ctx;
+} rb_model_params_v3;
+rb_model_params_v2 rb_model_default_params(void);           /* 0.2 */
+void rb_model_params_init(void *params, size_t struct_size); /* 0.3 on */
+rb_status rb_model_open(const char *path, const void *params, rb_model **out, rb_error *err);
 void rb_model_close(rb_model *model);
 const char *rb_model_errmsg(const rb_model *model);
 
@@ -82,10 +100,8 @@ rb_status rb_model_get_tensor_info(rb_model *model, uint64_t index, rb_tensor_in
 const char *rb_kv_type_name(rb_kv_type t);
 int rb_kv_type_from_name(const char *name);
 
-typedef int (*rb_progress_fn)(void *ctx, rb_progress_phase phase, uint64_t done, uint64_t total);
-
 struct rb_experimental_params;
-typedef struct rb_session_params {
+typedef struct rb_session_params_v2 {
     uint32_t n_ctx;
     uint32_t n_batch;
     int n_threads;
@@ -102,10 +118,30 @@ typedef struct rb_session_params {
     rb_priority priority;
     rb_progress_fn progress;
     void *progress_ctx;
-} rb_session_params;
-rb_session_params rb_session_default_params(void);
+} rb_session_params_v2;
+typedef struct rb_session_params_v3 {
+    size_t struct_size;
+    uint32_t n_ctx;
+    uint32_t n_batch;
+    int n_threads;
+    rb_restore_mode restore;
+    rb_ram_codec ram_codec;
+    const char *spill_dir;
+    uint64_t budget_bytes;
+    uint64_t weights_budget_bytes;
+    const char *weights_policy;
+    const struct rb_experimental_params *experimental;
+    unsigned file_flags;
+    rb_kv_type kv_type_k, kv_type_v;
+    rb_pool *pool;
+    rb_priority priority;
+    rb_progress_fn progress;
+    void *progress_ctx;
+} rb_session_params_v3;
+rb_session_params_v2 rb_session_default_params(void);            /* 0.2 */
+void rb_session_params_init(void *params, size_t struct_size);   /* 0.3 on */
 
-rb_status rb_session_create(rb_model *model, const rb_session_params *params, rb_session **out, rb_error *err);
+rb_status rb_session_create(rb_model *model, const void *params, rb_session **out, rb_error *err);
 void rb_session_destroy(rb_session *session);
 const char *rb_session_errmsg(const rb_session *session);
 rb_status rb_session_feed(rb_session *session, const int32_t *tokens, size_t n, float *logits);
@@ -210,7 +246,7 @@ rb_status rb_session_set_restore(rb_session *session, rb_restore_mode mode, rb_r
 rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
 rb_status rb_session_shift(rb_session *session, size_t n_keep, size_t n_discard);
 rb_status rb_session_save(rb_session *session, const char *path, unsigned flags);
-rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params, const char *path, rb_session **out, rb_error *err);
+rb_status rb_session_open_saved(rb_model *model, const void *params, const char *path, rb_session **out, rb_error *err);
 rb_status rb_session_unbind(rb_session *session);
 rb_status rb_session_set_blob(rb_session *session, const void *data, size_t n);
 const void *rb_session_get_blob(const rb_session *session, size_t *n);
@@ -281,10 +317,15 @@ rb_experimental_params rb_experimental_default_params(void);
 rb_status rb_session_decode_multi(rb_session **sessions, const int32_t *tokens, size_t n, rb_error *err);
 """
 
-# the structs whose layout tests/test_layout.py checks against the header
+# the structs whose layout tests/test_layout.py checks against the header,
+# as (cffi's name, the header's name); "{params}" is _lib.PARAMS
 STRUCTS = [
-    "rb_error", "rb_model_params", "rb_model_info", "rb_tensor_info", "rb_session_params",
-    "rb_pool_stats", "rb_pool_pressure_params", "rb_session_stats", "rb_restore_event",
-    "rb_chat_message", "rb_sampler_params", "rb_sampler_state", "rb_sampler_candidate",
-    "rb_experimental_params",
+    ("rb_error", "rb_error"), ("rb_model_params_{params}", "rb_model_params"),
+    ("rb_model_info", "rb_model_info"), ("rb_tensor_info", "rb_tensor_info"),
+    ("rb_session_params_{params}", "rb_session_params"), ("rb_pool_stats", "rb_pool_stats"),
+    ("rb_pool_pressure_params", "rb_pool_pressure_params"),
+    ("rb_session_stats", "rb_session_stats"), ("rb_restore_event", "rb_restore_event"),
+    ("rb_chat_message", "rb_chat_message"), ("rb_sampler_params", "rb_sampler_params"),
+    ("rb_sampler_state", "rb_sampler_state"), ("rb_sampler_candidate", "rb_sampler_candidate"),
+    ("rb_experimental_params", "rb_experimental_params"),
 ]

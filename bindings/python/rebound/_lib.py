@@ -5,7 +5,7 @@ Where the library comes from, first found:
      when set, nothing else is tried;
   2. a source checkout's build folder (<repo>/build/librebound.so) when
      this package is imported from bindings/python;
-  3. the system's search path (librebound.so.0: an installed rebound;
+  3. the system's search path (librebound.so, .so.1, .so.0: an installed rebound;
      LD_LIBRARY_PATH; run ldconfig after installing into /usr/local/lib).
 """
 import ctypes.util
@@ -32,7 +32,7 @@ def _candidates():
     build = os.path.join(repo, "build", "librebound.so")
     if os.path.exists(os.path.join(repo, "include", "rebound.h")) and os.path.exists(build):
         out.append(build)
-    out += ["librebound.so.0", "librebound.so"]
+    out += ["librebound.so", "librebound.so.1", "librebound.so.0"]
     found = ctypes.util.find_library("rebound")
     if found:
         out.append(found)
@@ -58,3 +58,29 @@ def _load():
 
 
 lib, library_path = _load()
+
+# the params structs' form (_cdef.py): "v3" when the library exports
+# rb_session_params_init (0.3 on), else "v2"
+try:
+    lib.rb_session_params_init
+    PARAMS = "v3"
+except AttributeError:
+    PARAMS = "v2"
+
+
+def model_params():
+    """A new rb_model_params of the library's form, with its defaults."""
+    if PARAMS == "v3":
+        p = ffi.new("rb_model_params_v3 *")
+        lib.rb_model_params_init(p, ffi.sizeof("rb_model_params_v3"))
+        return p
+    return ffi.new("rb_model_params_v2 *", lib.rb_model_default_params())
+
+
+def session_params():
+    """A new rb_session_params of the library's form, with its defaults."""
+    if PARAMS == "v3":
+        p = ffi.new("rb_session_params_v3 *")
+        lib.rb_session_params_init(p, ffi.sizeof("rb_session_params_v3"))
+        return p
+    return ffi.new("rb_session_params_v2 *", lib.rb_session_default_params())

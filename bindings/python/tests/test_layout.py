@@ -10,7 +10,7 @@ import pytest
 
 import rebound
 from rebound._cdef import STRUCTS
-from rebound._lib import ffi
+from rebound._lib import PARAMS, ffi
 
 
 def test_struct_layouts_match_the_header(tmp_path):
@@ -21,13 +21,14 @@ def test_struct_layouts_match_the_header(tmp_path):
     if not cc:
         pytest.skip("no C compiler")
     lines, want = [], []
-    for s in STRUCTS:
+    for ours, s in STRUCTS:
+        ours = ours.format(params=PARAMS)
         lines.append('printf("%%s %%zu\\n", "%s", sizeof(%s));' % (s, s))
-        want.append("%s %d" % (s, ffi.sizeof(s)))
-        for name, _ in ffi.typeof(s).fields:
+        want.append("%s %d" % (s, ffi.sizeof(ours)))
+        for name, _ in ffi.typeof(ours).fields:
             lines.append('printf("%%s.%%s %%zu\\n", "%s", "%s", offsetof(%s, %s));'
                          % (s, name, s, name))
-            want.append("%s.%s %d" % (s, name, ffi.offsetof(s, name)))
+            want.append("%s.%s %d" % (s, name, ffi.offsetof(ours, name)))
     src = tmp_path / "layout.c"
     src.write_text("#include <stddef.h>\n#include <stdio.h>\n#include <rebound_experimental.h>\n"
                    "int main(void)\n{\n    %s\n    return 0;\n}\n" % "\n    ".join(lines))
