@@ -12,6 +12,9 @@
 #              `rebound bench-serve` is built only with them
 #   tests      curl and python3: the serve test's HTTP client and its JSON
 #              reader
+#   bindings   default-jdk-headless (the Java binding, JNI) and junit5 (its
+#              tests); python3-cffi (the Python binding), python3-pytest,
+#              python3-setuptools and python3-pip (its tests, pip install .)
 #
 # Without apt-get (or rights to use it) it lists what is missing and exits
 # 0: the build then goes on without serve and says so.
@@ -33,6 +36,15 @@ if ! have pkg-config || ! pkg-config --exists libcurl 2>/dev/null; then
 fi
 have curl || want="$want curl"
 have python3 || want="$want python3"
+# the bindings (bindings/java, bindings/python): Debian's packages are for
+# Debian's interpreter, which a python3 earlier on PATH may hide
+have javac || want="$want default-jdk-headless"
+[ -f /usr/share/java/junit-platform-console-standalone.jar ] || want="$want junit5"
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+for m in cffi:python3-cffi pytest:python3-pytest setuptools:python3-setuptools pip:python3-pip; do
+    "$py" -c "import ${m%%:*}" >/dev/null 2>&1 || want="$want ${m#*:}"
+done
 [ -n "$want" ] || exit 0
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
