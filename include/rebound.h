@@ -644,6 +644,19 @@ RB_API rb_status rb_session_set_restore(rb_session *session, rb_restore_mode mod
 RB_API rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
 
 /*
+ * The embedding of tokens[0..n) as one sequence: the session is rewound to
+ * no tokens, the tokens are fed (they stay in the session; rewind to reuse
+ * it), and the output-normed hidden states are pooled as the GGUF's
+ * <arch>.pooling_type says (mean when absent; cls: the first token; last:
+ * the last) and scaled to unit length, as OpenAI's embeddings are. out:
+ * n_out = n_embd floats (rb_model_info). Errors: RB_E_INVALID_ARG (no
+ * tokens, n_out not n_embd, n over the context), RB_E_NOMEM, and those of
+ * rb_session_feed. Allocates n x n_embd floats for the call.
+ */
+RB_API rb_status rb_session_embed(rb_session *session, const int32_t *tokens, size_t n,
+                                  float *out, size_t n_out);
+
+/*
  * Context shift without recomputing (llama.cpp's rule): the first n_keep
  * tokens stay, the n_discard after them go, and the later ones move down
  * by n_discard positions, their keys rotated in place by -n_discard

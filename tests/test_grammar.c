@@ -603,6 +603,45 @@ static void test_generate(void)
         rb_json_free(&sdoc);
     }
     free(out);
+
+    /* embeddings: unit length, the same whatever the batch and whatever the
+       session held before, different for different text */
+    {
+        rb_model_info info;
+        CHECK_EQ_INT(rb_model_get_info(m, &info), RB_OK);
+        uint32_t E = info.n_embd;
+        float *e1 = malloc(sizeof *e1 * E), *e2 = malloc(sizeof *e2 * E), *e3 = malloc(sizeof *e3 * E);
+        int32_t toks[40];
+        for (int i = 0; i < 40; i++)
+            toks[i] = 3 + (i * 37) % 400;
+        rb_session *s = NULL;
+        rb_session_params bp = sp;
+        bp.n_batch = 7;
+        CHECK_EQ_INT(rb_session_create(m, &sp, &s, &err), RB_OK);
+        CHECK_EQ_INT(rb_session_embed(s, toks, 40, e1, E), RB_OK);
+        CHECK_EQ_INT(rb_session_n_tokens(s), 40);
+        CHECK_EQ_INT(rb_session_embed(s, toks, 40, e1, E + 1), RB_E_INVALID_ARG);
+        CHECK_CONTAINS(rb_session_errmsg(s), "n_embd");
+        rb_session_destroy(s);
+        s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &bp, &s, &err), RB_OK);
+        CHECK_EQ_INT(rb_session_feed(s, toks + 5, 9, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_embed(s, toks, 40, e2, E), RB_OK);
+        CHECK_EQ_INT(rb_session_embed(s, toks, 20, e3, E), RB_OK);
+        rb_session_destroy(s);
+        double norm = 0, diff = 0, d13 = 0;
+        for (uint32_t j = 0; j < E; j++) {
+            norm += (double)e1[j] * e1[j];
+            diff = fmax(diff, fabs((double)e1[j] - e2[j]));
+            d13 = fmax(d13, fabs((double)e1[j] - e3[j]));
+        }
+        CHECK_NEAR(norm, 1.0, 1e-5);
+        CHECK(diff < 1e-5);
+        CHECK(d13 > 1e-3);
+        free(e1);
+        free(e2);
+        free(e3);
+    }
     printf("generation: %d/%d samples parse and validate over %zu schemas; %d tokens, %.3f ms "
            "per sample call (mask + draw + advance)\n", n_valid, n_samples, N_SCHEMAS, n_tokens,
            n_tokens ? 1e3 * t_mask / n_tokens : 0.0);
