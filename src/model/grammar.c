@@ -519,7 +519,8 @@ static int cmp_range(const void *a, const void *b)
 static int push_class(gparser *p, gseq *q, uint32_t cur_rule, cprange *r, uint32_t n,
                       int negate)
 {
-    qsort(r, n, sizeof *r, cmp_range);
+    if (n)
+        qsort(r, n, sizeof *r, cmp_range);
     cls_out o = {.p = p};
     o.rule = rule_generated(p, cur_rule);
     if (o.rule == UINT32_MAX)
@@ -1001,7 +1002,8 @@ static int compile(gparser *p, rb_grammar *g, const char *root)
         for (uint32_t a = 0; a < p->rules[i].n_alts; a++) {
             g->alt_start[ai++] = ei;
             gseq *q = &p->rules[i].alts[a];
-            memcpy(g->elems + ei, q->v, sizeof *q->v * q->n);
+            if (q->n)
+                memcpy(g->elems + ei, q->v, sizeof *q->v * q->n);
             ei += q->n;
             g->elems[ei++] = (gelem){EK_END, 0};
         }
@@ -1141,6 +1143,8 @@ static int serialize(rb_grammar *g, const uint32_t *ids, uint32_t n, int complet
             return 0;
         g->key[g->n_key++] = UINT32_MAX;
     }
+    if (!grow((void **)&g->key, &g->cap_key, g->n_key + 1, sizeof *g->key))
+        return 0;
     g->key[g->n_key++] = (uint32_t)complete;
     return 1;
 }

@@ -973,6 +973,19 @@ rb_status rb_json_schema_to_grammar(const char *schema, size_t len, char **out, 
         free(c.out.s);
         return c.st;
     }
+    /* A pattern's classes and counts pass through to the grammar: one the
+     * GBNF parser refuses (a reversed range, a bad count) is named here. */
+    rb_grammar *g = NULL;
+    rb_error gerr;
+    rb_status st = rb_grammar_create_vocab(c.out.s, c.out.n, "root", NULL, NULL, NULL, 0, &g,
+                                           &gerr);
+    rb_grammar_destroy(g);
+    if (st != RB_OK) {
+        free(c.out.s);
+        return rb_error_set(err, st == RB_E_NOMEM ? st : RB_E_UNSUPPORTED,
+                            "json schema: a 'pattern' the converter cannot express (%.400s)",
+                            gerr.message);
+    }
     *out = c.out.s;
     *out_len = c.out.n;
     return RB_OK;
