@@ -63,6 +63,7 @@ typedef struct conn {
     char *pending;            /* the event being handed to libmicrohttpd */
     size_t p_len, p_off;
     size_t sent;              /* bytes of req->out already in events */
+    size_t lp_sent;           /* entries of req->lps already in events */
     int stage;
     char id[80];
     time_t created;
@@ -228,22 +229,24 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 memcpy(buf, ka, sizeof ka - 1);
                 return (ssize_t)(sizeof ka - 1);
             }
+            /* with tools the reply goes out whole when done (its calls
+               parsed); else the new text with its tokens' logprobs */
+            int whole = r->kind == SV_CHAT && r->tools != SV_TOOLS_NONE;
             pthread_mutex_lock(&r->mu);
-            size_t n = r->out_len - c->sent;
-            char *t = n ? malloc(n) : NULL;
-            if (t)
-                memcpy(t, r->out + c->sent, n);
             int done = r->is_done;
+            size_t n = whole && !done ? 0 : r->out_len - c->sent;
+            size_t lp1 = whole && !done ? c->lp_sent : r->n_lps;
+            char *ev = NULL;
+            if (n || lp1 > c->lp_sent)
+                ev = sv_oai_chunk_ex(r, &c->meta, n ? r->out + c->sent : NULL, n, c->lp_sent, lp1,
+                                     whole && n);
             pthread_mutex_unlock(&r->mu);
-            if (n && !t)
+            if ((n || lp1 > c->lp_sent) && !ev)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             c->sent += n;
-            if (n) {
-                int rc = add_event(c, sv_oai_chunk(r, &c->meta, t, n, NULL, 0), 0);
-                free(t);
-                if (rc)
-                    return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
+            c->lp_sent = lp1;
+            if (ev && add_event(c, ev, 0))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
             if (done && c->sent == r->out_len)
                 c->stage = ST_END;
             continue;

@@ -52,11 +52,17 @@ char *sv_oai_response(const sv_request *r, const sv_oai_meta *m);
  * reason (NULL: none), the assistant role (role != 0; chat only). */
 char *sv_oai_chunk(const sv_request *r, const sv_oai_meta *m, const char *text, size_t n,
                    const char *finish, int role);
+/* A text chunk with the logprobs of r->lps[lp0..lp1) (call with r->mu
+ * held), or with calls: the whole reply as tool calls (or its text when it
+ * has none), once the request is done. */
+char *sv_oai_chunk_ex(const sv_request *r, const sv_oai_meta *m, const char *text, size_t n,
+                      size_t lp0, size_t lp1, int calls);
 /* The last chunk of a stream with stream_options.include_usage. */
 char *sv_oai_usage_chunk(const sv_request *r, const sv_oai_meta *m);
 /* GET /v1/models: the one model. */
 char *sv_oai_models(const char *model, uint32_t n_ctx, int64_t created);
-/* The finish_reason a client sees ("cancelled" is reported as "stop"). */
+/* The finish_reason a client sees ("cancelled" is reported as "stop";
+ * "tool_calls" when a reply with tools holds parsed calls). */
 const char *sv_oai_finish_name(const sv_request *r);
 
 /* Valid UTF-8 of s[0..n): invalid bytes become U+FFFD; malloc'ed, NUL

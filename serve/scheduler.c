@@ -45,6 +45,7 @@ typedef struct sv_active {
     int32_t *todo;            /* prompt tokens still to feed: todo[i_todo..n_todo) */
     size_t n_todo, i_todo;
     rb_sampler *sampler;
+    rb_grammar *grammar;      /* response_format or a required tool call; NULL: free text */
     rb_detokenizer *detok;
     char *text;               /* the whole reply so far */
     size_t len, cap, published;
@@ -231,6 +232,7 @@ static void active_free(sv_active *a)
     free(a->todo);
     free(a->text);
     rb_sampler_destroy(a->sampler);
+    rb_grammar_destroy(a->grammar);
     rb_detokenizer_destroy(a->detok);
     memset(a, 0, sizeof *a);
 }
@@ -313,6 +315,54 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         sp.seed = next_rand(s) & 0xffffffffu;
     if (rb_sampler_create(&sp, rb_session_n_vocab(c->session), &a->sampler, &e) != RB_OK) {
         req_fail(r, SV_ERR_INVALID, "%s", e.message);
+        c->is_busy = 0;
+        active_free(a);
+        return -1;
+    }
+    /* the reply's grammar: a JSON Schema, any object, or tool calls under
+       the call schema (each inside <tool_call> tags) */
+    if (r->format != SV_FMT_TEXT || r->tools == SV_TOOLS_REQUIRED) {
+        rb_status gst;
+        if (r->tools == SV_TOOLS_REQUIRED) {
+            char *g = NULL;
+            size_t gn = 0;
+            gst = rb_json_schema_to_grammar(r->tool_schema, strlen(r->tool_schema), &g, &gn, &e);
+            if (gst == RB_OK) {
+                /* the converter's first line is "root ::= ..."; it becomes
+                   the call, and root the tagged calls around it */
+                const char *more = r->parallel_tool_calls ? "{0,3}" : "{0,0}";
+                size_t cap = gn + 256;
+                char *t = malloc(cap);
+                if (!t || strncmp(g, "root ::= ", 9) != 0) {
+                    gst = RB_E_NOMEM;
+                    snprintf(e.message, sizeof e.message, "out of memory");
+                } else {
+                    snprintf(t, cap, "root ::= tc (\"\\n\" tc)%s\n"
+                             "tc ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n"
+                             "call ::= %s", more, g + 9);
+                    gst = rb_grammar_create(s->model, t, strlen(t), "root", &a->grammar, &e);
+                }
+                free(t);
+            }
+            free(g);
+        } else {
+            gst = rb_grammar_from_json_schema(s->model, r->format == SV_FMT_JSON_SCHEMA ? r->schema
+                                              : NULL, r->format == SV_FMT_JSON_SCHEMA
+                                              ? strlen(r->schema) : 0, &a->grammar, &e);
+        }
+        if (gst == RB_OK)
+            gst = rb_sampler_set_grammar(a->sampler, a->grammar);
+        if (gst != RB_OK) {
+            req_fail(r, gst == RB_E_NOMEM ? SV_ERR_UNAVAILABLE : SV_ERR_INVALID, "%s%s",
+                     r->tools == SV_TOOLS_REQUIRED ? "tools: " : "response_format: ", e.message);
+            c->is_busy = 0;
+            active_free(a);
+            return -1;
+        }
+    }
+    if (r->n_bias &&
+        rb_sampler_set_logit_bias(a->sampler, r->bias_ids, r->bias_vals, r->n_bias) != RB_OK) {
+        req_fail(r, SV_ERR_INVALID, "logit_bias: %s", rb_sampler_errmsg(a->sampler));
         c->is_busy = 0;
         active_free(a);
         return -1;
@@ -469,6 +519,52 @@ static void step_prefill(sv_sched *s, sv_active *a)
     }
 }
 
+static void lp_text(sv_sched *s, int32_t id, sv_lp_token *t)
+{
+    size_t k = 0;
+    char buf[256];
+    t->n_text = 0;
+    if (rb_model_token_to_piece(s->model, id, 0, buf, sizeof buf, &k) == RB_OK) {
+        if (k > SV_LP_TOKEN_MAX)
+            k = SV_LP_TOKEN_MAX;
+        memcpy(t->text, buf, k);
+        t->n_text = (uint8_t)k;
+    }
+}
+
+/* The sampled token's log-probability and alternatives into r->lps. */
+static int record_logprob(sv_sched *s, sv_active *a, int32_t id)
+{
+    rb_sampler_logprob chosen, top[RB_SAMPLER_MAX_LOGPROBS];
+    size_t n_top = 0;
+    if (rb_sampler_get_logprobs(a->sampler, &chosen, top, RB_SAMPLER_MAX_LOGPROBS, &n_top) != RB_OK)
+        return 0; /* nothing drawn from a finite row: no entry */
+    sv_logprob lp;
+    memset(&lp, 0, sizeof lp);
+    lp_text(s, id, &lp.tok);
+    lp.tok.logprob = chosen.logprob;
+    lp.n_top = (uint8_t)n_top;
+    for (size_t i = 0; i < n_top; i++) {
+        lp_text(s, top[i].id, &lp.top[i]);
+        lp.top[i].logprob = top[i].logprob;
+    }
+    sv_request *r = a->req;
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    if (r->n_lps == r->cap_lps) {
+        size_t cap = r->cap_lps ? 2 * r->cap_lps : 64;
+        sv_logprob *q = realloc(r->lps, cap * sizeof *q);
+        if (q)
+            r->lps = q, r->cap_lps = cap;
+        else
+            rc = -1;
+    }
+    if (rc == 0)
+        r->lps[r->n_lps++] = lp;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
 /* A decode step's first half: the request's next token sampled from its
  * session's logits and published. Returns 1 with *next when that token is
  * to be computed (the request goes on), 0 when the request has ended. */
@@ -491,6 +587,10 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
         a->has_ttft = 1;
         sv_metrics_record_ttft(s->metrics, sv_now_s() - r->t_arrival);
     }
+    if (r->sp.is_logprobs && record_logprob(s, a, *next) != 0) {
+        finish(s, a, NULL, SV_ERR_SERVER, "out of memory");
+        return 0;
+    }
     if (rb_model_token_is_eog(s->model, *next)) {
         finish(s, a, "stop", SV_ERR_NONE, NULL);
         return 0;
@@ -504,7 +604,8 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
         finish(s, a, NULL, SV_ERR_SERVER, "out of memory");
         return 0;
     }
-    if (stop) {
+    if (stop || (a->grammar && !rb_grammar_can_continue(a->grammar))) {
+        /* a stop string, or the grammar is complete and nothing can follow */
         finish(s, a, "stop", SV_ERR_NONE, NULL);
         return 0;
     }
@@ -712,6 +813,12 @@ void sv_request_release(sv_request *r)
     }
     free(r->msgs);
     free(r->prompt);
+    free(r->schema);
+    free(r->tools_text);
+    free(r->tool_schema);
+    free(r->bias_ids);
+    free(r->bias_vals);
+    free(r->lps);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->out);

@@ -48,6 +48,28 @@ typedef enum sv_err {
     SV_ERR_UNAVAILABLE = 503
 } sv_err;
 
+/* One generated token's log-probability and its best alternatives (the
+ * token texts as bytes, cut at SV_LP_TOKEN_MAX). */
+#define SV_LP_TOKEN_MAX 48
+typedef struct sv_lp_token {
+    char text[SV_LP_TOKEN_MAX];
+    uint8_t n_text;
+    float logprob;
+} sv_lp_token;
+typedef struct sv_logprob {
+    sv_lp_token tok;
+    uint8_t n_top;
+    sv_lp_token top[RB_SAMPLER_MAX_LOGPROBS];
+} sv_logprob;
+
+/* What the reply must be (response_format, tool_choice). */
+typedef enum sv_format { SV_FMT_TEXT = 0, SV_FMT_JSON_OBJECT = 1, SV_FMT_JSON_SCHEMA = 2 } sv_format;
+typedef enum sv_tools {
+    SV_TOOLS_NONE = 0,       /* no tools, or tool_choice "none" */
+    SV_TOOLS_AUTO = 1,       /* rendered; the reply may call them */
+    SV_TOOLS_REQUIRED = 2    /* rendered; the reply is tool calls, under tool_schema */
+} sv_tools;
+
 typedef struct sv_request {
     /* ---- written by the connection thread before it is queued ---- */
     sv_kind kind;
@@ -62,6 +84,16 @@ typedef struct sv_request {
     int has_seed;                 /* sp.seed is the request's */
     char *stop[SV_STOP_MAX];
     int n_stop;
+    sv_format format;
+    char *schema;                 /* SV_FMT_JSON_SCHEMA: the schema as JSON text, owned */
+    sv_tools tools;
+    char *tools_text;             /* the tool list as the system prompt tells it, owned */
+    char *tool_schema;            /* SV_TOOLS_REQUIRED: a call's JSON Schema, owned */
+    int parallel_tool_calls;      /* more than one call allowed (default 1) */
+    int32_t *bias_ids;            /* logit_bias, owned */
+    float *bias_vals;
+    size_t n_bias;
+    int completion_logprobs;      /* SV_COMPLETION: the legacy shape */
     double t_arrival;
     struct sv_request *next;      /* the scheduler's queue (under its mu) */
 
@@ -81,6 +113,8 @@ typedef struct sv_request {
     char conv_out[SV_ID_MAX + 1]; /* the conversation that served it */
     const char *restore;          /* where its KV was when admitted (static
                                      string): sv_restore_name */
+    sv_logprob *lps;              /* is_logprobs: one per generated token */
+    size_t n_lps, cap_lps;
 } sv_request;
 
 /* A new request with one reference (the caller's), arrival now; NULL: no
