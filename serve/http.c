@@ -294,6 +294,9 @@ static sv_endpoint route(const char *url)
         {"/v1/completions", SV_EP_COMPLETIONS}, {"/completions", SV_EP_COMPLETIONS},
         {"/v1/models", SV_EP_MODELS}, {"/models", SV_EP_MODELS},
         {"/health", SV_EP_HEALTH}, {"/metrics", SV_EP_METRICS},
+        {"/tokenize", SV_EP_TOKENIZE}, {"/detokenize", SV_EP_DETOKENIZE},
+        {"/apply-template", SV_EP_APPLY_TEMPLATE}, {"/v1/embeddings", SV_EP_EMBEDDINGS},
+        {"/embeddings", SV_EP_EMBEDDINGS},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path))
@@ -357,6 +360,39 @@ static enum MHD_Result generate(conn *c)
     return ok;
 }
 
+/* A utility: parsed here, answered by the scheduler (the only thread that
+ * touches the model), its JSON sent as it is. */
+static enum MHD_Result utility(conn *c)
+{
+    sv_http *h = c->h;
+    static const sv_kind kinds[] = {[SV_EP_TOKENIZE] = SV_TOKENIZE,
+                                    [SV_EP_DETOKENIZE] = SV_DETOKENIZE,
+                                    [SV_EP_APPLY_TEMPLATE] = SV_APPLY_TEMPLATE,
+                                    [SV_EP_EMBEDDINGS] = SV_EMBED};
+    sv_request *r = sv_request_new();
+    if (!r)
+        return respond_error(c, SV_ERR_UNAVAILABLE, NULL, "out of memory");
+    sv_oai_error p;
+    if (sv_oai_parse_utility(kinds[c->endpoint], c->body, c->len, r, &p)) {
+        sv_request_release(r);
+        return respond_json(c, (unsigned)p.e, sv_oai_error_json(p.e, p.msg, p.param));
+    }
+    sv_err e = sv_sched_submit(h->sched, r);
+    if (e != SV_ERR_NONE) {
+        sv_request_release(r);
+        return respond_error(c, e, NULL, e == SV_ERR_BUSY ? "too many requests in flight; retry "
+                             "later" : "the server is stopping");
+    }
+    c->req = r;
+    in_flight_add(h, 1);
+    if (wait_request(c, 1, (size_t)-1, 0) != 0)
+        return MHD_NO;
+    if (r->err != SV_ERR_NONE)
+        return respond_error(c, r->err, NULL, "%s", r->errmsg);
+    char *out = strdup(r->out ? r->out : "{}");
+    return out ? respond_json(c, 200, out) : MHD_NO;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls)
@@ -412,9 +448,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                              "(%" PRIu64 " bytes)", h->cfg->max_body);
     if (c->endpoint == SV_EP_OTHER)
         return respond_error(c, SV_ERR_NOT_FOUND, NULL, "no endpoint %.200s (rebound serves "
-                             "/v1/chat/completions, /v1/completions, /v1/models, /health, "
-                             "/metrics)", url);
-    int wants_post = c->endpoint == SV_EP_CHAT || c->endpoint == SV_EP_COMPLETIONS;
+                             "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, "
+                             "/tokenize, /detokenize, /apply-template, /health, /metrics)", url);
+    int is_utility = c->endpoint == SV_EP_TOKENIZE || c->endpoint == SV_EP_DETOKENIZE ||
+                     c->endpoint == SV_EP_APPLY_TEMPLATE || c->endpoint == SV_EP_EMBEDDINGS;
+    int wants_post = c->endpoint == SV_EP_CHAT || c->endpoint == SV_EP_COMPLETIONS || is_utility;
     if (wants_post != c->is_post || (!c->is_post && strcmp(method, MHD_HTTP_METHOD_GET) &&
                                      strcmp(method, MHD_HTTP_METHOD_HEAD)))
         return respond_error(c, SV_ERR_METHOD, NULL, "%.20s %.200s: use %s", method, url,
@@ -436,6 +474,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (c->endpoint == SV_EP_MODELS) {
         return respond_json(c, 200, sv_oai_models(h->cfg->model_name, h->n_ctx, (int64_t)time(NULL)));
     }
+    if (is_utility)
+        return utility(c);
     return generate(c);
 }
 

@@ -921,3 +921,223 @@ char *sv_oai_models(const char *model, uint32_t n_ctx, int64_t created)
     json_object_set_new(l, "data", a);
     return dump(l);
 }
+
+/* ---- the utilities ---------------------------------------------------------- */
+
+static int token_list(json_t *j, const char *param, sv_input *in, perr *p)
+{
+    size_t n = json_array_size(j);
+    in->toks = malloc((n ? n : 1) * sizeof *in->toks);
+    if (!in->toks)
+        return bad(p, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(j, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+            return bad(p, param, "'%s'[%zu] must be a token id (an integer >= 0)", param, i);
+        in->toks[i] = (int32_t)json_integer_value(t);
+    }
+    in->n_toks = n;
+    return 0;
+}
+
+int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request *r,
+                         sv_oai_error *err)
+{
+    memset(err, 0, sizeof *err);
+    json_error_t jerr;
+    json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
+    if (!root)
+        return bad(err, NULL, "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                   jerr.line, jerr.column);
+    int rc = 0;
+    r->kind = kind;
+    static const char *const known[][6] = {
+        {"content", "add_special", "with_pieces", "parse_special", NULL},
+        {"tokens", NULL},
+        {"messages", "model", NULL},
+        {"input", "model", "encoding_format", "user", "dimensions", NULL},
+    };
+    const char *const *kn = known[kind - SV_TOKENIZE];
+    const char *key;
+    json_t *val;
+    if (!json_is_object(root)) {
+        rc = bad(err, NULL, "the body must be a JSON object, not %s", json_type_name(root));
+        goto out;
+    }
+    json_object_foreach(root, key, val) {
+        int ok = 0;
+        for (const char *const *k = kn; *k && !ok; k++)
+            ok = !strcmp(*k, key);
+        if (!ok) {
+            rc = bad(err, key, "'%.60s' is not supported here (it is refused, not ignored)", key);
+            goto out;
+        }
+    }
+    if (!(r->inputs = calloc(1, sizeof *r->inputs))) {
+        rc = bad(err, NULL, "out of memory");
+        goto out;
+    }
+    if (kind == SV_TOKENIZE) {
+        json_t *c = json_object_get(root, "content");
+        if (!json_is_string(c)) {
+            rc = bad(err, "content", "'content' must be a string");
+            goto out;
+        }
+        r->n_inputs = 1;
+        if (!(r->inputs[0].text = strdup(json_string_value(c)))) {
+            rc = bad(err, NULL, "out of memory");
+            goto out;
+        }
+        if (get_bool(root, "add_special", &r->add_special, err) ||
+            get_bool(root, "with_pieces", &r->with_pieces, err)) {
+            rc = -1;
+            goto out;
+        }
+    } else if (kind == SV_DETOKENIZE) {
+        json_t *t = json_object_get(root, "tokens");
+        if (!json_is_array(t)) {
+            rc = bad(err, "tokens", "'tokens' must be an array of token ids");
+            goto out;
+        }
+        r->n_inputs = 1;
+        rc = token_list(t, "tokens", &r->inputs[0], err);
+    } else if (kind == SV_APPLY_TEMPLATE) {
+        sv_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        json_t *m = json_object_get(root, "messages");
+        json_t *only = json_pack("{s:O}", "messages", m ? m : json_null());
+        rc = parse_fields(&cfg, 1, SV_CHAT, only, r, err);
+        json_decref(only);
+        r->kind = SV_APPLY_TEMPLATE;
+    } else {
+        json_t *in = json_object_get(root, "input"), *ef = json_object_get(root, "encoding_format");
+        json_t *dim = json_object_get(root, "dimensions");
+        if (dim && !json_is_null(dim)) {
+            rc = bad(err, "dimensions", "'dimensions' is not supported (the model's width is "
+                     "fixed)");
+            goto out;
+        }
+        if (ef && !json_is_null(ef)) {
+            if (!json_is_string(ef) || (strcmp(json_string_value(ef), "float") &&
+                                        strcmp(json_string_value(ef), "base64"))) {
+                rc = bad(err, "encoding_format", "'encoding_format' must be float or base64");
+                goto out;
+            }
+            r->is_base64 = !strcmp(json_string_value(ef), "base64");
+        }
+        /* a string, an array of strings, of token ids, or of arrays of ids */
+        size_t n = json_is_array(in) ? json_array_size(in) : 1;
+        int is_ids = json_is_array(in) && n && json_is_integer(json_array_get(in, 0));
+        if (!in || (!json_is_string(in) && !json_is_array(in)) || n == 0 || n > 2048) {
+            rc = bad(err, "input", "'input' must be a string, an array of 1 to 2048 strings, "
+                     "an array of token ids or an array of such arrays");
+            goto out;
+        }
+        if (is_ids || json_is_string(in))
+            n = 1;
+        free(r->inputs);
+        if (!(r->inputs = calloc(n, sizeof *r->inputs))) {
+            rc = bad(err, NULL, "out of memory");
+            goto out;
+        }
+        r->n_inputs = n;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            json_t *x = json_is_string(in) ? in : is_ids ? in : json_array_get(in, i);
+            if (json_is_string(x)) {
+                if (json_string_length(x) == 0)
+                    rc = bad(err, "input", "input[%zu] is empty", i);
+                else if (!(r->inputs[i].text = strdup(json_string_value(x))))
+                    rc = bad(err, NULL, "out of memory");
+            } else if (json_is_array(x)) {
+                rc = token_list(x, "input", &r->inputs[i], err);
+                if (rc == 0 && r->inputs[i].n_toks == 0)
+                    rc = bad(err, "input", "input[%zu] has no tokens", i);
+            } else {
+                rc = bad(err, "input", "input[%zu] must be a string or an array of token ids", i);
+            }
+        }
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+char *sv_oai_tokens_json(const int32_t *toks, size_t n, const char *const *pieces,
+                         const size_t *lens)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (pieces) {
+            json_t *o = json_object();
+            json_object_set_new(o, "id", json_integer(toks[i]));
+            json_object_set_new(o, "piece", json_text(pieces[i] ? pieces[i] : "",
+                                                      pieces[i] ? lens[i] : 0));
+            json_array_append_new(a, o);
+        } else {
+            json_array_append_new(a, json_integer(toks[i]));
+        }
+    }
+    return dump(json_pack("{s:o}", "tokens", a));
+}
+
+char *sv_oai_content_json(const char *text, size_t n)
+{
+    return dump(json_pack("{s:o}", "content", json_text(text, n)));
+}
+
+char *sv_oai_prompt_json(const char *text, size_t n)
+{
+    return dump(json_pack("{s:o}", "prompt", json_text(text, n)));
+}
+
+static char *base64(const unsigned char *p, size_t n)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc(4 * ((n + 2) / 3) + 1), *q = o;
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        *q++ = tab[v >> 18 & 63];
+        *q++ = tab[v >> 12 & 63];
+        *q++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        *q++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *q = 0;
+    return o;
+}
+
+char *sv_oai_embeddings_json(const float *vecs, size_t n, uint32_t dim, int is_base64,
+                             const char *model, size_t n_tokens)
+{
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "object", json_string("embedding"));
+        json_object_set_new(e, "index", json_integer((json_int_t)i));
+        if (is_base64) {
+            /* little-endian float32, as the OpenAI SDKs decode it */
+            unsigned char *b = malloc((size_t)dim * 4);
+            for (uint32_t k = 0; b && k < dim; k++) {
+                uint32_t u;
+                memcpy(&u, &vecs[i * dim + k], 4);
+                for (int z = 0; z < 4; z++)
+                    b[4 * k + (uint32_t)z] = (unsigned char)(u >> (8 * z));
+            }
+            char *s = b ? base64(b, (size_t)dim * 4) : NULL;
+            json_object_set_new(e, "embedding", s ? json_string(s) : json_null());
+            free(s);
+            free(b);
+        } else {
+            json_t *v = json_array();
+            for (uint32_t k = 0; k < dim; k++)
+                json_array_append_new(v, json_real(vecs[i * dim + k]));
+            json_object_set_new(e, "embedding", v);
+        }
+        json_array_append_new(data, e);
+    }
+    return dump(json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model",
+                          model, "usage", "prompt_tokens", (json_int_t)n_tokens, "total_tokens",
+                          (json_int_t)n_tokens));
+}

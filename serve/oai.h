@@ -65,6 +65,21 @@ char *sv_oai_models(const char *model, uint32_t n_ctx, int64_t created);
  * "tool_calls" when a reply with tools holds parsed calls). */
 const char *sv_oai_finish_name(const sv_request *r);
 
+/* A utility's body (POST /tokenize {"content", "add_special",
+ * "with_pieces"}, /detokenize {"tokens"}, /apply-template {"messages"},
+ * /v1/embeddings {"input": string | [string] | [int] | [[int]],
+ * "encoding_format": "float" | "base64", "model"}) into r (kind set). As
+ * sv_oai_parse. */
+int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request *r,
+                         sv_oai_error *err);
+/* The utilities' replies (llama-server's shapes; OpenAI's for embeddings). */
+char *sv_oai_tokens_json(const int32_t *toks, size_t n, const char *const *pieces,
+                         const size_t *lens);
+char *sv_oai_content_json(const char *text, size_t n);
+char *sv_oai_prompt_json(const char *text, size_t n);
+char *sv_oai_embeddings_json(const float *vecs, size_t n, uint32_t dim, int is_base64,
+                             const char *model, size_t n_tokens);
+
 /* Valid UTF-8 of s[0..n): invalid bytes become U+FFFD; malloc'ed, NUL
  * ended, its length in *out_n. */
 char *sv_oai_utf8_clean(const char *s, size_t n, size_t *out_n);

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "rebound_experimental.h"
+#include "oai.h"
 #include "scheduler.h"
 
 enum { PHASE_PREFILL = 0, PHASE_DECODE = 1 };
@@ -88,6 +89,7 @@ struct sv_sched {
     char *piece;              /* one detokenizer push */
     size_t max_piece;
     uint64_t rng;             /* unseeded requests' seeds */
+    rb_session *embed_session; /* /v1/embeddings' (created at the first) */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -328,19 +330,18 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
             size_t gn = 0;
             gst = rb_json_schema_to_grammar(r->tool_schema, strlen(r->tool_schema), &g, &gn, &e);
             if (gst == RB_OK) {
-                /* the converter's first line is "root ::= ..."; it becomes
-                   the call, and root the tagged calls around it */
+                /* the converter's root is the call; tcroot the tagged calls
+                   around it */
                 const char *more = r->parallel_tool_calls ? "{0,3}" : "{0,0}";
                 size_t cap = gn + 256;
                 char *t = malloc(cap);
-                if (!t || strncmp(g, "root ::= ", 9) != 0) {
+                if (!t) {
                     gst = RB_E_NOMEM;
                     snprintf(e.message, sizeof e.message, "out of memory");
                 } else {
-                    snprintf(t, cap, "root ::= tc (\"\\n\" tc)%s\n"
-                             "tc ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n"
-                             "call ::= %s", more, g + 9);
-                    gst = rb_grammar_create(s->model, t, strlen(t), "root", &a->grammar, &e);
+                    snprintf(t, cap, "%s\ntcroot ::= tc (\"\\n\" tc)%s\n"
+                             "tc ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n", g, more);
+                    gst = rb_grammar_create(s->model, t, strlen(t), "tcroot", &a->grammar, &e);
                 }
                 free(t);
             }
@@ -679,6 +680,152 @@ static int id_busy(sv_sched *s, const char *id, sv_request **taken, int n_taken)
     return 0;
 }
 
+/* ---- the utilities: tokenize, detokenize, apply-template, embeddings ---- */
+
+/* Ends r with its JSON (NULL: out of memory). */
+static void utility_done(sv_request *r, char *json)
+{
+    if (!json) {
+        req_fail(r, SV_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    pthread_mutex_lock(&r->mu);
+    free(r->out);
+    r->out = json;
+    r->out_len = strlen(json);
+    r->out_cap = r->out_len + 1;
+    r->is_started = 1;
+    r->is_done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void run_utility(sv_sched *s, sv_request *r)
+{
+    rb_model_info mi;
+    uint32_t n_vocab = rb_model_get_info(s->model, &mi) == RB_OK ? mi.n_vocab : 0;
+    /* token ids given by the client are checked against the vocabulary */
+    for (size_t i = 0; i < r->n_inputs; i++)
+        for (size_t k = 0; k < r->inputs[i].n_toks; k++)
+            if (r->inputs[i].toks[k] < 0 || (uint32_t)r->inputs[i].toks[k] >= n_vocab) {
+                req_fail(r, SV_ERR_INVALID, "token %d (input %zu, position %zu) is outside the "
+                         "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, n_vocab);
+                return;
+            }
+    if (r->kind == SV_TOKENIZE) {
+        int32_t *toks = NULL;
+        size_t n = 0;
+        const char *t = r->inputs[0].text;
+        if (tokenize(s, t, strlen(t), r->add_special, &toks, &n, 0) != 0) {
+            req_fail(r, SV_ERR_INVALID, "the text cannot be tokenized: %s",
+                     rb_model_errmsg(s->model));
+            return;
+        }
+        char **pieces = r->with_pieces ? calloc(n ? n : 1, sizeof *pieces) : NULL;
+        size_t *lens = r->with_pieces ? calloc(n ? n : 1, sizeof *lens) : NULL;
+        for (size_t i = 0; pieces && lens && i < n; i++) {
+            size_t k = 0;
+            rb_model_token_to_piece(s->model, toks[i], 1, NULL, 0, &k);
+            if ((pieces[i] = malloc(k + 1)))
+                rb_model_token_to_piece(s->model, toks[i], 1, pieces[i], k + 1, &lens[i]);
+        }
+        utility_done(r, sv_oai_tokens_json(toks, n, (const char *const *)pieces, lens));
+        for (size_t i = 0; pieces && i < n; i++)
+            free(pieces[i]);
+        free(pieces);
+        free(lens);
+        free(toks);
+        return;
+    }
+    if (r->kind == SV_DETOKENIZE) {
+        size_t cap = 64, len = 0;
+        char *text = malloc(cap);
+        for (size_t i = 0; text && i < r->inputs[0].n_toks; i++) {
+            size_t k = 0;
+            rb_model_token_to_piece(s->model, r->inputs[0].toks[i], 0, NULL, 0, &k);
+            if (len + k + 1 > cap) {
+                while (len + k + 1 > cap)
+                    cap *= 2;
+                char *q = realloc(text, cap);
+                if (!q) {
+                    free(text);
+                    text = NULL;
+                    break;
+                }
+                text = q;
+            }
+            rb_model_token_to_piece(s->model, r->inputs[0].toks[i], 0, text + len, cap - len, &k);
+            len += k;
+        }
+        utility_done(r, text ? sv_oai_content_json(text, len) : NULL);
+        free(text);
+        return;
+    }
+    if (r->kind == SV_APPLY_TEMPLATE) {
+        size_t len = 0;
+        char *text = NULL;
+        if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &len) == RB_OK &&
+            (text = malloc(len + 1)) &&
+            rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, text, len + 1, &len) == RB_OK)
+            utility_done(r, sv_oai_prompt_json(text, len));
+        else
+            req_fail(r, SV_ERR_INVALID, "the messages cannot be rendered");
+        free(text);
+        return;
+    }
+    /* SV_EMBED: one session of its own, rewound for every input */
+    rb_error e;
+    if (!s->embed_session) {
+        rb_session_params p = s->store.sp;
+        if (rb_session_create(s->model, &p, &s->embed_session, &e) != RB_OK) {
+            req_fail(r, SV_ERR_UNAVAILABLE, "embeddings: %s", e.message);
+            return;
+        }
+        rb_session_set_priority(s->embed_session, RB_PRIORITY_BACKGROUND);
+    }
+    rb_model_info info;
+    if (rb_model_get_info(s->model, &info) != RB_OK) {
+        req_fail(r, SV_ERR_SERVER, "embeddings: no model info");
+        return;
+    }
+    float *vecs = malloc(sizeof *vecs * info.n_embd * (r->n_inputs ? r->n_inputs : 1));
+    size_t n_tokens = 0;
+    for (size_t i = 0; vecs && i < r->n_inputs; i++) {
+        int32_t *toks = NULL;
+        size_t n = 0;
+        if (r->inputs[i].text) {
+            if (tokenize(s, r->inputs[i].text, strlen(r->inputs[i].text), 1, &toks, &n, 0) != 0) {
+                req_fail(r, SV_ERR_INVALID, "input %zu cannot be tokenized", i);
+                free(vecs);
+                return;
+            }
+        } else {
+            n = r->inputs[i].n_toks;
+        }
+        const int32_t *use = toks ? toks : r->inputs[i].toks;
+        if (n == 0 || n > s->n_ctx) {
+            free(toks);
+            free(vecs);
+            req_fail(r, SV_ERR_INVALID, "input %zu has %zu tokens; it must have 1 to %u", i, n,
+                     s->n_ctx);
+            return;
+        }
+        rb_status st = rb_session_embed(s->embed_session, use, n, vecs + i * info.n_embd,
+                                        info.n_embd);
+        free(toks);
+        if (st != RB_OK) {
+            req_fail(r, SV_ERR_SERVER, "embeddings: %s", rb_session_errmsg(s->embed_session));
+            free(vecs);
+            return;
+        }
+        n_tokens += n;
+    }
+    utility_done(r, vecs ? sv_oai_embeddings_json(vecs, r->n_inputs, info.n_embd, r->is_base64,
+                                                  s->cfg->model_name, n_tokens)
+                         : NULL);
+    free(vecs);
+}
+
 static void *sched_main(void *arg)
 {
     sv_sched *s = arg;
@@ -720,6 +867,11 @@ static void *sched_main(void *arg)
                     a = &s->active[j];
             if (req_is_cancelled(taken[i])) {
                 req_fail(taken[i], SV_ERR_INVALID, "the client closed the connection");
+                sched_release(s, taken[i]);
+                continue;
+            }
+            if (taken[i]->kind >= SV_TOKENIZE) {
+                run_utility(s, taken[i]);
                 sched_release(s, taken[i]);
                 continue;
             }
@@ -819,6 +971,11 @@ void sv_request_release(sv_request *r)
     free(r->bias_ids);
     free(r->bias_vals);
     free(r->lps);
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        free(r->inputs[i].text);
+        free(r->inputs[i].toks);
+    }
+    free(r->inputs);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->out);
@@ -957,6 +1114,7 @@ void sv_sched_free(sv_sched *s)
         return;
     sv_sched_stop(s);
     sv_store_deinit(&s->store);
+    rb_session_destroy(s->embed_session);
     rb_pool_destroy(s->pool);
     free(s->active);
     free(s->step_act);

@@ -33,7 +33,18 @@
 #define SV_STOP_MAX 4     /* OpenAI's limit of stop sequences */
 #define SV_STOP_LEN_MAX 256
 
-typedef enum sv_kind { SV_CHAT = 0, SV_COMPLETION = 1 } sv_kind;
+/* A generation (chat, completion), or one of the model's utilities: the
+ * scheduler answers those at once, their JSON in out. */
+typedef enum sv_kind {
+    SV_CHAT = 0, SV_COMPLETION = 1, SV_TOKENIZE, SV_DETOKENIZE, SV_APPLY_TEMPLATE, SV_EMBED
+} sv_kind;
+
+/* One input of a utility: a text, or token ids. */
+typedef struct sv_input {
+    char *text;                   /* NULL: toks */
+    int32_t *toks;
+    size_t n_toks;
+} sv_input;
 
 /* OpenAI-style error classes and their HTTP statuses. */
 typedef enum sv_err {
@@ -94,6 +105,9 @@ typedef struct sv_request {
     float *bias_vals;
     size_t n_bias;
     int completion_logprobs;      /* SV_COMPLETION: the legacy shape */
+    sv_input *inputs;             /* utilities: the texts or token lists, owned */
+    size_t n_inputs;
+    int add_special, with_pieces, is_base64;
     double t_arrival;
     struct sv_request *next;      /* the scheduler's queue (under its mu) */
 
