@@ -11,7 +11,8 @@
 #   bench-serve  libcurl4-openssl-dev (HTTP client), libjansson-dev:
 #              `rebound bench-serve` is built only with them
 #   tests      curl and python3: the serve test's HTTP client and its JSON
-#              reader
+#              reader; nodejs and npm: the SDK test (cli_serve_sdk) installs
+#              the openai and Vercel AI npm packages under build/ with them
 #
 # Without apt-get (or rights to use it) it lists what is missing and exits
 # 0: the build then goes on without serve and says so.
@@ -33,6 +34,8 @@ if ! have pkg-config || ! pkg-config --exists libcurl 2>/dev/null; then
 fi
 have curl || want="$want curl"
 have python3 || want="$want python3"
+have node || want="$want nodejs"
+have npm || want="$want npm"
 [ -n "$want" ] || exit 0
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then

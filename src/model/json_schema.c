@@ -183,7 +183,7 @@ static void put_json_lit(sbuf *b, const rb_json *v)
 }
 
 static const char PRIMITIVES[] =
-    "ws ::= [ \\t\\n]{0,6}\n"
+    "ws ::= | \" \" | \"\\n\" [ \\t]{0,4}\n"
     "string ::= \"\\\"\" char* \"\\\"\"\n"
     "char ::= [^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-CefEF] hex{3} | "
     "[dD] [0-7] hex{2}))\n"
