@@ -389,8 +389,7 @@ static enum MHD_Result utility(conn *c)
         return MHD_NO;
     if (r->err != SV_ERR_NONE)
         return respond_error(c, r->err, NULL, "%s", r->errmsg);
-    char *out = strdup(r->out ? r->out : "{}");
-    return out ? respond_json(c, 200, out) : MHD_NO;
+    return respond_json(c, 200, sv_oai_utility_response(r, h->cfg->model_name));
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,

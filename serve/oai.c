@@ -1062,8 +1062,7 @@ out:
     return rc;
 }
 
-char *sv_oai_tokens_json(const int32_t *toks, size_t n, const char *const *pieces,
-                         const size_t *lens)
+static char *tokens_json(const int32_t *toks, size_t n, char *const *pieces, const size_t *lens)
 {
     json_t *a = json_array();
     for (size_t i = 0; i < n; i++) {
@@ -1080,12 +1079,12 @@ char *sv_oai_tokens_json(const int32_t *toks, size_t n, const char *const *piece
     return dump(json_pack("{s:o}", "tokens", a));
 }
 
-char *sv_oai_content_json(const char *text, size_t n)
+static char *content_json(const char *text, size_t n)
 {
     return dump(json_pack("{s:o}", "content", json_text(text, n)));
 }
 
-char *sv_oai_prompt_json(const char *text, size_t n)
+static char *prompt_json(const char *text, size_t n)
 {
     return dump(json_pack("{s:o}", "prompt", json_text(text, n)));
 }
@@ -1108,7 +1107,7 @@ static char *base64(const unsigned char *p, size_t n)
     return o;
 }
 
-char *sv_oai_embeddings_json(const float *vecs, size_t n, uint32_t dim, int is_base64,
+static char *embeddings_json(const float *vecs, size_t n, uint32_t dim, int is_base64,
                              const char *model, size_t n_tokens)
 {
     json_t *data = json_array();
@@ -1140,4 +1139,17 @@ char *sv_oai_embeddings_json(const float *vecs, size_t n, uint32_t dim, int is_b
     return dump(json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model",
                           model, "usage", "prompt_tokens", (json_int_t)n_tokens, "total_tokens",
                           (json_int_t)n_tokens));
+}
+
+char *sv_oai_utility_response(const sv_request *r, const char *model)
+{
+    switch (r->kind) {
+    case SV_TOKENIZE: return tokens_json(r->res_toks, r->n_res_toks, r->res_pieces, r->res_lens);
+    case SV_DETOKENIZE: return content_json(r->out ? r->out : "", r->out_len);
+    case SV_APPLY_TEMPLATE: return prompt_json(r->out ? r->out : "", r->out_len);
+    case SV_EMBED:
+        return embeddings_json(r->res_vecs, r->n_inputs, r->res_dim, r->is_base64, model,
+                               r->res_n_tokens);
+    default: return NULL;
+    }
 }

@@ -72,13 +72,9 @@ const char *sv_oai_finish_name(const sv_request *r);
  * sv_oai_parse. */
 int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request *r,
                          sv_oai_error *err);
-/* The utilities' replies (llama-server's shapes; OpenAI's for embeddings). */
-char *sv_oai_tokens_json(const int32_t *toks, size_t n, const char *const *pieces,
-                         const size_t *lens);
-char *sv_oai_content_json(const char *text, size_t n);
-char *sv_oai_prompt_json(const char *text, size_t n);
-char *sv_oai_embeddings_json(const float *vecs, size_t n, uint32_t dim, int is_base64,
-                             const char *model, size_t n_tokens);
+/* A done utility's reply: llama-server's shapes ({"tokens"}, {"content"},
+ * {"prompt"}); OpenAI's list of embeddings (model: its id). */
+char *sv_oai_utility_response(const sv_request *r, const char *model);
 
 /* Valid UTF-8 of s[0..n): invalid bytes become U+FFFD; malloc'ed, NUL
  * ended, its length in *out_n. */

@@ -36,7 +36,6 @@
 #include <string.h>
 
 #include "rebound_experimental.h"
-#include "oai.h"
 #include "scheduler.h"
 
 enum { PHASE_PREFILL = 0, PHASE_DECODE = 1 };
@@ -682,34 +681,48 @@ static int id_busy(sv_sched *s, const char *id, sv_request **taken, int n_taken)
 
 /* ---- the utilities: tokenize, detokenize, apply-template, embeddings ---- */
 
-/* Ends r with its JSON (NULL: out of memory). */
-static void utility_done(sv_request *r, char *json)
+/* Ends r: its result is in place (the text, if any, in text[0..n)). */
+static void utility_done(sv_request *r, const char *text, size_t n)
 {
-    if (!json) {
-        req_fail(r, SV_ERR_UNAVAILABLE, "out of memory");
-        return;
-    }
     pthread_mutex_lock(&r->mu);
-    free(r->out);
-    r->out = json;
-    r->out_len = strlen(json);
-    r->out_cap = r->out_len + 1;
+    if (text) {
+        free(r->out);
+        r->out = malloc(n + 1);
+        if (r->out) {
+            memcpy(r->out, text, n);
+            r->out[n] = 0;
+            r->out_len = n;
+            r->out_cap = n + 1;
+        } else {
+            r->err = SV_ERR_UNAVAILABLE;
+            snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
+        }
+    }
     r->is_started = 1;
     r->is_done = 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
 
+/*
+ * A utility request, answered at once: the tokens of a text (with their
+ * pieces), the text of tokens, the chat template's rendering, or the
+ * embeddings of each input (on a session of their own, rewound for each).
+ * The results go into r; oai.c writes them as JSON.
+ */
 static void run_utility(sv_sched *s, sv_request *r)
 {
     rb_model_info mi;
-    uint32_t n_vocab = rb_model_get_info(s->model, &mi) == RB_OK ? mi.n_vocab : 0;
+    if (rb_model_get_info(s->model, &mi) != RB_OK) {
+        req_fail(r, SV_ERR_SERVER, "the model's info cannot be read");
+        return;
+    }
     /* token ids given by the client are checked against the vocabulary */
     for (size_t i = 0; i < r->n_inputs; i++)
         for (size_t k = 0; k < r->inputs[i].n_toks; k++)
-            if (r->inputs[i].toks[k] < 0 || (uint32_t)r->inputs[i].toks[k] >= n_vocab) {
+            if (r->inputs[i].toks[k] < 0 || (uint32_t)r->inputs[i].toks[k] >= mi.n_vocab) {
                 req_fail(r, SV_ERR_INVALID, "token %d (input %zu, position %zu) is outside the "
-                         "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, n_vocab);
+                         "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, mi.n_vocab);
                 return;
             }
     if (r->kind == SV_TOKENIZE) {
@@ -721,20 +734,20 @@ static void run_utility(sv_sched *s, sv_request *r)
                      rb_model_errmsg(s->model));
             return;
         }
-        char **pieces = r->with_pieces ? calloc(n ? n : 1, sizeof *pieces) : NULL;
-        size_t *lens = r->with_pieces ? calloc(n ? n : 1, sizeof *lens) : NULL;
-        for (size_t i = 0; pieces && lens && i < n; i++) {
-            size_t k = 0;
-            rb_model_token_to_piece(s->model, toks[i], 1, NULL, 0, &k);
-            if ((pieces[i] = malloc(k + 1)))
-                rb_model_token_to_piece(s->model, toks[i], 1, pieces[i], k + 1, &lens[i]);
+        if (r->with_pieces) {
+            r->res_pieces = calloc(n ? n : 1, sizeof *r->res_pieces);
+            r->res_lens = calloc(n ? n : 1, sizeof *r->res_lens);
+            for (size_t i = 0; r->res_pieces && r->res_lens && i < n; i++) {
+                size_t k = 0;
+                rb_model_token_to_piece(s->model, toks[i], 1, NULL, 0, &k);
+                if ((r->res_pieces[i] = malloc(k + 1)))
+                    rb_model_token_to_piece(s->model, toks[i], 1, r->res_pieces[i], k + 1,
+                                            &r->res_lens[i]);
+            }
         }
-        utility_done(r, sv_oai_tokens_json(toks, n, (const char *const *)pieces, lens));
-        for (size_t i = 0; pieces && i < n; i++)
-            free(pieces[i]);
-        free(pieces);
-        free(lens);
-        free(toks);
+        r->res_toks = toks;
+        r->n_res_toks = n;
+        utility_done(r, NULL, 0);
         return;
     }
     if (r->kind == SV_DETOKENIZE) {
@@ -757,7 +770,10 @@ static void run_utility(sv_sched *s, sv_request *r)
             rb_model_token_to_piece(s->model, r->inputs[0].toks[i], 0, text + len, cap - len, &k);
             len += k;
         }
-        utility_done(r, text ? sv_oai_content_json(text, len) : NULL);
+        if (!text)
+            req_fail(r, SV_ERR_UNAVAILABLE, "out of memory");
+        else
+            utility_done(r, text, len);
         free(text);
         return;
     }
@@ -767,13 +783,13 @@ static void run_utility(sv_sched *s, sv_request *r)
         if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &len) == RB_OK &&
             (text = malloc(len + 1)) &&
             rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, text, len + 1, &len) == RB_OK)
-            utility_done(r, sv_oai_prompt_json(text, len));
+            utility_done(r, text, len);
         else
             req_fail(r, SV_ERR_INVALID, "the messages cannot be rendered");
         free(text);
         return;
     }
-    /* SV_EMBED: one session of its own, rewound for every input */
+    /* SV_EMBED */
     rb_error e;
     if (!s->embed_session) {
         rb_session_params p = s->store.sp;
@@ -783,24 +799,20 @@ static void run_utility(sv_sched *s, sv_request *r)
         }
         rb_session_set_priority(s->embed_session, RB_PRIORITY_BACKGROUND);
     }
-    rb_model_info info;
-    if (rb_model_get_info(s->model, &info) != RB_OK) {
-        req_fail(r, SV_ERR_SERVER, "embeddings: no model info");
+    float *vecs = malloc(sizeof *vecs * mi.n_embd * (r->n_inputs ? r->n_inputs : 1));
+    if (!vecs) {
+        req_fail(r, SV_ERR_UNAVAILABLE, "out of memory");
         return;
     }
-    float *vecs = malloc(sizeof *vecs * info.n_embd * (r->n_inputs ? r->n_inputs : 1));
     size_t n_tokens = 0;
-    for (size_t i = 0; vecs && i < r->n_inputs; i++) {
+    for (size_t i = 0; i < r->n_inputs; i++) {
         int32_t *toks = NULL;
-        size_t n = 0;
-        if (r->inputs[i].text) {
-            if (tokenize(s, r->inputs[i].text, strlen(r->inputs[i].text), 1, &toks, &n, 0) != 0) {
-                req_fail(r, SV_ERR_INVALID, "input %zu cannot be tokenized", i);
-                free(vecs);
-                return;
-            }
-        } else {
-            n = r->inputs[i].n_toks;
+        size_t n = r->inputs[i].n_toks;
+        if (r->inputs[i].text &&
+            tokenize(s, r->inputs[i].text, strlen(r->inputs[i].text), 1, &toks, &n, 0) != 0) {
+            req_fail(r, SV_ERR_INVALID, "input %zu cannot be tokenized", i);
+            free(vecs);
+            return;
         }
         const int32_t *use = toks ? toks : r->inputs[i].toks;
         if (n == 0 || n > s->n_ctx) {
@@ -810,8 +822,7 @@ static void run_utility(sv_sched *s, sv_request *r)
                      s->n_ctx);
             return;
         }
-        rb_status st = rb_session_embed(s->embed_session, use, n, vecs + i * info.n_embd,
-                                        info.n_embd);
+        rb_status st = rb_session_embed(s->embed_session, use, n, vecs + i * mi.n_embd, mi.n_embd);
         free(toks);
         if (st != RB_OK) {
             req_fail(r, SV_ERR_SERVER, "embeddings: %s", rb_session_errmsg(s->embed_session));
@@ -820,10 +831,10 @@ static void run_utility(sv_sched *s, sv_request *r)
         }
         n_tokens += n;
     }
-    utility_done(r, vecs ? sv_oai_embeddings_json(vecs, r->n_inputs, info.n_embd, r->is_base64,
-                                                  s->cfg->model_name, n_tokens)
-                         : NULL);
-    free(vecs);
+    r->res_vecs = vecs;
+    r->res_dim = mi.n_embd;
+    r->res_n_tokens = n_tokens;
+    utility_done(r, NULL, 0);
 }
 
 static void *sched_main(void *arg)
@@ -976,6 +987,12 @@ void sv_request_release(sv_request *r)
         free(r->inputs[i].toks);
     }
     free(r->inputs);
+    for (size_t i = 0; r->res_pieces && i < r->n_res_toks; i++)
+        free(r->res_pieces[i]);
+    free(r->res_pieces);
+    free(r->res_lens);
+    free(r->res_toks);
+    free(r->res_vecs);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->out);

@@ -129,6 +129,15 @@ typedef struct sv_request {
                                      string): sv_restore_name */
     sv_logprob *lps;              /* is_logprobs: one per generated token */
     size_t n_lps, cap_lps;
+    /* a utility's result (out holds a text result: detokenize's content,
+       apply-template's prompt), set before is_done */
+    int32_t *res_toks;            /* tokenize */
+    char **res_pieces;            /* tokenize with_pieces: [n_res_toks] */
+    size_t *res_lens;
+    size_t n_res_toks;
+    float *res_vecs;              /* embeddings: [n_inputs][res_dim] */
+    uint32_t res_dim;
+    size_t res_n_tokens;          /* embeddings: tokens read */
 } sv_request;
 
 /* A new request with one reference (the caller's), arrival now; NULL: no
