@@ -4,12 +4,14 @@
  * and error objects. Pure functions over their arguments (jansson inside),
  * no I/O, no state: any thread.
  *
- * A field the service does not know is ignored; a known field of a wrong
+ * A field the service does not know is refused by name (never silently
+ * ignored: the KNOWN list in oai.c); a known field of a wrong
  * type or value is refused with a message that names it (and its index in
  * an array). Every string returned is compact JSON, malloc'ed: the caller
  * frees it; NULL means out of memory.
  *
- * To add a request field: parse it in parse_fields (oai.c) into a field
+ * To add a request field: name it in KNOWN and parse it in parse_fields
+ * (oai.c) into a field
  * of sv_request above its `mu` (scheduler.h), and use it in the scheduler.
  * To add a response field: full_response / chunk in oai.c.
  */
