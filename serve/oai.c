@@ -312,9 +312,9 @@ static int parse_tools(json_t *root, sv_request *r, perr *p)
         if (named && strcmp(named, json_string_value(name)))
             continue;
         found = 1;
-        json_t *call = json_pack("{s:s, s:{s:{s:O}, s:O}, s:[s, s], s:b}", "type", "object",
-                                 "properties", "name", "const", name, "arguments",
-                                 params ? params : json_pack("{s:s}", "type", "object"),
+        json_t *pa = params ? json_incref(params) : json_pack("{s:s}", "type", "object");
+        json_t *call = json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object",
+                                 "properties", "name", "const", name, "arguments", pa,
                                  "required", "name", "arguments", "additionalProperties", 0);
         json_array_append_new(any, call);
     }
@@ -467,9 +467,12 @@ static int parse_fields(const sv_config *cfg, uint32_t n_ctx, sv_kind kind, json
             int known = 0;
             for (const char *const *k = KNOWN; *k && !known; k++)
                 known = !strcmp(*k, key);
-            if (!known)
-                return bad(p, key, "'%.60s' is not supported by rebound serve (it is refused, "
-                           "not ignored)", key);
+            if (!known) {
+                /* key dies with the JSON: the error keeps a copy */
+                snprintf(p->param_buf, sizeof p->param_buf, "%s", key);
+                return bad(p, p->param_buf, "'%.60s' is not supported by rebound serve (it is "
+                           "refused, not ignored)", key);
+            }
         }
     }
     r->parallel_tool_calls = 1;
@@ -969,7 +972,9 @@ int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request 
         for (const char *const *k = kn; *k && !ok; k++)
             ok = !strcmp(*k, key);
         if (!ok) {
-            rc = bad(err, key, "'%.60s' is not supported here (it is refused, not ignored)", key);
+            snprintf(err->param_buf, sizeof err->param_buf, "%s", key);
+            rc = bad(err, err->param_buf, "'%.60s' is not supported here (it is refused, not "
+                     "ignored)", key);
             goto out;
         }
     }

@@ -28,7 +28,8 @@
  * a whole), the message. */
 typedef struct sv_oai_error {
     sv_err e;
-    const char *param;            /* static */
+    const char *param;            /* static, or param_buf */
+    char param_buf[64];           /* an unknown field's name */
     char msg[400];
 } sv_oai_error;
 
