@@ -647,6 +647,65 @@ static json_t *base_object(const sv_request *r, const sv_oai_meta *m, const char
  * outside the calls (NULL when only whitespace). Returns the calls (an
  * array, maybe empty). Pure: the same text gives the same calls.
  */
+static void add_call(json_t *calls, json_t *name, json_t *args)
+{
+    char id[32];
+    snprintf(id, sizeof id, "call_%zu", json_array_size(calls));
+    char *as = json_dumps(args, JSON_COMPACT);
+    json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type",
+                                           "function", "function", "name", name, "arguments",
+                                           as ? as : "{}"));
+    free(as);
+}
+
+/*
+ * The other formats models answer in when they do not follow the Hermes
+ * tags: mistral's "[TOOL_CALLS] [{"name", "arguments"}, ...]" and llama
+ * 3.1's whole reply as {"name", "parameters"} (after an optional
+ * "<|python_tag|>"). Returns the calls found (the whole text is a call
+ * list, so nothing else is content), or 0.
+ */
+static size_t other_formats(const char *t, size_t n, json_t *calls)
+{
+    while (n && strchr(" \t\r\n", *t))
+        t++, n--;
+    static const char mistral[] = "[TOOL_CALLS]", python[] = "<|python_tag|>";
+    int is_mistral = n >= sizeof mistral - 1 && !memcmp(t, mistral, sizeof mistral - 1);
+    if (is_mistral)
+        t += sizeof mistral - 1, n -= sizeof mistral - 1;
+    else if (n >= sizeof python - 1 && !memcmp(t, python, sizeof python - 1))
+        t += sizeof python - 1, n -= sizeof python - 1;
+    json_error_t je;
+    json_t *j = json_loadb(t, n, 0, &je);
+    if (!j)
+        return 0;
+    json_t *list = json_is_array(j) ? j : NULL;
+    size_t k, found = 0;
+    json_t *c;
+    if (!list && json_is_object(j) && !is_mistral) {
+        json_t *name = json_object_get(j, "name");
+        json_t *args = json_object_get(j, "parameters");
+        if (!args)
+            args = json_object_get(j, "arguments");
+        if (json_is_string(name) && json_is_object(args)) {
+            add_call(calls, name, args);
+            found = 1;
+        }
+    }
+    json_array_foreach(list, k, c) {
+        json_t *name = json_object_get(c, "name"), *args = json_object_get(c, "arguments");
+        if (!json_is_string(name) || !json_is_object(args)) {
+            json_array_clear(calls);
+            found = 0;
+            break;
+        }
+        add_call(calls, name, args);
+        found++;
+    }
+    json_decref(j);
+    return found;
+}
+
 static json_t *tool_calls(const sv_request *r, json_t **content)
 {
     json_t *calls = json_array();
@@ -676,13 +735,7 @@ static json_t *tool_calls(const sv_request *r, json_t **content)
         if (json_is_string(name) && json_is_object(args)) {
             memcpy(rest + m, t + i, (size_t)(a - (t + i)));
             m += (size_t)(a - (t + i));
-            char id[32];
-            snprintf(id, sizeof id, "call_%zu", json_array_size(calls));
-            char *as = json_dumps(args, JSON_COMPACT);
-            json_t *call = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function",
-                                     "function", "name", name, "arguments", as ? as : "{}");
-            free(as);
-            json_array_append_new(calls, call);
+            add_call(calls, name, args);
         } else {
             size_t k = (size_t)(b + sizeof close - 1 - (t + i));
             memcpy(rest + m, t + i, k);
@@ -691,6 +744,8 @@ static json_t *tool_calls(const sv_request *r, json_t **content)
         json_decref(j);
         i = (size_t)(b + sizeof close - 1 - t);
     }
+    if (json_array_size(calls) == 0 && other_formats(t, n, calls))
+        m = 0; /* the whole reply was the calls */
     if (content) {
         size_t lo = 0, hi = m;
         while (rest && lo < hi && strchr(" \t\r\n", rest[lo]))

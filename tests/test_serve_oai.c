@@ -150,6 +150,35 @@ static void test_parse_tools_format(void)
         fprintf(stderr, "%s\n", js);
     free(js);
     sv_request_release(r);
+
+    /* mistral's and llama 3.1's own formats are read too; a plain text is not a call */
+    static const struct {
+        const char *out;
+        int has_call;
+    } others[] = {
+        {"[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": {\"city\": \"Oslo\"}}]", 1},
+        {"<|python_tag|>{\"name\": \"get\", \"parameters\": {\"city\": \"Oslo\"}}", 1},
+        {" {\"name\": \"get\", \"parameters\": {\"city\": \"Oslo\"}}", 1},
+        {"[TOOL_CALLS] [{\"name\": \"get\"}]", 0},
+        {"{\"answer\": 42}", 0},
+        {"It is 12C in Oslo.", 0},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        r = sv_request_new();
+        r->kind = SV_CHAT;
+        r->tools = SV_TOOLS_AUTO;
+        r->out = strdup(others[i].out);
+        r->out_len = strlen(others[i].out);
+        r->finish_reason = "stop";
+        js = sv_oai_response(r, &m);
+        int has = js && strstr(js, "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"") &&
+                  strstr(js, "\"finish_reason\":\"tool_calls\"");
+        if (has != others[i].has_call)
+            fprintf(stderr, "reply %zu: %s\n", i, js ? js : "NULL");
+        CHECK_EQ_INT(has, others[i].has_call);
+        free(js);
+        sv_request_release(r);
+    }
 }
 
 static void test_parse_refused(void)
