@@ -11,7 +11,8 @@
 #   bench-serve  libcurl4-openssl-dev (HTTP client), libjansson-dev:
 #              `rebound bench-serve` is built only with them
 #   tests      curl and python3: the serve test's HTTP client and its JSON
-#              reader
+#              reader; nodejs and npm: the SDK test (cli_serve_sdk) installs
+#              the openai and Vercel AI npm packages under build/ with them
 #   bindings   default-jdk-headless (the Java binding, JNI) and junit5 (its
 #              tests); python3-cffi (the Python binding), python3-pytest,
 #              python3-setuptools and python3-pip (its tests, pip install .)
@@ -45,6 +46,8 @@ py=python3
 for m in cffi:python3-cffi pytest:python3-pytest setuptools:python3-setuptools pip:python3-pip; do
     "$py" -c "import ${m%%:*}" >/dev/null 2>&1 || want="$want ${m#*:}"
 done
+have node || want="$want nodejs"
+have npm || want="$want npm"
 [ -n "$want" ] || exit 0
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then
