@@ -25,7 +25,7 @@
 #include "check.h"
 #include "gguf.h"
 #include "model.h"
-#include "session_internal.h"
+#include "session_debug.h"
 #include "testlib.h"
 #include "wcache.h"
 #include "wcache_stream.h"

@@ -106,6 +106,10 @@ rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err);
  * recomputed) and lowers n_pages_reserved to first_page. */
 void rb_kvcache_truncate(rb_kvcache *kv, uint32_t first_page);
 
+/* Frees one page of one layer (its contents are lost) and empties its
+ * slot; no-op on an empty slot. n_pages_reserved stays. */
+void rb_kvcache_free_page(rb_kvcache *kv, uint32_t layer, uint32_t page);
+
 /* K / V row of (layer, kv head, position) in the cache's type; the page
  * must be resident. */
 static inline void *rb_kvcache_k_row(const rb_kvcache *kv, uint32_t layer, uint32_t head,

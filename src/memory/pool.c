@@ -250,12 +250,9 @@ static uint32_t trim_order(const rb_pool *p, const rb_pool_member *last, rb_pool
 /* Releases weights, last layer first, until `need` bytes went (mu held). */
 static uint64_t release_weights(rb_pool *p, uint64_t need)
 {
-    uint64_t freed = 0;
     if (!p->weights)
         return 0;
-    for (uint32_t l = rb_wcache_n_layers(p->weights); l-- > 0 && freed < need;)
-        if (rb_wcache_release(p->weights, l))
-            freed += rb_wcache_layer_bytes(p->weights, l);
+    uint64_t freed = rb_wcache_release_last(p->weights, need);
     p->weights_released_bytes += freed;
     return freed;
 }

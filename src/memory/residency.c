@@ -625,7 +625,7 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
                             uint64_t *freed_out, rb_error *err)
 {
-    return rb_residency_trim_kv(r, bytes, level, 0, freed_out, err);
+    return rb_residency_trim_kv(r, bytes, level, RB_TRIM_SCOPE_ALL, freed_out, err);
 }
 
 /* A compressed page goes to storage (mu held): its frame is decoded into
@@ -653,11 +653,11 @@ static uint64_t demote_frame(rb_residency *r, uint32_t id)
 }
 
 rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
-                               int kv_only, uint64_t *freed_out, rb_error *err)
+                               rb_trim_scope scope, uint64_t *freed_out, rb_error *err)
 {
     /* the pool's trims: storage only (a page there frees all of its RAM,
        a compressed one a fraction), compressed pages too */
-    const int to_storage = kv_only == 2 && r->store != NULL;
+    const int to_storage = scope == RB_TRIM_SCOPE_KV_TO_STORAGE && r->store != NULL;
     const uint32_t L = r->kv.n_layers;
     uint32_t first_layer = 0;
     int weights = 0;
@@ -801,16 +801,9 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
     }
     /* 4. the weights, last layer first (the zram baseline compresses KV
        only, as the kernel's zRAM would) */
-    if (st == RB_OK && r->wcache && !kv_only &&
-        (weights || (by_bytes && freed < bytes && !is_zram(r->p.ram_codec)))) {
-        for (uint32_t l = L; l-- > 0;) {
-            if (by_bytes && !weights && freed >= bytes)
-                break;
-            /* the model's weights: a layer another session computes stays */
-            if (rb_wcache_release(r->wcache, l))
-                freed += rb_wcache_layer_bytes(r->wcache, l);
-        }
-    }
+    if (st == RB_OK && r->wcache && scope == RB_TRIM_SCOPE_ALL &&
+        (weights || (by_bytes && freed < bytes && !is_zram(r->p.ram_codec))))
+        freed += rb_wcache_release_last(r->wcache, weights ? UINT64_MAX : bytes - freed);
     pthread_mutex_unlock(&r->mu);
     if (freed_out)
         *freed_out = freed;

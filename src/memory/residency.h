@@ -76,12 +76,19 @@ void rb_residency_set_pages(rb_residency *r, uint32_t n_pages);
  */
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
                             uint64_t *freed, rb_error *err);
-/* The same; kv_only 1: the weights stay (the memory pool takes them last,
- * after every session's KV); 2: also every page goes to storage when
- * there is a store, compressed ones included (the pool's budget: a stored
- * page frees all of its RAM, a compressed one a fraction). */
+/* What a trim may take. */
+typedef enum rb_trim_scope {
+    RB_TRIM_SCOPE_ALL = 0,    /* KV, then the weights (the last layers') */
+    RB_TRIM_SCOPE_KV = 1,     /* KV only: the weights stay (the memory pool
+                                 takes them last, after every session's KV) */
+    RB_TRIM_SCOPE_KV_TO_STORAGE = 2 /* KV only, every page to storage when
+                                 there is a store, compressed ones included
+                                 (the pool's budget: a stored page frees all
+                                 of its RAM, a compressed one a fraction) */
+} rb_trim_scope;
+/* The same, within scope (rb_residency_trim is RB_TRIM_SCOPE_ALL). */
 rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
-                               int kv_only, uint64_t *freed, rb_error *err);
+                               rb_trim_scope scope, uint64_t *freed, rb_error *err);
 
 /*
  * Before a feed: plans the restore of everything not resident and starts
