@@ -851,6 +851,8 @@ const void *rb_session_get_blob(const rb_session *s, size_t *n)
 rb_kvcache *rb_session_kvcache(rb_session *s) { return &s->kv; }
 size_t rb_session_debug_kv_valid(const rb_session *s) { return s->n_kv_valid; }
 uint32_t rb_session_debug_recomputed_tokens(const rb_session *s) { return s->recomputed_tokens; }
+void rb_session_debug_hold(rb_session *s) { rb_session_enter(s); }
+void rb_session_debug_release(rb_session *s) { rb_session_leave(s); }
 rb_residency *rb_session_debug_residency(rb_session *s) { return s->mem.res; }
 rb_store *rb_session_debug_store(rb_session *s) { return s->mem.store; }
 

@@ -39,6 +39,12 @@ size_t rb_session_debug_kv_valid(const rb_session *s);
 /* Positions the last feed recomputed (evicted, dropped or not saved). */
 uint32_t rb_session_debug_recomputed_tokens(const rb_session *s);
 
+/* Takes the session as a public call does (waits for one running on
+ * another thread), and lets it go (serving the trims posted meanwhile):
+ * a test holds it to make another thread's rb_session_trim post. */
+void rb_session_debug_hold(rb_session *s);
+void rb_session_debug_release(rb_session *s);
+
 /* The memory wiring's parts (NULL when the session has none). */
 rb_residency *rb_session_debug_residency(rb_session *s);
 rb_store *rb_session_debug_store(rb_session *s);

@@ -19,7 +19,8 @@
  * to the page cache). A trim never writes the session's own message: a
  * trim from another thread would change what rb_session_errmsg returns to
  * the thread using the session. Its failure goes to the poster that waits
- * (rb_session_trim) and, for every trim, to n_trim_failures / trim_note.
+ * (rb_session_trim), and every failed trim is counted in the stats
+ * (trim_failures, trim_status).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -384,13 +385,12 @@ void rb_session_memory_leave(rb_session_mem *m)
     pthread_mutex_unlock(&m->op_mu);
 }
 
-/* A trim that failed: counted, its message kept (req_mu taken here). */
+/* A trim that failed: counted with its status (req_mu taken here). */
 static void note_trim_failure(rb_session_mem *m, const rb_error *e)
 {
     pthread_mutex_lock(&m->req_mu);
     m->n_trim_failures++;
     m->trim_status = e->status;
-    snprintf(m->trim_note, sizeof m->trim_note, "%s", e->message);
     pthread_mutex_unlock(&m->req_mu);
 }
 
@@ -480,7 +480,7 @@ static uint64_t post_request(rb_session_mem *m, uint64_t bytes, rb_trim_level le
  * for its budget (bytes) to storage, compressed pages too, because a page
  * there frees all of its RAM and a compressed one a fraction (a level, the
  * app-switch moment, keeps the two-path split). A failure is counted in
- * the session's trim_note (the pool has no one to tell). */
+ * the session's stats (the pool has no one to tell). */
 static uint64_t member_trim(void *ctx, uint64_t bytes, rb_trim_level level)
 {
     rb_session_mem *m = ctx;
@@ -634,6 +634,11 @@ void rb_session_memory_fill_stats(const rb_session_mem *m, rb_session_stats *out
     out->storage_io = m->store_note;
     out->device_bytes_per_s = m->device_bw;
     out->budget_over_bytes = m->budget_over_bytes;
+    rb_session_mem *mm = (rb_session_mem *)m; /* the lock is not part of the value */
+    pthread_mutex_lock(&mm->req_mu);
+    out->trim_failures = m->n_trim_failures;
+    out->trim_status = m->trim_status;
+    pthread_mutex_unlock(&mm->req_mu);
 }
 
 void rb_session_memory_after_feed(rb_session_mem *m)

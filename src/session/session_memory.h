@@ -96,8 +96,7 @@ typedef struct rb_session_mem {
     rb_status req_status;           /* the served request's */
     rb_error req_err;               /* its message, for a poster that waits */
     uint64_t n_trim_failures;       /* trims that failed, posted ones too (req_mu) */
-    rb_status trim_status;          /* the last failed one's status ... */
-    char trim_note[RB_ERROR_MESSAGE_MAX]; /* ... and message (req_mu) */
+    rb_status trim_status;          /* the last failed one's status (req_mu) */
     _Atomic int interrupt;          /* a request someone waits for, or an abort:
                                        the feed stops at its next layer boundary */
     _Atomic int interrupt_batch;    /* a request nobody waits for (the pool's):
