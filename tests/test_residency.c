@@ -54,12 +54,17 @@ static void unit_test(void)
                           .dims = {.n_tokens = 64, .n_kv_heads = 2, .head_dim_k = 64,
                                    .head_dim_v = 64}};
     kv.page_bytes = (size_t)rb_kvcodec_page_bytes(&kv.dims);
-    void *slots[L * P];
+    /* the KV cache owns the slots: every page allocated, as a feed would */
+    rb_kvcache cache;
+    rb_error kerr;
+    CHECK_EQ_INT(rb_kvcache_init(&cache, L, 2, 64, 64, P * 64, 64, &kerr), RB_OK);
+    CHECK_EQ_INT(rb_kvcache_reserve(&cache, P * 64, &kerr), RB_OK);
+    CHECK_EQ_INT(cache.page_bytes, kv.page_bytes);
+    void **slots = (void **)cache.pages;
     uint8_t *want = malloc((size_t)L * P * kv.page_bytes);
-    kv.slots = slots;
+    kv.cache = &cache;
     rb_test_rng r = rb_test_rng_seed(99);
     for (uint32_t i = 0; i < L * P; i++) {
-        slots[i] = rb_kvpage_alloc(kv.page_bytes);
         rb_f16 *h = slots[i];
         for (size_t k = 0; k < kv.page_bytes / 2; k++) /* K/V-like values: narrow exponents */
             h[k] = rb_fp32_to_fp16((float)rb_test_rng_normal(&r) * 0.5f);
@@ -134,9 +139,7 @@ static void unit_test(void)
 
     rb_residency_destroy(res);
     rb_store_close(store);
-    for (uint32_t i = 0; i < L * P; i++)
-        if (slots[i])
-            rb_kvpage_free(slots[i], kv.page_bytes);
+    rb_kvcache_deinit(&cache);
     free(want);
 }
 

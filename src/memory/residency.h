@@ -29,13 +29,14 @@
 
 /* KV page buffers: rb_kvpage_alloc / rb_kvpage_free (kvcache.h), page
  * aligned (RB_PAGE_ALIGN) so that a page can be written to and read from
- * storage with O_DIRECT straight from / into the buffer compute reads: the
- * KV cache and residency both allocate and free slots. */
+ * storage with O_DIRECT straight from / into the buffer compute reads.
+ * The KV cache owns the slots: residency empties and fills them through
+ * rb_kvcache_free_slot / rb_kvcache_fill_slot, never by writing the table. */
 #define RB_PAGE_ALIGN 4096
 
-/* The KV cache as residency sees it: a table of page slots. */
+/* The KV cache as residency sees it: its slots and the codec's geometry. */
 typedef struct rb_residency_kv {
-    void **slots;              /* [n_layers][pages_per_layer], borrowed */
+    rb_kvcache *cache;         /* borrowed: its page table [n_layers][pages_per_layer] */
     uint32_t n_layers;
     uint32_t pages_per_layer;
     size_t page_bytes;

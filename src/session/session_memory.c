@@ -234,7 +234,7 @@ rb_status rb_session_memory_init(rb_session_mem *m, int is_cold, rb_error *err)
     }
 
     rb_residency_kv kv = {
-        .slots = (void **)m->kv->pages,
+        .cache = m->kv,
         .n_layers = m->kv->n_layers,
         .pages_per_layer = m->kv->pages_per_layer,
         .page_bytes = m->kv->page_bytes,
@@ -904,7 +904,7 @@ rb_status rb_session_memory_swap_store(rb_session_mem *m, rb_store *store,
     rb_store_close(m->store);
     m->store = store;
     rb_residency_kv kv = {
-        .slots = (void **)m->kv->pages,
+        .cache = m->kv,
         .n_layers = m->kv->n_layers,
         .pages_per_layer = m->kv->pages_per_layer,
         .page_bytes = m->kv->page_bytes,
