@@ -222,6 +222,15 @@ static uint64_t total_bytes(const rb_pool *p)
     return t;
 }
 
+uint64_t rb_pool_others_bytes(rb_pool *p, const rb_pool_member *self)
+{
+    pthread_mutex_lock(&p->mu);
+    uint64_t t = total_bytes(p);
+    uint64_t own = self ? atomic_load_explicit(&self->bytes, memory_order_relaxed) : 0;
+    pthread_mutex_unlock(&p->mu);
+    return t > own ? t - own : 0;
+}
+
 /* The members in trim order (mu held): background before foreground, least
  * recently used first, `last` (may be NULL) at the end. */
 static uint32_t trim_order(const rb_pool *p, const rb_pool_member *last, rb_pool_member **out)

@@ -74,7 +74,11 @@ rb_priority rb_pool_member_priority(const rb_pool_member *m);
 uint64_t rb_pool_enforce(rb_pool *pool, rb_pool_member *self, uint64_t extra, int self_too,
                          int weights_too);
 
-/* The bytes over the budget the last enforcement left (the stats). */
+/* The pool's budget (0: none). */
 uint64_t rb_pool_budget(const rb_pool *pool);
+/* What the pool counts besides self's bytes: the weights it counts, its
+ * base and the other members' bytes (a streaming member's weights share
+ * is the budget less this, its run state and its KV). */
+uint64_t rb_pool_others_bytes(rb_pool *pool, const rb_pool_member *self);
 
 #endif

@@ -1199,6 +1199,36 @@ void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, in
 
 /* ---- accounts ------------------------------------------------------------------ */
 
+/* Its tables and buffers: the encode buffer, the segments, the job and
+ * pick lists, and the event log (touched as a restore logs); the store's
+ * RAM. */
+static uint64_t tables_bytes(const rb_residency *r)
+{
+    uint64_t n = r->enc_cap + (size_t)r->n_kv_segs * sizeof(kv_seg) +
+                 (size_t)MAX_EVENTS * sizeof *r->ev +
+                 (size_t)(r->n_kv_segs + r->kv.n_layers) *
+                     (2 * sizeof *r->io_jobs + sizeof *r->batch + sizeof *r->dead_frames) +
+                 (size_t)r->n_kv_segs * (sizeof *r->picks + sizeof *r->pick_ids);
+    return n + (r->store ? rb_store_ram_bytes(r->store) : 0);
+}
+
+void rb_residency_get_bytes(const rb_residency *cr, rb_residency_bytes *out)
+{
+    rb_residency *r = (rb_residency *)cr; /* the lock is not part of the value */
+    uint64_t kv = 0;
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t id = 0; id < r->n_kv_segs; id++) {
+        const kv_seg *s = &r->segs[id];
+        if (s->tier == RB_TIER_RESIDENT && slot(r, id))
+            kv += page_alloc_bytes(r);
+        else if (s->tier == RB_TIER_COMPRESSED)
+            kv += s->frame_bytes;
+    }
+    out->kv_ram_bytes = kv;
+    out->tables_bytes = tables_bytes(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
 void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
 {
     rb_residency *r = (rb_residency *)cr; /* the lock is not part of the value */
@@ -1236,14 +1266,6 @@ void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
     out->restore_total_s = r->t_last_done - r->t_begin;
     out->restore_bytes_io = r->bytes_io;
     out->restore_bytes_decoded = r->bytes_dec;
-    /* its tables and buffers: the encode buffer, the segments, the job
-       and pick lists, and the event log (touched as a restore logs) */
-    out->other_bytes += r->enc_cap + (size_t)r->n_kv_segs * sizeof(kv_seg) +
-                        (size_t)MAX_EVENTS * sizeof *r->ev +
-                        (size_t)(r->n_kv_segs + r->kv.n_layers) *
-                            (2 * sizeof *r->io_jobs + sizeof *r->batch + sizeof *r->dead_frames) +
-                        (size_t)r->n_kv_segs * (sizeof *r->picks + sizeof *r->pick_ids);
-    if (r->store)
-        out->other_bytes += rb_store_ram_bytes(r->store);
+    out->other_bytes += tables_bytes(r);
     pthread_mutex_unlock(&r->mu);
 }

@@ -195,6 +195,15 @@ void rb_residency_pin_counts(rb_residency *r, uint64_t *waits, uint64_t *skips,
  * file): STORED there; is_clean as for mark_saved. */
 void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, int is_clean);
 
+/* The RAM the manager holds, as numbers of its own (the memory pool's
+ * accounts): KV pages in RAM (resident buffers, compressed frames) and its
+ * tables and buffers (with the store's RAM). */
+typedef struct rb_residency_bytes {
+    uint64_t kv_ram_bytes;
+    uint64_t tables_bytes;
+} rb_residency_bytes;
+void rb_residency_get_bytes(const rb_residency *r, rb_residency_bytes *out);
+
 /* Fills the KV, weight and restore fields of a session's stats. */
 void rb_residency_stats(const rb_residency *r, rb_session_stats *out);
 

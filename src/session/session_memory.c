@@ -141,14 +141,16 @@ int rb_session_memory_wants_streaming(const rb_session_mem *m)
 
 /* The weight cache's share: its own budget, and what a memory budget
  * leaves after `fixed` bytes of run state and tables and kv_bytes of KV
- * (0: nothing left). */
-static uint64_t weights_share(const rb_session_mem *m, uint64_t fixed, uint64_t kv_bytes)
+ * (0: nothing left). budget: the pool's less what the pool counts for the
+ * others (0: no memory budget). */
+static uint64_t weights_share(const rb_session_mem *m, uint64_t budget, uint64_t fixed,
+                              uint64_t kv_bytes)
 {
     const rb_session_params *p = m->params;
     uint64_t cap = p->weights_budget_bytes ? p->weights_budget_bytes : UINT64_MAX;
-    if (p->budget_bytes) {
+    if (budget) {
         uint64_t rest = fixed + kv_bytes;
-        uint64_t left = p->budget_bytes > rest ? p->budget_bytes - rest : 0;
+        uint64_t left = budget > rest ? budget - rest : 0;
         cap = left < cap ? left : cap;
     }
     return cap;
@@ -162,7 +164,8 @@ static rb_status stream_init(rb_session_mem *m, rb_error *err)
     /* before the memory manager exists: its tables are not counted yet;
        the first feed re-balances with the real figures before any read */
     uint64_t min = 0;
-    rb_wcache_stream_params wp = {.budget_bytes = weights_share(m, fixed_bytes(m), 0),
+    rb_wcache_stream_params wp = {.budget_bytes = weights_share(m, p->budget_bytes,
+                                                                fixed_bytes(m), 0),
                                   .policy = p->weights_policy, .min_budget_out = &min};
     if (wp.budget_bytes == 0)
         wp.budget_bytes = 1; /* nothing left: the error below names the minimum */
@@ -321,27 +324,40 @@ static int is_zram_codec(rb_ram_codec c)
     return c == RB_RAM_CODEC_LZ4 || c == RB_RAM_CODEC_ZSTD;
 }
 
-/* What the session holds in RAM besides the model's weights. */
-static uint64_t own_bytes(const rb_session_mem *m, const rb_session_stats *st)
+/* What the session holds in RAM besides the model's weights, from the
+ * memory modules' own numbers (never the public stats): KV in RAM in any
+ * form, the run state and tables (the session's and residency's), and a
+ * streaming session's block cache. */
+typedef struct own_bytes {
+    uint64_t kv, fixed, stream;
+} own_bytes;
+
+static own_bytes count_own(const rb_session_mem *m)
 {
-    return st->kv_raw_bytes + st->kv_compressed_bytes + st->scratch_bytes + st->other_bytes +
-           (m->wstream ? st->weights_bytes : 0);
+    own_bytes o = {0, fixed_bytes(m), 0};
+    if (m->res) {
+        rb_residency_bytes rb;
+        rb_residency_get_bytes(m->res, &rb);
+        o.kv = rb.kv_ram_bytes;
+        o.fixed += rb.tables_bytes;
+    }
+    if (m->wstream) {
+        rb_wcache_stream_stats ws;
+        rb_wcache_stream_get_stats(m->wstream, &ws);
+        o.stream = ws.resident_bytes;
+    }
+    return o;
 }
 
-/* From stats the caller just filled (NULL: filled here). */
-static void publish_stats(rb_session_mem *m, const rb_session_stats *st)
+static uint64_t own_total(const own_bytes *o) { return o->kv + o->fixed + o->stream; }
+
+static void publish_bytes(rb_session_mem *m)
 {
     if (!m->member)
         return;
-    rb_session_stats mine;
-    if (!st) {
-        rb_session_memory_fill_stats(m, &mine);
-        st = &mine;
-    }
-    rb_pool_member_set_bytes(m->member, own_bytes(m, st));
+    own_bytes o = count_own(m);
+    rb_pool_member_set_bytes(m->member, own_total(&o));
 }
-
-static void publish_bytes(rb_session_mem *m) { publish_stats(m, NULL); }
 
 static void mark_held(rb_session_mem *m)
 {
@@ -656,28 +672,33 @@ void rb_session_memory_after_feed(rb_session_mem *m)
 
 void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
 {
-    rb_session_stats st;
-    if (!m->wstream && m->mpool && rb_pool_budget(m->mpool)) {
+    own_bytes o = count_own(m);
+    const uint64_t budget = m->mpool ? rb_pool_budget(m->mpool) : 0;
+    if (budget) {
         /* the feed brings this session's KV back and grows it: the other
            sessions make room first (this one trims after the feed) */
-        rb_session_memory_fill_stats(m, &st);
-        uint64_t now = st.kv_raw_bytes + st.kv_compressed_bytes;
         uint64_t after = (uint64_t)n_pages_after * m->kv->n_layers *
                          rb_kvcache_page_alloc_bytes(m->kv);
         /* and the model's weights any session released: the pass reads
            them all back */
-        uint64_t extra = (after > now ? after - now : 0) + st.weights_evicted_bytes;
-        publish_stats(m, &st); /* the figures just filled, not a second scan */
+        uint64_t evicted = m->wcache ? rb_wcache_total_bytes(m->wcache) -
+                                           rb_wcache_resident_bytes(m->wcache) : 0;
+        uint64_t extra = (after > o.kv ? after - o.kv : 0) + evicted;
+        if (m->member) /* the figures just counted, not a second scan */
+            rb_pool_member_set_bytes(m->member, own_total(&o));
         rb_pool_enforce(m->mpool, m->member, extra, 0, 0);
     }
-    if (!m->wstream || !m->params->budget_bytes)
+    if (!m->wstream || !budget)
         return;
-    rb_session_memory_fill_stats(m, &st);
-    uint64_t kv = st.kv_raw_bytes + st.kv_compressed_bytes;
+    /* a streaming session is in the pool like any other: its weights get
+       what the pool's budget leaves after the others, its run state and
+       its KV (in its own pool: its budget_bytes) */
+    uint64_t others = rb_pool_others_bytes(m->mpool, m->member);
+    uint64_t kv = o.kv;
     if (n_pages_after > m->kv->n_pages_reserved)
         kv += (uint64_t)(n_pages_after - m->kv->n_pages_reserved) * m->kv->n_layers *
               rb_kvcache_page_alloc_bytes(m->kv);
-    uint64_t share = weights_share(m, st.scratch_bytes + st.other_bytes, kv);
+    uint64_t share = weights_share(m, budget > others ? budget - others : 1, o.fixed, kv);
     uint64_t min = rb_wcache_stream_min_budget(m->wstream);
     if (share < min) {
         /* the weights are at their floor: the KV gives the rest (last
