@@ -479,6 +479,22 @@ RB_API rb_status rb_pool_count_process(rb_pool *pool);
  */
 RB_API rb_status rb_pool_trim(rb_pool *pool, uint64_t bytes, rb_trim_level level,
                               uint64_t *freed_out);
+/*
+ * The budget's last step, after every session's KV and the weights: a
+ * session to close. What an open session holds besides its KV (its run
+ * state, tables, thread pool) no trim takes back; an app that keeps many
+ * sessions open (a server's conversations) asks the pool which to close.
+ * Returns the least recently used background session (rb_session_params
+ * .priority, rb_session_set_priority: the app marks the sessions it may
+ * close) while the pool counts more than its budget, or holds more than
+ * max_sessions sessions (0: no limit); NULL when within both or when no
+ * background session is left. The pool closes nothing: the app saves the
+ * session if it wants, destroys it, and asks again until NULL. The
+ * session returned stays the app's (valid until it destroys it). Any
+ * thread; the app must not destroy that session from another thread
+ * meanwhile.
+ */
+RB_API rb_session *rb_pool_next_to_close(rb_pool *pool, uint32_t max_sessions);
 
 typedef struct rb_pool_stats {
     uint64_t budget_bytes;       /* 0: none */

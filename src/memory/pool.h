@@ -53,8 +53,10 @@ rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **
 void rb_pool_set_weights(rb_pool *pool, rb_wcache *weights, uint64_t fixed_bytes);
 rb_model *rb_pool_model(const rb_pool *pool);
 
+/* handle: what rb_pool_next_to_close returns for this member (the app's
+ * rb_session). */
 rb_status rb_pool_join(rb_pool *pool, void *ctx, rb_pool_trim_fn trim, rb_priority priority,
-                       rb_pool_member **out, rb_error *err);
+                       rb_session *handle, rb_pool_member **out, rb_error *err);
 void rb_pool_leave(rb_pool_member *m);
 /* The member's bytes now (KV in RAM in any form, scratch, tables; and a
  * streaming member's block cache). */

@@ -139,7 +139,8 @@ static rb_status create_impl(rb_model *model, const rb_session_params *params,
     s->params.experimental = &s->exp;
     /* held until it is built: a pool it joins trims it only after that */
     s->mem = (rb_session_mem){.model = model, .kv = &s->kv, .fwd = &s->fwd,
-                              .params = &s->params, .exp = &s->exp, .err = &s->err};
+                              .params = &s->params, .exp = &s->exp, .err = &s->err,
+                              .handle = s};
     rb_session_memory_early_init(&s->mem);
     rb_session_file_init(&s->file, model, &s->kv, &s->mem, NULL, hp->n_vocab, &s->err);
     rb_status st;

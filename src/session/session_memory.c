@@ -538,7 +538,8 @@ static rb_status pool_join(rb_session_mem *m, rb_error *err)
     /* the weights the pool counts: the model's cache, or all of them
        (mapped), or none (a stream: the session counts its cache) */
     rb_pool_set_weights(pool, m->wcache, m->wcache || m->wstream ? 0 : info.tensor_data_bytes);
-    if ((st = rb_pool_join(pool, m, member_trim, m->params->priority, &m->member, err)) != RB_OK)
+    if ((st = rb_pool_join(pool, m, member_trim, m->params->priority, m->handle,
+                           &m->member, err)) != RB_OK)
         return st;
     publish_bytes(m);
     return RB_OK;

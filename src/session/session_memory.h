@@ -44,6 +44,8 @@ typedef struct rb_session_mem {
     const rb_session_params *params;    /* .restore and .ram_codec as created */
     const rb_experimental_params *exp;
     rb_error *err;                       /* the session's message (op) */
+    rb_session *handle;                  /* the session, for the pool's
+                                            rb_pool_next_to_close (never called) */
 
     /* the parts (op; read by stats) */
     struct rb_throttle *throttle;   /* the emulated device; NULL: host as is */
