@@ -51,7 +51,9 @@ rb_store *rb_session_debug_store(rb_session *s);
 /* Replaces the spill store with `store` (taken over) and rebuilds the
  * residency manager over it with params rp, before anything was trimmed
  * (fault tests swap in a store whose syscalls fail). On failure the
- * session has no residency manager and `store` is closed. */
+ * session has no residency manager (and must not be fed again; every
+ * trim fails: test_session_trim uses that), and `store` is the session's,
+ * closed when it is destroyed. */
 rb_status rb_session_debug_swap_store(rb_session *s, rb_store *store,
                                       const rb_residency_params *rp, rb_error *err);
 
