@@ -1,7 +1,7 @@
 /*
  * cmd_kvquality.c - `rebound kvquality`: what a KV codec costs in model
  * quality. A tool subcommand: it drives the session's KV cache directly
- * (session_internal.h) and the codec (kvcodec.h).
+ * (session_debug.h) and the codec (kvcodec.h).
  *
  * Per prompt, three runs of the same model:
  *   A  the prompt, then greedy tokens up to N = prompt + n (or the
@@ -35,7 +35,7 @@
 #include "kvcache.h"
 #include "kvcodec.h"
 #include "rebound.h"
-#include "session_internal.h"
+#include "session_debug.h"
 
 #define MAX_PROMPTS 64
 

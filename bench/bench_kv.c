@@ -33,7 +33,7 @@
 #include "kvcache.h"
 #include "kvcodec.h"
 #include "rebound.h"
-#include "session_internal.h"
+#include "session_debug.h"
 
 #ifdef REBOUND_HAVE_LZ4
 #include <lz4.h>

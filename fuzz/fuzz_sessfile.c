@@ -43,7 +43,7 @@
 
 #include "sess_model.h"
 #include "sessfile.h"
-#include "session_internal.h"
+#include "session_debug.h"
 
 #define REQUIRE(cond)         \
     do {                      \
@@ -343,16 +343,16 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     rb_session_params p = fuzz_sess_params();
     if (rb_session_create(model, &p, &s, &err) != RB_OK)
         abort();
-    geom.n_layers = s->kv.n_layers;
-    geom.n_kv_heads = s->kv.n_kv_heads;
-    geom.head_dim_k = s->kv.head_dim_k;
-    geom.head_dim_v = s->kv.head_dim_v;
-    geom.page_tokens = s->kv.page_tokens;
-    geom.pages_per_layer = s->kv.pages_per_layer;
-    geom.page_bytes = s->kv.page_bytes;
-    geom.page_alloc = rb_kvcache_page_alloc_bytes(&s->kv);
+    geom.n_layers = rb_session_kvcache(s)->n_layers;
+    geom.n_kv_heads = rb_session_kvcache(s)->n_kv_heads;
+    geom.head_dim_k = rb_session_kvcache(s)->head_dim_k;
+    geom.head_dim_v = rb_session_kvcache(s)->head_dim_v;
+    geom.page_tokens = rb_session_kvcache(s)->page_tokens;
+    geom.pages_per_layer = rb_session_kvcache(s)->pages_per_layer;
+    geom.page_bytes = rb_session_kvcache(s)->page_bytes;
+    geom.page_alloc = rb_kvcache_page_alloc_bytes(rb_session_kvcache(s));
     geom.max_blob = FUZZ_SESS_MAX_BLOB;
-    geom.n_ctx = s->kv.n_ctx;
+    geom.n_ctx = rb_session_kvcache(s)->n_ctx;
     geom.n_vocab = rb_session_n_vocab(s);
     rb_session_destroy(s);
     data0 = 2 * FUZZ_SESS_A + 2 * fuzz_sess_cat_area();
@@ -499,7 +499,7 @@ static void session_layer(void)
        all before it: up to 512 of them made a session input cost ~100 file
        inputs (three quarters of the fuzzer's time in attention, no file
        byte in it). A rewind first keeps that to 8 (its own path too). */
-    size_t valid = s->n_kv_valid < rb_session_n_tokens(s) ? s->n_kv_valid
+    size_t valid = rb_session_debug_kv_valid(s) < rb_session_n_tokens(s) ? rb_session_debug_kv_valid(s)
                                                           : rb_session_n_tokens(s);
     if (rb_session_n_tokens(s) > valid + 8)
         REQUIRE(rb_session_rewind(s, valid + 8) == RB_OK);

@@ -407,6 +407,11 @@ typedef enum rb_trim_level {
  * the batch computed again runs to its end, so trims that keep coming
  * cannot keep a feed from completing). Called from the session's own progress callback, the
  * trim happens before the feed's next batch and *freed_out is 0.
+ * A failure's message belongs to the calling thread: rb_session_errmsg
+ * returns it there until that thread's next call on the session, and
+ * never changes what it returns to another thread; a waited-for trim that
+ * the feeding thread served returns the status it failed with. Every
+ * failed trim (the pool's too) is counted in the stats (trim_failures).
  */
 RB_API rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_level level,
                                  uint64_t *freed_out);
@@ -474,6 +479,22 @@ RB_API rb_status rb_pool_count_process(rb_pool *pool);
  */
 RB_API rb_status rb_pool_trim(rb_pool *pool, uint64_t bytes, rb_trim_level level,
                               uint64_t *freed_out);
+/*
+ * The budget's last step, after every session's KV and the weights: a
+ * session to close. What an open session holds besides its KV (its run
+ * state, tables, thread pool) no trim takes back; an app that keeps many
+ * sessions open (a server's conversations) asks the pool which to close.
+ * Returns the least recently used background session (rb_session_params
+ * .priority, rb_session_set_priority: the app marks the sessions it may
+ * close) while the pool counts more than its budget, or holds more than
+ * max_sessions sessions (0: no limit); NULL when within both or when no
+ * background session is left. The pool closes nothing: the app saves the
+ * session if it wants, destroys it, and asks again until NULL. The
+ * session returned stays the app's (valid until it destroys it). Any
+ * thread; the app must not destroy that session from another thread
+ * meanwhile.
+ */
+RB_API rb_session *rb_pool_next_to_close(rb_pool *pool, uint32_t max_sessions);
 
 typedef struct rb_pool_stats {
     uint64_t budget_bytes;       /* 0: none */
@@ -616,6 +637,12 @@ typedef struct rb_session_stats {
     uint64_t budget_over_bytes;      /* RAM above budget_bytes after the last
                                         feed's trim: what could not go (a full
                                         disk, the run state) */
+    uint64_t trim_failures;          /* trims that failed: rb_session_trim's
+                                        (its status said so) and the memory
+                                        pool's, which run on whichever thread
+                                        holds the session and return to no
+                                        caller; none changes rb_session_errmsg */
+    rb_status trim_status;           /* the last failed one's (RB_OK: none) */
 } rb_session_stats;
 
 /* Fills out (out_size bytes of it: the caller's sizeof, which the macro

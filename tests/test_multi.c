@@ -23,7 +23,7 @@
 #include "check.h"
 #include "forward.h"
 #include "rebound_experimental.h"
-#include "session_internal.h"
+#include "session_debug.h"
 #include "testlib.h"
 
 #define N_CTX 512

@@ -17,7 +17,7 @@
 #include "rebound_experimental.h"
 #include "residency.h"
 #include "residency_split.h"
-#include "session_internal.h"
+#include "session_debug.h"
 #include "store.h"
 #include "testlib.h"
 
@@ -54,12 +54,17 @@ static void unit_test(void)
                           .dims = {.n_tokens = 64, .n_kv_heads = 2, .head_dim_k = 64,
                                    .head_dim_v = 64}};
     kv.page_bytes = (size_t)rb_kvcodec_page_bytes(&kv.dims);
-    void *slots[L * P];
+    /* the KV cache owns the slots: every page allocated, as a feed would */
+    rb_kvcache cache;
+    rb_error kerr;
+    CHECK_EQ_INT(rb_kvcache_init(&cache, L, 2, 64, 64, P * 64, 64, &kerr), RB_OK);
+    CHECK_EQ_INT(rb_kvcache_reserve(&cache, P * 64, &kerr), RB_OK);
+    CHECK_EQ_INT(cache.page_bytes, kv.page_bytes);
+    void **slots = (void **)cache.pages;
     uint8_t *want = malloc((size_t)L * P * kv.page_bytes);
-    kv.slots = slots;
+    kv.cache = &cache;
     rb_test_rng r = rb_test_rng_seed(99);
     for (uint32_t i = 0; i < L * P; i++) {
-        slots[i] = rb_kvpage_alloc(kv.page_bytes);
         rb_f16 *h = slots[i];
         for (size_t k = 0; k < kv.page_bytes / 2; k++) /* K/V-like values: narrow exponents */
             h[k] = rb_fp32_to_fp16((float)rb_test_rng_normal(&r) * 0.5f);
@@ -134,9 +139,7 @@ static void unit_test(void)
 
     rb_residency_destroy(res);
     rb_store_close(store);
-    for (uint32_t i = 0; i < L * P; i++)
-        if (slots[i])
-            rb_kvpage_free(slots[i], kv.page_bytes);
+    rb_kvcache_deinit(&cache);
     free(want);
 }
 
@@ -270,15 +273,8 @@ static void swap_store(rb_session *s)
     CHECK_EQ_INT(rb_store_open(&sp, &st, &err), RB_OK);
     /* nothing is spilled yet; the residency manager keeps the store it was
        created with, so it is rebuilt over the faulty one */
-    rb_residency_destroy(s->res);
-    rb_store_close(s->store);
-    s->store = st;
-    rb_residency_kv kv = {(void **)s->kv.pages, s->kv.n_layers, s->kv.pages_per_layer,
-                          s->kv.page_bytes,
-                          {s->kv.page_tokens, s->kv.n_kv_heads, s->kv.head_dim_k,
-                           s->kv.head_dim_v}};
     rb_residency_params rp = {RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS, 1e9, 1e9, 0, 0, NULL};
-    CHECK_EQ_INT(rb_residency_create(&rp, &kv, s->store, s->wcache, &s->res, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_debug_swap_store(s, st, &rp, &err), RB_OK);
 }
 
 static void trim_moderate(rb_session *s, int step)
@@ -293,9 +289,9 @@ static void trim_then_lose_one(rb_session *s, int step)
         return;
     CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_MODERATE, NULL), RB_OK);
     /* a spill copy disappears behind the manager's back */
-    for (uint64_t id = 0; id < (uint64_t)s->kv.n_layers * s->kv.pages_per_layer; id++)
-        if (rb_store_has(s->store, id)) {
-            rb_store_drop(s->store, id);
+    for (uint64_t id = 0; id < (uint64_t)rb_session_kvcache(s)->n_layers * rb_session_kvcache(s)->pages_per_layer; id++)
+        if (rb_store_has(rb_session_debug_store(s), id)) {
+            rb_store_drop(rb_session_debug_store(s), id);
             break;
         }
 }
@@ -366,14 +362,14 @@ static void split_test(void)
 static uint64_t spill_written(rb_session *s)
 {
     rb_store_stats st;
-    rb_store_get_stats(s->store, &st);
+    rb_store_get_stats(rb_session_debug_store(s), &st);
     return st.written_bytes;
 }
 
 static void spill_reuse_test(rb_model *m, const int32_t *prompt)
 {
     rb_session *s = open_session(m, RB_RESTORE_EAGER, RB_RAM_CODEC_LOSSLESS);
-    if (!s || !s->store) {
+    if (!s || !rb_session_debug_store(s)) {
         rb_session_destroy(s);
         return;
     }
@@ -572,7 +568,7 @@ int main(void)
         rb_session *s = open_session_kv(m, RB_RESTORE_PIPELINED, RB_RAM_CODEC_LOSSLESS,
                                         RB_KV_Q8_0, RB_KV_Q4_0);
         if (s) {
-            CHECK_EQ_INT(s->kv.page_bytes, 2u * 256 * (34 + 18));
+            CHECK_EQ_INT(rb_session_kvcache(s)->page_bytes, 2u * 256 * (34 + 18));
             run(s, prompt, steps, want_q, NULL);
             rb_session_destroy(s);
         }
@@ -610,7 +606,7 @@ int main(void)
                 CHECK_EQ_INT(rb_session_feed(o, steps, 1, NULL), RB_OK);
                 const float *l = rb_session_get_logits(o);
                 CHECK(l && same(l, want_q, V));
-                CHECK_EQ_INT(o->recomputed_tokens, 0);
+                CHECK_EQ_INT(rb_session_debug_recomputed_tokens(o), 0);
                 rb_session_destroy(o);
             }
             /* an f16 session cannot read the q8_0/q4_0 pages */

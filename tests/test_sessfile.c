@@ -27,7 +27,7 @@
 #include "model.h"
 #include "residency.h"
 #include "sessfile.h"
-#include "session_internal.h"
+#include "session_debug.h"
 #include "session_writer.h"
 #include "testlib.h"
 
@@ -245,7 +245,7 @@ static void mapped_weights_test(void)
     if (sfd >= 0)
         close(sfd);
     /* the records: the last n_layers pages of the file (one save) */
-    size_t rec_n = (size_t)s->kv.n_layers * rb_kvcache_page_alloc_bytes(&s->kv);
+    size_t rec_n = (size_t)rb_session_kvcache(s)->n_layers * rb_kvcache_page_alloc_bytes(rb_session_kvcache(s));
     const uint8_t *rec = smap != MAP_FAILED && (size_t)sess_n > rec_n ? smap + sess_n - rec_n
                                                                        : NULL;
     CHECK(rec != NULL);
@@ -427,7 +427,7 @@ static void kill_loop(rb_model *m)
             for (; n < N_PROMPT + 60; n++) {
                 if (rb_session_feed(s, &prompt[n], 1, NULL) != RB_OK)
                     _exit(4);
-                uint32_t msg[2] = {FED | (n + 1), (uint32_t)s->file_tokens_committed};
+                uint32_t msg[2] = {FED | (n + 1), (uint32_t)rb_session_debug_file_tokens_committed(s)};
                 if (write(fds[1], msg, sizeof msg) != sizeof msg)
                     _exit(5);
                 acked = msg[1];
@@ -514,7 +514,7 @@ static void wait_commit_started(rb_session *s)
 {
     for (int i = 0; i < 40000; i++) {
         rb_session_writer_stats ws;
-        rb_session_file_writer_stats(s, &ws);
+        rb_session_debug_writer_stats(s, &ws);
         if (ws.n_started + ws.n_coalesced >= ws.n_submitted)
             return;
         struct timespec ts = {0, 50000};
@@ -550,7 +550,7 @@ static void race_test(rb_model *m)
         return;
     rb_os slow = *rb_os_default();
     slow.pwrite = slow_pwrite;
-    s->file_os = &slow;
+    rb_session_debug_set_file_os(s, &slow);
     for (; n < 10; n++)
         truth[n] = next_token();
     CHECK_EQ_INT(rb_session_feed(s, truth, n, NULL), RB_OK);
@@ -595,9 +595,12 @@ static void race_test(rb_model *m)
         CHECK_EQ_INT(st.file_status, RB_OK);
     }
     rb_session_writer_stats ws;
-    rb_session_file_writer_stats(s, &ws);
+    rb_session_debug_writer_stats(s, &ws);
     uint64_t waits = 0, skips = 0, stale = 0;
-    rb_residency_pin_counts(s->res, &waits, &skips, &stale);
+    rb_residency_pin_counts(rb_session_debug_residency(s), &waits, &skips, &stale);
+    uint64_t n_handover;
+    double handover_s, handover_max_s;
+    rb_session_debug_handover(s, &n_handover, &handover_s, &handover_max_s);
     printf("write-behind race: %d trims, %d rewinds, %zu tokens; %llu commits handed over, "
            "%llu while one ran, %llu coalesced, %llu found the worker's mutex taken; "
            "hand-over %.1f us mean, %.1f us max; a commit %.2f ms mean; a trim or forget "
@@ -605,7 +608,7 @@ static void race_test(rb_model *m)
            "times, %llu pins refused after a forget\n", n_trims, n_rewinds, n,
            (unsigned long long)ws.n_submitted, (unsigned long long)ws.n_overlapped,
            (unsigned long long)ws.n_coalesced, (unsigned long long)ws.n_contended,
-           s->file_handover_s / (double)s->file_n_handover * 1e6, s->file_handover_max_s * 1e6,
+           handover_s / (double)n_handover * 1e6, handover_max_s * 1e6,
            ws.run_s / (double)(ws.n_run + !ws.n_run) * 1e3, (unsigned long long)waits,
            (unsigned long long)skips, (unsigned long long)stale);
     CHECK(ws.n_overlapped > 0); /* feeds went on while commits ran */
@@ -1304,7 +1307,7 @@ static void garbage_test(rb_model *m)
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     if (!s)
         return;
-    const long page = (long)rb_kvcache_page_alloc_bytes(&s->kv);
+    const long page = (long)rb_kvcache_page_alloc_bytes(rb_session_kvcache(s));
     CHECK_EQ_INT(rb_session_feed(s, prompt, 300, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
     long first = file_size(path), most = first; /* 3 layers x 2 pages */
@@ -1357,8 +1360,8 @@ static void rewind_garbage_test(rb_model *m)
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     if (!s)
         return;
-    const long page = (long)rb_kvcache_page_alloc_bytes(&s->kv);
-    const long n_layers = (long)s->kv.n_layers, pt = (long)s->kv.page_tokens;
+    const long page = (long)rb_kvcache_page_alloc_bytes(rb_session_kvcache(s));
+    const long n_layers = (long)rb_session_kvcache(s)->n_layers, pt = (long)rb_session_kvcache(s)->page_tokens;
     CHECK_EQ_INT(rb_session_feed(s, prompt, 300, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
     /* the catalog areas and the 300 tokens' pages (the last partly filled) */
@@ -1367,8 +1370,7 @@ static void rewind_garbage_test(rb_model *m)
     for (int i = 0; i < 12; i++) {
         CHECK_EQ_INT(rb_session_rewind(s, 200), RB_OK);
         CHECK_EQ_INT(rb_session_feed(s, &prompt[200], 100, NULL), RB_OK);
-        if (s->file_writer) /* the commit behind the feed */
-            rb_session_writer_wait(s->file_writer, 0);
+        rb_session_debug_wait_writer(s); /* the commit behind the feed */
         long now = file_size(path);
         most = now > most ? now : most;
     }

@@ -15,7 +15,7 @@
 #include "check.h"
 #include "forward.h"
 #include "rebound_experimental.h"
-#include "session_internal.h"
+#include "session_debug.h"
 #include "testlib.h"
 
 #define N_CTX 1024
@@ -137,7 +137,7 @@ static int shifted(rb_model *m, rb_kv_type kt, const float *want, int trim, int 
     float *got = malloc(N_AFTER * V * sizeof *got);
     for (int i = 0; i < N_AFTER; i++)
         CHECK_EQ_INT(rb_session_feed(s, toks + N_FED + i, 1, got + i * V), RB_OK);
-    CHECK_EQ_INT(s->recomputed_tokens, 0);
+    CHECK_EQ_INT(rb_session_debug_recomputed_tokens(s), 0);
     int same = memcmp(got, want, N_AFTER * V * sizeof *got) == 0;
     free(got);
     rb_session_destroy(s);

@@ -25,7 +25,7 @@
 #include "check.h"
 #include "gguf.h"
 #include "model.h"
-#include "session_internal.h"
+#include "session_debug.h"
 #include "testlib.h"
 #include "wcache.h"
 #include "wcache_stream.h"
@@ -362,6 +362,57 @@ static void test_mem_budget(const char *path)
     rb_model_close(m);
 }
 
+/* A streaming session in an app's pool is in the pool like any other:
+ * its weights get what the pool's budget leaves after its run state and
+ * KV (the stream's own weights_budget_bytes is only a cap). It used to
+ * keep its own budget whatever the pool's was. */
+static void test_pool_budget(const char *path)
+{
+    rb_error err;
+    rb_model *m = open_model(path);
+    if (!m)
+        return;
+    uint64_t W = weight_bytes(m);
+    rb_session_params p = params(W, NULL); /* streams, all of the weights allowed */
+    p.n_batch = 128;
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (!s) {
+        rb_model_close(m);
+        return;
+    }
+    CHECK_EQ_INT(rb_session_feed(s, prompt, 300, NULL), RB_OK);
+    float *ref = malloc(V * sizeof(float));
+    memcpy(ref, rb_session_get_logits(s), V * sizeof(float));
+    rb_session_stats full;
+    rb_session_get_stats(s, &full);
+    rb_session_destroy(s);
+    CHECK_EQ_INT(full.weights_streaming, 1);
+
+    /* the pool: the run state, the KV and 70% of the weights */
+    uint64_t budget = full.scratch_bytes + full.other_bytes + full.kv_raw_bytes + W * 7 / 10;
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, budget, &pool, &err), RB_OK);
+    p.pool = pool;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (s) {
+        CHECK_EQ_INT(rb_session_feed(s, prompt, 300, NULL), RB_OK);
+        CHECK(memcmp(rb_session_get_logits(s), ref, V * sizeof(float)) == 0);
+        rb_session_stats b;
+        rb_session_get_stats(s, &b);
+        fprintf(stderr, "stream in a pool of %llu: weights budget %llu of %llu, total %llu\n",
+                (unsigned long long)budget, (unsigned long long)b.weights_budget_bytes,
+                (unsigned long long)W, (unsigned long long)b.total_bytes);
+        CHECK(b.weights_budget_bytes <= W * 7 / 10 + W / 50);
+        CHECK(b.total_bytes <= budget + budget / 20);
+        CHECK_EQ_U64(b.kv_raw_bytes, full.kv_raw_bytes); /* the KV fit: nothing trimmed */
+        rb_session_destroy(s);
+    }
+    rb_pool_destroy(pool);
+    free(ref);
+    rb_model_close(m);
+}
+
 static int copy_file(const char *from, const char *to)
 {
     FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
@@ -434,6 +485,7 @@ int main(void)
     test_exact_and_reads(sep);
     test_exact_and_reads(tied);
     test_mem_budget(sep);
+    test_pool_budget(sep);
     test_file_shrinks(sep);
     unit_test(sep);
     unlink(sep);

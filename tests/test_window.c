@@ -14,7 +14,7 @@
 #include "check.h"
 #include "forward.h"
 #include "rebound_experimental.h"
-#include "session_internal.h"
+#include "session_debug.h"
 #include "testlib.h"
 
 #define N_CTX 1024
@@ -114,12 +114,12 @@ static void batches_test(rb_model *m)
     CHECK_EQ_INT(pages_held(s), 6 * 2);
     CHECK(feed_check(s, 290, 300));
     CHECK_EQ_INT(pages_held(s), 6 * 2 - 5);
-    CHECK(s->kv.pages[0] == NULL && s->kv.pages[s->kv.pages_per_layer * 5] != NULL);
+    CHECK(rb_session_kvcache(s)->pages[0] == NULL && rb_session_kvcache(s)->pages[rb_session_kvcache(s)->pages_per_layer * 5] != NULL);
     CHECK(feed_check(s, 300, N_TOK));
     CHECK_EQ_INT(pages_held(s), PAGES_AT_END);
     rb_session_stats st;
     rb_session_get_stats(s, &st);
-    CHECK_EQ_INT(st.kv_raw_bytes, PAGES_AT_END * rb_kvcache_page_alloc_bytes(&s->kv));
+    CHECK_EQ_INT(st.kv_raw_bytes, PAGES_AT_END * rb_kvcache_page_alloc_bytes(rb_session_kvcache(s)));
     rb_session_destroy(s);
 }
 
@@ -159,10 +159,10 @@ static void rewind_test(rb_model *m)
     CHECK(feed_check(s, 0, N_TOK));
     CHECK_EQ_INT(rb_session_rewind(s, 740), RB_OK); /* window from 701: page 2 */
     CHECK(feed_check(s, 740, 750));
-    CHECK_EQ_INT(s->recomputed_tokens, 0);
+    CHECK_EQ_INT(rb_session_debug_recomputed_tokens(s), 0);
     CHECK_EQ_INT(rb_session_rewind(s, 300), RB_OK); /* window from 261: page 1 */
     CHECK(feed_check(s, 300, 310));
-    CHECK_EQ_INT(s->recomputed_tokens, 300);
+    CHECK_EQ_INT(rb_session_debug_recomputed_tokens(s), 300);
     CHECK(feed_check(s, 310, N_TOK));
     CHECK_EQ_INT(pages_held(s), PAGES_AT_END);
     rb_session_destroy(s);
@@ -192,7 +192,7 @@ static void save_test(rb_model *m)
     CHECK(feed_check(o, 700, N_TOK));
     /* nothing recomputed: the file lacks the sliding layers' pages 0 and 1
        (released before the save) and the open does not ask for them */
-    CHECK_EQ_INT(o->recomputed_tokens, 0);
+    CHECK_EQ_INT(rb_session_debug_recomputed_tokens(o), 0);
     CHECK_EQ_INT(pages_held(o), PAGES_AT_END);
     rb_session_destroy(o);
     unlink(path);

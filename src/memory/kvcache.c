@@ -143,14 +143,27 @@ rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err)
     return RB_OK;
 }
 
+void rb_kvcache_free_slot(rb_kvcache *kv, size_t id)
+{
+    rb_kvpage_free(kv->pages[id], rb_kvcache_page_alloc_bytes(kv));
+    kv->pages[id] = NULL;
+}
+
+void rb_kvcache_fill_slot(rb_kvcache *kv, size_t id, void *page)
+{
+    kv->pages[id] = page;
+}
+
+void rb_kvcache_free_page(rb_kvcache *kv, uint32_t layer, uint32_t page)
+{
+    rb_kvcache_free_slot(kv, (size_t)layer * kv->pages_per_layer + page);
+}
+
 void rb_kvcache_truncate(rb_kvcache *kv, uint32_t first_page)
 {
     for (uint32_t l = 0; l < kv->n_layers; l++)
-        for (uint32_t p = first_page; p < kv->pages_per_layer; p++) {
-            rb_f16 **slot = &kv->pages[(size_t)l * kv->pages_per_layer + p];
-            rb_kvpage_free(*slot, rb_kvcache_page_alloc_bytes(kv));
-            *slot = NULL;
-        }
+        for (uint32_t p = first_page; p < kv->pages_per_layer; p++)
+            rb_kvcache_free_page(kv, l, p);
     if (kv->n_pages_reserved > first_page)
         kv->n_pages_reserved = first_page;
 }

@@ -106,6 +106,16 @@ rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err);
  * recomputed) and lowers n_pages_reserved to first_page. */
 void rb_kvcache_truncate(rb_kvcache *kv, uint32_t first_page);
 
+/* Frees one page of one layer (its contents are lost) and empties its
+ * slot; no-op on an empty slot. n_pages_reserved stays. */
+void rb_kvcache_free_page(rb_kvcache *kv, uint32_t layer, uint32_t page);
+/* The same by slot id (layer * pages_per_layer + page), and its inverse:
+ * an empty slot takes a page buffer (rb_kvpage_alloc / _alloc_batch) that
+ * the cache frees from then on. The residency manager moves pages between
+ * tiers through these two: the cache is the one owner of the slots. */
+void rb_kvcache_free_slot(rb_kvcache *kv, size_t id);
+void rb_kvcache_fill_slot(rb_kvcache *kv, size_t id, void *page);
+
 /* K / V row of (layer, kv head, position) in the cache's type; the page
  * must be resident. */
 static inline void *rb_kvcache_k_row(const rb_kvcache *kv, uint32_t layer, uint32_t head,

@@ -27,6 +27,7 @@ struct rb_pool_member {
     rb_pool *pool;
     void *ctx;
     rb_pool_trim_fn trim;
+    rb_session *handle;   /* the app's, for rb_pool_next_to_close */
     _Atomic uint64_t bytes;
     rb_priority priority; /* under the pool's mu */
     uint64_t last_used;   /* under the pool's mu */
@@ -131,7 +132,7 @@ void rb_pool_set_weights(rb_pool *p, rb_wcache *weights, uint64_t fixed_bytes)
 }
 
 rb_status rb_pool_join(rb_pool *p, void *ctx, rb_pool_trim_fn trim, rb_priority priority,
-                       rb_pool_member **out, rb_error *err)
+                       rb_session *handle, rb_pool_member **out, rb_error *err)
 {
     rb_pool_member *m = calloc(1, sizeof *m);
     if (!m)
@@ -139,6 +140,7 @@ rb_status rb_pool_join(rb_pool *p, void *ctx, rb_pool_trim_fn trim, rb_priority 
     m->pool = p;
     m->ctx = ctx;
     m->trim = trim;
+    m->handle = handle;
     m->priority = priority;
     pthread_mutex_lock(&p->mu);
     if (p->n_members == p->cap) {
@@ -222,6 +224,15 @@ static uint64_t total_bytes(const rb_pool *p)
     return t;
 }
 
+uint64_t rb_pool_others_bytes(rb_pool *p, const rb_pool_member *self)
+{
+    pthread_mutex_lock(&p->mu);
+    uint64_t t = total_bytes(p);
+    uint64_t own = self ? atomic_load_explicit(&self->bytes, memory_order_relaxed) : 0;
+    pthread_mutex_unlock(&p->mu);
+    return t > own ? t - own : 0;
+}
+
 /* The members in trim order (mu held): background before foreground, least
  * recently used first, `last` (may be NULL) at the end. */
 static uint32_t trim_order(const rb_pool *p, const rb_pool_member *last, rb_pool_member **out)
@@ -250,12 +261,9 @@ static uint32_t trim_order(const rb_pool *p, const rb_pool_member *last, rb_pool
 /* Releases weights, last layer first, until `need` bytes went (mu held). */
 static uint64_t release_weights(rb_pool *p, uint64_t need)
 {
-    uint64_t freed = 0;
     if (!p->weights)
         return 0;
-    for (uint32_t l = rb_wcache_n_layers(p->weights); l-- > 0 && freed < need;)
-        if (rb_wcache_release(p->weights, l))
-            freed += rb_wcache_layer_bytes(p->weights, l);
+    uint64_t freed = rb_wcache_release_last(p->weights, need);
     p->weights_released_bytes += freed;
     return freed;
 }
@@ -348,6 +356,28 @@ rb_status rb_pool_trim(rb_pool *p, uint64_t bytes, rb_trim_level level, uint64_t
     if (freed_out)
         *freed_out = freed;
     return RB_OK;
+}
+
+rb_session *rb_pool_next_to_close(rb_pool *p, uint32_t max_sessions)
+{
+    if (!p)
+        return NULL;
+    const uint64_t budget = atomic_load(&p->budget);
+    rb_session *pick = NULL;
+    pthread_mutex_lock(&p->mu);
+    int over = (budget && total_bytes(p) > budget) ||
+               (max_sessions && p->n_members > max_sessions);
+    const rb_pool_member *lru = NULL;
+    for (uint32_t i = 0; over && i < p->n_members; i++) {
+        const rb_pool_member *m = p->members[i];
+        if (m->priority == RB_PRIORITY_BACKGROUND && m->handle &&
+            (!lru || m->last_used < lru->last_used))
+            lru = m;
+    }
+    if (lru)
+        pick = lru->handle;
+    pthread_mutex_unlock(&p->mu);
+    return pick;
 }
 
 rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t out_size)

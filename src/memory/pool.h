@@ -4,9 +4,13 @@
  * the accounts and the order in which memory is taken back.
  *
  * The pool knows members, bytes, priorities and recency; it does not know
- * sessions. A member (a session, session_memory.c) publishes the bytes it
- * holds after each change and gives the pool a trim function; the weights
- * are the model's weight cache (wcache.h), shared by all members.
+ * sessions (a member's handle is only returned, by rb_pool_next_to_close).
+ * A member (a session, session_memory.c) publishes the bytes it holds
+ * after each change, from the memory modules' own numbers, and gives the
+ * pool a trim function - the one call that still goes up, out of the
+ * memory module (docs/ARCHITECTURE.md, the budget's path); the weights are
+ * the model's weight cache (wcache.h), shared by all members, released by
+ * rb_wcache_release_last.
  *
  * The order (rb_pool_enforce): background members before foreground ones,
  * least recently used first, the member that asks last (it is the most
@@ -43,18 +47,21 @@ typedef struct rb_pool_member rb_pool_member;
  * the pool's mutex held, from any thread (the member's own included). */
 typedef uint64_t (*rb_pool_trim_fn)(void *ctx, uint64_t bytes, rb_trim_level level);
 
-/* The weights' bytes the pool counts: the model's weight cache when the
- * weights are loaded into RAM (NULL: a mapped or streamed model; then
- * weights_fixed_bytes, which may be 0 when a member counts them itself). */
+/* rb_pool_create (rebound.h) for a session's own pool. Members hold a
+ * reference: the pool is freed when its owner destroyed it and its last
+ * member left. */
 rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **out,
                               rb_error *err);
-/* Members hold a reference: the pool is freed when the app destroyed it
- * and its last member left. */
+/* The weights' bytes the pool counts: the model's weight cache when the
+ * weights are loaded into RAM (NULL: a mapped or streamed model; then
+ * fixed_bytes, which may be 0 when a member counts them itself). */
 void rb_pool_set_weights(rb_pool *pool, rb_wcache *weights, uint64_t fixed_bytes);
 rb_model *rb_pool_model(const rb_pool *pool);
 
+/* handle: what rb_pool_next_to_close returns for this member (the app's
+ * rb_session). */
 rb_status rb_pool_join(rb_pool *pool, void *ctx, rb_pool_trim_fn trim, rb_priority priority,
-                       rb_pool_member **out, rb_error *err);
+                       rb_session *handle, rb_pool_member **out, rb_error *err);
 void rb_pool_leave(rb_pool_member *m);
 /* The member's bytes now (KV in RAM in any form, scratch, tables; and a
  * streaming member's block cache). */
@@ -74,7 +81,11 @@ rb_priority rb_pool_member_priority(const rb_pool_member *m);
 uint64_t rb_pool_enforce(rb_pool *pool, rb_pool_member *self, uint64_t extra, int self_too,
                          int weights_too);
 
-/* The bytes over the budget the last enforcement left (the stats). */
+/* The pool's budget (0: none). */
 uint64_t rb_pool_budget(const rb_pool *pool);
+/* What the pool counts besides self's bytes: the weights it counts, its
+ * base and the other members' bytes (a streaming member's weights share
+ * is the budget less this, its run state and its KV). */
+uint64_t rb_pool_others_bytes(rb_pool *pool, const rb_pool_member *self);
 
 #endif

@@ -12,10 +12,11 @@
  *
  *   segs[layer][page]   kv_seg: tier, failed flag, the compressed frame
  *                       (malloc'd to its exact size, owned here)
- *   slots[layer][page]  borrowed from the KV cache: NULL or a page buffer
- *                       (rb_kvpage_alloc: a mapping of its own); a restore
- *                       fills the slot from the plan's batch mapping, a
- *                       trim unmaps it
+ *   slots[layer][page]  the KV cache's (kv.cache->pages): NULL or a page
+ *                       buffer (rb_kvpage_alloc: a mapping of its own); a
+ *                       restore fills the slot from the plan's batch
+ *                       mapping, a trim empties it, both through the KV
+ *                       cache's rb_kvcache_fill_slot / _free_slot
  *   jobs                the restore plan: segment ids in layer order, one
  *                       array per worker, sized for every segment at create
  *   enc_buf             one frame of rb_kvcodec_bound() for trims
@@ -226,11 +227,13 @@ static void *alloc_page(rb_residency *r, int populate)
     return buf;
 }
 
+/* A KV segment's page buffer (NULL: not in RAM). */
+static inline void *slot(const rb_residency *r, uint32_t id) { return r->kv.cache->pages[id]; }
+
 /* Frees a slot's page (under mu); a mapped one's source drops its copy. */
 static void free_slot(rb_residency *r, uint32_t id)
 {
-    rb_kvpage_free(r->kv.slots[id], page_alloc_bytes(r));
-    r->kv.slots[id] = NULL;
+    rb_kvcache_free_slot(r->kv.cache, id);
     if (r->segs[id].mapped && r->saved_release)
         r->saved_release(r->saved_ctx, id / r->kv.pages_per_layer, id % r->kv.pages_per_layer);
     r->segs[id].mapped = 0;
@@ -285,7 +288,7 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
         return -1;
     }
     pthread_mutex_lock(&r->mu);
-    r->kv.slots[id] = buf;
+    rb_kvcache_fill_slot(r->kv.cache, id, buf);
     s->mapped = (uint8_t)mapped;
     if (is_io && s->from_saved) {
         s->from_saved = 0; /* the copy stays in the file */
@@ -393,7 +396,7 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
                               rb_store *store, rb_wcache *wcache, rb_residency **out,
                               rb_error *err)
 {
-    if (!p || !kv || !out || !kv->slots || kv->n_layers == 0 || kv->page_bytes == 0)
+    if (!p || !kv || !out || !kv->cache || kv->n_layers == 0 || kv->page_bytes == 0)
         return rb_error_set(err, RB_E_INVALID_ARG, "residency: bad arguments");
     rb_status cst = check_codec(p->ram_codec, err);
     if (cst != RB_OK)
@@ -574,9 +577,9 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
     size_t n = 0;
     rb_ram_codec c = r->p.ram_codec;
     /* a lossy codec refuses a page with Inf/NaN: such a page stays exact */
-    if (encode_page(r, c, r->kv.slots[id], &n, NULL) != RB_OK) {
+    if (encode_page(r, c, slot(r, id), &n, NULL) != RB_OK) {
         c = RB_RAM_CODEC_LOSSLESS;
-        if (encode_page(r, c, r->kv.slots[id], &n, err) != RB_OK)
+        if (encode_page(r, c, slot(r, id), &n, err) != RB_OK)
             return 0;
     }
     void *frame = malloc(n);
@@ -625,7 +628,7 @@ static uint64_t compress_page(rb_residency *r, uint32_t id, rb_error *err)
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
                             uint64_t *freed_out, rb_error *err)
 {
-    return rb_residency_trim_kv(r, bytes, level, 0, freed_out, err);
+    return rb_residency_trim_kv(r, bytes, level, RB_TRIM_SCOPE_ALL, freed_out, err);
 }
 
 /* A compressed page goes to storage (mu held): its frame is decoded into
@@ -653,11 +656,11 @@ static uint64_t demote_frame(rb_residency *r, uint32_t id)
 }
 
 rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
-                               int kv_only, uint64_t *freed_out, rb_error *err)
+                               rb_trim_scope scope, uint64_t *freed_out, rb_error *err)
 {
     /* the pool's trims: storage only (a page there frees all of its RAM,
        a compressed one a fraction), compressed pages too */
-    const int to_storage = kv_only == 2 && r->store != NULL;
+    const int to_storage = scope == RB_TRIM_SCOPE_KV_TO_STORAGE && r->store != NULL;
     const uint32_t L = r->kv.n_layers;
     uint32_t first_layer = 0;
     int weights = 0;
@@ -695,7 +698,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
                 r->picks[n++] = (rb_split_page){l, 0, 1};
                 continue;
             }
-            if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
+            if (s->tier != RB_TIER_RESIDENT || !slot(r, id))
                 continue;
             r->pick_ids[n] = id;
             r->picks[n++] = (rb_split_page){l, (uint8_t)(s->spilled || (s->saved && r->saved_read)),
@@ -706,9 +709,9 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
     const int split = r->store && r->p.restore == RB_RESTORE_PIPELINED &&
                       !is_zram(r->p.ram_codec) && !to_storage;
     if (n && r->store && r->R <= 0)
-        measure_storage(r, r->kv.slots[r->pick_ids[0]]);
+        measure_storage(r, slot(r, r->pick_ids[0]));
     if (n && split && (r->D <= 0 || r->frame_frac <= 0))
-        measure_decode(r, r->kv.slots[r->pick_ids[0]]);
+        measure_decode(r, slot(r, r->pick_ids[0]));
     uint32_t take = n;
     if (split) {
         for (uint32_t l = 0; l < L; l++)
@@ -749,7 +752,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             freed += demote_frame(r, id);
             continue;
         }
-        if (s->tier != RB_TIER_RESIDENT || !r->kv.slots[id])
+        if (s->tier != RB_TIER_RESIDENT || !slot(r, id))
             continue;
         if (s->pins) { /* pinned again since step 1 */
             if (by_bytes) {
@@ -779,7 +782,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
         }
         if (r->picks[i].to_store) {
             rb_error werr = {0};
-            if (rb_store_put(r->store, id, r->kv.slots[id], pb, &werr) == RB_OK) {
+            if (rb_store_put(r->store, id, slot(r, id), pb, &werr) == RB_OK) {
                 free_slot(r, id);
                 s->tier = RB_TIER_STORED;
                 freed += pb;
@@ -801,16 +804,9 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
     }
     /* 4. the weights, last layer first (the zram baseline compresses KV
        only, as the kernel's zRAM would) */
-    if (st == RB_OK && r->wcache && !kv_only &&
-        (weights || (by_bytes && freed < bytes && !is_zram(r->p.ram_codec)))) {
-        for (uint32_t l = L; l-- > 0;) {
-            if (by_bytes && !weights && freed >= bytes)
-                break;
-            /* the model's weights: a layer another session computes stays */
-            if (rb_wcache_release(r->wcache, l))
-                freed += rb_wcache_layer_bytes(r->wcache, l);
-        }
-    }
+    if (st == RB_OK && r->wcache && scope == RB_TRIM_SCOPE_ALL &&
+        (weights || (by_bytes && freed < bytes && !is_zram(r->p.ram_codec))))
+        freed += rb_wcache_release_last(r->wcache, weights ? UINT64_MAX : bytes - freed);
     pthread_mutex_unlock(&r->mu);
     if (freed_out)
         *freed_out = freed;
@@ -1154,10 +1150,10 @@ const void *rb_residency_pin(rb_residency *r, uint32_t layer, uint32_t page, uin
     kv_seg *s = &r->segs[id];
     if (epoch != r->epoch) {
         r->n_pin_stale++;
-    } else if (s->tier == RB_TIER_RESIDENT && r->kv.slots[id] && s->pins < 255) {
+    } else if (s->tier == RB_TIER_RESIDENT && slot(r, id) && s->pins < 255) {
         s->pins++;
         r->n_pinned++;
-        buf = r->kv.slots[id];
+        buf = slot(r, id);
     }
     pthread_mutex_unlock(&r->mu);
     return buf;
@@ -1203,6 +1199,36 @@ void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, in
 
 /* ---- accounts ------------------------------------------------------------------ */
 
+/* Its tables and buffers: the encode buffer, the segments, the job and
+ * pick lists, and the event log (touched as a restore logs); the store's
+ * RAM. */
+static uint64_t tables_bytes(const rb_residency *r)
+{
+    uint64_t n = r->enc_cap + (size_t)r->n_kv_segs * sizeof(kv_seg) +
+                 (size_t)MAX_EVENTS * sizeof *r->ev +
+                 (size_t)(r->n_kv_segs + r->kv.n_layers) *
+                     (2 * sizeof *r->io_jobs + sizeof *r->batch + sizeof *r->dead_frames) +
+                 (size_t)r->n_kv_segs * (sizeof *r->picks + sizeof *r->pick_ids);
+    return n + (r->store ? rb_store_ram_bytes(r->store) : 0);
+}
+
+void rb_residency_get_bytes(const rb_residency *cr, rb_residency_bytes *out)
+{
+    rb_residency *r = (rb_residency *)cr; /* the lock is not part of the value */
+    uint64_t kv = 0;
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t id = 0; id < r->n_kv_segs; id++) {
+        const kv_seg *s = &r->segs[id];
+        if (s->tier == RB_TIER_RESIDENT && slot(r, id))
+            kv += page_alloc_bytes(r);
+        else if (s->tier == RB_TIER_COMPRESSED)
+            kv += s->frame_bytes;
+    }
+    out->kv_ram_bytes = kv;
+    out->tables_bytes = tables_bytes(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
 void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
 {
     rb_residency *r = (rb_residency *)cr; /* the lock is not part of the value */
@@ -1214,7 +1240,7 @@ void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
         for (uint32_t pg = 0; pg < r->kv.pages_per_layer; pg++) {
             uint32_t id = l * r->kv.pages_per_layer + pg;
             const kv_seg *s = &r->segs[id];
-            if (s->tier == RB_TIER_RESIDENT && !r->kv.slots[id])
+            if (s->tier == RB_TIER_RESIDENT && !slot(r, id))
                 continue;
             out->n_kv_pages[s->tier]++;
             switch (s->tier) {
@@ -1240,14 +1266,6 @@ void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
     out->restore_total_s = r->t_last_done - r->t_begin;
     out->restore_bytes_io = r->bytes_io;
     out->restore_bytes_decoded = r->bytes_dec;
-    /* its tables and buffers: the encode buffer, the segments, the job
-       and pick lists, and the event log (touched as a restore logs) */
-    out->other_bytes += r->enc_cap + (size_t)r->n_kv_segs * sizeof(kv_seg) +
-                        (size_t)MAX_EVENTS * sizeof *r->ev +
-                        (size_t)(r->n_kv_segs + r->kv.n_layers) *
-                            (2 * sizeof *r->io_jobs + sizeof *r->batch + sizeof *r->dead_frames) +
-                        (size_t)r->n_kv_segs * (sizeof *r->picks + sizeof *r->pick_ids);
-    if (r->store)
-        out->other_bytes += rb_store_ram_bytes(r->store);
+    out->other_bytes += tables_bytes(r);
     pthread_mutex_unlock(&r->mu);
 }

@@ -29,13 +29,14 @@
 
 /* KV page buffers: rb_kvpage_alloc / rb_kvpage_free (kvcache.h), page
  * aligned (RB_PAGE_ALIGN) so that a page can be written to and read from
- * storage with O_DIRECT straight from / into the buffer compute reads: the
- * KV cache and residency both allocate and free slots. */
+ * storage with O_DIRECT straight from / into the buffer compute reads.
+ * The KV cache owns the slots: residency empties and fills them through
+ * rb_kvcache_free_slot / rb_kvcache_fill_slot, never by writing the table. */
 #define RB_PAGE_ALIGN 4096
 
-/* The KV cache as residency sees it: a table of page slots. */
+/* The KV cache as residency sees it: its slots and the codec's geometry. */
 typedef struct rb_residency_kv {
-    void **slots;              /* [n_layers][pages_per_layer], borrowed */
+    rb_kvcache *cache;         /* borrowed: its page table [n_layers][pages_per_layer] */
     uint32_t n_layers;
     uint32_t pages_per_layer;
     size_t page_bytes;
@@ -76,12 +77,19 @@ void rb_residency_set_pages(rb_residency *r, uint32_t n_pages);
  */
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
                             uint64_t *freed, rb_error *err);
-/* The same; kv_only 1: the weights stay (the memory pool takes them last,
- * after every session's KV); 2: also every page goes to storage when
- * there is a store, compressed ones included (the pool's budget: a stored
- * page frees all of its RAM, a compressed one a fraction). */
+/* What a trim may take. */
+typedef enum rb_trim_scope {
+    RB_TRIM_SCOPE_ALL = 0,    /* KV, then the weights (the last layers') */
+    RB_TRIM_SCOPE_KV = 1,     /* KV only: the weights stay (the memory pool
+                                 takes them last, after every session's KV) */
+    RB_TRIM_SCOPE_KV_TO_STORAGE = 2 /* KV only, every page to storage when
+                                 there is a store, compressed ones included
+                                 (the pool's budget: a stored page frees all
+                                 of its RAM, a compressed one a fraction) */
+} rb_trim_scope;
+/* The same, within scope (rb_residency_trim is RB_TRIM_SCOPE_ALL). */
 rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
-                               int kv_only, uint64_t *freed, rb_error *err);
+                               rb_trim_scope scope, uint64_t *freed, rb_error *err);
 
 /*
  * Before a feed: plans the restore of everything not resident and starts
@@ -186,6 +194,15 @@ void rb_residency_pin_counts(rb_residency *r, uint64_t *waits, uint64_t *skips,
 /* A page not in RAM whose data is at the source (a session opened from a
  * file): STORED there; is_clean as for mark_saved. */
 void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, int is_clean);
+
+/* The RAM the manager holds, as numbers of its own (the memory pool's
+ * accounts): KV pages in RAM (resident buffers, compressed frames) and its
+ * tables and buffers (with the store's RAM). */
+typedef struct rb_residency_bytes {
+    uint64_t kv_ram_bytes;
+    uint64_t tables_bytes;
+} rb_residency_bytes;
+void rb_residency_get_bytes(const rb_residency *r, rb_residency_bytes *out);
 
 /* Fills the KV, weight and restore fields of a session's stats. */
 void rb_residency_stats(const rb_residency *r, rb_session_stats *out);

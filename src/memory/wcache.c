@@ -440,6 +440,15 @@ int rb_wcache_release(rb_wcache *w, uint32_t layer)
     return released;
 }
 
+uint64_t rb_wcache_release_last(rb_wcache *w, uint64_t need)
+{
+    uint64_t freed = 0;
+    for (uint32_t l = w->n_layers; l-- > 0 && freed < need;)
+        if (rb_wcache_release(w, l)) /* a layer a forward pass computes stays */
+            freed += rb_wcache_layer_bytes(w, l);
+    return freed;
+}
+
 /* Reads a released layer's bytes into place; called without mu, by the
  * one thread that set loading[layer]. */
 static rb_status read_layer(rb_wcache *w, uint32_t layer, rb_throttle *th, rb_error *err)

@@ -77,15 +77,15 @@ rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err);
  * begin the layers' restore first and read these beside it. */
 rb_status rb_wcache_read_rest(rb_wcache *w, rb_throttle *throttle, rb_error *err);
 
-/* model.c's side of the lazy load: 1 while the bytes outside the layers
- * (embeddings, output, norms) are not read either (rb_wcache_read_rest). */
-int rb_model_rest_unread(const rb_model *model);
-void rb_model_set_rest_read(rb_model *model);
-
 /* Releases a resident layer that no forward pass uses and nobody reads:
  * 1; 0 when it stays (in use, being read, released already, or a layer
  * that cannot be released). */
 int rb_wcache_release(rb_wcache *w, uint32_t layer);
+/* The one loop that releases weights (the pool's budget and a session's
+ * trim both come here): layers from the last one down, skipping those
+ * rb_wcache_release keeps, until `need` bytes went (UINT64_MAX: every
+ * layer that can go). Returns the bytes released. */
+uint64_t rb_wcache_release_last(rb_wcache *w, uint64_t need);
 /* Reads a released layer back (no-op if resident; waits when another
  * thread reads it). RB_E_IO / RB_E_SHORT_READ name the file and offset;
  * the layer then stays released. */

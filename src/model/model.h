@@ -74,6 +74,11 @@ rb_status rb_model_load_weights(rb_model *model);
  * rb_model_load_weights reads the rest. */
 rb_status rb_model_load_weights_lazy(rb_model *model);
 int rb_model_layers_unread(const rb_model *model);
+/* 1 while the bytes outside the layers (embeddings, output, norms) of a
+ * lazily loaded model are not read either; the weight cache reads them
+ * (rb_wcache_read_rest) and then marks them read. */
+int rb_model_rest_unread(const rb_model *model);
+void rb_model_set_rest_read(rb_model *model);
 /* The weight bytes read into the model's own buffer (0: not loaded, mapped
  * or reserved for streaming). */
 uint64_t rb_model_loaded_bytes(const rb_model *model);

@@ -3,10 +3,19 @@
  * one conversation.
  *
  * Does: validate and append tokens, reserve KV pages as the context grows,
- * run the forward pass in batches, and around each feed let the residency
- * manager bring back what a trim evicted (session_memory.c sets it up and
- * holds trim and stats). Does not: sample or tokenize (the caller does,
- * through the sampler and tokenizer APIs), or decide what to evict.
+ * run the forward pass in batches, and around each feed let the memory
+ * wiring (session_memory.h) bring back what a trim evicted; the public
+ * calls on memory (trim, stats, restore mode) and on the session file
+ * (save, open, unbind, blob), which it hands to the memory wiring and the
+ * file binding (session_file.h). The top of src/session/: those two never
+ * call back. Does not: sample or tokenize (the caller does, through the
+ * sampler and tokenizer APIs), or decide what to evict.
+ *
+ * Messages: s->err belongs to the thread using the session. A trim may
+ * come from any thread (rb_session_trim): its failure's message goes to a
+ * per-thread slot (tl_trim below) that rb_session_errmsg returns on that
+ * thread only, until that thread's next call that takes the session; a
+ * trim posted by the pool is counted in the memory wiring (trim_note).
  *
  * Memory: the token array (n_ctx entries), the KV page table and pages
  * (grown with the context), the forward run state, one logits row, the
@@ -28,7 +37,7 @@
 #include "kvcache.h"
 #include "model.h"
 #include "rebound.h"
-#include "residency.h"
+#include "session_debug.h"
 #include "session_internal.h"
 #include "status.h"
 #include "threadpool.h"
@@ -36,7 +45,20 @@
 
 #define DEFAULT_BATCH 128
 
-/* struct rb_session is in session_internal.h (tool code reaches its KV cache) */
+/* The last failed trim of this thread, for rb_session_errmsg on s. */
+static _Thread_local struct {
+    const rb_session *s;
+    char message[RB_ERROR_MESSAGE_MAX];
+} tl_trim;
+
+void rb_session_enter(rb_session *s)
+{
+    if (tl_trim.s == s)
+        tl_trim.s = NULL; /* a new call: its own message from now on */
+    rb_session_memory_enter(&s->mem);
+}
+
+void rb_session_leave(rb_session *s) { rb_session_memory_leave(&s->mem); }
 
 static const char *const kv_type_names[] = {"f16", "q8_0", "q4_0"};
 
@@ -73,17 +95,20 @@ rb_experimental_params rb_experimental_default_params(void)
     return x;
 }
 
+static rb_status create_impl(rb_model *model, const rb_session_params *params,
+                             int is_lazy_weights, rb_session **out, rb_error *err);
+
 rb_status rb_session_create(rb_model *model, const rb_session_params *params,
                             rb_session **out, rb_error *err)
 {
-    rb_status st = rb_session_create_impl(model, params, 0, out, err);
+    rb_status st = create_impl(model, params, 0, out, err);
     if (st == RB_OK)
         rb_session_leave(*out); /* held since it was made: the pool may trim it now */
     return st;
 }
 
-rb_status rb_session_create_impl(rb_model *model, const rb_session_params *params,
-                                 int is_lazy_weights, rb_session **out, rb_error *err)
+static rb_status create_impl(rb_model *model, const rb_session_params *params,
+                             int is_lazy_weights, rb_session **out, rb_error *err)
 {
     if (!model || !out)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: model and out are required");
@@ -110,16 +135,16 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
     rb_session *s = calloc(1, sizeof *s);
     if (!s)
         return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
-    pthread_mutex_init(&s->op_mu, NULL);
-    pthread_mutex_init(&s->req_mu, NULL);
-    pthread_cond_init(&s->req_cv, NULL);
-    /* held until it is built: a pool it joins trims it only after that */
-    rb_session_enter(s);
-    s->held_layer = -1;
     s->model = model;
     s->params = p;
     s->exp = p.experimental ? *p.experimental : rb_experimental_default_params();
     s->params.experimental = &s->exp;
+    /* held until it is built: a pool it joins trims it only after that */
+    s->mem = (rb_session_mem){.model = model, .kv = &s->kv, .fwd = &s->fwd,
+                              .params = &s->params, .exp = &s->exp, .err = &s->err,
+                              .handle = s};
+    rb_session_memory_early_init(&s->mem);
+    rb_session_file_init(&s->file, model, &s->kv, &s->mem, NULL, hp->n_vocab, &s->err);
     rb_status st;
     int locked = 0;
     /* the weight buffer first (nothing read): the forward pass binds its
@@ -162,9 +187,10 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
         st = rb_error_set(err, RB_E_NOMEM, "session: out of memory");
         goto fail;
     }
+    s->file.tokens = s->tokens;
     /* streamed weights are read on use; a cold start reads the layers in
        the first feed's restore; else everything now */
-    int is_streaming = rb_session_wants_streaming(s);
+    int is_streaming = rb_session_memory_wants_streaming(&s->mem);
     if ((st = rb_model_claim_weights(model, is_streaming, err)) != RB_OK)
         goto fail;
     s->weights_claim = is_streaming ? 2 : 1;
@@ -179,11 +205,12 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
     }
-    if ((st = rb_session_memory_init(s, lazy && rb_model_layers_unread(model), err)) != RB_OK)
+    if ((st = rb_session_memory_init(&s->mem, lazy && rb_model_layers_unread(model), err)) !=
+        RB_OK)
         goto fail;
     rb_model_unlock(model);
     locked = 0;
-    if (joins_cold && (st = rb_session_memory_read_rest(s, err)) != RB_OK)
+    if (joins_cold && (st = rb_session_memory_read_rest(&s->mem, err)) != RB_OK)
         goto fail;
     *out = s;
     return RB_OK;
@@ -194,27 +221,17 @@ fail:
     return st;
 }
 
-void rb_session_settle_restore(rb_session *s, int finish)
-{
-    if (!s->restore_open)
-        return;
-    s->restore_open = 0;
-    if (!finish)
-        rb_residency_cancel_restore(s->res);
-    uint32_t damaged;
-    rb_error e = {0};
-    (void)rb_residency_end_restore(s->res, &damaged, &e); /* the next feed retries */
-}
-
 void rb_session_destroy(rb_session *s)
 {
     if (!s)
         return;
-    rb_session_memory_leave_pool(s); /* no trim reaches it from now on */
-    rb_session_let_go(s);            /* a session that failed while it was built */
-    rb_session_file_close(s);    /* its storage worker pins pages, an open restore
-                                    reads the file (it is settled): before residency */
-    rb_session_memory_deinit(s); /* stops the restore workers first */
+    if (tl_trim.s == s)
+        tl_trim.s = NULL;
+    rb_session_memory_leave_pool(&s->mem); /* no trim reaches it from now on */
+    rb_session_memory_let_go(&s->mem);     /* a session that failed while it was built */
+    rb_session_memory_settle_restore(&s->mem, 0); /* its workers read the file */
+    rb_session_file_deinit(&s->file); /* its storage worker pins pages: before residency */
+    rb_session_memory_deinit(&s->mem); /* stops the restore workers first */
     if (s->weights_claim) {
         rb_model_lock(s->model);
         rb_model_unclaim_weights(s->model, s->weights_claim == 2);
@@ -225,75 +242,14 @@ void rb_session_destroy(rb_session *s)
     rb_threadpool_destroy(s->pool);
     free(s->tokens);
     free(s->logits);
-    pthread_mutex_destroy(&s->op_mu);
-    pthread_mutex_destroy(&s->req_mu);
-    pthread_cond_destroy(&s->req_cv);
     free(s);
 }
 
 const char *rb_session_errmsg(const rb_session *s)
 {
+    if (s && tl_trim.s == s)
+        return tl_trim.message;
     return s && s->err.status ? s->err.message : "";
-}
-
-uint32_t rb_session_window_first_page(const rb_session *s, size_t pos)
-{
-    const uint32_t w = s->fwd.hp.n_swa;
-    if (w == 0 || pos < w)
-        return 0;
-    return (uint32_t)((pos - w + 1) / s->kv.page_tokens);
-}
-
-/* A page of a sliding-window layer whose last position is before the
- * window of the next query is never read again: it goes (RAM, compressed
- * frame, spill copy). A rewind behind the window, or a recompute from a
- * position whose window reaches a released page, recomputes from 0 (the
- * layers' K/V at a position depend on the windows before it, layer by
- * layer: there is no shorter exact path). */
-void rb_session_release_window(rb_session *s, size_t next_pos, int in_feed)
-{
-    const uint32_t dead = rb_session_window_first_page(s, next_pos);
-    if (dead <= s->window_released_pages)
-        return;
-    uint32_t released = dead;
-    for (uint32_t l = 0; l < s->kv.n_layers; l++) {
-        if (!s->fwd.layers[l].window)
-            continue;
-        for (uint32_t pg = s->window_released_pages; pg < dead; pg++) {
-            if (s->res) {
-                if (!rb_residency_release_page(s->res, l, pg, in_feed) && pg < released)
-                    released = pg;
-            } else {
-                rb_f16 **slot = &s->kv.pages[(size_t)l * s->kv.pages_per_layer + pg];
-                rb_kvpage_free(*slot, rb_kvcache_page_alloc_bytes(&s->kv));
-                *slot = NULL;
-            }
-        }
-    }
-    if (dead > s->window_dead_pages)
-        s->window_dead_pages = dead;
-    s->window_released_pages = released;
-}
-
-/* Before K/V is recomputed from position `from`: a sliding-window layer
- * whose window from there reaches a released page makes it 0. */
-static size_t window_recompute_point(const rb_session *s, size_t from)
-{
-    if (from == 0 || s->window_dead_pages == 0)
-        return from;
-    return rb_session_window_first_page(s, from) < s->window_dead_pages ? 0 : from;
-}
-
-/* Forgets pages >= first_page in every tier and the cache. */
-static void forget_pages_from(rb_session *s, uint32_t first_page)
-{
-    if (s->res)
-        rb_residency_forget_from(s->res, first_page);
-    rb_kvcache_truncate(&s->kv, first_page);
-    if (s->window_dead_pages > first_page)
-        s->window_dead_pages = first_page;
-    if (s->window_released_pages > first_page)
-        s->window_released_pages = first_page;
 }
 
 rb_status rb_session_nonfinite_error(rb_session *s, int32_t layer, uint32_t pos)
@@ -308,7 +264,7 @@ rb_status rb_session_nonfinite_error(rb_session *s, int32_t layer, uint32_t pos)
 
 /* Computes toks[0..n) at positions pos0.. in batches (pages reserved
  * first). *stopped: a gate stopped the pass (the memory manager could not
- * restore a layer, or a trim or an abort came: s->stop_interrupt);
+ * restore a layer, or a trim or an abort came: rb_session_memory_take_stop);
  * *done: the tokens of the batches that completed. */
 static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32_t pos0,
                             float *logits, int *stopped, size_t *done_out)
@@ -320,8 +276,7 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
     rb_status st = rb_kvcache_reserve(&s->kv, pos0 + (uint32_t)n, &s->err);
     if (st != RB_OK)
         return st;
-    if (s->res)
-        rb_residency_set_pages(s->res, s->kv.n_pages_reserved);
+    rb_session_memory_set_pages(&s->mem, s->kv.n_pages_reserved);
     for (size_t done = 0; done < n;) {
         uint32_t m = (uint32_t)(n - done < s->fwd.n_batch ? n - done : s->fwd.n_batch);
         uint32_t pos = pos0 + (uint32_t)done;
@@ -334,7 +289,7 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
         } else {
             rc = rb_forward_batch(&s->fwd, &s->kv, toks + done, m, pos, s->logits, 0);
         }
-        rb_session_gate_release(s);
+        rb_session_memory_gate_release(&s->mem);
         if (rc != 0) {
             *stopped = 1;
             return RB_OK;
@@ -345,8 +300,8 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
             return rb_session_nonfinite_error(s, s->fwd.nonfinite_layer, pos + m - 1);
         done += m;
         *done_out = done;
-        s->grace_batch = 0;
-        rb_session_release_window(s, pos0 + done, 1);
+        rb_session_memory_batch_done(&s->mem);
+        rb_session_memory_release_window(&s->mem, pos0 + done, 1);
         if (s->params.progress && s->params.progress(s->params.progress_ctx, RB_PROGRESS_FEED,
                                                      done, n)) {
             rb_session_abort(s); /* stops at the next boundary */
@@ -423,33 +378,26 @@ rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd)
     while (fd->attempt < FEED_ATTEMPTS) {
         const size_t rest = fd->n - fd->fed;
         /* before any restore is planned: a re-balance may trim KV */
-        rb_session_memory_before_feed(s, (uint32_t)((s->n_tokens + rest + s->kv.page_tokens - 1) /
-                                                    s->kv.page_tokens));
+        rb_session_memory_before_feed(&s->mem, (uint32_t)((s->n_tokens + rest +
+                                                           s->kv.page_tokens - 1) /
+                                                          s->kv.page_tokens));
         /* positions whose K/V exists in some tier: all of them, except after
            a session was opened from a file that did not hold every page */
         size_t kv_valid = s->n_kv_valid < s->n_tokens ? s->n_kv_valid : s->n_tokens;
-        uint32_t recompute_from = UINT32_MAX;
-        rb_status st = RB_OK;
-        if (s->restore_open) { /* begun at open: this feed joins it */
-            recompute_from = s->restore_open_from;
-            s->restore_open = 0;
-        } else if (s->res &&
-                   (st = rb_residency_begin_restore(s->res, &recompute_from, &s->err)) != RB_OK)
+        uint32_t recompute_from;
+        rb_status st = rb_session_memory_begin_restore(&s->mem, &recompute_from);
+        if (st != RB_OK)
             return st;
         if (fd->damaged < recompute_from)
             recompute_from = fd->damaged;
-        if (recompute_from < kv_valid && window_recompute_point(s, recompute_from) == 0 &&
+        if (recompute_from < kv_valid &&
+            rb_session_memory_recompute_point(&s->mem, recompute_from) == 0 &&
             recompute_from > 0) {
             /* a sliding window reaches released pages: all from 0, with
                nothing of the old context restored (the next attempt plans
                only what the weights need) */
-            if (s->res) {
-                uint32_t ignored;
-                rb_error e = {0};
-                rb_residency_cancel_restore(s->res);
-                (void)rb_residency_end_restore(s->res, &ignored, &e);
-            }
-            forget_pages_from(s, 0);
+            rb_session_memory_drop_restore(&s->mem);
+            rb_session_memory_forget_from(&s->mem, 0);
             s->n_kv_valid = 0;
             fd->damaged = UINT32_MAX;
             fd->attempt++;
@@ -460,10 +408,7 @@ rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd)
             kv_valid = recompute_from;
             s->n_kv_valid = kv_valid; /* if this feed fails, the next recomputes */
         }
-        s->in_forward = 1;
-        s->stop_interrupt = 0;
-        s->gate_status = RB_OK;
-        s->progress_layers = s->params.progress && s->res ? s->kv.n_layers : 0;
+        rb_session_memory_pass_begin(&s->mem);
         fd->kv_valid = kv_valid;
         fd->stopped = 0;
         fd->done_re = fd->done_new = 0;
@@ -484,42 +429,37 @@ void rb_session_feed_run(rb_session *s, rb_feed *fd)
                         fd->logits ? fd->logits + fd->fed * n_vocab : NULL, &fd->stopped,
                         &fd->done_new);
     /* the split's compute estimate */
-    if (s->res && fd->st == RB_OK && !fd->stopped && fd->fed == 0)
-        rb_residency_note_compute(s->res, fd->n, rb_throttle_now_s() - t0);
+    if (fd->st == RB_OK && !fd->stopped && fd->fed == 0)
+        rb_session_memory_note_compute(&s->mem, fd->n, rb_throttle_now_s() - t0);
 }
 
 rb_status rb_session_feed_finish(rb_session *s, rb_feed *fd, int *done)
 {
     const size_t rest = fd->n - fd->fed, kv_valid = fd->kv_valid;
-    rb_status st = fd->st, rst = RB_OK;
+    rb_status st = fd->st;
     *done = 1;
-    fd->damaged = UINT32_MAX;
-    if (s->res)
-        rst = rb_residency_end_restore(s->res, &fd->damaged, &s->err);
-    s->in_forward = 0;
-    s->progress_layers = 0;
+    rb_status rst = rb_session_memory_end_restore(&s->mem, &fd->damaged);
     if (st != RB_OK)
         return st;
     if (rst != RB_OK)
         return rst; /* weights could not be re-read: nothing computes */
-    if (s->gate_status != RB_OK)
-        return s->gate_status; /* the same, found by the layer gate */
-    if (fd->stopped && !s->stop_interrupt && (st = rb_session_memory_stream_error(s)) != RB_OK)
-        return st;  /* streamed weights could not be read: the same */
+    if ((st = rb_session_memory_pass_error(&s->mem, fd->stopped)) != RB_OK)
+        return st;  /* the same, found by the layer gate or the weight stream */
+    const int stop_for_request = rb_session_memory_take_stop(&s->mem);
     if (!fd->stopped && fd->damaged == UINT32_MAX) {
         s->recomputed_tokens += (uint32_t)(s->n_tokens - kv_valid);
         memcpy(s->tokens + s->n_tokens, fd->tokens + fd->fed, rest * sizeof *fd->tokens);
         s->n_tokens += rest;
         s->n_kv_valid = s->n_tokens;
         s->has_logits = 1;
-        rb_session_release_window(s, s->n_tokens, 0); /* the restore ended */
-        rb_session_file_after_feed(s); /* never fails the feed */
-        return rb_session_memory_after_feed(s);
+        rb_session_memory_release_window(&s->mem, s->n_tokens, 0); /* the restore ended */
+        rb_session_file_after_feed(&s->file, s->n_tokens); /* never fails the feed */
+        rb_session_memory_after_feed(&s->mem);
+        return RB_OK;
     }
     *done = 0;
-    if (fd->stopped && s->stop_interrupt && fd->damaged == UINT32_MAX) {
+    if (fd->stopped && stop_for_request && fd->damaged == UINT32_MAX) {
         /* a trim or an abort at a layer boundary: keep what completed */
-        s->stop_interrupt = 0;
         if (fd->done_new == 0) {
             s->n_kv_valid = kv_valid + fd->done_re;
             s->recomputed_tokens += (uint32_t)fd->done_re;
@@ -532,24 +472,24 @@ rb_status rb_session_feed_finish(rb_session *s, rb_feed *fd, int *done)
             s->has_logits = 1;
             fd->fed += fd->done_new;
         }
-        rb_session_release_window(s, s->n_kv_valid, 0);
-        if (atomic_exchange(&s->abort_req, 0)) {
-            rb_session_serve_requests(s);
+        rb_session_memory_release_window(&s->mem, s->n_kv_valid, 0);
+        if (rb_session_memory_take_abort(&s->mem)) {
+            rb_session_memory_serve_requests(&s->mem);
             if (fd->done_new)
-                rb_session_file_after_feed(s);
-            rb_session_memory_after_feed(s);
+                rb_session_file_after_feed(&s->file, s->n_tokens);
+            rb_session_memory_after_feed(&s->mem);
             *done = 1;
             return rb_error_set(&s->err, RB_E_ABORTED, "session: feed aborted after %zu of "
                                 "%zu tokens (the session holds %zu)", fd->fed, fd->n,
                                 s->n_tokens);
         }
-        rb_session_serve_requests(s);
-        s->grace_batch = 1; /* the next batch completes whatever comes */
+        rb_session_memory_serve_requests(&s->mem);
+        rb_session_memory_grant_grace(&s->mem); /* the next batch completes whatever comes */
         return RB_OK;
     }
     if (fd->damaged != UINT32_MAX) {
-        fd->damaged = (uint32_t)window_recompute_point(s, fd->damaged);
-        forget_pages_from(s, fd->damaged / s->kv.page_tokens);
+        fd->damaged = (uint32_t)rb_session_memory_recompute_point(&s->mem, fd->damaged);
+        rb_session_memory_forget_from(&s->mem, fd->damaged / s->kv.page_tokens);
         if (fd->damaged < s->n_kv_valid)
             s->n_kv_valid = fd->damaged;
     }
@@ -665,15 +605,15 @@ static rb_status rewind_locked(rb_session *s, size_t n_tokens)
         return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: cannot rewind to %zu tokens: "
                             "it holds %zu", n_tokens, s->n_tokens);
     uint32_t keep_pages = (uint32_t)((n_tokens + s->kv.page_tokens - 1) / s->kv.page_tokens);
-    rb_session_settle_restore(s, 0);
+    rb_session_memory_settle_restore(&s->mem, 0);
     /* behind a sliding window's released pages: everything is recomputed */
-    size_t valid = window_recompute_point(s, n_tokens);
-    forget_pages_from(s, valid == 0 ? 0 : keep_pages);
+    size_t valid = rb_session_memory_recompute_point(&s->mem, n_tokens);
+    rb_session_memory_forget_from(&s->mem, valid == 0 ? 0 : keep_pages);
     s->n_tokens = n_tokens;
     if (s->n_kv_valid > valid)
         s->n_kv_valid = valid;
     s->has_logits = 0;
-    rb_session_file_rewound(s);
+    rb_session_file_rewound(&s->file, s->n_tokens);
     return RB_OK;
 }
 
@@ -681,20 +621,13 @@ static rb_status rewind_locked(rb_session *s, size_t n_tokens)
  * what is damaged or dropped becomes positions to recompute. */
 static rb_status restore_all(rb_session *s)
 {
-    rb_session_settle_restore(s, 1);
-    if (!s->res)
-        return RB_OK;
-    uint32_t from = UINT32_MAX, damaged = UINT32_MAX;
-    rb_status st = rb_residency_begin_restore(s->res, &from, &s->err);
+    uint32_t from;
+    rb_status st = rb_session_memory_restore_all(&s->mem, &from);
     if (st != RB_OK)
         return st;
-    if ((st = rb_residency_end_restore(s->res, &damaged, &s->err)) != RB_OK)
-        return st;
-    if (damaged < from)
-        from = damaged;
     if (from < s->n_kv_valid) {
         uint32_t page = from / s->kv.page_tokens;
-        forget_pages_from(s, page);
+        rb_session_memory_forget_from(&s->mem, page);
         s->n_kv_valid = (size_t)page * s->kv.page_tokens;
     }
     return RB_OK;
@@ -739,7 +672,7 @@ static rb_status shift_locked(rb_session *s, size_t n_keep, size_t n_discard)
         return st;
     /* the file's writer reads the tokens and pages: it finishes first, and
        the file keeps only the prefix the shift leaves as it is */
-    rb_session_file_shifted(s, n_keep / s->kv.page_tokens * s->kv.page_tokens);
+    rb_session_file_shifted(&s->file, n_keep / s->kv.page_tokens * s->kv.page_tokens);
     const rb_hparams *hp = &s->fwd.hp;
     rb_kvcache *kv = &s->kv;
     const uint32_t P = kv->page_tokens, L = kv->n_layers, H = kv->n_kv_heads;
@@ -776,7 +709,7 @@ static rb_status shift_locked(rb_session *s, size_t n_keep, size_t n_discard)
             }
     }
     free(kf);
-    forget_pages_from(s, first_page);
+    rb_session_memory_forget_from(&s->mem, first_page);
     st = rb_kvcache_reserve(kv, (uint32_t)((size_t)first_page * P + rows), &s->err);
     if (st == RB_OK) {
         o = tmp;
@@ -795,8 +728,7 @@ static rb_status shift_locked(rb_session *s, size_t n_keep, size_t n_discard)
     /* the K/V that exists: up to the moved rows (all of it when the reserve
        failed before writing: nothing from the first page on) */
     s->n_kv_valid = st == RB_OK ? (size_t)first_page * P + rows : (size_t)first_page * P;
-    if (s->res)
-        rb_residency_set_pages(s->res, kv->n_pages_reserved);
+    rb_session_memory_set_pages(&s->mem, kv->n_pages_reserved);
     return st;
 }
 
@@ -809,3 +741,223 @@ size_t rb_session_n_tokens(const rb_session *s) { return s->n_tokens; }
 const int32_t *rb_session_get_tokens(const rb_session *s) { return s->tokens; }
 uint32_t rb_session_n_ctx(const rb_session *s) { return s->kv.n_ctx; }
 uint32_t rb_session_n_vocab(const rb_session *s) { return s->fwd.hp.n_vocab; }
+
+/* ---- memory: the calls from any thread, the stats ------------------------------ */
+
+void rb_session_abort(rb_session *s)
+{
+    if (s)
+        rb_session_memory_abort(&s->mem);
+}
+
+rb_status rb_session_set_priority(rb_session *s, rb_priority priority)
+{
+    if (!s || (unsigned)priority > RB_PRIORITY_BACKGROUND)
+        return RB_E_INVALID_ARG;
+    return rb_session_memory_set_priority(&s->mem, priority);
+}
+
+rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,
+                          uint64_t *freed_out)
+{
+    if (!s || (unsigned)level > RB_TRIM_COMPLETE)
+        return RB_E_INVALID_ARG;
+    uint64_t freed = 0;
+    rb_error e = {0};
+    rb_status st = rb_session_memory_trim(&s->mem, bytes, level, &freed, &e);
+    if (st != RB_OK) { /* this thread's message, never the session's */
+        snprintf(tl_trim.message, sizeof tl_trim.message, "%s", e.message);
+        tl_trim.s = s;
+    }
+    if (freed_out)
+        *freed_out = freed;
+    return st;
+}
+
+rb_status rb_session_get_stats_sized(const rb_session *s, rb_session_stats *out, size_t out_size)
+{
+    if (!s || !out || !out_size)
+        return RB_E_INVALID_ARG;
+    /* the caller's struct may be an older, shorter one: fill what it has */
+    rb_session_stats all;
+    rb_session_memory_fill_stats(&s->mem, &all);
+    rb_session_file_fill_stats(&s->file, &all);
+    all.restore_recomputed_tokens = s->recomputed_tokens;
+    memcpy(out, &all, out_size < sizeof all ? out_size : sizeof all);
+    return RB_OK;
+}
+
+rb_status rb_session_set_restore(rb_session *s, rb_restore_mode mode, rb_ram_codec codec)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (codec == RB_RAM_CODEC_Q8 && (s->kv.type_k != RB_TYPE_F16 || s->kv.type_v != RB_TYPE_F16))
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: the q8 RAM codec re-quantizes "
+                            "an f16 KV cache; this one is quantized");
+    rb_session_enter(s);
+    rb_status st = rb_session_memory_set_mode(&s->mem, mode, codec);
+    if (st == RB_OK) {
+        s->params.restore = mode;
+        s->params.ram_codec = codec;
+    }
+    rb_session_leave(s);
+    return st;
+}
+
+size_t rb_session_restore_events(const rb_session *s, rb_restore_event *out, size_t max)
+{
+    return s ? rb_session_memory_events(&s->mem, out, max) : 0;
+}
+
+/* ---- the session file ----------------------------------------------------------- */
+
+rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
+{
+    if (!s || !path)
+        return RB_E_INVALID_ARG;
+    rb_session_enter(s);
+    rb_session_memory_settle_restore(&s->mem, 1); /* a save holds the whole context */
+    rb_status st = rb_session_file_save(&s->file, path, flags, s->n_tokens);
+    rb_session_leave(s);
+    return st;
+}
+
+/* The positions an open file covers: page by page, every layer must hold
+ * all of the page's positions below n, except that a sliding-window layer
+ * needs no page before the window of position n. A recompute from there
+ * reads the windows before it: when the file lacks one of their pages,
+ * everything is recomputed. The pages covered are adopted (STORED in the
+ * file) for the first feed's restore. */
+static void adopt_file_pages(rb_session *s, rb_sessfile *f, size_t n)
+{
+    const uint32_t P = s->kv.page_tokens;
+    size_t covered = 0;
+    uint32_t pages = 0;
+    while (covered < n) {
+        uint32_t need = n - covered >= P ? P : (uint32_t)(n - covered);
+        int all = 1;
+        for (uint32_t l = 0; l < s->kv.n_layers && all; l++)
+            all = rb_sessfile_page_tokens(f, l, pages) >= need ||
+                  (s->fwd.layers[l].window &&
+                   pages < rb_session_memory_window_first_page(&s->mem, n));
+        if (!all)
+            break;
+        covered += need;
+        pages++;
+    }
+    uint32_t first_win = rb_session_memory_window_first_page(&s->mem, covered);
+    for (uint32_t l = 0; covered < n && l < s->kv.n_layers; l++)
+        for (uint32_t p = first_win; s->fwd.layers[l].window && p < covered / P; p++)
+            if (rb_sessfile_page_tokens(f, l, p) < P)
+                covered = pages = first_win = 0;
+    for (uint32_t l = 0; l < s->kv.n_layers; l++)
+        for (uint32_t p = s->fwd.layers[l].window ? first_win : 0; p < pages; p++)
+            rb_session_memory_adopt_saved(&s->mem, l, p, rb_sessfile_page_tokens(f, l, p) == P);
+    rb_session_memory_adopted(&s->mem, pages, first_win);
+    s->n_kv_valid = covered;
+}
+
+rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
+                                const char *path, rb_session **out, rb_error *err)
+{
+    if (!model || !path || !out)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: model, path and out are required");
+    if (access(path, F_OK) != 0)
+        return rb_error_set(err, RB_E_NOT_FOUND, "session file: '%s' does not exist", path);
+    rb_session *s = NULL;
+    rb_status st = create_impl(model, params, 1, &s, err);
+    if (st != RB_OK)
+        return st;
+    rb_sessfile *f = NULL;
+    if ((st = rb_session_file_open(&s->file, path, s->params.file_flags, &f, err)) != RB_OK) {
+        rb_session_destroy(s);
+        return st;
+    }
+    size_t n = rb_sessfile_n_tokens(f); /* <= n_ctx: rb_session_file_open checks it */
+    memcpy(s->tokens, rb_sessfile_tokens(f), n * sizeof *s->tokens);
+    s->n_tokens = n;
+    adopt_file_pages(s, f, n);
+    if ((st = rb_session_file_bind(&s->file, f, path, err)) != RB_OK) {
+        rb_sessfile_close(f);
+        rb_session_destroy(s);
+        return st;
+    }
+    rb_session_memory_open_restore(&s->mem);
+    if ((st = rb_session_file_check_model(&s->file, err)) != RB_OK ||
+        (st = rb_session_memory_read_rest(&s->mem, err)) != RB_OK) {
+        rb_session_destroy(s); /* drops the restore first */
+        return st;
+    }
+    rb_session_leave(s); /* held since it was created: the pool may trim it now */
+    *out = s;
+    return RB_OK;
+}
+
+rb_status rb_session_unbind(rb_session *s)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    rb_session_enter(s);
+    rb_status st = RB_OK;
+    if (s->file.file) {
+        /* a restore without a forward pass: what is only in the file comes
+           back, and what is damaged or missing becomes positions to
+           recompute, as a feed would treat them */
+        st = restore_all(s);
+        if (st == RB_OK)
+            rb_session_file_close(&s->file);
+    }
+    rb_session_leave(s);
+    return st;
+}
+
+rb_status rb_session_set_blob(rb_session *s, const void *data, size_t n)
+{
+    if (!s || (n && !data))
+        return RB_E_INVALID_ARG;
+    return rb_session_file_set_blob(&s->file, data, n);
+}
+
+const void *rb_session_get_blob(const rb_session *s, size_t *n)
+{
+    *n = s ? s->file.blob_n : 0;
+    return s ? s->file.blob : NULL;
+}
+
+/* ---- the debug interface (session_debug.h) -------------------------------------- */
+
+rb_kvcache *rb_session_kvcache(rb_session *s) { return &s->kv; }
+size_t rb_session_debug_kv_valid(const rb_session *s) { return s->n_kv_valid; }
+uint32_t rb_session_debug_recomputed_tokens(const rb_session *s) { return s->recomputed_tokens; }
+void rb_session_debug_hold(rb_session *s) { rb_session_enter(s); }
+void rb_session_debug_release(rb_session *s) { rb_session_leave(s); }
+rb_residency *rb_session_debug_residency(rb_session *s) { return s->mem.res; }
+rb_store *rb_session_debug_store(rb_session *s) { return s->mem.store; }
+
+rb_status rb_session_debug_swap_store(rb_session *s, rb_store *store,
+                                      const rb_residency_params *rp, rb_error *err)
+{
+    return rb_session_memory_swap_store(&s->mem, store, rp, err);
+}
+
+void rb_session_debug_set_file_os(rb_session *s, const struct rb_os *os) { s->file.os = os; }
+
+size_t rb_session_debug_file_tokens_committed(const rb_session *s)
+{
+    return s->file.tokens_committed;
+}
+
+void rb_session_debug_wait_writer(rb_session *s) { rb_session_file_debug_wait(&s->file); }
+
+void rb_session_debug_writer_stats(rb_session *s, rb_session_writer_stats *out)
+{
+    rb_session_file_debug_writer_stats(&s->file, out);
+}
+
+void rb_session_debug_handover(const rb_session *s, uint64_t *n, double *total_s,
+                               double *max_s)
+{
+    *n = s->file.n_handover;
+    *total_s = s->file.handover_s;
+    *max_s = s->file.handover_max_s;
+}

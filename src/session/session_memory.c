@@ -1,8 +1,13 @@
 /*
- * session_memory.c - a session's memory manager: the emulated storage
- * device (profile + throttle), the spill store, the weight cache and the
- * residency manager, wired to the forward pass's layer gate; and the public
- * rb_session_trim / rb_session_get_stats_sized.
+ * session_memory.c - a session's memory wiring (session_memory.h): the
+ * emulated storage device (profile + throttle), the spill store, the
+ * weight cache or stream and the residency manager, wired to the forward
+ * pass's layer gate; the pool membership; the calls that reach a session
+ * from other threads (trims, an abort); the sliding-window pages.
+ *
+ * Direction: session.c calls in; nothing here calls session.c. What the
+ * wiring needs of the session (its KV cache, forward state, parameters,
+ * error message) it reads through the borrowed pointers of rb_session_mem.
  *
  * Ownership: everything here belongs to the session and dies with it; the
  * residency manager's workers are stopped first (rb_session_memory_deinit
@@ -11,7 +16,11 @@
  * Failure policy: a spill directory that cannot be used is not fatal unless
  * the caller named it (the session then runs without the storage tier and
  * the stats say why); a memory-mapped model keeps its weights (they belong
- * to the page cache).
+ * to the page cache). A trim never writes the session's own message: a
+ * trim from another thread would change what rb_session_errmsg returns to
+ * the thread using the session. Its failure goes to the poster that waits
+ * (rb_session_trim), and every failed trim is counted in the stats
+ * (trim_failures, trim_status).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,123 +32,125 @@
 #include "pool.h"
 #include "profile.h"
 #include "residency.h"
-#include "session_internal.h"
+#include "session_memory.h"
 #include "status.h"
 #include "store.h"
 #include "throttle.h"
 #include "wcache.h"
 #include "wcache_stream.h"
 
-void rb_session_gate_release(rb_session *s)
+void rb_session_memory_gate_release(rb_session_mem *m)
 {
-    if (s->held_layer >= 0 && s->wcache)
-        rb_wcache_unuse(s->wcache, (uint32_t)s->held_layer);
-    s->held_layer = -1;
+    if (m->held_layer >= 0 && m->wcache)
+        rb_wcache_unuse(m->wcache, (uint32_t)m->held_layer);
+    m->held_layer = -1;
 }
 
-static rb_status pool_join(rb_session *s, rb_error *err);
+static rb_status pool_join(rb_session_mem *m, rb_error *err);
 
 static int layer_gate(void *ctx, uint32_t layer)
 {
-    rb_session *s = ctx;
-    rb_session_gate_release(s); /* the previous layer is done */
+    rb_session_mem *m = ctx;
+    const rb_session_params *p = m->params;
+    rb_session_memory_gate_release(m); /* the previous layer is done */
     /* a trim posted from another thread, an abort: stop at this boundary
        (the pool's trims at a batch's first) */
     /* after a stop for a trim, the batch computed again runs to its end
        (an abort still stops it): trims that keep coming cannot keep a feed
        from ever completing one; they wait one batch at most */
-    if (s->grace_batch ? atomic_load_explicit(&s->abort_req, memory_order_acquire)
-                       : (atomic_load_explicit(&s->interrupt, memory_order_acquire) ||
+    if (m->grace_batch ? atomic_load_explicit(&m->abort_req, memory_order_acquire)
+                       : (atomic_load_explicit(&m->interrupt, memory_order_acquire) ||
                           (layer == 0 &&
-                           atomic_load_explicit(&s->interrupt_batch, memory_order_acquire)))) {
-        s->stop_interrupt = 1;
+                           atomic_load_explicit(&m->interrupt_batch, memory_order_acquire)))) {
+        m->stop_interrupt = 1;
         return -1;
     }
-    if (s->params.progress && s->progress_layers && layer < s->kv.n_layers) {
-        if (s->params.progress(s->params.progress_ctx, RB_PROGRESS_RESTORE, layer,
-                               s->kv.n_layers)) {
-            atomic_store(&s->abort_req, 1);
-            s->stop_interrupt = 1;
+    if (p->progress && m->progress_layers && layer < m->kv->n_layers) {
+        if (p->progress(p->progress_ctx, RB_PROGRESS_RESTORE, layer, m->kv->n_layers)) {
+            atomic_store(&m->abort_req, 1);
+            m->stop_interrupt = 1;
             return -1;
         }
-        if (layer + 1 == s->kv.n_layers)
-            s->progress_layers = 0;
+        if (layer + 1 == m->kv->n_layers)
+            m->progress_layers = 0;
     }
     /* weights first: the unit's blocks (layer L, or the output at
        n_layers), then the layer's KV */
-    if (s->wstream && rb_wcache_stream_acquire(s->wstream, layer) != 0)
+    if (m->wstream && rb_wcache_stream_acquire(m->wstream, layer) != 0)
         return -1;
-    if (layer >= s->kv.n_layers) {
-        rb_residency_compute_done(s->res);
+    if (layer >= m->kv->n_layers) {
+        rb_residency_compute_done(m->res);
         return 0;
     }
-    if (rb_residency_wait_layer(s->res, layer) != 0)
+    if (rb_residency_wait_layer(m->res, layer) != 0)
         return -1;
     /* the model's weights: another session may have released the layer
        after this feed's restore was planned; none releases it now */
-    if (s->wcache) {
+    if (m->wcache) {
         rb_error e = {0};
-        if (rb_wcache_use(s->wcache, layer, s->throttle, &e) != RB_OK) {
-            s->gate_status = rb_error_set(&s->err, e.status, "%s", e.message);
+        if (rb_wcache_use(m->wcache, layer, m->throttle, &e) != RB_OK) {
+            m->gate_status = rb_error_set(m->err, e.status, "%s", e.message);
             return -1;
         }
-        s->held_layer = (int)layer;
+        m->held_layer = (int)layer;
     }
     return 0;
 }
 
 static int rows_gate(void *ctx, const int32_t *tokens, uint32_t n)
 {
-    rb_session *s = ctx;
-    return rb_wcache_stream_rows(s->wstream, tokens, n);
+    rb_session_mem *m = ctx;
+    return rb_wcache_stream_rows(m->wstream, tokens, n);
 }
 
 /* The stats' scratch (forward run state, logits) and the session's own
  * part of "other" (tokens, the page table; residency adds its tables). */
-static uint64_t scratch_bytes(const rb_session *s)
+static uint64_t scratch_bytes(const rb_session_mem *m)
 {
-    return s->fwd.mem_bytes + (uint64_t)s->fwd.hp.n_vocab * sizeof(float);
+    return m->fwd->mem_bytes + (uint64_t)m->fwd->hp.n_vocab * sizeof(float);
 }
 
-static uint64_t table_bytes(const rb_session *s)
+static uint64_t table_bytes(const rb_session_mem *m)
 {
-    return (uint64_t)s->kv.n_ctx * sizeof(int32_t) +
-           (uint64_t)s->kv.n_layers * s->kv.pages_per_layer * sizeof(void *);
+    return (uint64_t)m->kv->n_ctx * sizeof(int32_t) +
+           (uint64_t)m->kv->n_layers * m->kv->pages_per_layer * sizeof(void *);
 }
 
 /* RAM the session holds besides weights and KV, before residency exists. */
-static uint64_t fixed_bytes(const rb_session *s) { return scratch_bytes(s) + table_bytes(s); }
+static uint64_t fixed_bytes(const rb_session_mem *m) { return scratch_bytes(m) + table_bytes(m); }
 
-int rb_session_wants_streaming(const rb_session *s)
+int rb_session_memory_wants_streaming(const rb_session_mem *m)
 {
-    const rb_session_params *p = &s->params;
+    const rb_session_params *p = m->params;
     if (p->weights_budget_bytes)
         return 1;
-    if (!p->budget_bytes || rb_model_is_mapped(s->model))
+    if (!p->budget_bytes || rb_model_is_mapped(m->model))
         return 0; /* a mapped model's weights belong to the page cache */
     /* the weights stream when they and a full context's KV do not fit:
        spilled KV would be read back by every token just the same, and the
        weights are the part that streams in layer order with read-ahead */
     rb_model_info info;
-    rb_model_get_info(s->model, &info);
+    rb_model_get_info(m->model, &info);
     /* a full context's pages; a sliding-window layer holds its window's */
-    uint64_t pages = 0, win = rb_session_window_first_page(s, s->kv.n_ctx - 1);
-    for (uint32_t l = 0; l < s->kv.n_layers; l++)
-        pages += s->fwd.layers[l].window ? s->kv.pages_per_layer - win : s->kv.pages_per_layer;
-    uint64_t kv_full = pages * rb_kvcache_page_alloc_bytes(&s->kv);
-    return p->budget_bytes < info.tensor_data_bytes + fixed_bytes(s) + kv_full;
+    uint64_t pages = 0, win = rb_session_memory_window_first_page(m, m->kv->n_ctx - 1);
+    for (uint32_t l = 0; l < m->kv->n_layers; l++)
+        pages += m->fwd->layers[l].window ? m->kv->pages_per_layer - win : m->kv->pages_per_layer;
+    uint64_t kv_full = pages * rb_kvcache_page_alloc_bytes(m->kv);
+    return p->budget_bytes < info.tensor_data_bytes + fixed_bytes(m) + kv_full;
 }
 
 /* The weight cache's share: its own budget, and what a memory budget
  * leaves after `fixed` bytes of run state and tables and kv_bytes of KV
- * (0: nothing left). */
-static uint64_t weights_share(const rb_session *s, uint64_t fixed, uint64_t kv_bytes)
+ * (0: nothing left). budget: the pool's less what the pool counts for the
+ * others (0: no memory budget). */
+static uint64_t weights_share(const rb_session_mem *m, uint64_t budget, uint64_t fixed,
+                              uint64_t kv_bytes)
 {
-    const rb_session_params *p = &s->params;
+    const rb_session_params *p = m->params;
     uint64_t cap = p->weights_budget_bytes ? p->weights_budget_bytes : UINT64_MAX;
-    if (p->budget_bytes) {
+    if (budget) {
         uint64_t rest = fixed + kv_bytes;
-        uint64_t left = p->budget_bytes > rest ? p->budget_bytes - rest : 0;
+        uint64_t left = budget > rest ? budget - rest : 0;
         cap = left < cap ? left : cap;
     }
     return cap;
@@ -147,36 +158,37 @@ static uint64_t weights_share(const rb_session *s, uint64_t fixed, uint64_t kv_b
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }
 
-static rb_status stream_init(rb_session *s, rb_error *err)
+static rb_status stream_init(rb_session_mem *m, rb_error *err)
 {
-    const rb_session_params *p = &s->params;
+    const rb_session_params *p = m->params;
     /* before the memory manager exists: its tables are not counted yet;
        the first feed re-balances with the real figures before any read */
     uint64_t min = 0;
-    rb_wcache_stream_params wp = {.budget_bytes = weights_share(s, fixed_bytes(s), 0),
+    rb_wcache_stream_params wp = {.budget_bytes = weights_share(m, p->budget_bytes,
+                                                                fixed_bytes(m), 0),
                                   .policy = p->weights_policy, .min_budget_out = &min};
     if (wp.budget_bytes == 0)
         wp.budget_bytes = 1; /* nothing left: the error below names the minimum */
     rb_error e = {0};
-    rb_status st = rb_wcache_stream_create(s->model, rb_model_path(s->model), NULL, s->throttle,
-                                           &wp, &s->wstream, &e);
+    rb_status st = rb_wcache_stream_create(m->model, rb_model_path(m->model), NULL, m->throttle,
+                                           &wp, &m->wstream, &e);
     if (st == RB_E_BUDGET && !p->weights_budget_bytes) /* in the budget the caller gave */
         return rb_error_set(err, st, "session: a memory budget of %.2f MiB leaves %.2f MiB for "
                             "weights after the run state (%.2f MiB), below the weights' minimum "
                             "of %.2f MiB: it needs at least %.2f MiB (%s)", mib(p->budget_bytes),
-                            mib(wp.budget_bytes), mib(fixed_bytes(s)), mib(min),
-                            mib(min + fixed_bytes(s)), e.message);
+                            mib(wp.budget_bytes), mib(fixed_bytes(m)), mib(min),
+                            mib(min + fixed_bytes(m)), e.message);
     if (st != RB_OK)
         return rb_error_set(err, st, "%s", e.message);
-    s->fwd.rows_gate = rows_gate;
-    s->fwd.rows_gate_ctx = s;
+    m->fwd->rows_gate = rows_gate;
+    m->fwd->rows_gate_ctx = m;
     return RB_OK;
 }
 
-rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
+rb_status rb_session_memory_init(rb_session_mem *m, int is_cold, rb_error *err)
 {
-    const rb_session_params *p = &s->params;
-    const rb_experimental_params *x = &s->exp;
+    const rb_session_params *p = m->params;
+    const rb_experimental_params *x = m->exp;
     if ((unsigned)p->restore > RB_RESTORE_RECOMPUTE)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: restore mode %d is not one of "
                             "pipelined, eager, recompute", (int)p->restore);
@@ -188,51 +200,51 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
     rb_status st = rb_profile_get(x->device && *x->device ? x->device : "host", &prof, err);
     if (st != RB_OK)
         return st;
-    s->device_bw = prof.is_throttled ? prof.bw_bytes_per_s : 0;
+    m->device_bw = prof.is_throttled ? prof.bw_bytes_per_s : 0;
     if (prof.is_throttled) {
-        if (!(s->throttle = calloc(1, sizeof *s->throttle)))
+        if (!(m->throttle = calloc(1, sizeof *m->throttle)))
             return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
-        if ((st = rb_throttle_init(s->throttle, prof.bw_bytes_per_s, prof.latency_s, err)) !=
+        if ((st = rb_throttle_init(m->throttle, prof.bw_bytes_per_s, prof.latency_s, err)) !=
             RB_OK) {
-            free(s->throttle);
-            s->throttle = NULL;
+            free(m->throttle);
+            m->throttle = NULL;
             return st;
         }
     }
 
     rb_store_params sp = rb_store_default_params();
     sp.dir = p->spill_dir;
-    sp.throttle = s->throttle;
+    sp.throttle = m->throttle;
     rb_error serr = {0};
-    if (rb_store_open(&sp, &s->store, &serr) == RB_OK) {
-        snprintf(s->store_note, sizeof s->store_note, "%s", rb_store_io_mode(s->store));
+    if (rb_store_open(&sp, &m->store, &serr) == RB_OK) {
+        snprintf(m->store_note, sizeof m->store_note, "%s", rb_store_io_mode(m->store));
     } else {
-        s->store = NULL;
+        m->store = NULL;
         if (p->spill_dir && *p->spill_dir)
             return rb_error_set(err, serr.status, "%s", serr.message);
-        snprintf(s->store_note, sizeof s->store_note, "no storage tier: %s", serr.message);
+        snprintf(m->store_note, sizeof m->store_note, "no storage tier: %s", serr.message);
     }
 
     rb_error werr = {0};
-    if (rb_session_wants_streaming(s)) {
-        if ((st = stream_init(s, err)) != RB_OK)
+    if (rb_session_memory_wants_streaming(m)) {
+        if ((st = stream_init(m, err)) != RB_OK)
             return st;
         is_cold = 0; /* the stream reads every block on use */
-    } else if (rb_wcache_shared(s->model, &s->wcache, &werr) != RB_OK) {
-        s->wcache = NULL;
+    } else if (rb_wcache_shared(m->model, &m->wcache, &werr) != RB_OK) {
+        m->wcache = NULL;
         if (werr.status != RB_E_UNSUPPORTED) /* mapped: weights just stay */
             return rb_error_set(err, werr.status, "%s", werr.message);
     }
 
     rb_residency_kv kv = {
-        .slots = (void **)s->kv.pages,
-        .n_layers = s->kv.n_layers,
-        .pages_per_layer = s->kv.pages_per_layer,
-        .page_bytes = s->kv.page_bytes,
+        .cache = m->kv,
+        .n_layers = m->kv->n_layers,
+        .pages_per_layer = m->kv->pages_per_layer,
+        .page_bytes = m->kv->page_bytes,
         /* a quantized page is its bytes to the codec: the lossless codec
            sees them as f16 values (every row is an even number of bytes) */
-        .dims = {s->kv.page_tokens, s->kv.n_kv_heads, (uint32_t)(s->kv.row_k / 2),
-                 (uint32_t)(s->kv.row_v / 2)},
+        .dims = {m->kv->page_tokens, m->kv->n_kv_heads, (uint32_t)(m->kv->row_k / 2),
+                 (uint32_t)(m->kv->row_v / 2)},
     };
     rb_residency_params rp = {
         .restore = p->restore,
@@ -242,56 +254,68 @@ rb_status rb_session_memory_init(rb_session *s, int is_cold, rb_error *err)
                                : prof.is_throttled ? prof.bw_bytes_per_s : 0,
         .storage_latency_s = prof.latency_s,
         .storage_bw_fixed = x->storage_bytes_per_s > 0,
-        .throttle = s->throttle,
+        .throttle = m->throttle,
     };
-    if (is_cold && !s->wcache && !s->wstream)
+    if (is_cold && !m->wcache && !m->wstream)
         return rb_error_set(err, RB_E_UNSUPPORTED, "session: a cold start needs the weight "
                             "cache (%s)", werr.message);
-    if (is_cold && (st = rb_wcache_mark_unread(s->wcache, err)) != RB_OK)
+    if (is_cold && (st = rb_wcache_mark_unread(m->wcache, err)) != RB_OK)
         return st;
-    if ((st = rb_residency_create(&rp, &kv, s->store, s->wcache, &s->res, err)) != RB_OK)
+    if ((st = rb_residency_create(&rp, &kv, m->store, m->wcache, &m->res, err)) != RB_OK)
         return st;
-    s->fwd.layer_gate = layer_gate;
-    s->fwd.layer_gate_ctx = s;
-    return pool_join(s, err);
+    m->fwd->layer_gate = layer_gate;
+    m->fwd->layer_gate_ctx = m;
+    return pool_join(m, err);
 }
 
-rb_status rb_session_memory_read_rest(rb_session *s, rb_error *err)
+rb_status rb_session_memory_read_rest(rb_session_mem *m, rb_error *err)
 {
-    return s->wcache ? rb_wcache_read_rest(s->wcache, s->throttle, err) : RB_OK;
+    return m->wcache ? rb_wcache_read_rest(m->wcache, m->throttle, err) : RB_OK;
 }
 
-void rb_session_memory_leave_pool(rb_session *s)
+void rb_session_memory_leave_pool(rb_session_mem *m)
 {
     /* first: the pool trims members from other threads until it lets go */
-    rb_pool_leave(s->member);
-    s->member = NULL;
-    if (s->owns_pool)
-        rb_pool_destroy(s->mpool);
-    s->mpool = NULL;
-    s->owns_pool = 0;
+    rb_pool_leave(m->member);
+    m->member = NULL;
+    if (m->owns_pool)
+        rb_pool_destroy(m->mpool);
+    m->mpool = NULL;
+    m->owns_pool = 0;
 }
 
-void rb_session_memory_deinit(rb_session *s)
+void rb_session_memory_early_init(rb_session_mem *m)
 {
-    rb_session_memory_leave_pool(s);
-    rb_residency_destroy(s->res);
-    s->res = NULL;
-    s->fwd.layer_gate = NULL;
-    s->fwd.rows_gate = NULL;
-    rb_wcache_stream_destroy(s->wstream);
-    s->wstream = NULL;
-    s->wcache = NULL; /* the model's */
-    rb_store_close(s->store);
-    s->store = NULL;
-    if (s->throttle) {
-        rb_throttle_deinit(s->throttle);
-        free(s->throttle);
-        s->throttle = NULL;
-    }
+    pthread_mutex_init(&m->op_mu, NULL);
+    pthread_mutex_init(&m->req_mu, NULL);
+    pthread_cond_init(&m->req_cv, NULL);
+    m->held_layer = -1;
+    /* held until the session is built: a pool it joins trims it only after */
+    rb_session_memory_enter(m);
 }
 
-static void fill_stats(const rb_session *s, rb_session_stats *out);
+void rb_session_memory_deinit(rb_session_mem *m)
+{
+    rb_session_memory_leave_pool(m);
+    rb_residency_destroy(m->res);
+    m->res = NULL;
+    m->fwd->layer_gate = NULL;
+    m->fwd->rows_gate = NULL;
+    rb_wcache_stream_destroy(m->wstream);
+    m->wstream = NULL;
+    m->wcache = NULL; /* the model's */
+    rb_store_close(m->store);
+    m->store = NULL;
+    if (m->throttle) {
+        rb_throttle_deinit(m->throttle);
+        free(m->throttle);
+        m->throttle = NULL;
+    }
+    pthread_mutex_destroy(&m->op_mu);
+    pthread_mutex_destroy(&m->req_mu);
+    pthread_cond_destroy(&m->req_cv);
+}
+
 
 /* ---- the pool and the calls from any thread ------------------------------ */
 
@@ -300,127 +324,154 @@ static int is_zram_codec(rb_ram_codec c)
     return c == RB_RAM_CODEC_LZ4 || c == RB_RAM_CODEC_ZSTD;
 }
 
-/* What the session holds in RAM besides the model's weights. */
-static uint64_t own_bytes(const rb_session *s, const rb_session_stats *st)
-{
-    return st->kv_raw_bytes + st->kv_compressed_bytes + st->scratch_bytes + st->other_bytes +
-           (s->wstream ? st->weights_bytes : 0);
-}
+/* What the session holds in RAM besides the model's weights, from the
+ * memory modules' own numbers (never the public stats): KV in RAM in any
+ * form, the run state and tables (the session's and residency's), and a
+ * streaming session's block cache. */
+typedef struct own_bytes {
+    uint64_t kv, fixed, stream;
+} own_bytes;
 
-/* From stats the caller just filled (NULL: filled here). */
-static void publish_stats(rb_session *s, const rb_session_stats *st)
+static own_bytes count_own(const rb_session_mem *m)
 {
-    if (!s->member)
-        return;
-    rb_session_stats mine;
-    if (!st) {
-        fill_stats(s, &mine);
-        st = &mine;
+    own_bytes o = {0, fixed_bytes(m), 0};
+    if (m->res) {
+        rb_residency_bytes rb;
+        rb_residency_get_bytes(m->res, &rb);
+        o.kv = rb.kv_ram_bytes;
+        o.fixed += rb.tables_bytes;
     }
-    rb_pool_member_set_bytes(s->member, own_bytes(s, st));
+    if (m->wstream) {
+        rb_wcache_stream_stats ws;
+        rb_wcache_stream_get_stats(m->wstream, &ws);
+        o.stream = ws.resident_bytes;
+    }
+    return o;
 }
 
-static void publish_bytes(rb_session *s) { publish_stats(s, NULL); }
+static uint64_t own_total(const own_bytes *o) { return o->kv + o->fixed + o->stream; }
 
-static void mark_held(rb_session *s)
+static void publish_bytes(rb_session_mem *m)
 {
-    pthread_mutex_lock(&s->req_mu);
-    s->op_held = 1;
-    s->op_owner = pthread_self();
-    pthread_mutex_unlock(&s->req_mu);
+    if (!m->member)
+        return;
+    own_bytes o = count_own(m);
+    rb_pool_member_set_bytes(m->member, own_total(&o));
+}
+
+static void mark_held(rb_session_mem *m)
+{
+    pthread_mutex_lock(&m->req_mu);
+    m->op_held = 1;
+    m->op_owner = pthread_self();
+    pthread_mutex_unlock(&m->req_mu);
 }
 
 /* 1 when this thread holds the session (a callback, or its own pool). */
-static int held_by_me(rb_session *s)
+static int held_by_me(rb_session_mem *m)
 {
-    pthread_mutex_lock(&s->req_mu);
-    int me = s->op_held && pthread_equal(s->op_owner, pthread_self());
-    pthread_mutex_unlock(&s->req_mu);
+    pthread_mutex_lock(&m->req_mu);
+    int me = m->op_held && pthread_equal(m->op_owner, pthread_self());
+    pthread_mutex_unlock(&m->req_mu);
     return me;
 }
 
-void rb_session_enter(rb_session *s)
+void rb_session_memory_enter(rb_session_mem *m)
 {
-    pthread_mutex_lock(&s->op_mu);
-    mark_held(s);
+    pthread_mutex_lock(&m->op_mu);
+    mark_held(m);
 }
 
-void rb_session_let_go(rb_session *s)
+void rb_session_memory_let_go(rb_session_mem *m)
 {
-    if (held_by_me(s)) {
-        pthread_mutex_lock(&s->req_mu);
-        s->op_held = 0;
-        pthread_mutex_unlock(&s->req_mu);
-        pthread_mutex_unlock(&s->op_mu);
+    if (held_by_me(m)) {
+        pthread_mutex_lock(&m->req_mu);
+        m->op_held = 0;
+        pthread_mutex_unlock(&m->req_mu);
+        pthread_mutex_unlock(&m->op_mu);
     }
 }
 
-void rb_session_leave(rb_session *s)
+void rb_session_memory_leave(rb_session_mem *m)
 {
-    rb_session_serve_requests(s);
-    pthread_mutex_lock(&s->req_mu);
-    s->op_held = 0;
-    pthread_mutex_unlock(&s->req_mu);
-    pthread_mutex_unlock(&s->op_mu);
+    rb_session_memory_serve_requests(m);
+    pthread_mutex_lock(&m->req_mu);
+    m->op_held = 0;
+    pthread_mutex_unlock(&m->req_mu);
+    pthread_mutex_unlock(&m->op_mu);
 }
 
-void rb_session_serve_requests(rb_session *s)
+/* A trim that failed: counted with its status (req_mu taken here). */
+static void note_trim_failure(rb_session_mem *m, const rb_error *e)
 {
-    pthread_mutex_lock(&s->req_mu);
-    if (!s->req_pending) {
-        atomic_store(&s->interrupt, atomic_load(&s->abort_req));
-        atomic_store(&s->interrupt_batch, 0);
-        pthread_mutex_unlock(&s->req_mu);
+    pthread_mutex_lock(&m->req_mu);
+    m->n_trim_failures++;
+    m->trim_status = e->status;
+    pthread_mutex_unlock(&m->req_mu);
+}
+
+void rb_session_memory_serve_requests(rb_session_mem *m)
+{
+    pthread_mutex_lock(&m->req_mu);
+    if (!m->req_pending) {
+        atomic_store(&m->interrupt, atomic_load(&m->abort_req));
+        atomic_store(&m->interrupt_batch, 0);
+        pthread_mutex_unlock(&m->req_mu);
         return;
     }
-    uint64_t id = s->req_posted, bytes = s->req_bytes;
-    rb_trim_level level = s->req_level;
-    int kv_only = s->req_kv_only;
-    s->req_pending = 0;
-    atomic_store(&s->interrupt, atomic_load(&s->abort_req));
-    atomic_store(&s->interrupt_batch, 0);
-    pthread_mutex_unlock(&s->req_mu);
+    uint64_t id = m->req_posted, bytes = m->req_bytes;
+    rb_trim_level level = m->req_level;
+    rb_trim_scope scope = m->req_scope;
+    m->req_pending = 0;
+    atomic_store(&m->interrupt, atomic_load(&m->abort_req));
+    atomic_store(&m->interrupt_batch, 0);
+    pthread_mutex_unlock(&m->req_mu);
     uint64_t freed = 0;
-    (void)rb_session_trim_locked(s, bytes, level, kv_only, &freed); /* message on s */
-    pthread_mutex_lock(&s->req_mu);
-    s->req_freed = freed;
-    s->req_served = id;
-    pthread_cond_broadcast(&s->req_cv);
-    pthread_mutex_unlock(&s->req_mu);
+    rb_error e = {0};
+    rb_status st = rb_session_memory_trim_locked(m, bytes, level, scope, &freed, &e);
+    pthread_mutex_lock(&m->req_mu);
+    m->req_freed = freed;
+    m->req_status = st;
+    m->req_err = e;
+    m->req_served = id;
+    pthread_cond_broadcast(&m->req_cv);
+    pthread_mutex_unlock(&m->req_mu);
 }
 
 /* Posts a trim for the thread that holds the session; wait: until it was
- * served (then the bytes it freed), else 0 at once. */
-static uint64_t post_request(rb_session *s, uint64_t bytes, rb_trim_level level, int kv_only,
-                             int wait)
+ * served (then the bytes it freed and its status, its message in err),
+ * else 0 and RB_OK at once (a failure is counted when it is served). */
+static uint64_t post_request(rb_session_mem *m, uint64_t bytes, rb_trim_level level,
+                             rb_trim_scope scope, int wait, rb_status *st_out,
+                             rb_error *err)
 {
-    pthread_mutex_lock(&s->req_mu);
-    if (s->op_held && pthread_equal(s->op_owner, pthread_self()))
+    pthread_mutex_lock(&m->req_mu);
+    if (m->op_held && pthread_equal(m->op_owner, pthread_self()))
         wait = 0; /* from the feed's own callback: served when it returns */
-    if (!s->req_pending) {
-        s->req_bytes = bytes;
-        s->req_level = level;
-        s->req_kv_only = kv_only;
+    if (!m->req_pending) {
+        m->req_bytes = bytes;
+        m->req_level = level;
+        m->req_scope = scope;
     } else {
-        if (level > s->req_level)
-            s->req_level = level;
-        if (bytes > s->req_bytes)
-            s->req_bytes = bytes;
-        if (kv_only < s->req_kv_only) /* the least restricted of them */
-            s->req_kv_only = kv_only;
+        if (level > m->req_level)
+            m->req_level = level;
+        if (bytes > m->req_bytes)
+            m->req_bytes = bytes;
+        if (scope < m->req_scope) /* the least restricted of them */
+            m->req_scope = scope;
     }
-    s->req_pending = 1;
-    uint64_t id = ++s->req_posted;
-    atomic_store_explicit(wait ? &s->interrupt : &s->interrupt_batch, 1, memory_order_release);
-    while (wait && s->req_served < id) {
-        pthread_mutex_unlock(&s->req_mu);
+    m->req_pending = 1;
+    uint64_t id = ++m->req_posted;
+    atomic_store_explicit(wait ? &m->interrupt : &m->interrupt_batch, 1, memory_order_release);
+    while (wait && m->req_served < id) {
+        pthread_mutex_unlock(&m->req_mu);
         /* the holder may have let go before it saw the request */
-        if (pthread_mutex_trylock(&s->op_mu) == 0) {
-            mark_held(s);
-            rb_session_leave(s);
+        if (pthread_mutex_trylock(&m->op_mu) == 0) {
+            mark_held(m);
+            rb_session_memory_leave(m);
         }
-        pthread_mutex_lock(&s->req_mu);
-        if (s->req_served < id) {
+        pthread_mutex_lock(&m->req_mu);
+        if (m->req_served < id) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 2000000;
@@ -428,138 +479,145 @@ static uint64_t post_request(rb_session *s, uint64_t bytes, rb_trim_level level,
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
             }
-            pthread_cond_timedwait(&s->req_cv, &s->req_mu, &ts);
+            pthread_cond_timedwait(&m->req_cv, &m->req_mu, &ts);
         }
     }
-    uint64_t freed = wait ? s->req_freed : 0;
-    pthread_mutex_unlock(&s->req_mu);
+    uint64_t freed = wait ? m->req_freed : 0;
+    rb_status st = wait ? m->req_status : RB_OK;
+    if (st != RB_OK)
+        rb_error_set(err, st, "%s", m->req_err.message);
+    pthread_mutex_unlock(&m->req_mu);
+    if (st_out)
+        *st_out = st;
     return freed;
 }
 
 /* The pool takes memory back (its mutex held; any thread): the KV only;
  * for its budget (bytes) to storage, compressed pages too, because a page
  * there frees all of its RAM and a compressed one a fraction (a level, the
- * app-switch moment, keeps the two-path split). */
+ * app-switch moment, keeps the two-path split). A failure is counted in
+ * the session's stats (the pool has no one to tell). */
 static uint64_t member_trim(void *ctx, uint64_t bytes, rb_trim_level level)
 {
-    rb_session *s = ctx;
+    rb_session_mem *m = ctx;
     uint64_t freed = 0;
-    const int kv_only = level == RB_TRIM_BYTES ? 2 : 1;
-    if (held_by_me(s)) {
-        if (s->in_forward) /* a callback inside the pass: at the next boundary */
-            return post_request(s, bytes, level, kv_only, 0);
-        (void)rb_session_trim_locked(s, bytes, level, kv_only, &freed);
+    rb_error e = {0};
+    const rb_trim_scope scope =
+        level == RB_TRIM_BYTES ? RB_TRIM_SCOPE_KV_TO_STORAGE : RB_TRIM_SCOPE_KV;
+    if (held_by_me(m)) {
+        if (m->in_forward) /* a callback inside the pass: at the next boundary */
+            return post_request(m, bytes, level, scope, 0, NULL, NULL);
+        (void)rb_session_memory_trim_locked(m, bytes, level, scope, &freed, &e);
         return freed;
     }
-    if (pthread_mutex_trylock(&s->op_mu) == 0) {
-        mark_held(s);
-        (void)rb_session_trim_locked(s, bytes, level, kv_only, &freed);
-        rb_session_leave(s);
+    if (pthread_mutex_trylock(&m->op_mu) == 0) {
+        mark_held(m);
+        (void)rb_session_memory_trim_locked(m, bytes, level, scope, &freed, &e);
+        rb_session_memory_leave(m);
         return freed;
     }
-    return post_request(s, bytes, level, kv_only, 0);
+    return post_request(m, bytes, level, scope, 0, NULL, NULL);
 }
 
-static rb_status pool_join(rb_session *s, rb_error *err)
+static rb_status pool_join(rb_session_mem *m, rb_error *err)
 {
-    rb_pool *pool = s->params.pool;
+    rb_pool *pool = m->params->pool;
     rb_status st;
     if (pool) {
-        if (rb_pool_model(pool) != s->model)
+        if (rb_pool_model(pool) != m->model)
             return rb_error_set(err, RB_E_INVALID_ARG, "session: the pool is of another model "
                                 "(one model per pool)");
     } else {
-        if ((st = rb_pool_create_impl(s->model, s->params.budget_bytes, &pool, err)) != RB_OK)
+        if ((st = rb_pool_create_impl(m->model, m->params->budget_bytes, &pool, err)) != RB_OK)
             return st;
-        s->owns_pool = 1;
+        m->owns_pool = 1;
     }
-    s->mpool = pool;
+    m->mpool = pool;
     rb_model_info info;
-    rb_model_get_info(s->model, &info);
+    rb_model_get_info(m->model, &info);
     /* the weights the pool counts: the model's cache, or all of them
        (mapped), or none (a stream: the session counts its cache) */
-    rb_pool_set_weights(pool, s->wcache, s->wcache || s->wstream ? 0 : info.tensor_data_bytes);
-    if ((st = rb_pool_join(pool, s, member_trim, s->params.priority, &s->member, err)) != RB_OK)
+    rb_pool_set_weights(pool, m->wcache, m->wcache || m->wstream ? 0 : info.tensor_data_bytes);
+    if ((st = rb_pool_join(pool, m, member_trim, m->params->priority, m->handle,
+                           &m->member, err)) != RB_OK)
         return st;
-    publish_bytes(s);
+    publish_bytes(m);
     return RB_OK;
 }
 
-rb_status rb_session_set_priority(rb_session *s, rb_priority priority)
+rb_status rb_session_memory_set_priority(rb_session_mem *m, rb_priority priority)
 {
-    if (!s || (unsigned)priority > RB_PRIORITY_BACKGROUND)
-        return RB_E_INVALID_ARG;
-    if (s->member)
-        rb_pool_member_set_priority(s->member, priority);
+    if (m->member)
+        rb_pool_member_set_priority(m->member, priority);
     return RB_OK;
 }
 
-void rb_session_abort(rb_session *s)
+void rb_session_memory_abort(rb_session_mem *m)
 {
-    if (!s)
-        return;
-    atomic_store(&s->abort_req, 1);
-    atomic_store_explicit(&s->interrupt, 1, memory_order_release);
+    atomic_store(&m->abort_req, 1);
+    atomic_store_explicit(&m->interrupt, 1, memory_order_release);
 }
 
-rb_status rb_session_trim_locked(rb_session *s, uint64_t bytes, rb_trim_level level,
-                                 int kv_only, uint64_t *freed_out)
-{
-    if (!s->res)
-        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: no memory manager");
-    if ((unsigned)level > RB_TRIM_COMPLETE)
-        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: unknown trim level %d",
-                            (int)level);
-    rb_session_settle_restore(s, 0);
-    uint64_t freed = 0;
-    rb_status st = rb_residency_trim_kv(s->res, bytes, level, kv_only, &freed, &s->err);
-    /* streamed weights: a complete trim, or bytes the KV could not give,
-       come out of the block cache (they stream back on use) */
-    if (st == RB_OK && s->wstream && !kv_only &&
-        (level == RB_TRIM_COMPLETE || (level == RB_TRIM_BYTES && freed < bytes)))
-        freed += rb_wcache_stream_drop(s->wstream);
-    /* a mapped model's weights are the page cache's: a complete trim drops
-       the process's mapping of them (they fault back from the file) */
-    if (st == RB_OK && !kv_only && level == RB_TRIM_COMPLETE && !s->wcache && !s->wstream)
-        freed += rb_model_drop_mapped_pages(s->model);
-    publish_bytes(s);
-    if (freed_out)
-        *freed_out = freed;
-    return st;
-}
+int rb_session_memory_take_abort(rb_session_mem *m) { return atomic_exchange(&m->abort_req, 0); }
 
-rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,
-                          uint64_t *freed_out)
+rb_status rb_session_memory_trim_locked(rb_session_mem *m, uint64_t bytes, rb_trim_level level,
+                                        rb_trim_scope scope, uint64_t *freed_out,
+                                        rb_error *err)
 {
-    if (!s)
-        return RB_E_INVALID_ARG;
-    if ((unsigned)level > RB_TRIM_COMPLETE)
-        return RB_E_INVALID_ARG;
+    rb_status st;
     uint64_t freed = 0;
-    rb_status st = RB_OK;
-    if (pthread_mutex_trylock(&s->op_mu) == 0) { /* idle: trim now */
-        mark_held(s);
-        st = rb_session_trim_locked(s, bytes, level, 0, &freed);
-        rb_session_leave(s);
+    if (!m->res) {
+        st = rb_error_set(err, RB_E_INVALID_ARG, "session: no memory manager");
+    } else if ((unsigned)level > RB_TRIM_COMPLETE) {
+        st = rb_error_set(err, RB_E_INVALID_ARG, "session: unknown trim level %d", (int)level);
     } else {
-        freed = post_request(s, bytes, level, 0, 1);
+        rb_session_memory_settle_restore(m, 0);
+        st = rb_residency_trim_kv(m->res, bytes, level, scope, &freed, err);
+        /* streamed weights: a complete trim, or bytes the KV could not
+           give, come out of the block cache (they stream back on use) */
+        if (st == RB_OK && m->wstream && scope == RB_TRIM_SCOPE_ALL &&
+            (level == RB_TRIM_COMPLETE || (level == RB_TRIM_BYTES && freed < bytes)))
+            freed += rb_wcache_stream_drop(m->wstream);
+        /* a mapped model's weights are the page cache's: a complete trim
+           drops the process's mapping of them (they fault back from the
+           file) */
+        if (st == RB_OK && scope == RB_TRIM_SCOPE_ALL && level == RB_TRIM_COMPLETE &&
+            !m->wcache && !m->wstream)
+            freed += rb_model_drop_mapped_pages(m->model);
+        publish_bytes(m);
     }
+    if (st != RB_OK)
+        note_trim_failure(m, err);
     if (freed_out)
         *freed_out = freed;
     return st;
 }
 
-static void fill_stats(const rb_session *s, rb_session_stats *out)
+rb_status rb_session_memory_trim(rb_session_mem *m, uint64_t bytes, rb_trim_level level,
+                                 uint64_t *freed, rb_error *err)
+{
+    rb_status st = RB_OK;
+    if (pthread_mutex_trylock(&m->op_mu) == 0) { /* idle: trim now */
+        mark_held(m);
+        st = rb_session_memory_trim_locked(m, bytes, level, RB_TRIM_SCOPE_ALL, freed, err);
+        rb_session_memory_leave(m);
+    } else {
+        *freed = post_request(m, bytes, level, RB_TRIM_SCOPE_ALL, 1, &st, err);
+    }
+    return st;
+}
+
+void rb_session_memory_fill_stats(const rb_session_mem *m, rb_session_stats *out)
 {
     memset(out, 0, sizeof *out);
     rb_model_info info;
-    rb_model_get_info(s->model, &info);
-    out->weights_bytes = s->wcache ? rb_wcache_resident_bytes(s->wcache) : info.tensor_data_bytes;
-    out->weights_evicted_bytes = s->wcache ? rb_wcache_total_bytes(s->wcache) -
+    rb_model_get_info(m->model, &info);
+    out->weights_bytes = m->wcache ? rb_wcache_resident_bytes(m->wcache) : info.tensor_data_bytes;
+    out->weights_evicted_bytes = m->wcache ? rb_wcache_total_bytes(m->wcache) -
                                                  out->weights_bytes : 0;
-    if (s->wstream) {
+    if (m->wstream) {
         rb_wcache_stream_stats ws;
-        rb_wcache_stream_get_stats(s->wstream, &ws);
+        rb_wcache_stream_get_stats(m->wstream, &ws);
         out->weights_bytes = ws.resident_bytes;
         out->weights_evicted_bytes = info.tensor_data_bytes > ws.resident_bytes
                                          ? info.tensor_data_bytes - ws.resident_bytes : 0;
@@ -583,114 +641,297 @@ static void fill_stats(const rb_session *s, rb_session_stats *out)
         out->weights_room_wait_s = ws.room_wait_s;
         out->weights_idle_s = ws.idle_s;
     }
-    out->scratch_bytes = scratch_bytes(s);
-    out->other_bytes = table_bytes(s);
-    if (s->res)
-        rb_residency_stats(s->res, out);
+    out->scratch_bytes = scratch_bytes(m);
+    out->other_bytes = table_bytes(m);
+    if (m->res)
+        rb_residency_stats(m->res, out);
     out->total_bytes = out->weights_bytes + out->kv_raw_bytes + out->kv_compressed_bytes +
                        out->scratch_bytes + out->other_bytes;
-    out->budget_bytes = s->mpool ? rb_pool_budget(s->mpool) : s->params.budget_bytes;
-    out->storage_io = s->store_note;
-    out->device_bytes_per_s = s->device_bw;
-    out->restore_recomputed_tokens = s->recomputed_tokens;
-    out->file_commits = s->file_commits;
-    out->file_pages_written = s->file_pages_written;
-    out->file_commit_s = s->file_commit_s;
-    out->file_status = s->file_status;
-    out->file_recovery = s->file_recovery[0] ? s->file_recovery : NULL;
-    out->file_lost_tokens = s->file_lost_tokens;
-    out->budget_over_bytes = s->budget_over_bytes;
+    out->budget_bytes = m->mpool ? rb_pool_budget(m->mpool) : m->params->budget_bytes;
+    out->storage_io = m->store_note;
+    out->device_bytes_per_s = m->device_bw;
+    out->budget_over_bytes = m->budget_over_bytes;
+    rb_session_mem *mm = (rb_session_mem *)m; /* the lock is not part of the value */
+    pthread_mutex_lock(&mm->req_mu);
+    out->trim_failures = m->n_trim_failures;
+    out->trim_status = m->trim_status;
+    pthread_mutex_unlock(&mm->req_mu);
 }
 
-rb_status rb_session_get_stats_sized(const rb_session *s, rb_session_stats *out, size_t out_size)
+void rb_session_memory_after_feed(rb_session_mem *m)
 {
-    if (!s || !out || !out_size)
-        return RB_E_INVALID_ARG;
-    /* the caller's struct may be an older, shorter one: fill what it has */
-    rb_session_stats all;
-    fill_stats(s, &all);
-    memcpy(out, &all, out_size < sizeof all ? out_size : sizeof all);
-    return RB_OK;
-}
-
-rb_status rb_session_memory_after_feed(rb_session *s)
-{
-    publish_bytes(s);
-    rb_pool_member_touch(s->member);
+    publish_bytes(m);
+    rb_pool_member_touch(m->member);
     /* over budget: the pool takes the excess back - the other sessions'
        KV, least recently used first, then this one's (last layers first),
        then the weights (the zram baseline keeps them: it compresses KV
        only, as the kernel's zRAM would); what cannot go stays, and the
        stats show it */
-    s->budget_over_bytes = rb_pool_enforce(s->mpool, s->member, 0, 1,
-                                           !is_zram_codec(s->params.ram_codec));
-    return RB_OK;
+    m->budget_over_bytes = rb_pool_enforce(m->mpool, m->member, 0, 1,
+                                           !is_zram_codec(m->params->ram_codec));
 }
 
-void rb_session_memory_before_feed(rb_session *s, uint32_t n_pages_after)
+void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
 {
-    rb_session_stats st;
-    if (!s->wstream && s->mpool && rb_pool_budget(s->mpool)) {
+    own_bytes o = count_own(m);
+    const uint64_t budget = m->mpool ? rb_pool_budget(m->mpool) : 0;
+    if (budget) {
         /* the feed brings this session's KV back and grows it: the other
            sessions make room first (this one trims after the feed) */
-        fill_stats(s, &st);
-        uint64_t now = st.kv_raw_bytes + st.kv_compressed_bytes;
-        uint64_t after = (uint64_t)n_pages_after * s->kv.n_layers *
-                         rb_kvcache_page_alloc_bytes(&s->kv);
+        uint64_t after = (uint64_t)n_pages_after * m->kv->n_layers *
+                         rb_kvcache_page_alloc_bytes(m->kv);
         /* and the model's weights any session released: the pass reads
            them all back */
-        uint64_t extra = (after > now ? after - now : 0) + st.weights_evicted_bytes;
-        publish_stats(s, &st); /* the figures just filled, not a second scan */
-        rb_pool_enforce(s->mpool, s->member, extra, 0, 0);
+        uint64_t evicted = m->wcache ? rb_wcache_total_bytes(m->wcache) -
+                                           rb_wcache_resident_bytes(m->wcache) : 0;
+        uint64_t extra = (after > o.kv ? after - o.kv : 0) + evicted;
+        if (m->member) /* the figures just counted, not a second scan */
+            rb_pool_member_set_bytes(m->member, own_total(&o));
+        rb_pool_enforce(m->mpool, m->member, extra, 0, 0);
     }
-    if (!s->wstream || !s->params.budget_bytes)
+    if (!m->wstream || !budget)
         return;
-    rb_session_get_stats(s, &st);
-    uint64_t kv = st.kv_raw_bytes + st.kv_compressed_bytes;
-    if (n_pages_after > s->kv.n_pages_reserved)
-        kv += (uint64_t)(n_pages_after - s->kv.n_pages_reserved) * s->kv.n_layers *
-              rb_kvcache_page_alloc_bytes(&s->kv);
-    uint64_t share = weights_share(s, st.scratch_bytes + st.other_bytes, kv);
-    uint64_t min = rb_wcache_stream_min_budget(s->wstream);
+    /* a streaming session is in the pool like any other: its weights get
+       what the pool's budget leaves after the others, its run state and
+       its KV (in its own pool: its budget_bytes) */
+    uint64_t others = rb_pool_others_bytes(m->mpool, m->member);
+    uint64_t kv = o.kv;
+    if (n_pages_after > m->kv->n_pages_reserved)
+        kv += (uint64_t)(n_pages_after - m->kv->n_pages_reserved) * m->kv->n_layers *
+              rb_kvcache_page_alloc_bytes(m->kv);
+    uint64_t share = weights_share(m, budget > others ? budget - others : 1, o.fixed, kv);
+    uint64_t min = rb_wcache_stream_min_budget(m->wstream);
     if (share < min) {
         /* the weights are at their floor: the KV gives the rest (last
            layers first, as a trim); what it cannot give shows in the stats */
         uint64_t excess = min - share;
-        rb_residency_trim(s->res, excess, RB_TRIM_BYTES, NULL, &s->err);
+        rb_residency_trim(m->res, excess, RB_TRIM_BYTES, NULL, m->err);
         share = min;
     }
     /* block granularity: the KV grows a page at a time, so this changes
        the cache (and drops its read-ahead) only when a page is added */
     rb_wcache_stream_stats ws;
-    rb_wcache_stream_get_stats(s->wstream, &ws);
+    rb_wcache_stream_get_stats(m->wstream, &ws);
     if (share / ws.block_bytes != ws.budget_bytes / ws.block_bytes)
-        rb_wcache_stream_set_budget(s->wstream, share, &s->err);
+        rb_wcache_stream_set_budget(m->wstream, share, m->err);
 }
 
-rb_status rb_session_memory_stream_error(rb_session *s)
+rb_status rb_session_memory_set_mode(rb_session_mem *m, rb_restore_mode mode, rb_ram_codec codec)
 {
-    return s->wstream ? rb_wcache_stream_error(s->wstream, &s->err) : RB_OK;
+    rb_session_memory_settle_restore(m, 0);
+    return rb_residency_set_mode(m->res, mode, codec, m->err);
 }
 
-rb_status rb_session_set_restore(rb_session *s, rb_restore_mode mode, rb_ram_codec codec)
+size_t rb_session_memory_events(const rb_session_mem *m, rb_restore_event *out, size_t max)
 {
-    if (!s)
-        return RB_E_INVALID_ARG;
-    if (codec == RB_RAM_CODEC_Q8 && (s->kv.type_k != RB_TYPE_F16 || s->kv.type_v != RB_TYPE_F16))
-        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: the q8 RAM codec re-quantizes "
-                            "an f16 KV cache; this one is quantized");
-    rb_session_enter(s);
-    rb_session_settle_restore(s, 0);
-    rb_status st = rb_residency_set_mode(s->res, mode, codec, &s->err);
-    if (st == RB_OK) {
-        s->params.restore = mode;
-        s->params.ram_codec = codec;
+    return m->res ? rb_residency_events(m->res, out, max) : 0;
+}
+
+/* ---- around a feed ------------------------------------------------------------ */
+
+rb_status rb_session_memory_begin_restore(rb_session_mem *m, uint32_t *recompute_from)
+{
+    *recompute_from = UINT32_MAX;
+    if (m->restore_open) { /* begun at open: this feed joins it */
+        *recompute_from = m->restore_open_from;
+        m->restore_open = 0;
+        return RB_OK;
     }
-    rb_session_leave(s);
+    return m->res ? rb_residency_begin_restore(m->res, recompute_from, m->err) : RB_OK;
+}
+
+void rb_session_memory_drop_restore(rb_session_mem *m)
+{
+    if (!m->res)
+        return;
+    uint32_t ignored;
+    rb_error e = {0};
+    rb_residency_cancel_restore(m->res);
+    (void)rb_residency_end_restore(m->res, &ignored, &e);
+}
+
+void rb_session_memory_settle_restore(rb_session_mem *m, int finish)
+{
+    if (!m->restore_open)
+        return;
+    m->restore_open = 0;
+    if (!finish)
+        rb_residency_cancel_restore(m->res);
+    uint32_t damaged;
+    rb_error e = {0};
+    (void)rb_residency_end_restore(m->res, &damaged, &e); /* the next feed retries */
+}
+
+/* Begins the layers' restore at open, before the first feed asks for it:
+ * weights and KV then stream from the start while the model's fingerprint
+ * is checked, the rest of the weights read and the caller builds its
+ * tokenizer. Only for the plain cold start (pipelined, no budgets): a
+ * budget may trim before the feed, eager would block the open. */
+void rb_session_memory_open_restore(rb_session_mem *m)
+{
+    const rb_session_params *p = m->params;
+    if (!m->res || p->restore != RB_RESTORE_PIPELINED || p->budget_bytes ||
+        p->weights_budget_bytes)
+        return;
+    rb_error e = {0};
+    if (rb_residency_begin_restore(m->res, &m->restore_open_from, &e) == RB_OK)
+        m->restore_open = 1;
+}
+
+void rb_session_memory_pass_begin(rb_session_mem *m)
+{
+    m->in_forward = 1;
+    m->stop_interrupt = 0;
+    m->gate_status = RB_OK;
+    m->progress_layers = m->params->progress && m->res ? m->kv->n_layers : 0;
+}
+
+void rb_session_memory_set_pages(rb_session_mem *m, uint32_t n_pages)
+{
+    if (m->res)
+        rb_residency_set_pages(m->res, n_pages);
+}
+
+void rb_session_memory_batch_done(rb_session_mem *m) { m->grace_batch = 0; }
+
+void rb_session_memory_note_compute(rb_session_mem *m, size_t n, double seconds)
+{
+    if (m->res)
+        rb_residency_note_compute(m->res, n, seconds);
+}
+
+rb_status rb_session_memory_end_restore(rb_session_mem *m, uint32_t *damaged)
+{
+    rb_status st = RB_OK;
+    *damaged = UINT32_MAX;
+    if (m->res)
+        st = rb_residency_end_restore(m->res, damaged, m->err);
+    m->in_forward = 0;
+    m->progress_layers = 0;
     return st;
 }
 
-size_t rb_session_restore_events(const rb_session *s, rb_restore_event *out, size_t max)
+rb_status rb_session_memory_pass_error(rb_session_mem *m, int stopped)
 {
-    return s && s->res ? rb_residency_events(s->res, out, max) : 0;
+    if (m->gate_status != RB_OK)
+        return m->gate_status; /* weights could not be re-read: nothing computes */
+    if (stopped && !m->stop_interrupt && m->wstream)
+        return rb_wcache_stream_error(m->wstream, m->err); /* the same, streamed */
+    return RB_OK;
+}
+
+int rb_session_memory_take_stop(rb_session_mem *m)
+{
+    int stop = m->stop_interrupt;
+    m->stop_interrupt = 0;
+    return stop;
+}
+
+void rb_session_memory_grant_grace(rb_session_mem *m) { m->grace_batch = 1; }
+
+rb_status rb_session_memory_restore_all(rb_session_mem *m, uint32_t *from)
+{
+    *from = UINT32_MAX;
+    rb_session_memory_settle_restore(m, 1);
+    if (!m->res)
+        return RB_OK;
+    uint32_t damaged = UINT32_MAX;
+    rb_status st = rb_residency_begin_restore(m->res, from, m->err);
+    if (st != RB_OK)
+        return st;
+    if ((st = rb_residency_end_restore(m->res, &damaged, m->err)) != RB_OK)
+        return st;
+    if (damaged < *from)
+        *from = damaged;
+    return RB_OK;
+}
+
+/* ---- pages ---------------------------------------------------------------------- */
+
+uint32_t rb_session_memory_window_first_page(const rb_session_mem *m, size_t pos)
+{
+    const uint32_t w = m->fwd->hp.n_swa;
+    if (w == 0 || pos < w)
+        return 0;
+    return (uint32_t)((pos - w + 1) / m->kv->page_tokens);
+}
+
+/* A page of a sliding-window layer whose last position is before the
+ * window of the next query is never read again: it goes (RAM, compressed
+ * frame, spill copy). A rewind behind the window, or a recompute from a
+ * position whose window reaches a released page, recomputes from 0 (the
+ * layers' K/V at a position depend on the windows before it, layer by
+ * layer: there is no shorter exact path). */
+void rb_session_memory_release_window(rb_session_mem *m, size_t next_pos, int in_feed)
+{
+    const uint32_t dead = rb_session_memory_window_first_page(m, next_pos);
+    if (dead <= m->window_released_pages)
+        return;
+    uint32_t released = dead;
+    for (uint32_t l = 0; l < m->kv->n_layers; l++) {
+        if (!m->fwd->layers[l].window)
+            continue;
+        for (uint32_t pg = m->window_released_pages; pg < dead; pg++) {
+            if (m->res) {
+                if (!rb_residency_release_page(m->res, l, pg, in_feed) && pg < released)
+                    released = pg;
+            } else {
+                rb_kvcache_free_page(m->kv, l, pg);
+            }
+        }
+    }
+    if (dead > m->window_dead_pages)
+        m->window_dead_pages = dead;
+    m->window_released_pages = released;
+}
+
+size_t rb_session_memory_recompute_point(const rb_session_mem *m, size_t from)
+{
+    if (from == 0 || m->window_dead_pages == 0)
+        return from;
+    return rb_session_memory_window_first_page(m, from) < m->window_dead_pages ? 0 : from;
+}
+
+void rb_session_memory_forget_from(rb_session_mem *m, uint32_t first_page)
+{
+    if (m->res)
+        rb_residency_forget_from(m->res, first_page);
+    rb_kvcache_truncate(m->kv, first_page);
+    if (m->window_dead_pages > first_page)
+        m->window_dead_pages = first_page;
+    if (m->window_released_pages > first_page)
+        m->window_released_pages = first_page;
+}
+
+void rb_session_memory_adopt_saved(rb_session_mem *m, uint32_t layer, uint32_t page,
+                                   int is_clean)
+{
+    rb_residency_adopt_saved(m->res, layer, page, is_clean);
+}
+
+void rb_session_memory_adopted(rb_session_mem *m, uint32_t n_pages, uint32_t first_window_page)
+{
+    m->kv->n_pages_reserved = n_pages;
+    rb_residency_set_pages(m->res, n_pages);
+    m->window_dead_pages = m->window_released_pages = first_window_page; /* never adopted */
+}
+
+/* ---- the debug interface (session_debug.h) ------------------------------------- */
+
+rb_status rb_session_memory_swap_store(rb_session_mem *m, rb_store *store,
+                                       const rb_residency_params *rp, rb_error *err)
+{
+    rb_residency_destroy(m->res);
+    m->res = NULL;
+    rb_store_close(m->store);
+    m->store = store;
+    rb_residency_kv kv = {
+        .cache = m->kv,
+        .n_layers = m->kv->n_layers,
+        .pages_per_layer = m->kv->pages_per_layer,
+        .page_bytes = m->kv->page_bytes,
+        .dims = {m->kv->page_tokens, m->kv->n_kv_heads, (uint32_t)(m->kv->row_k / 2),
+                 (uint32_t)(m->kv->row_v / 2)},
+    };
+    return rb_residency_create(rp, &kv, m->store, m->wcache, &m->res, err);
 }

@@ -66,7 +66,7 @@ static rb_status check_set(rb_session **ss, const int32_t *tokens, size_t n, rb_
                                 "threads, session 0 %d: the pass runs on one pool", i,
                                 rb_threadpool_n_threads(s->pool),
                                 rb_threadpool_n_threads(ss[0]->pool));
-        if (s->wstream)
+        if (s->mem.wstream)
             return rb_error_set(err, RB_E_UNSUPPORTED, "decode_multi: session %zu streams its "
                                 "weights under a budget; feed it alone", i);
     }
@@ -87,8 +87,7 @@ static void run_group(rb_session **ss, rb_feed **fd, size_t k, rb_forward_seq *s
                                        &s->err);
         if (fd[i]->st != RB_OK)
             continue;
-        if (s->res)
-            rb_residency_set_pages(s->res, s->kv.n_pages_reserved);
+        rb_session_memory_set_pages(&s->mem, s->kv.n_pages_reserved);
         if (!f)
             f = &s->fwd;
         seqs[m] = (rb_forward_seq){.kv = &s->kv, .tokens = fd[i]->tokens + fd[i]->fed,
@@ -112,7 +111,7 @@ static void run_group(rb_session **ss, rb_feed **fd, size_t k, rb_forward_seq *s
         if (fd[i]->st != RB_OK)
             continue;
         const rb_forward_seq *sq = &seqs[j++];
-        rb_session_gate_release(s); /* the last layer its gate held */
+        rb_session_memory_gate_release(&s->mem); /* the last layer its gate held */
         if (rc != 0) {
             fd[i]->stopped = 1;
             continue;
@@ -126,13 +125,13 @@ static void run_group(rb_session **ss, rb_feed **fd, size_t k, rb_forward_seq *s
         }
         memcpy(s->logits, logits + (size_t)(j - 1) * n_vocab, n_vocab * sizeof *logits);
         fd[i]->done_new = sq->n;
-        rb_session_release_window(s, sq->pos0 + sq->n, 1);
+        rb_session_memory_release_window(&s->mem, sq->pos0 + sq->n, 1);
         if (s->params.progress &&
             s->params.progress(s->params.progress_ctx, RB_PROGRESS_FEED, sq->n, sq->n))
-            rb_session_abort(s); /* as a feed: stops at its next boundary */
+            rb_session_memory_abort(&s->mem); /* as a feed: stops at its next boundary */
         /* the split's compute estimate: the pass is what its restore races */
-        if (s->res && fd[i]->fed == 0)
-            rb_residency_note_compute(s->res, sq->n, dt);
+        if (fd[i]->fed == 0)
+            rb_session_memory_note_compute(&s->mem, sq->n, dt);
     }
 }
 

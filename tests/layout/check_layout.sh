@@ -4,7 +4,8 @@
 # a header of its own module, of a module it may depend on (directly or
 # through another), or include/rebound.h; no include climbs with "../"; the
 # module graph that the includes draw has no cycle; every folder of src/ and
-# tools/ is a known module. The build enforces the same direction through
+# tools/ is a known module; inside src/session/ and src/memory/ the files
+# that include each other or call each other's functions form no cycle. The build enforces the same direction through
 # include paths (cmake/RbModule.cmake); this check also catches what a
 # transitive include path would let through, and says where.
 # tools/commands/ holds commands of the CLI: they may also include app/*.h.
@@ -184,8 +185,60 @@ if [ -d serve ]; then
     done
 fi
 
+# Inside src/session/ and src/memory/: no cycle between files. A unit is a
+# file's name without .c/.h (session_memory.c and session_memory.h are one);
+# unit A -> B when A includes B's header or calls a function B's .c defines
+# (an rb_* name at the start of a definition line). Calls through function
+# pointers are not seen; the folders' file comments say where they remain.
+declare -A FEDGE FDEF FCOLOUR
+fvisit() {
+    local u=$1 e o
+    FCOLOUR[$u]=grey
+    for e in "${!FEDGE[@]}"; do
+        [ "${e%% *}" = "$u" ] || continue
+        o=${e#* }
+        case ${FCOLOUR[$o]:-white} in
+            grey) err "cycle between files of $FDIR: $u -> $o -> ... -> $u (${FEDGE[$e]})" ;;
+            white) fvisit "$o" ;;
+        esac
+    done
+    FCOLOUR[$u]=black
+}
+n_fedges=0
+for FDIR in src/session src/memory; do
+    FEDGE=(); FDEF=(); FCOLOUR=()
+    for f in "$FDIR"/*.c; do
+        u=$(basename "$f" .c)
+        while IFS= read -r name; do
+            FDEF[$name]=$u
+        done < <(grep -E '^[A-Za-z_].*[ *]rb_[a-z0-9_]+\(' "$f" | grep -vE ';[[:space:]]*$' |
+                 sed -E 's/^[^(]*[ *](rb_[a-z0-9_]+)\(.*/\1/')
+    done
+    for f in "$FDIR"/*.[ch]; do
+        u=$(basename "$f"); u=${u%.[ch]}
+        while IFS= read -r inc; do
+            [ -e "$FDIR/$inc" ] || continue
+            o=${inc%.[ch]}
+            [ "$o" = "$u" ] || FEDGE["$u $o"]="$(basename "$f") includes $inc"
+        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+        case $f in *.c) ;; *) continue ;; esac
+        while IFS= read -r name; do
+            o=${FDEF[$name]:-}
+            [ -n "$o" ] && [ "$o" != "$u" ] && [ -z "${FEDGE["$u $o"]+x}" ] &&
+                FEDGE["$u $o"]="$(basename "$f") calls $name"
+        done < <(grep -oE '\brb_[a-z0-9_]+[[:space:]]*\(' "$f" | sed -E 's/[[:space:]]*\($//' | sort -u)
+    done
+    n_fedges=$((n_fedges + ${#FEDGE[@]}))
+    if [ -n "${CHECK_LAYOUT_VERBOSE:-}" ]; then # the file graph, for docs/ARCHITECTURE.md
+        for e in "${!FEDGE[@]}"; do echo "$FDIR: ${e% *} -> ${e#* } (${FEDGE[$e]})"; done | sort
+    fi
+    for u in $(for f in "$FDIR"/*.[ch]; do b=$(basename "$f"); echo "${b%.[ch]}"; done | sort -u); do
+        [ "${FCOLOUR[$u]:-white}" = white ] && fvisit "$u"
+    done
+done
+
 if [ $fail -ne 0 ]; then
     echo "check_layout: FAILED (the map: docs/ARCHITECTURE.md)"
     exit 1
 fi
-echo "check_layout: ${#DEPS[@]} modules, ${#EDGE[@]} module edges from $n_inc includes, no cycle, every include in the direction of the map; serve/: $n_serve_edges file includes in the order $SERVE_ORDER"
+echo "check_layout: ${#DEPS[@]} modules, ${#EDGE[@]} module edges from $n_inc includes, no cycle, every include in the direction of the map; $n_fedges file edges in src/session and src/memory, no cycle; serve/: $n_serve_edges file includes in the order $SERVE_ORDER"
