@@ -1394,6 +1394,60 @@ static void rewind_garbage_test(rb_model *m)
     unlink(path);
 }
 
+/* Clean turns and reopens, with compactions among them (a chat resumed
+ * turn after turn): every open finds both superblocks whole and reports
+ * no recovery. A compaction that wrote one superblock slot of the file it
+ * renames over the old one made the next open say "superblock 0 is
+ * damaged" on a healthy file (issue 27). */
+static void clean_reopen_test(rb_model *m)
+{
+    rb_error err;
+    char path[600];
+    snprintf(path, sizeof path, "%s.clean", sess_path);
+    unlink(path);
+    rb_session *s = NULL;
+    rb_session_params p = params();
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (!s)
+        return;
+    CHECK_EQ_INT(rb_session_feed(s, prompt, 300, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
+    rb_session_destroy(s);
+    struct stat st0;
+    CHECK(stat(path, &st0) == 0);
+    int n_rewrites = 0, n_warned = 0;
+    const int n_rounds = 24;
+    for (int i = 0; i <= n_rounds; i++) {
+        s = NULL;
+        CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
+        if (!s)
+            break;
+        rb_session_stats ss;
+        CHECK_EQ_INT(rb_session_get_stats(s, &ss), RB_OK);
+        if (ss.file_recovery || ss.file_lost_tokens) {
+            if (!n_warned++)
+                printf("clean reopen %d: file_recovery \"%s\"\n", i,
+                       ss.file_recovery ? ss.file_recovery : "");
+        }
+        CHECK_EQ_INT(rb_session_n_tokens(s), 300 + i);
+        if (i < n_rounds) { /* one turn: a token, saved at the exit as chat does */
+            CHECK_EQ_INT(rb_session_feed(s, &prompt[300 + i], 1, NULL), RB_OK);
+            CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
+        }
+        rb_session_destroy(s); /* a clean exit */
+        struct stat st1;
+        CHECK(stat(path, &st1) == 0);
+        if (st1.st_ino != st0.st_ino) /* a compaction renamed a new file over it */
+            n_rewrites++;
+        st0 = st1;
+    }
+    CHECK_EQ_INT(n_warned, 0);
+    CHECK(n_rewrites >= 2);
+    printf("clean reopens: %d rounds, %d compactions, %d opens reported a recovery\n", n_rounds,
+           n_rewrites, n_warned);
+    unlink(path);
+}
+
 int main(void)
 {
     snprintf(model_path, sizeof model_path, "%s/sessfile.gguf", REBOUND_TEST_TMP);
@@ -1523,6 +1577,7 @@ int main(void)
     files_test();
     mismatch_test(m);
     garbage_test(m);
+    clean_reopen_test(m);
     rewind_garbage_test(m);
     full_disk_behind(m);
     race_test(m);

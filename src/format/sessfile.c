@@ -1122,7 +1122,17 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
         f->fd = fd;
         f->pages = pages;
         f->sb.data_end = end;
-        st = write_state(f, f->tokens, f->n_tokens, f->blob, f->blob_n, do_fsync, err);
+        /* both superblock slots, as a file that took commits has them: the
+           state under its old number (seq - 1, catalog in the area the old
+           file used), then under seq + 1 in the other area, the one the
+           next commit keeps; with one slot blank the next open would report
+           a damaged superblock on a healthy file. The first write needs no
+           sync of its own: the second's syncs the whole file. */
+        f->sb.seq = old_sb.seq - 1;
+        f->sb.active = 1 - old_sb.active;
+        st = write_state(f, f->tokens, f->n_tokens, f->blob, f->blob_n, 0, err);
+        if (st == RB_OK)
+            st = write_state(f, f->tokens, f->n_tokens, f->blob, f->blob_n, do_fsync, err);
         /* 3. renamed over the file */
         if (st == RB_OK)
             rb_os_fault_point(); /* a kill with both files whole */
