@@ -46,23 +46,41 @@ static void test_sized_info(rb_model *m)
     CHECK_EQ_INT(rb_model_get_info_sized(NULL, &full, sizeof full), RB_E_INVALID_ARG);
 }
 
+/* Counts the feed progress calls it gets, in its own counter. */
+static int count_progress(void *ctx, rb_progress_phase phase, uint64_t done, uint64_t total)
+{
+    (void)done, (void)total;
+    if (phase == RB_PROGRESS_FEED)
+        ++*(int *)ctx;
+    return 0;
+}
+
 static void test_session(rb_model *m)
 {
     rb_experimental_params x = rb_experimental_default_params();
     CHECK(x.device == NULL && x.decode_bytes_per_s == 0 && x.storage_bytes_per_s == 0);
     x.device = "phone";
+    int progress_calls = 0, other_calls = 0;
     rb_session_params p = rb_session_default_params();
     p.n_ctx = 256;
     p.n_threads = 1;
+    p.progress = count_progress;
+    p.progress_ctx = &progress_calls;
     p.experimental = &x;
     rb_session *s = NULL;
     rb_error err;
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     if (!s)
         return;
-    x.device = "toaster"; /* copied at creation: this changes nothing */
+    /* copied at creation: were they read later, these would be seen (p and
+       x are used again below, so the compiler keeps these stores) */
+    p.progress_ctx = &other_calls;
+    x.device = "toaster";
     int32_t toks[8] = {1, 5, 9, 13, 17, 21, 25, 29};
     CHECK_EQ_INT(rb_session_feed(s, toks, 8, NULL), RB_OK);
+    /* the callback's context as it was at creation, once per batch */
+    CHECK_EQ_INT(progress_calls, 1);
+    CHECK_EQ_INT(other_calls, 0);
 
     rb_session_stats st;
     CHECK_EQ_INT(rb_session_get_stats(s, &st), RB_OK);
@@ -135,7 +153,6 @@ static void test_session(rb_model *m)
     }
 
     /* an unknown device is named */
-    x.device = "toaster";
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_NOT_FOUND);
     CHECK_CONTAINS(err.message, "toaster");
 }
