@@ -190,6 +190,80 @@ static size_t cached_pages(const uint8_t *p, size_t n)
  * feed naming it, the tokens unchanged (SIGBUS without the guard). A model
  * of 4 MiB layers: readahead's folios are smaller than a layer there (the
  * page cache drops a folio only whole, model.h). */
+/* The SIGBUS guard is the model's choice (rb_model_params.sigbus_guard),
+ * checked in a new process (this program run again with "sigbus-child")
+ * so that the handler state starts fresh. Off: the weights are read, never
+ * mapped, no handler is installed, and the logits are the same; on (the
+ * default): the weights file is mapped and the handler installed; an app's
+ * handler installed before it is the one it chains to (a SIGBUS sent to
+ * the process reaches it). Each open is of a copy of the session file. */
+static volatile sig_atomic_t g_app_sigbus;
+static void app_sigbus(int sig) { (void)sig; g_app_sigbus++; }
+
+static void copy_file(const char *from, const char *to);
+
+static void sigbus_child(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(model_path, NULL, &m, &err), RB_OK);
+    if (!m)
+        return;
+    float want[V];
+    reference(m, 11, want); /* an allocated load: neither maps nor guards */
+    rb_model_close(m);
+    struct sigaction cur;
+    CHECK(sigaction(SIGBUS, NULL, &cur) == 0 && cur.sa_handler == SIG_DFL);
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s.sigbus", sess_path);
+    for (int guard = 0; guard <= 1; guard++) {
+        rb_model_params mp = rb_model_default_params();
+        CHECK_EQ_INT(mp.sigbus_guard, 1);
+        mp.sigbus_guard = guard;
+        if (guard) { /* the app's own handler first */
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = app_sigbus;
+            sigemptyset(&sa.sa_mask);
+            CHECK(sigaction(SIGBUS, &sa, NULL) == 0);
+        }
+        copy_file(sess_path, copy);
+        m = NULL;
+        CHECK_EQ_INT(rb_model_open(model_path, &mp, &m, &err), RB_OK);
+        rb_session *s = NULL;
+        rb_session_params p = params();
+        p.restore = RB_RESTORE_EAGER;
+        CHECK_EQ_INT(rb_session_open_saved(m, &p, copy, &s, &err), RB_OK);
+        int32_t next = 11;
+        CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
+        CHECK(same_logits(s, want));
+        CHECK_EQ_INT(rb_model_weights_file_mapped(m), guard);
+        CHECK(sigaction(SIGBUS, NULL, &cur) == 0);
+        if (!guard) {
+            CHECK(!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL);
+        } else {
+            CHECK(cur.sa_flags & SA_SIGINFO); /* the library's, over the app's */
+            CHECK(raise(SIGBUS) == 0);        /* not a fault in a guard: the app's */
+            CHECK_EQ_INT(g_app_sigbus, 1);
+        }
+        rb_session_destroy(s);
+        rb_model_close(m);
+    }
+    unlink(copy);
+}
+
+static void sigbus_guard_test(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_sessfile", "sigbus-child", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void mapped_weights_test(void)
 {
     char path[600], sess[600];
@@ -1448,18 +1522,22 @@ static void clean_reopen_test(rb_model *m)
     unlink(path);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     snprintf(model_path, sizeof model_path, "%s/sessfile.gguf", REBOUND_TEST_TMP);
     snprintf(other_path, sizeof other_path, "%s/sessfile-other.gguf", REBOUND_TEST_TMP);
     snprintf(sess_path, sizeof sess_path, "%s/sessfile.session", REBOUND_TEST_TMP);
-    make_model(model_path, 3);
-    make_model(other_path, 4);
     uint64_t r = 99;
     for (int i = 0; i < N_PROMPT + 64; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((r >> 33) % V);
     }
+    if (argc > 1 && strcmp(argv[1], "sigbus-child") == 0) { /* sigbus_guard_test */
+        sigbus_child();
+        return check_report();
+    }
+    make_model(model_path, 3);
+    make_model(other_path, 4);
     rb_model *m = NULL;
     rb_error err;
     CHECK_EQ_INT(rb_model_open(model_path, NULL, &m, &err), RB_OK);
@@ -1491,6 +1569,7 @@ int main(void)
         rb_session_destroy(s);
     }
     rb_model_close(cold);
+    sigbus_guard_test();
     mapped_weights_test();
     open_restore_test(want);
     unbind_test(m, want);

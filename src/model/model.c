@@ -41,6 +41,7 @@ struct rb_model {
     void *data_map;         /* or: the private file mapping it points into */
     size_t data_map_len;
     int data_map_guard;     /* its SIGBUS guard (rb_os_guard_add) */
+    int is_sigbus_guard;    /* rb_model_params.sigbus_guard: may map the file */
     char *path;             /* as given to rb_model_open */
     int is_layers_unread;   /* lazily loaded: blk.* bytes not read yet */
     int is_all_unread;      /* reserved: no tensor read yet (weight streaming) */
@@ -259,6 +260,7 @@ rb_model_params rb_model_default_params(void)
 {
     rb_model_params p;
     memset(&p, 0, sizeof p);
+    p.sigbus_guard = 1;
     return p;
 }
 
@@ -272,6 +274,7 @@ rb_status rb_model_open(const char *path, const rb_model_params *params,
     if (!m)
         return rb_error_set(err, RB_E_NOMEM, "model: out of memory");
     pthread_mutex_init(&m->mu, NULL);
+    m->is_sigbus_guard = p.sigbus_guard != 0;
     rb_status st = rb_gguf_open(path, p.use_mmap ? RB_GGUF_MMAP : 0, NULL, &m->gguf, err);
     if (st != RB_OK)
         goto fail;
@@ -447,7 +450,7 @@ static rb_status populate_tensor(rb_model *m, const rb_gguf_tensor *t)
 static int map_data_private(rb_model *m)
 {
     uint64_t size = rb_gguf_file_size(m->gguf), start = rb_gguf_data_offset(m->gguf);
-    if (size > SIZE_MAX)
+    if (size > SIZE_MAX || !m->is_sigbus_guard) /* no guard wanted: no mapping */
         return 0;
     int fd = open(m->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)

@@ -9,10 +9,14 @@
 # one would; a leftover new file goes at the next open), token ids beyond
 # 32 bits, a full stdout.
 #
-#   cli_session.sh REBOUND_BIN SCRATCH_DIR MODELS_DIR SESSION_TOOL
+#   cli_session.sh REBOUND_BIN SCRATCH_DIR MODELS_DIR SESSION_TOOL FAULTS_BIN
+# FAULTS_BIN: the test build's CLI with the fault-injection hook
+# (rebound_faults); REBOUND_BIN, the installed one, must have none.
 set -euo pipefail
-TOOL=${4:?usage: cli_session.sh REBOUND SCRATCH MODELS SESSION_TOOL}
+TOOL=${4:?usage: cli_session.sh REBOUND SCRATCH MODELS SESSION_TOOL FAULTS}
 TOOL=$(cd "$(dirname "$TOOL")" && pwd)/$(basename "$TOOL")
+FAULTS=${5:?usage: cli_session.sh REBOUND SCRATCH MODELS SESSION_TOOL FAULTS}
+FAULTS=$(cd "$(dirname "$FAULTS")" && pwd)/$(basename "$FAULTS")
 . "$(dirname "$0")/lib.sh"
 
 run_ok mk "$REBOUND" make-model --shape tiny --type q8_0 -o tiny.gguf
@@ -204,12 +208,15 @@ for t in 0 1 2 3; do
         [ "$(resumed sb.err | cut -d' ' -f2)" = $t ] && ok || fail "clean state after $t turns"
     fi
 done
+# the installed CLI has no hook: the variable changes nothing
+rm -f k.rbs k.rbs.new-*
+run_ok kn sh -c "printf 'Hello\n' | REBOUND_FAULT_KILL_AT=1 \"$REBOUND\" ${chat_args[*]} --session k.rbs"
 n_points=0; n_none=0; seen_file=0; n_strays=0
 declare -A n_at
 for k in $(seq 1 400); do
     rm -f k.rbs k.rbs.new-*
     rc=0 # (a subshell: the shell's own "Killed" notice stays out of the log)
-    (printf '%s\n' "${msgs[@]}" | REBOUND_FAULT_KILL_AT=$k "$REBOUND" "${chat_args[@]}" \
+    (printf '%s\n' "${msgs[@]}" | REBOUND_FAULT_KILL_AT=$k "$FAULTS" "${chat_args[@]}" \
         --session k.rbs > k.out 2> k.err) 2> /dev/null || rc=$?
     [ $rc = 0 ] && break
     [ $rc = 137 ] && ok || { cat k.err >&2; fail "kill point $k: exit $rc, not a SIGKILL"; }
