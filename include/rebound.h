@@ -34,6 +34,19 @@
  *     rb_session_abort, rb_session_set_priority and every rb_pool_* call;
  *     a feed running on another thread honours a trim or an abort at its
  *     next layer boundary.
+ *   - Versions. The API version is MAJOR.MINOR.PATCH (REBOUND_VERSION_*;
+ *     rb_version says the library's). PATCH: fixes only. MINOR: additions
+ *     a program built against the previous header survives (new functions,
+ *     new enum values, fields added at the end of the versioned structs).
+ *     MAJOR (while it is 0: MINOR) and the shared library's SOVERSION
+ *     (librebound.so.N) change together whenever a program built against
+ *     the previous header could break; 0.3 is SOVERSION 1. Versioned
+ *     structs: the params structs a program fills (rb_model_params,
+ *     rb_session_params) begin with struct_size, which their
+ *     _default_params() set to the program's sizeof, and the structs the
+ *     library fills (rb_model_info, rb_session_stats) are read through
+ *     _sized getters; both only grow at their end, so a program built
+ *     against an older header keeps working with a newer library.
  *   - Research and benchmark knobs (emulated storage devices, the tier
  *     split's rates, the baselines rebound is measured against) are in
  *     rebound_experimental.h, not here.
@@ -55,9 +68,9 @@ extern "C" {
 #endif
 
 #define REBOUND_VERSION_MAJOR 0
-#define REBOUND_VERSION_MINOR 2
+#define REBOUND_VERSION_MINOR 3
 #define REBOUND_VERSION_PATCH 0
-#define REBOUND_VERSION_STRING "0.2.0"
+#define REBOUND_VERSION_STRING "0.3.0"
 
 /* The library's version as "MAJOR.MINOR.PATCH" (the library the program
  * runs against, which may be newer than the header it was built with), and
@@ -95,7 +108,32 @@ typedef struct rb_error {
 
 typedef struct rb_model rb_model;
 
+/* What a progress callback is told: the phase, and how far it is. done
+ * grows from 0 to total; total stays the same through one call of the
+ * function it reports on (a feed, a load). The return value: non-zero
+ * stops a feed (as rb_session_abort); a load ignores it. */
+typedef enum rb_progress_phase {
+    RB_PROGRESS_RESTORE = 0, /* bringing back what a trim evicted (or what a
+                                reopened session's file holds): layers, once
+                                per feed that restores anything, never when
+                                nothing is evicted */
+    RB_PROGRESS_FEED = 1,    /* computing the feed's tokens (and any
+                                recompute): tokens */
+    RB_PROGRESS_LOAD = 2     /* reading a model's weights (the first session
+                                of a model, or a cold reopen's restore of
+                                them): bytes */
+} rb_progress_phase;
+typedef int (*rb_progress_fn)(void *ctx, rb_progress_phase phase, uint64_t done,
+                              uint64_t total);
+
 typedef struct rb_model_params {
+    size_t struct_size;    /* sizeof(rb_model_params) as the program was
+                              compiled: set by rb_model_default_params (or
+                              rb_model_params_init); never set it by hand.
+                              The library reads that many bytes, so a
+                              program built against an older header works
+                              with a newer library (fields it lacks take
+                              their defaults); 0: RB_E_INVALID_ARG. */
     int use_mmap;          /* nonzero: map the whole file for the header and
                               tensor reads (a file cut under this mapping
                               raises SIGBUS, unguarded); zero: read by
@@ -117,10 +155,26 @@ typedef struct rb_model_params {
        action that sigaction returned for every fault at an address it does
        not own; or opens every model with sigbus_guard = 0. */
     int sigbus_guard;
+    /* called while the model's weights are read (RB_PROGRESS_LOAD, done
+       and total in bytes), on the thread that reads them (the one creating
+       or opening the first session, or restoring weights a trim released),
+       at most once per tensor; its return value is ignored. NULL: none. */
+    rb_progress_fn progress;
+    void *progress_ctx;
 } rb_model_params;
 
-/* Defaults: use_mmap = 0, sigbus_guard = 1. */
-RB_API rb_model_params rb_model_default_params(void);
+/* Fills the first struct_size bytes of params with the defaults (use_mmap
+ * 0, sigbus_guard 1, no progress) and params->struct_size with
+ * struct_size; bytes past this library's struct are zeroed. For bindings
+ * that cannot inline rb_model_default_params. */
+RB_API void rb_model_params_init(rb_model_params *params, size_t struct_size);
+/* The defaults, sized for the header the program is compiled with. */
+static inline rb_model_params rb_model_default_params(void)
+{
+    rb_model_params p;
+    rb_model_params_init(&p, sizeof p);
+    return p;
+}
 
 /*
  * Opens a GGUF model file: reads and validates the header, metadata and
@@ -279,15 +333,14 @@ typedef enum rb_priority {
     RB_PRIORITY_BACKGROUND = 1
 } rb_priority;
 
-/* What a progress callback is told: the phase, and how far it is. */
-typedef enum rb_progress_phase {
-    RB_PROGRESS_RESTORE = 0, /* bringing back what a trim evicted: layers */
-    RB_PROGRESS_FEED = 1     /* computing the feed's tokens (and any recompute) */
-} rb_progress_phase;
-typedef int (*rb_progress_fn)(void *ctx, rb_progress_phase phase, uint64_t done,
-                              uint64_t total);
-
 typedef struct rb_session_params {
+    size_t struct_size; /* sizeof(rb_session_params) as the program was
+                           compiled: set by rb_session_default_params (or
+                           rb_session_params_init); never by hand. The
+                           library reads that many bytes (fields an older
+                           header lacks take their defaults); 0:
+                           RB_E_INVALID_ARG. Fields are only ever added at
+                           the end. */
     uint32_t n_ctx;     /* context length; 0: the model's trained context
                            (beyond it is allowed: RoPE extrapolates, quality
                            may drop, as in llama.cpp) */
@@ -337,7 +390,18 @@ typedef struct rb_session_params {
     void *progress_ctx;
 } rb_session_params;
 
-RB_API rb_session_params rb_session_default_params(void);
+/* Fills the first struct_size bytes of params with the defaults (n_batch
+ * 128, everything else 0 / NULL) and params->struct_size with struct_size;
+ * bytes past this library's struct are zeroed. For bindings that cannot
+ * inline rb_session_default_params. */
+RB_API void rb_session_params_init(rb_session_params *params, size_t struct_size);
+/* The defaults, sized for the header the program is compiled with. */
+static inline rb_session_params rb_session_default_params(void)
+{
+    rb_session_params p;
+    rb_session_params_init(&p, sizeof p);
+    return p;
+}
 
 /*
  * Creates a session: loads the model's weights if not yet loaded (read, or

@@ -157,6 +157,81 @@ static void test_session(rb_model *m)
     CHECK_CONTAINS(err.message, "toaster");
 }
 
+/* The params structs are versioned by their struct_size: one left unset is
+ * refused by name; an older, shorter one is read only as far as it goes
+ * (what follows is not read: its fields take their defaults); a newer,
+ * longer one is accepted while the fields this library does not know are
+ * zero, refused when one is set. */
+static int g_late_calls;
+static int count_late(void *ctx, rb_progress_phase phase, uint64_t done, uint64_t total)
+{
+    (void)ctx, (void)phase, (void)done, (void)total;
+    g_late_calls++;
+    return 0;
+}
+
+static void test_versioned_params(rb_model *m)
+{
+    rb_error err;
+    rb_session *s = NULL;
+    rb_session_params p = rb_session_default_params();
+    CHECK_EQ_U64(p.struct_size, sizeof p);
+    CHECK_EQ_INT(p.n_batch, 128);
+    p.struct_size = 0;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(err.message, "rb_session_params: struct_size is 0");
+    CHECK(s == NULL);
+
+    /* older: a program whose struct ended before the progress fields */
+    unsigned char buf[sizeof(rb_session_params) + 64];
+    memset(buf, 0, sizeof buf);
+    rb_session_params *q = (rb_session_params *)(void *)buf;
+    rb_session_params_init(q, offsetof(rb_session_params, progress));
+    CHECK_EQ_U64(q->struct_size, offsetof(rb_session_params, progress));
+    CHECK_EQ_INT(q->n_batch, 128);
+    q->n_ctx = 64;
+    q->n_threads = 1;
+    q->progress = count_late; /* past its end: never read */
+    CHECK_EQ_INT(rb_session_create(m, q, &s, &err), RB_OK);
+    if (s) {
+        int32_t t[2] = {3, 4};
+        CHECK_EQ_INT(rb_session_feed(s, t, 2, NULL), RB_OK);
+        CHECK_EQ_INT(g_late_calls, 0);
+        rb_session_destroy(s);
+        s = NULL;
+    }
+
+    /* newer: 64 more bytes, zero (accepted), then one set (refused) */
+    memset(buf, 0xee, sizeof buf);
+    rb_session_params_init(q, sizeof buf);
+    CHECK_EQ_U64(q->struct_size, sizeof buf);
+    int tail_zero = 1;
+    for (size_t i = sizeof(rb_session_params); i < sizeof buf; i++)
+        tail_zero &= buf[i] == 0;
+    CHECK(tail_zero);
+    q->n_ctx = 64;
+    q->n_threads = 1;
+    CHECK_EQ_INT(rb_session_create(m, q, &s, &err), RB_OK);
+    rb_session_destroy(s);
+    s = NULL;
+    buf[sizeof(rb_session_params) + 5] = 1;
+    CHECK_EQ_INT(rb_session_create(m, q, &s, &err), RB_E_UNSUPPORTED);
+    CHECK_CONTAINS(err.message, "does not know");
+
+    /* the model's too */
+    rb_model_params mp = rb_model_default_params();
+    CHECK_EQ_U64(mp.struct_size, sizeof mp);
+    CHECK_EQ_INT(mp.sigbus_guard, 1);
+    mp.struct_size = 0;
+    rb_model *m2 = NULL;
+    CHECK_EQ_INT(rb_model_open(model_path, &mp, &m2, &err), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(err.message, "rb_model_params: struct_size is 0");
+    rb_model_params_init(&mp, offsetof(rb_model_params, sigbus_guard)); /* before the guard */
+    mp.sigbus_guard = 0; /* past its end: the default (1) holds */
+    CHECK_EQ_INT(rb_model_open(model_path, &mp, &m2, &err), RB_OK);
+    rb_model_close(m2);
+}
+
 int main(void)
 {
     test_version();
@@ -172,6 +247,7 @@ int main(void)
     if (m) {
         test_sized_info(m);
         test_session(m);
+        test_versioned_params(m);
         rb_model_close(m);
     }
     remove(model_path);

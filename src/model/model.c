@@ -256,12 +256,19 @@ int64_t rb_tensor_layer(const char *name)
     return *p == '.' ? n : -1;
 }
 
-rb_model_params rb_model_default_params(void)
+static rb_model_params model_defaults(void)
 {
     rb_model_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.sigbus_guard = 1;
     return p;
+}
+
+void rb_model_params_init(rb_model_params *params, size_t struct_size)
+{
+    rb_model_params d = model_defaults();
+    rb_params_init(params, struct_size, &d, sizeof d);
 }
 
 rb_status rb_model_open(const char *path, const rb_model_params *params,
@@ -269,7 +276,12 @@ rb_status rb_model_open(const char *path, const rb_model_params *params,
 {
     if (!path || !out)
         return rb_error_set(err, RB_E_INVALID_ARG, "model: path and out are required");
-    rb_model_params p = params ? *params : rb_model_default_params();
+    rb_model_params p = model_defaults();
+    if (params) {
+        rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_model_params", err);
+        if (pst != RB_OK)
+            return pst;
+    }
     rb_model *m = calloc(1, sizeof *m);
     if (!m)
         return rb_error_set(err, RB_E_NOMEM, "model: out of memory");

@@ -56,12 +56,19 @@ static uint32_t kv_type(rb_kv_type t)
     return t == RB_KV_Q8_0 ? RB_TYPE_Q8_0 : t == RB_KV_Q4_0 ? RB_TYPE_Q4_0 : RB_TYPE_F16;
 }
 
-rb_session_params rb_session_default_params(void)
+static rb_session_params session_defaults(void)
 {
     rb_session_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.n_batch = DEFAULT_BATCH;
     return p;
+}
+
+void rb_session_params_init(rb_session_params *params, size_t struct_size)
+{
+    rb_session_params d = session_defaults();
+    rb_params_init(params, struct_size, &d, sizeof d);
 }
 
 rb_experimental_params rb_experimental_default_params(void)
@@ -85,7 +92,12 @@ rb_status rb_session_create_impl(rb_model *model, const rb_session_params *param
 {
     if (!model || !out)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: model and out are required");
-    rb_session_params p = params ? *params : rb_session_default_params();
+    rb_session_params p = session_defaults();
+    if (params) {
+        rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_session_params", err);
+        if (pst != RB_OK)
+            return pst;
+    }
     const rb_hparams *hp = rb_model_hparams(model);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train ? hp->n_ctx_train : 4096);
     uint32_t n_batch = p.n_batch ? p.n_batch : DEFAULT_BATCH;
