@@ -383,8 +383,11 @@ typedef struct rb_session_params {
     rb_pool *pool;
     rb_priority priority;          /* in the pool: FOREGROUND (default) or
                                       BACKGROUND (trimmed first) */
-    /* called on the feeding thread between layers of a long feed (and of
-       the restore it runs): return non-zero to stop the feed there, as
+    /* called on the feeding thread: RB_PROGRESS_FEED after each batch
+       (done of total = the tokens of this feed call; a recompute of
+       evicted context before them is not counted), RB_PROGRESS_RESTORE
+       before each layer of a feed that restores something (done = the
+       layer, total = n_layers). Return non-zero to stop the feed there, as
        rb_session_abort does. NULL: none. */
     rb_progress_fn progress;
     void *progress_ctx;
@@ -443,9 +446,24 @@ RB_API const char *rb_session_errmsg(const rb_session *session);
 RB_API rb_status rb_session_feed(rb_session *session, const int32_t *tokens, size_t n,
                                  float *logits);
 
-/* Logits of the last token fed (n_vocab floats), or NULL before any. Valid
- * until the next feed. */
+/* Logits of the last token fed (n_vocab floats), or NULL when there are
+ * none: before any feed, after rb_session_rewind, after an abort before a
+ * batch completed, and in a session rb_session_open_saved just opened (the
+ * file holds tokens and their K/V, not logits: rb_session_compute_logits
+ * gives them). Valid until the next feed, rewind or destroy. */
 RB_API const float *rb_session_get_logits(const rb_session *session);
+
+/*
+ * Makes rb_session_get_logits non-NULL when the session holds tokens but no
+ * logits (a session just reopened with rb_session_open_saved, or after a
+ * rewind): forgets the last token and feeds it again (restoring the K/V it
+ * attends to, like any feed). The logits are bit for bit those the last
+ * feed of that token computed. Does nothing when there are logits already.
+ * Errors: RB_E_INVALID_ARG (the session holds no token); a feed's errors
+ * (then the session holds one token fewer: feed it again).
+ * Cost: one token's forward pass, and the restore of what was evicted.
+ */
+RB_API rb_status rb_session_compute_logits(rb_session *session);
 
 /* The session's tokens (rb_session_n_tokens of them), valid until the next
  * feed, rewind or destroy. */

@@ -232,6 +232,69 @@ static void test_versioned_params(rb_model *m)
     rb_model_close(m2);
 }
 
+/* Progress: a feed reports its own tokens with one total (150 here, in
+ * batches of 16), and RB_PROGRESS_RESTORE comes only when a feed brings
+ * something back (after a trim), once per layer with total n_layers. */
+typedef struct prog_log {
+    int n_feed, n_restore, bad_total, not_growing;
+    uint64_t feed_total, last_done, restore_total;
+} prog_log;
+
+static int log_progress(void *ctx, rb_progress_phase phase, uint64_t done, uint64_t total)
+{
+    prog_log *g = ctx;
+    if (phase == RB_PROGRESS_FEED) {
+        if (g->n_feed && (total != g->feed_total || done <= g->last_done))
+            g->not_growing++;
+        g->n_feed++;
+        g->feed_total = total;
+        g->last_done = done;
+    } else if (phase == RB_PROGRESS_RESTORE) {
+        if (g->n_restore && total != g->restore_total)
+            g->bad_total++;
+        g->n_restore++;
+        g->restore_total = total;
+    }
+    return 0;
+}
+
+static void test_progress(rb_model *m)
+{
+    prog_log g;
+    memset(&g, 0, sizeof g);
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = 256;
+    p.n_batch = 16;
+    p.n_threads = 1;
+    p.progress = log_progress;
+    p.progress_ctx = &g;
+    rb_session *s = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (!s)
+        return;
+    int32_t toks[150];
+    for (int i = 0; i < 150; i++)
+        toks[i] = (i * 37 + 11) % 500;
+    CHECK_EQ_INT(rb_session_feed(s, toks, 150, NULL), RB_OK);
+    CHECK_EQ_INT(g.n_restore, 0); /* nothing was evicted */
+    CHECK_EQ_INT(g.n_feed, 10);   /* ceil(150 / 16) batches */
+    CHECK_EQ_U64(g.feed_total, 150);
+    CHECK_EQ_U64(g.last_done, 150);
+    CHECK_EQ_INT(g.not_growing, 0);
+    int32_t one = 7;
+    CHECK_EQ_INT(rb_session_feed(s, &one, 1, NULL), RB_OK);
+    CHECK_EQ_INT(g.n_restore, 0);
+    /* evicted: the next feed restores, and says so layer by layer */
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    memset(&g, 0, sizeof g);
+    CHECK_EQ_INT(rb_session_feed(s, &one, 1, NULL), RB_OK);
+    CHECK_EQ_INT(g.n_restore, 3);
+    CHECK_EQ_U64(g.restore_total, 3);
+    CHECK_EQ_INT(g.bad_total, 0);
+    rb_session_destroy(s);
+}
+
 int main(void)
 {
     test_version();
@@ -248,6 +311,7 @@ int main(void)
         test_sized_info(m);
         test_session(m);
         test_versioned_params(m);
+        test_progress(m);
         rb_model_close(m);
     }
     remove(model_path);

@@ -264,6 +264,40 @@ static void sigbus_guard_test(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* A reopened session has no logits until rb_session_compute_logits, which
+ * gives those of the last token bit for bit as a session that never left
+ * RAM has them, the tokens unchanged; a session with no token: refused. */
+static void reopen_logits_test(rb_model *m)
+{
+    rb_error err;
+    rb_session_params p = params();
+    rb_session *r = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &r, &err), RB_OK);
+    if (!r)
+        return;
+    CHECK_EQ_INT(rb_session_compute_logits(r), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(rb_session_errmsg(r), "no token");
+    CHECK_EQ_INT(rb_session_feed(r, prompt, N_PROMPT, NULL), RB_OK);
+    float want[V];
+    memcpy(want, rb_session_get_logits(r), sizeof want);
+    CHECK_EQ_INT(rb_session_compute_logits(r), RB_OK); /* has them: nothing */
+    CHECK(same_logits(r, want));
+    rb_session_destroy(r);
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s.logits", sess_path);
+    copy_file(sess_path, copy);
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved(m, &p, copy, &s, &err), RB_OK);
+    if (s) {
+        CHECK(rb_session_get_logits(s) == NULL);
+        CHECK_EQ_INT(rb_session_compute_logits(s), RB_OK);
+        CHECK_EQ_INT(rb_session_n_tokens(s), N_PROMPT);
+        CHECK(same_logits(s, want));
+        rb_session_destroy(s);
+    }
+    unlink(copy);
+}
+
 static void mapped_weights_test(void)
 {
     char path[600], sess[600];
@@ -1570,6 +1604,7 @@ int main(int argc, char **argv)
     }
     rb_model_close(cold);
     sigbus_guard_test();
+    reopen_logits_test(m);
     mapped_weights_test();
     open_restore_test(want);
     unbind_test(m, want);

@@ -319,9 +319,13 @@ rb_status rb_session_nonfinite_error(rb_session *s, int32_t layer, uint32_t pos)
 /* Computes toks[0..n) at positions pos0.. in batches (pages reserved
  * first). *stopped: a gate stopped the pass (the memory manager could not
  * restore a layer, or a trim or an abort came: s->stop_interrupt);
- * *done: the tokens of the batches that completed. */
+ * *done: the tokens of the batches that completed. Progress: after each
+ * batch, RB_PROGRESS_FEED with prog_base + done of prog_total (the feed's
+ * own tokens, the same total whatever stops and resumes it; prog_total 0:
+ * none, for a recompute). */
 static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32_t pos0,
-                            float *logits, int *stopped, size_t *done_out)
+                            float *logits, int *stopped, size_t *done_out, size_t prog_base,
+                            size_t prog_total)
 {
     const uint32_t n_vocab = s->fwd.hp.n_vocab;
     *done_out = 0;
@@ -357,8 +361,9 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
         *done_out = done;
         s->grace_batch = 0;
         rb_session_release_window(s, pos0 + done, 1);
-        if (s->params.progress && s->params.progress(s->params.progress_ctx, RB_PROGRESS_FEED,
-                                                     done, n)) {
+        if (s->params.progress && prog_total &&
+            s->params.progress(s->params.progress_ctx, RB_PROGRESS_FEED, prog_base + done,
+                               prog_total)) {
             rb_session_abort(s); /* stops at the next boundary */
         }
     }
@@ -396,6 +401,21 @@ static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, flo
     rb_feed fd;
     rb_status st = rb_session_feed_begin(s, tokens, n, logits, &fd);
     return st != RB_OK ? st : rb_session_feed_continue(s, &fd);
+}
+
+rb_status rb_session_compute_logits(rb_session *s)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (rb_session_get_logits(s))
+        return RB_OK;
+    size_t n = rb_session_n_tokens(s);
+    if (n == 0)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: it holds no token to "
+                            "compute the logits of");
+    int32_t last = s->tokens[n - 1];
+    rb_status st = rb_session_rewind(s, n - 1);
+    return st != RB_OK ? st : rb_session_feed(s, &last, 1, NULL);
 }
 
 rb_status rb_session_feed_begin(rb_session *s, const int32_t *tokens, size_t n, float *logits,
@@ -473,12 +493,14 @@ rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd)
         s->in_forward = 1;
         s->stop_interrupt = 0;
         s->gate_status = RB_OK;
-        s->progress_layers = s->params.progress && s->res ? s->kv.n_layers : 0;
+        /* restore progress only when this plan brings something back */
+        s->progress_layers = s->params.progress && s->res && rb_residency_n_restoring(s->res)
+                                 ? s->kv.n_layers : 0;
         fd->kv_valid = kv_valid;
         fd->stopped = 0;
         fd->done_re = fd->done_new = 0;
         fd->st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
-                            NULL, &fd->stopped, &fd->done_re);
+                            NULL, &fd->stopped, &fd->done_re, 0, 0);
         fd->ready = fd->st == RB_OK && !fd->stopped;
         return RB_OK;
     }
@@ -492,7 +514,7 @@ void rb_session_feed_run(rb_session *s, rb_feed *fd)
     double t0 = rb_throttle_now_s();
     fd->st = run_tokens(s, fd->tokens + fd->fed, fd->n - fd->fed, (uint32_t)s->n_tokens,
                         fd->logits ? fd->logits + fd->fed * n_vocab : NULL, &fd->stopped,
-                        &fd->done_new);
+                        &fd->done_new, fd->fed, fd->n);
     /* the split's compute estimate */
     if (s->res && fd->st == RB_OK && !fd->stopped && fd->fed == 0)
         rb_residency_note_compute(s->res, fd->n, rb_throttle_now_s() - t0);
