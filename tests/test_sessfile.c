@@ -1099,8 +1099,8 @@ static void crafted_test(void)
     rb_sessfile_geom g = unit_geom;
     g.n_ctx = 30;
     CHECK_EQ_INT(rb_sessfile_open(path, NULL, &g, NULL, NULL, &f, &err), RB_E_UNSUPPORTED);
-    CHECK(strstr(err.message, "holds 40 tokens, saved with -c 64") &&
-          strstr(err.message, "open it with -c 64"));
+    CHECK(strstr(err.message, "holds 40 tokens, saved with n_ctx 64") &&
+          strstr(err.message, "open it with n_ctx 64"));
 
     /* a page record beyond the data end, one beyond the tokens: damaged
        (the older state opens, and says why) */
@@ -1339,8 +1339,8 @@ static void mismatch_test(rb_model *m)
     p.n_ctx = 300;
     s = NULL;
     CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_E_UNSUPPORTED);
-    CHECK(strstr(err.message, "holds 400 tokens, saved with -c 512") &&
-          strstr(err.message, "open it with -c 512"));
+    CHECK(strstr(err.message, "holds 400 tokens, saved with n_ctx 512") &&
+          strstr(err.message, "open it with n_ctx 512"));
     rb_session_destroy(s);
 
     /* a token outside the vocabulary (checksums valid): its value named */

@@ -245,7 +245,7 @@ static rb_status take_lock(int fd, const char *path, int wait, rb_error *err)
     if (pid > 0)
         snprintf(who, sizeof who, "process %ld", pid);
     return rb_error_set(err, RB_E_BUSY, "session file: '%s' is in use by %s (one writer at a "
-                        "time: wait for it to end, or give --wait)", path, who);
+                        "time: wait for it to end, or open it with RB_SAVE_WAIT in the file flags)", path, who);
 }
 
 /* Opens path and takes its lock. A file replaced at path while this waited
@@ -545,9 +545,9 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, c
     if (f->g.n_ctx && n > f->g.n_ctx) {
         char saved[48] = "";
         if (s->n_ctx)
-            snprintf(saved, sizeof saved, ", saved with -c %" PRIu32, s->n_ctx);
+            snprintf(saved, sizeof saved, ", saved with n_ctx %" PRIu32, s->n_ctx);
         rb_error_set(err, RB_E_UNSUPPORTED, "session file: '%s' holds %" PRIu64 " tokens%s; "
-                     "this session's context is %" PRIu32 " tokens: open it with -c %" PRIu64
+                     "this session's context is %" PRIu32 " tokens: open it with n_ctx %" PRIu64
                      " or more", f->path, n, saved, f->g.n_ctx,
                      s->n_ctx > n ? (uint64_t)s->n_ctx : n);
         return -2;
@@ -627,14 +627,14 @@ static rb_status check_shape(const rb_sessfile *f, const sf_super *s, rb_error *
     if (s->pages_per_layer != g->pages_per_layer || s->cat_area != cat_area_bytes(g)) {
         char saved[64];
         if (s->n_ctx)
-            snprintf(saved, sizeof saved, "-c %" PRIu32, s->n_ctx);
+            snprintf(saved, sizeof saved, "n_ctx %" PRIu32, s->n_ctx);
         else
-            snprintf(saved, sizeof saved, "a -c in (%" PRIu64 ", %" PRIu64 "]",
+            snprintf(saved, sizeof saved, "an n_ctx in (%" PRIu64 ", %" PRIu64 "]",
                      (uint64_t)(s->pages_per_layer ? s->pages_per_layer - 1 : 0) *
                          s->page_tokens, (uint64_t)s->pages_per_layer * s->page_tokens);
         return rb_error_set(err, RB_E_UNSUPPORTED, "session file: '%s' was saved with %s "
                             "(%" PRIu32 " pages of %" PRIu32 " tokens per layer); this session "
-                            "has -c %" PRIu32 " (%" PRIu32 " page%s): open it with %s", f->path,
+                            "has n_ctx %" PRIu32 " (%" PRIu32 " page%s): open it with %s", f->path,
                             saved, s->pages_per_layer, s->page_tokens, g->n_ctx,
                             g->pages_per_layer, g->pages_per_layer == 1 ? "" : "s", saved);
     }

@@ -134,7 +134,7 @@ run_fails e1 2 "unknown --chat-template 'foo'" "$REBOUND" chat -m tiny.gguf --te
 expect_line e1.err 'hint: known templates: chatml, llama3, llama2, zephyr, plain'
 run_ok mk2 "$REBOUND" make-model --shape tiny --type q8_0 --seed 9 -o other.gguf
 run_fails e2 1 "written for another model" "$REBOUND" chat -m other.gguf -c 512 --session conv.rbs
-run_fails e2b 1 "was saved with -c 512 .*open it with -c 512" "$REBOUND" chat -m tiny.gguf -c 256 --session conv.rbs
+run_fails e2b 1 "was saved with n_ctx 512 .*open it with n_ctx 512" "$REBOUND" chat -m tiny.gguf -c 256 --session conv.rbs
 printf 'not a session' > junk.rbs
 run_fails e2c 1 "not a rebound session file" "$REBOUND" chat -m tiny.gguf --session junk.rbs
 run_fails e3 2 "no model given" "$REBOUND" chat

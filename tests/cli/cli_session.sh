@@ -29,12 +29,12 @@ resumed() {
 
 check "a -c smaller than the saved tokens: an error naming the -c that opens it, no crash"
 run_ok c0 "$REBOUND" run -m tiny.gguf -p "one two three" -n 200 -c 256 --temp 0 --session c0.rbs
-run_fails c0b 1 "holds [0-9]+ tokens, saved with -c 256.*open it with -c 256" \
+run_fails c0b 1 "holds [0-9]+ tokens, saved with n_ctx 256.*open it with n_ctx 256" \
     "$REBOUND" run -m tiny.gguf -p " four" -n 4 -c 128 --temp 0 --session c0.rbs
 run_ok c1 "$REBOUND" run -m tiny.gguf -p "one two three" -n 400 -c 512 --temp 0 --session c.rbs
-run_fails c2 1 "holds [0-9]+ tokens, saved with -c 512.*open it with -c 512" \
+run_fails c2 1 "holds [0-9]+ tokens, saved with n_ctx 512.*open it with n_ctx 512" \
     "$REBOUND" run -m tiny.gguf -p " four" -n 4 -c 300 --temp 0 --session c.rbs
-run_fails c2b 1 "was saved with -c 512 .*open it with -c 512" \
+run_fails c2b 1 "was saved with n_ctx 512 .*open it with n_ctx 512" \
     "$REBOUND" run -m tiny.gguf -p " four" -n 4 -c 256 --temp 0 --session c.rbs
 run_ok c3 "$REBOUND" run -m tiny.gguf -p " four" -n 4 -c 512 --temp 0 --session c.rbs
 
