@@ -52,7 +52,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "rebound_experimental.h"
+#include "rebound.h"
 #include "serve.h"
 
 typedef struct sv_conv {

@@ -33,7 +33,8 @@
  *     exceptions, callable from any thread at any time: rb_session_trim,
  *     rb_session_abort, rb_session_set_priority and every rb_pool_* call;
  *     a feed running on another thread honours a trim or an abort at its
- *     next layer boundary.
+ *     next layer boundary. A model is shared by its sessions: which
+ *     rb_model_* calls may run at once is said after rb_model_errmsg.
  *   - Versions. The API version is MAJOR.MINOR.PATCH (REBOUND_VERSION_*;
  *     rb_version says the library's). PATCH: fixes only. MINOR: additions
  *     a program built against the previous header survives (new functions,
@@ -194,12 +195,29 @@ static inline rb_model_params rb_model_default_params(void)
 RB_API rb_status rb_model_open(const char *path, const rb_model_params *params,
                                rb_model **out, rb_error *err);
 
-/* Releases everything the model owns. NULL is a no-op. */
+/* Releases everything the model owns. NULL is a no-op. Only after every
+ * session and pool of the model is destroyed, with no other call on the
+ * model running. */
 RB_API void rb_model_close(rb_model *model);
 
 /* The message of the last failed call on this handle ("" if none). Valid
  * until the next call on the handle. */
 RB_API const char *rb_model_errmsg(const rb_model *model);
+
+/*
+ * A shared model (the thread rule's exception for rb_model_*). A model is
+ * shared by its sessions and pools, and the rb_model_* calls below may run
+ * on any threads at once, with each other and with any session's calls:
+ * rb_model_get_info_sized, rb_model_kv_bytes, rb_model_get_meta_str,
+ * rb_model_get_layer_bytes, rb_model_get_tensor_info (read what the open
+ * parsed, never changed after); rb_model_tokenize, rb_model_token_bos /
+ * _eos / _is_eog, rb_model_token_to_piece and rb_detokenizer_create (the
+ * tokenizer is built once, under the model's lock, by the first of them,
+ * then only read). The one thing they share is the model's error message:
+ * when two of them fail at once, rb_model_errmsg may give the other's
+ * message (the statuses are always each call's own); read it only where
+ * the calls that can fail are not concurrent. rb_model_close: alone, last.
+ */
 
 /*
  * What a model is and what it costs in memory (the numbers of the mzCache
@@ -472,6 +490,32 @@ RB_API const int32_t *rb_session_get_tokens(const rb_session *session);
 RB_API uint32_t rb_session_n_ctx(const rb_session *session);
 RB_API uint32_t rb_session_n_vocab(const rb_session *session);
 
+/*
+ * Decodes one token in each of n sessions of one model in one forward
+ * pass: tokens[i] is appended to sessions[i] and computed, each weight
+ * read once for all of them (in groups of the smallest n_batch of the
+ * set). Each session ends exactly as rb_session_feed(sessions[i],
+ * &tokens[i], 1, NULL) would leave it: the same logits bit for bit (the
+ * forward pass computes each row by the same operations whatever the
+ * number of rows), its evicted context restored, its file committed, its
+ * budget enforced. A session whose restore stops the shared pass, or finds
+ * damaged pages, completes its feed alone.
+ * Errors: RB_E_INVALID_ARG (NULL arguments, a session given twice,
+ * sessions of different models or thread counts, a token outside the
+ * vocabulary: then no session changed), RB_E_BUDGET (a session's context
+ * is full: no session changed), RB_E_UNSUPPORTED (a session streams its
+ * weights under a budget: feed it alone); after the pass, a session's own
+ * feed error (RB_E_NOMEM, RB_E_IO, RB_E_FORMAT): that session is as a
+ * failed rb_session_feed leaves it, the others are fed. The message in
+ * err names the session's index (its own rb_session_errmsg has its part).
+ * Threads: the caller must be the only user of all n sessions for the
+ * call; the pass runs on the thread pool of one of them.
+ * Cost: one forward pass per group; per call, one allocation of the feeds'
+ * state and the group's logits (n_batch x n_vocab floats at most).
+ */
+RB_API rb_status rb_session_decode_multi(rb_session **sessions, const int32_t *tokens,
+                                         size_t n, rb_error *err);
+
 /* ---- memory ------------------------------------------------------------ */
 
 /* Android-like trim levels for rb_session_trim. */
@@ -492,12 +536,15 @@ typedef enum rb_trim_level {
  * the model file. The next rb_session_feed brings everything back (how:
  * rb_session_params.restore); nothing already computed is lost.
  * *freed_out (may be NULL) receives the bytes freed.
- * Errors: RB_E_UNSUPPORTED (weights of a model opened with use_mmap),
- * RB_E_IO / RB_E_NOMEM (then what was trimmed so far stays trimmed, the
- * rest resident: the session stays usable). A full disk is not an error:
- * the page is compressed instead, and the stats count it.
- * RB_TRIM_COMPLETE on a model opened with use_mmap frees the KV and
- * drops the mapping's pages (they fault back from the file on use).
+ * Errors: RB_E_INVALID_ARG (an unknown level), RB_E_IO / RB_E_NOMEM
+ * (then what was trimmed so far stays trimmed, the rest resident: the
+ * session stays usable). A full disk is not an error: the page is
+ * compressed instead, and the stats count it.
+ * A model opened with use_mmap: its weights are the page cache's, never
+ * the session's, and are not an error either: RB_TRIM_BYTES and the
+ * levels below RB_TRIM_COMPLETE free KV only (*freed_out says how much);
+ * RB_TRIM_COMPLETE frees the KV and drops the mapping's pages (they fault
+ * back from the file on use).
  * Cost: writes pages to storage (blocks on I/O) and encodes them (CPU);
  * allocates compressed frames.
  * Threads: any thread, any time. Between feeds it trims before returning.
@@ -653,7 +700,10 @@ RB_API rb_status rb_pool_watch_pressure(rb_pool *pool, const rb_pool_pressure_pa
 RB_API void rb_pool_unwatch_pressure(rb_pool *pool);
 
 /* Bytes of the session by category and tier, and the last restore's
- * phases. All byte counts are of RAM unless the name says otherwise. */
+ * phases. All byte counts are of RAM unless the name says otherwise.
+ * Strings (storage_io, weights_policy, file_recovery): owned by the
+ * session, valid until it is destroyed (they are set when it is created
+ * or opened and never change after); NULL where the field says so. */
 typedef struct rb_session_stats {
     uint64_t weights_bytes;          /* resident weight bytes */
     uint64_t weights_evicted_bytes;  /* released, to re-read from the model file */

@@ -295,6 +295,44 @@ static void test_progress(rb_model *m)
     rb_session_destroy(s);
 }
 
+/* A model opened with use_mmap: its weights are the page cache's; every
+ * trim level takes the session's KV and is no error (the header once said
+ * RB_E_UNSUPPORTED), and the feed after it gives the same logits. */
+static void test_trim_mapped(void)
+{
+    rb_model_params mp = rb_model_default_params();
+    mp.use_mmap = 1;
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(model_path, &mp, &m, &err), RB_OK);
+    if (!m)
+        return;
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = 256;
+    p.n_threads = 1;
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    int32_t toks[40];
+    for (int i = 0; i < 40; i++)
+        toks[i] = (i * 13 + 5) % 500;
+    float want[512];
+    rb_session *r = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &r, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(r, toks, 40, NULL), RB_OK);
+    memcpy(want, rb_session_get_logits(r), sizeof want);
+    rb_session_destroy(r);
+    CHECK_EQ_INT(rb_session_feed(s, toks, 39, NULL), RB_OK);
+    uint64_t freed = 0;
+    CHECK_EQ_INT(rb_session_trim(s, 1ull << 40, RB_TRIM_BYTES, &freed), RB_OK);
+    CHECK(freed > 0); /* the KV */
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_MODERATE, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s, toks + 39, 1, NULL), RB_OK);
+    CHECK(rb_session_get_logits(s) && memcmp(rb_session_get_logits(s), want, sizeof want) == 0);
+    rb_session_destroy(s);
+    rb_model_close(m);
+}
+
 int main(void)
 {
     test_version();
@@ -312,6 +350,7 @@ int main(void)
         test_session(m);
         test_versioned_params(m);
         test_progress(m);
+        test_trim_mapped();
         rb_model_close(m);
     }
     remove(model_path);

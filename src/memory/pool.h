@@ -43,13 +43,14 @@ typedef struct rb_pool_member rb_pool_member;
  * the pool's mutex held, from any thread (the member's own included). */
 typedef uint64_t (*rb_pool_trim_fn)(void *ctx, uint64_t bytes, rb_trim_level level);
 
-/* The weights' bytes the pool counts: the model's weight cache when the
- * weights are loaded into RAM (NULL: a mapped or streamed model; then
- * weights_fixed_bytes, which may be 0 when a member counts them itself). */
+/* A pool of budget_bytes over model (rb_pool_create without the checks of
+ * the public call). Members hold a reference: the pool is freed when the
+ * app destroyed it and its last member left. */
 rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **out,
                               rb_error *err);
-/* Members hold a reference: the pool is freed when the app destroyed it
- * and its last member left. */
+/* The weights' bytes the pool counts: the model's weight cache when the
+ * weights are loaded into RAM (NULL: a mapped or streamed model; then
+ * fixed_bytes, which may be 0 when a member counts them itself). */
 void rb_pool_set_weights(rb_pool *pool, rb_wcache *weights, uint64_t fixed_bytes);
 rb_model *rb_pool_model(const rb_pool *pool);
 
@@ -74,7 +75,8 @@ rb_priority rb_pool_member_priority(const rb_pool_member *m);
 uint64_t rb_pool_enforce(rb_pool *pool, rb_pool_member *self, uint64_t extra, int self_too,
                          int weights_too);
 
-/* The bytes over the budget the last enforcement left (the stats). */
+/* The pool's budget in bytes (rb_pool_set_budget's last value; the
+ * stats' budget_bytes). Any thread. */
 uint64_t rb_pool_budget(const rb_pool *pool);
 
 #endif
