@@ -120,9 +120,10 @@ typedef enum rb_progress_phase {
                                 nothing is evicted */
     RB_PROGRESS_FEED = 1,    /* computing the feed's tokens (and any
                                 recompute): tokens */
-    RB_PROGRESS_LOAD = 2     /* reading a model's weights (the first session
-                                of a model, or a cold reopen's restore of
-                                them): bytes */
+    RB_PROGRESS_LOAD = 2     /* reading a model's weights whole (the first
+                                rb_session_create of a model): bytes. A
+                                reopened session's weights come back with
+                                its restore (RB_PROGRESS_RESTORE) */
 } rb_progress_phase;
 typedef int (*rb_progress_fn)(void *ctx, rb_progress_phase phase, uint64_t done,
                               uint64_t total);
@@ -156,10 +157,11 @@ typedef struct rb_model_params {
        action that sigaction returned for every fault at an address it does
        not own; or opens every model with sigbus_guard = 0. */
     int sigbus_guard;
-    /* called while the model's weights are read (RB_PROGRESS_LOAD, done
-       and total in bytes), on the thread that reads them (the one creating
-       or opening the first session, or restoring weights a trim released),
-       at most once per tensor; its return value is ignored. NULL: none. */
+    /* called while the model's weights are read whole (RB_PROGRESS_LOAD,
+       done and total in bytes of tensor data; done 0 first, total last),
+       on the thread that reads them (the one creating the model's first
+       session), before each tensor; its return value is ignored. NULL:
+       none. */
     rb_progress_fn progress;
     void *progress_ctx;
 } rb_model_params;
@@ -194,6 +196,23 @@ static inline rb_model_params rb_model_default_params(void)
  */
 RB_API rb_status rb_model_open(const char *path, const rb_model_params *params,
                                rb_model **out, rb_error *err);
+
+/*
+ * rb_model_open of a file already open at fd (an Android asset's or a
+ * content URI's descriptor, a file in a sandbox): the whole file, from
+ * offset 0 (a descriptor into a larger file, such as an asset packed in an
+ * APK at some offset, is not supported: give the asset its own file).
+ * Ownership: the model keeps its own duplicate of fd (closed by
+ * rb_model_close); the caller keeps fd and may close it once this returns.
+ * The model names the file /proc/self/fd/N (N: its duplicate) in messages
+ * and opens it again through that name where the library reads weights
+ * with its own descriptor (the weight cache, a cold restore's mapping):
+ * Linux and Android. fd must be readable; it is never written or moved
+ * (reads are positioned).
+ * Errors: as rb_model_open; RB_E_INVALID_ARG (fd < 0 or not open).
+ */
+RB_API rb_status rb_model_open_fd(int fd, const rb_model_params *params, rb_model **out,
+                                  rb_error *err);
 
 /* Releases everything the model owns. NULL is a no-op. Only after every
  * session and pool of the model is destroyed, with no other call on the

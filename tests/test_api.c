@@ -4,9 +4,11 @@
  * only its bytes), the experimental parameters (copied at creation), the
  * status-returning sampler, and the 0.1 names that still compile.
  */
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "rebound.h"
@@ -333,6 +335,83 @@ static void test_trim_mapped(void)
     rb_model_close(m);
 }
 
+/* The model's load progress: from 0 to the tensor bytes, growing, on the
+ * first session's creation. And a model opened from a file descriptor the
+ * caller closes at once: the same logits as one opened by path; a bad
+ * descriptor is refused by name. */
+typedef struct load_log {
+    int n, not_growing, other_phase;
+    uint64_t first, last, total;
+} load_log;
+
+static int log_load(void *ctx, rb_progress_phase phase, uint64_t done, uint64_t total)
+{
+    load_log *g = ctx;
+    if (phase != RB_PROGRESS_LOAD)
+        g->other_phase++;
+    if (g->n == 0)
+        g->first = done;
+    else if (done < g->last || total != g->total)
+        g->not_growing++;
+    g->n++;
+    g->last = done;
+    g->total = total;
+    return 0;
+}
+
+static void test_load_progress_and_fd(void)
+{
+    rb_error err;
+    int32_t toks[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    rb_session_params sp = rb_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_threads = 1;
+    float want[512];
+    load_log g;
+    memset(&g, 0, sizeof g);
+    rb_model_params mp = rb_model_default_params();
+    mp.progress = log_load;
+    mp.progress_ctx = &g;
+    rb_model *a = NULL;
+    CHECK_EQ_INT(rb_model_open(model_path, &mp, &a, &err), RB_OK);
+    if (!a)
+        return;
+    CHECK_EQ_INT(g.n, 0); /* the open reads no weights */
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(a, &sp, &s, &err), RB_OK);
+    rb_model_info info;
+    CHECK_EQ_INT(rb_model_get_info(a, &info), RB_OK);
+    CHECK(g.n >= 2);
+    CHECK_EQ_U64(g.first, 0);
+    CHECK_EQ_U64(g.last, g.total);
+    CHECK(g.total > 0);
+    CHECK_EQ_INT(g.not_growing, 0);
+    CHECK_EQ_INT(g.other_phase, 0);
+    CHECK_EQ_INT(rb_session_feed(s, toks, 12, NULL), RB_OK);
+    memcpy(want, rb_session_get_logits(s), sizeof want);
+    rb_session_destroy(s);
+    rb_model_close(a);
+
+    int fd = open(model_path, O_RDONLY);
+    CHECK(fd >= 0);
+    rb_model *b = NULL;
+    CHECK_EQ_INT(rb_model_open_fd(fd, NULL, &b, &err), RB_OK);
+    close(fd); /* the model keeps its own */
+    s = NULL;
+    if (b && rb_session_create(b, &sp, &s, &err) == RB_OK) {
+        CHECK_EQ_INT(rb_session_feed(s, toks, 12, NULL), RB_OK);
+        CHECK(memcmp(rb_session_get_logits(s), want, sizeof want) == 0);
+        rb_session_destroy(s);
+    } else {
+        CHECK(0 && "a session of the fd-opened model");
+    }
+    rb_model_close(b);
+    b = NULL;
+    CHECK_EQ_INT(rb_model_open_fd(fd, NULL, &b, &err), RB_E_INVALID_ARG); /* closed */
+    CHECK_CONTAINS(err.message, "file descriptor");
+    CHECK(b == NULL);
+}
+
 int main(void)
 {
     test_version();
@@ -351,6 +430,7 @@ int main(void)
         test_versioned_params(m);
         test_progress(m);
         test_trim_mapped();
+        test_load_progress_and_fd();
         rb_model_close(m);
     }
     remove(model_path);

@@ -295,6 +295,23 @@ static void reopen_logits_test(rb_model *m)
         CHECK(same_logits(s, want));
         rb_session_destroy(s);
     }
+    /* the same from a model opened by file descriptor (closed at once): a
+       cold reopen maps the weights through the model's own duplicate */
+    int fd = open(model_path, O_RDONLY);
+    rb_model *fm = NULL;
+    CHECK_EQ_INT(rb_model_open_fd(fd, NULL, &fm, &err), RB_OK);
+    close(fd);
+    copy_file(sess_path, copy);
+    s = NULL;
+    if (fm && rb_session_open_saved(fm, &p, copy, &s, &err) == RB_OK) {
+        CHECK_EQ_INT(rb_session_compute_logits(s), RB_OK);
+        CHECK(same_logits(s, want));
+        CHECK(rb_model_weights_file_mapped(fm));
+        rb_session_destroy(s);
+    } else {
+        CHECK(0 && "open_saved with the fd-opened model");
+    }
+    rb_model_close(fm);
     unlink(copy);
 }
 
