@@ -891,6 +891,23 @@ RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params 
                                        const char *path, rb_session **out, rb_error *err);
 
 /*
+ * rb_session_open_saved of a session file already open at fd (a content
+ * URI's or an asset's descriptor, a file in a sandbox; the whole file,
+ * from offset 0), read only: the state it holds is read into the session
+ * before this returns (as rb_session_unbind does: a page that fails its
+ * checksum is recomputed by the next feed) and the file is let go, so the
+ * session is bound to no file (feeds are not committed; rb_session_save
+ * binds one by path). Ownership: the library reads through its own
+ * duplicate of fd and closes it before returning; the caller keeps fd.
+ * Nothing is written to the file, and no lock is taken: another writer
+ * must not change it during the call. Errors: as rb_session_open_saved
+ * (RB_E_INVALID_ARG also for fd < 0 or not open; the messages name the
+ * file "file descriptor N"). Cost: reads the whole state (blocks on I/O).
+ */
+RB_API rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *params,
+                                          int fd, rb_session **out, rb_error *err);
+
+/*
  * Stops committing to the file the session is bound to (rb_session_save,
  * rb_session_open_saved): a pending commit finishes first and the file
  * keeps that state, which later feeds no longer change. Pages whose only

@@ -407,7 +407,9 @@ static void test_load_progress_and_fd(void)
     }
     rb_model_close(b);
     b = NULL;
-    CHECK_EQ_INT(rb_model_open_fd(fd, NULL, &b, &err), RB_E_INVALID_ARG); /* closed */
+    int closed = open(model_path, O_RDONLY); /* a descriptor surely not open: */
+    close(closed);                          /* nothing opens between */
+    CHECK_EQ_INT(rb_model_open_fd(closed, NULL, &b, &err), RB_E_INVALID_ARG);
     CHECK_CONTAINS(err.message, "file descriptor");
     CHECK(b == NULL);
 }

@@ -312,6 +312,36 @@ static void reopen_logits_test(rb_model *m)
         CHECK(0 && "open_saved with the fd-opened model");
     }
     rb_model_close(fm);
+    /* a session file by descriptor (read only, the descriptor closed by the
+       caller at once): the same tokens and logits, the file unchanged by
+       the open and by feeds after it (the session is bound to no file) */
+    copy_file(sess_path, copy);
+    char orig[620];
+    snprintf(orig, sizeof orig, "%s.orig", copy);
+    copy_file(copy, orig);
+    fd = open(copy, O_RDONLY);
+    s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved_fd(m, &p, fd, &s, &err), RB_OK);
+    close(fd);
+    if (s) {
+        CHECK_EQ_INT(rb_session_n_tokens(s), N_PROMPT);
+        size_t bn = 0;
+        CHECK(rb_session_get_blob(s, &bn) && bn == 15);
+        CHECK_EQ_INT(rb_session_compute_logits(s), RB_OK);
+        CHECK(same_logits(s, want));
+        int32_t t = 11;
+        CHECK_EQ_INT(rb_session_feed(s, &t, 1, NULL), RB_OK);
+        rb_session_stats st;
+        CHECK_EQ_INT(rb_session_get_stats(s, &st), RB_OK);
+        CHECK(st.file_recovery == NULL);
+        CHECK_EQ_U64(st.file_commits, 0);
+        rb_session_destroy(s);
+    }
+    CHECK(same_file(copy, orig));
+    s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved_fd(m, &p, -1, &s, &err), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(err.message, "file descriptor");
+    unlink(orig);
     unlink(copy);
 }
 

@@ -641,6 +641,9 @@ static rb_status check_shape(const rb_sessfile *f, const sf_super *s, rb_error *
     return RB_OK;
 }
 
+static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fingerprint,
+                            int is_read_only, rb_sessfile **out, rb_error *err);
+
 rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                            const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
                            rb_sessfile **out, rb_error *err)
@@ -664,6 +667,31 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
         return err->status;
     }
     remove_strays(f->os, f->path); /* the writer now: what a killed one left */
+    return open_state(f, path, fingerprint, 0, out, err);
+}
+
+rb_status rb_sessfile_open_fd(int fd, const char *name, const uint64_t *fingerprint,
+                              const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
+                              rb_sessfile **out, rb_error *err)
+{
+    rb_sessfile *f = alloc_handle(name, g, os, throttle);
+    if (!f)
+        return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
+    f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* its own: the caller keeps fd */
+    if (f->fd < 0) {
+        int e = errno;
+        rb_sessfile_close(f);
+        return rb_error_set(err, e == EBADF ? RB_E_INVALID_ARG : RB_E_IO, "session file: %s: "
+                            "%s", name, strerror(e));
+    }
+    return open_state(f, name, fingerprint, 1, out, err);
+}
+
+/* The rest of an open, f->fd open: the newest readable state. is_read_only:
+ * a descriptor the caller gave (pages read through it, never written). */
+static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fingerprint,
+                            int is_read_only, rb_sessfile **out, rb_error *err)
+{
     uint64_t size = 0;
     if (f->os->fstat_size(f->fd, &size) != 0) {
         int e = errno;
@@ -734,7 +762,10 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                 snprintf(f->recovery, sizeof f->recovery, "%s (the state opened, #%" PRIu64
                          ", is the newest readable one)", why[1], s->seq);
             }
-            open_direct(f, f->path, O_RDWR);
+            if (is_read_only)
+                f->fd_direct = f->fd;
+            else
+                open_direct(f, f->path, O_RDWR);
             /* mapped pages are read from storage, not from a copy an
                earlier process left in the page cache */
             posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);

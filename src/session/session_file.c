@@ -349,6 +349,10 @@ static int wants_open_restore(const rb_session *s)
            !s->params.weights_budget_bytes;
 }
 
+static rb_status open_saved(rb_model *model, const rb_session_params *params,
+                            const char *path, int fd, rb_session **out, rb_error *err);
+static rb_status unbind_locked(rb_session *s);
+
 rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
                                 const char *path, rb_session **out, rb_error *err)
 {
@@ -356,6 +360,25 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         return rb_error_set(err, RB_E_INVALID_ARG, "session: model, path and out are required");
     if (access(path, F_OK) != 0)
         return rb_error_set(err, RB_E_NOT_FOUND, "session file: '%s' does not exist", path);
+    return open_saved(model, params, path, -1, out, err);
+}
+
+rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *params, int fd,
+                                   rb_session **out, rb_error *err)
+{
+    if (!model || fd < 0 || !out)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: model, a file descriptor (%d) and "
+                            "out are required", fd);
+    char name[48];
+    snprintf(name, sizeof name, "file descriptor %d", fd);
+    return open_saved(model, params, name, fd, out, err);
+}
+
+/* path: the file, or (fd >= 0) what names the descriptor in messages; a
+ * descriptor's state is read into the session and the file let go. */
+static rb_status open_saved(rb_model *model, const rb_session_params *params,
+                            const char *path, int fd, rb_session **out, rb_error *err)
+{
     rb_session *s = NULL;
     rb_status st = rb_session_create_impl(model, params, 1, &s, err);
     if (st != RB_OK)
@@ -366,7 +389,8 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
     rb_sessfile *f = NULL;
     /* the model is checked below, once the restore reads; the token ids
        (against the vocabulary) and their count (against n_ctx) here */
-    if ((st = rb_sessfile_open(path, NULL, &g, NULL, s->throttle, &f, err)) != RB_OK) {
+    if ((st = fd >= 0 ? rb_sessfile_open_fd(fd, path, NULL, &g, NULL, s->throttle, &f, err)
+                      : rb_sessfile_open(path, NULL, &g, NULL, s->throttle, &f, err)) != RB_OK) {
         rb_session_destroy(s);
         return st;
     }
@@ -435,6 +459,12 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         (st = rb_sessfile_check_model(f, fp, err)) != RB_OK ||
         (st = rb_session_memory_read_rest(s, err)) != RB_OK) {
         rb_session_destroy(s); /* drops the restore first */
+        return st;
+    }
+    /* a descriptor: everything it holds read back now, then let go */
+    if (fd >= 0 && (st = unbind_locked(s)) != RB_OK) {
+        rb_error_set(err, st, "%s", s->err.message);
+        rb_session_destroy(s);
         return st;
     }
     rb_session_leave(s); /* held since it was created: the pool may trim it now */
