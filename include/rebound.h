@@ -401,8 +401,8 @@ typedef struct rb_session_params {
        same model: RB_E_INVALID_ARG). */
     uint64_t weights_budget_bytes; /* 0: none (or from budget_bytes) */
     const char *weights_policy;    /* "class" (NULL: class), or "lru" (the page
-                                      cache's policy), fifo, clock, 2q, arc,
-                                      lirs, mru */
+                                      cache's policy); the research baselines
+                                      are in rebound_experimental.h */
     /* research and benchmark knobs (rebound_experimental.h); NULL: none.
        Copied at creation. */
     const struct rb_experimental_params *experimental;

@@ -29,6 +29,10 @@ extern "C" {
 #define RB_RAM_CODEC_LZ4 ((rb_ram_codec)2)
 #define RB_RAM_CODEC_ZSTD ((rb_ram_codec)3)
 
+/* The weight cache's research baselines (rb_session_params.weights_policy,
+ * beside "class" and "lru"): "fifo", "clock", "2q", "arc", "lirs", "mru",
+ * the policies the class policy is measured against. */
+
 /* rb_session_params.experimental points to one of these (copied at
  * creation); rb_experimental_default_params() gives the defaults. */
 typedef struct rb_experimental_params {

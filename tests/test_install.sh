@@ -47,7 +47,11 @@ for f in "$LIBDIR/librebound.so" "$LIBDIR/librebound.so.1" "$PREFIX/include/rebo
     [ -e "$f" ] || fail "$f is not installed"
 done
 [ -x "$PREFIX/bin/rebound" ] || fail "$PREFIX/bin/rebound is not installed"
-ls "$LIBDIR"/librebound.so.1.* >/dev/null 2>&1 || fail "no versioned librebound.so.1.* in $LIBDIR"
+# the file is named by the project's version, its SONAME by the ABI's (SOVERSION)
+ls "$LIBDIR"/librebound.so.[0-9]*.[0-9]*.[0-9]* >/dev/null 2>&1 ||
+    fail "no versioned librebound.so.X.Y.Z in $LIBDIR"
+SONAME=$(objdump -p "$LIBDIR/librebound.so" 2>/dev/null | awk '$1 == "SONAME" { print $2 }')
+[ -z "$SONAME" ] || [ "$SONAME" = librebound.so.1 ] || fail "SONAME $SONAME, expected librebound.so.1"
 # Captured first, never piped into grep -q: under pipefail, grep -q leaving
 # early kills the writer with SIGPIPE and fails a pipeline that matched.
 INTERNAL_HEADERS=$(find "$PREFIX" -name '*.h' ! -name rebound.h ! -name rebound_experimental.h)

@@ -126,7 +126,7 @@ chat_ok part1 $'first\nsecond\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 -
 chat_ok part2 $'third\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 --seed 5 -c 512 \
     --session conv.rbs
 expect_line part2.err 'resumed conv.rbs: [0-9]+ tokens, 2 turns'
-[ "$(sed -n 3p whole.out)" = "$(sed -n 1p part2.out)" ] ||
+[ "$(sed -n 3p whole.out)" = "$(sed -n 1p part2.out)" ] && ok ||
     fail "resumed turn 3 '$(sed -n 1p part2.out)' differs from '$(sed -n 3p whole.out)'"
 
 check "errors: bad --template, a session of another model or context, no model, bad -n"

@@ -89,19 +89,19 @@ for shape in tiny stories260k; do
         [ "$n" -eq "${N_TENSORS[$shape]}" ] && ok || fail "$i lists $n tensors, expected ${N_TENSORS[$shape]}"
         # the same tensors (names and dims) whatever the type
         tensor_table $i | awk '{ $2 = ""; $NF = ""; print }' > names-$shape-$kind.txt
-        cmp -s names-$shape-$kind.txt names-$shape-f32.txt ||
+        cmp -s names-$shape-$kind.txt names-$shape-f32.txt && ok ||
             fail "$f: tensor names/dims differ from the f32 file"
     done
 done
 
 check "spot checks of llama-quantize's choices"
-grep -Eq '^output.weight +Q8_0 ' info-tiny-q4_0.out ||
+grep -Eq '^output.weight +Q8_0 ' info-tiny-q4_0.out && ok ||
     fail "tiny q4_0: output.weight must fall back to Q8_0 (row 64 is not a multiple of 256)"
 grep -Eq '^blk.0.ffn_down.weight +Q4_K ' info-tiny-q4_k_m.out && ok || fail "tiny q4_k_m: blk.0.ffn_down must stay Q4_K"
 grep -Eq '^blk.1.ffn_down.weight +Q6_K ' info-tiny-q4_k_m.out && ok || fail "tiny q4_k_m: blk.1.ffn_down must be Q6_K"
-grep -Eq '^blk.2.attn_v.weight +Q8_0 ' info-stories260k-q4_k_m.out ||
+grep -Eq '^blk.2.attn_v.weight +Q8_0 ' info-stories260k-q4_k_m.out && ok ||
     fail "stories260k q4_k_m: blk.2.attn_v must be Q6_K -> Q8_0"
-grep -Eq '^blk.0.ffn_down.weight +F16 ' info-stories260k-q8_0.out ||
+grep -Eq '^blk.0.ffn_down.weight +F16 ' info-stories260k-q8_0.out && ok ||
     fail "stories260k q8_0: ffn_down (row 172) must fall back to F16"
 expect_line info-stories260k-f32.out '^tensors +48: F32 x48 '
 

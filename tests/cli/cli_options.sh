@@ -149,7 +149,7 @@ run_ok c1 "$REBOUND" run -m tiny.gguf -p "Hello" -n 8 --temp 0 -no-cnv -ngl 99 -
 run_ok c0 "$REBOUND" run -m tiny.gguf -p "Hello" -n 8 --temp 0
 cmp -s c1.out c0.out && ok || fail "-no-cnv and the ignored flags changed the text"
 for o in '-ngl 99' '-fa on' '--mlock' '-sys Be brief.' '--chat-template chatml'; do
-    [ "$(grep -c -- "^rebound run: note: $o is ignored: " c1.err)" -eq 1 ] ||
+    [ "$(grep -c -- "^rebound run: note: $o is ignored: " c1.err)" -eq 1 ] && ok ||
         { cat c1.err >&2; fail "no one-line note for $o"; }
 done
 
@@ -174,7 +174,7 @@ for t in '1 \| pp8' '1 \| pp16' '1 \| tg2' '1 \| tg3' '2 \| pp8' '2 \| pp16' '2 
 done
 expect_line b1.err '^rebound bench: note: -ngl 99 is ignored'
 run_ok b2 "$REBOUND" bench -m tiny.gguf -p 8 -n 2 -r 2 -o csv
-[ "$(head -1 b2.out)" = "cpu_info,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,n_gpu_layers,n_prompt,n_gen,n_depth,test_time,avg_ns,stddev_ns,avg_ts,stddev_ts" ] ||
+[ "$(head -1 b2.out)" = "cpu_info,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,n_gpu_layers,n_prompt,n_gen,n_depth,test_time,avg_ns,stddev_ns,avg_ts,stddev_ts" ] && ok ||
     fail "csv header: $(head -1 b2.out)"
 [ "$(wc -l < b2.out)" -eq 3 ] && ok || fail "csv: $(wc -l < b2.out) lines, expected 3"
 expect_line b2.out '^"[^"]*","tiny.gguf","llama","[0-9]+","[0-9]+","8","8","[0-9]+","f16","f16","0","8","0","0","[0-9T:-]+Z","[0-9]+","[0-9]+","[0-9.]+","[0-9.]+"$'

@@ -34,7 +34,7 @@ for kind in q8_0 q4_0 q4_k_m; do
         [ $src = tiny-f32 ] && ref=in1i.out || ref=in2i.out
         diff <(grep '^shape' $ref) <(grep '^shape' qi.out) && ok || fail "$out: shape changed"
         diff <(tensor_table $ref | awk '{ $2 = ""; $NF = ""; print }') \
-             <(tensor_table qi.out | awk '{ $2 = ""; $NF = ""; print }') ||
+             <(tensor_table qi.out | awk '{ $2 = ""; $NF = ""; print }') && ok ||
             fail "$out: tensor names or dims changed"
         [ ! -e $out.tmp ] && ok || fail "$out.tmp left behind"
     done
@@ -52,9 +52,9 @@ for kind in q8_0 q4_0 q4_k_m; do
     check "quantize tiny f32 -> $kind equals make-model --type $kind --seed 5 (tensor table and data bytes)"
     run_ok mk "$REBOUND" make-model --shape tiny --type $kind --seed 5 -o mk-$kind.gguf
     run_ok mki "$REBOUND" info mk-$kind.gguf --tensors
-    diff <(tensor_table mki.out) <(tensor_table info-tiny-f32-to-$kind.out) ||
+    diff <(tensor_table mki.out) <(tensor_table info-tiny-f32-to-$kind.out) && ok ||
         fail "tensor tables differ (< make-model, > quantize)"
-    cmp <(data_bytes mk-$kind.gguf mki.out) <(data_bytes tiny-f32-to-$kind.gguf info-tiny-f32-to-$kind.out) ||
+    cmp <(data_bytes mk-$kind.gguf mki.out) <(data_bytes tiny-f32-to-$kind.gguf info-tiny-f32-to-$kind.out) && ok ||
         fail "tensor data differs between make-model and quantize for $kind"
 done
 

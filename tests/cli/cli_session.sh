@@ -127,11 +127,11 @@ for what in model session; do
     wait $cpid || rc=$?
     if [ $what = model ]; then
         [ $rc = 1 ] && ok || { cat cut.err >&2; fail "a model cut under the chat: exit $rc"; }
-        grep -q "model: 'cut.gguf' was cut short" cut.err ||
+        grep -q "model: 'cut.gguf' was cut short" cut.err && ok ||
             { cat cut.err >&2; fail "the model's cut is not named"; }
     else # the chat goes on in RAM, each save refused naming the file
         [ $rc = 0 ] && ok || { cat cut.err >&2; fail "a session file cut under the chat: exit $rc"; }
-        [ "$(grep -c "'cut.rbs' was cut short under the running session" cut.err)" = 2 ] ||
+        [ "$(grep -c "'cut.rbs' was cut short under the running session" cut.err)" = 2 ] && ok ||
             { cat cut.err >&2; fail "the session file's cut is not named at each save"; }
         [ "$(stat -c %s cut.rbs)" = 4096 ] && ok || fail "the cut session file was written to"
     fi
@@ -199,9 +199,9 @@ for t in 0 1 2 3; do
     for k in 0 1 2; do
         if [ $k -lt $t ]; then in_a+="${msgs[$k]}"$'\n'; else in_b+="${msgs[$k]}"$'\n'; fi
     done
-    printf '%s' "$in_a" | "$REBOUND" "${chat_args[@]}" --session st.rbs > /dev/null 2> sa.err ||
+    printf '%s' "$in_a" | "$REBOUND" "${chat_args[@]}" --session st.rbs > /dev/null 2> sa.err && ok ||
         fail "clean chat of $t turns failed"
-    printf '%s' "$in_b" | "$REBOUND" "${chat_args[@]}" --session st.rbs > "tail$t.out" 2> sb.err ||
+    printf '%s' "$in_b" | "$REBOUND" "${chat_args[@]}" --session st.rbs > "tail$t.out" 2> sb.err && ok ||
         fail "clean resume after $t turns failed"
     if [ $t -gt 0 ]; then
         want_n[$t]=$(resumed sb.err | cut -d' ' -f1)
@@ -227,24 +227,24 @@ for k in $(seq 1 400); do
         [ $seen_file = 0 ] && ok || fail "kill point $k: the file vanished"
         n_none=$((n_none + 1))
         # the next chat on the path starts afresh and takes the dead one's leftover away
-        printf '' | "$REBOUND" "${chat_args[@]}" --session k.rbs > kr.out 2> kr.err ||
+        printf '' | "$REBOUND" "${chat_args[@]}" --session k.rbs > kr.out 2> kr.err && ok ||
             { cat kr.err >&2; fail "kill point $k: a new chat on the path fails"; }
         ls k.rbs.new-* > /dev/null 2>&1 && fail "kill point $k: a killed chat's new file stays" || ok
         continue
     fi
     seen_file=1
-    printf '' | "$REBOUND" "${chat_args[@]}" --session k.rbs > kr.out 2> kr.err ||
+    printf '' | "$REBOUND" "${chat_args[@]}" --session k.rbs > kr.out 2> kr.err && ok ||
         { cat kr.err >&2; fail "kill point $k: the file does not reopen"; }
     ls k.rbs.new-* > /dev/null 2>&1 && fail "kill point $k: a killed chat's new file stays" || ok
     read -r n t < <(resumed kr.err)
-    [ "$n" = "${want_n[$t]}" ] ||
+    [ "$n" = "${want_n[$t]}" ] && ok ||
         fail "kill point $k: $n tokens with $t turns; the chat saved ${want_n[$t]} with $t turns"
     n_at[$t]=$(( ${n_at[$t]:-0} + 1 ))
     in_b=""
     for kk in 0 1 2; do [ $kk -lt $t ] || in_b+="${msgs[$kk]}"$'\n'; done
-    printf '%s' "$in_b" | "$REBOUND" "${chat_args[@]}" --session k.rbs > kt.out 2> kt.err ||
+    printf '%s' "$in_b" | "$REBOUND" "${chat_args[@]}" --session k.rbs > kt.out 2> kt.err && ok ||
         fail "kill point $k: the chat does not go on"
-    cmp -s kt.out "tail$t.out" ||
+    cmp -s kt.out "tail$t.out" && ok ||
         fail "kill point $k: resumed after $t turns, the replies differ from an unbroken chat's"
 done
 [ $rc = 0 ] && ok || fail "still killed after 400 points"
