@@ -183,6 +183,8 @@ static void test_versioned_params(rb_model *m)
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
     CHECK_CONTAINS(err.message, "rb_session_params: struct_size is 0");
     CHECK(s == NULL);
+    p.struct_size = (size_t)1 << 40; /* garbage: refused, never read that far */
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
 
     /* older: a program whose struct ended before the progress fields */
     unsigned char buf[sizeof(rb_session_params) + 64];

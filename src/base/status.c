@@ -53,7 +53,9 @@ rb_status rb_params_copy(void *dst, size_t lib_size, const void *src, const char
 {
     size_t n;
     memcpy(&n, src, sizeof n);
-    if (n < sizeof n)
+    /* a size far past this library's: not a newer header's (structs grow
+       by a few fields), but an uninitialised one; never read that far */
+    if (n < sizeof n || n > lib_size + 4096)
         return rb_error_set(err, RB_E_INVALID_ARG, "%s: struct_size is %zu: initialise the "
                             "struct with its _default_params() (or _params_init) call first",
                             what, n);

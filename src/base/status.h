@@ -14,8 +14,8 @@ rb_status rb_error_set(rb_error *err, rb_status status, const char *fmt, ...)
  * library's defaults, lib_size bytes; the caller's first min(struct_size,
  * lib_size) bytes are copied over them (a shorter, older struct keeps the
  * defaults of the fields it lacks) and dst's struct_size becomes lib_size.
- * RB_OK; RB_E_INVALID_ARG (struct_size below sizeof(size_t): not set by
- * the _default_params / _params_init call); RB_E_UNSUPPORTED (a longer,
+ * RB_OK; RB_E_INVALID_ARG (struct_size below sizeof(size_t) or over
+ * lib_size + 4096: not set by the _default_params / _params_init call); RB_E_UNSUPPORTED (a longer,
  * newer struct with a field this library does not know set non-zero).
  * what names the struct in the message ("rb_model_params"). */
 rb_status rb_params_copy(void *dst, size_t lib_size, const void *src, const char *what,
