@@ -613,7 +613,7 @@ static int open_session(struct chat *c, const char *session_path, const rb_sessi
         op.file_flags = c->save_flags;
         if (rb_session_open_saved(c->model, &op, session_path, &c->session, &err) != RB_OK)
             return rb_cli_fail(CMD, err.message, err.status == RB_E_UNSUPPORTED
-                               ? "give the -c the conversation was saved with" : NULL);
+                               ? "give the -c (n_ctx) the conversation was saved with" : NULL);
         c->is_saved = 1;
         rb_cli_warn_recovery("chat", c->session);
         if (load_chat(c, &c->saved_state, &c->has_saved_state) != 0)

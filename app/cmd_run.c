@@ -254,7 +254,7 @@ int rb_cmd_run(int argc, char **argv)
     if (resumed ? rb_session_open_saved(model, &p, session_path, &s, &err) != RB_OK
                 : rb_session_create(model, &p, &s, &err) != RB_OK) {
         rb_cli_fail("run", err.message, resumed && err.status == RB_E_UNSUPPORTED
-                    ? "give the -c the session was saved with" : NULL);
+                    ? "give the -c (n_ctx) the session was saved with" : NULL);
         goto done;
     }
     if (resumed)

@@ -34,7 +34,6 @@
 #include <unistd.h>
 
 #include "rebound.h"
-#include "rebound_experimental.h"
 
 #define MAX_MULTI 16
 #define MAX_ROUNDS 64

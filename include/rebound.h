@@ -33,7 +33,21 @@
  *     exceptions, callable from any thread at any time: rb_session_trim,
  *     rb_session_abort, rb_session_set_priority and every rb_pool_* call;
  *     a feed running on another thread honours a trim or an abort at its
- *     next layer boundary.
+ *     next layer boundary. A model is shared by its sessions: which
+ *     rb_model_* calls may run at once is said after rb_model_errmsg.
+ *   - Versions. The API version is MAJOR.MINOR.PATCH (REBOUND_VERSION_*;
+ *     rb_version says the library's). PATCH: fixes only. MINOR: additions
+ *     a program built against the previous header survives (new functions,
+ *     new enum values, fields added at the end of the versioned structs).
+ *     MAJOR (while it is 0: MINOR) and the shared library's SOVERSION
+ *     (librebound.so.N) change together whenever a program built against
+ *     the previous header could break; 0.3 is SOVERSION 1. Versioned
+ *     structs: the params structs a program fills (rb_model_params,
+ *     rb_session_params) begin with struct_size, which their
+ *     _default_params() set to the program's sizeof, and the structs the
+ *     library fills (rb_model_info, rb_session_stats) are read through
+ *     _sized getters; both only grow at their end, so a program built
+ *     against an older header keeps working with a newer library.
  *   - Research and benchmark knobs (emulated storage devices, the tier
  *     split's rates, the baselines rebound is measured against) are in
  *     rebound_experimental.h, not here.
@@ -55,9 +69,9 @@ extern "C" {
 #endif
 
 #define REBOUND_VERSION_MAJOR 0
-#define REBOUND_VERSION_MINOR 2
+#define REBOUND_VERSION_MINOR 3
 #define REBOUND_VERSION_PATCH 0
-#define REBOUND_VERSION_STRING "0.2.0"
+#define REBOUND_VERSION_STRING "0.3.0"
 
 /* The library's version as "MAJOR.MINOR.PATCH" (the library the program
  * runs against, which may be newer than the header it was built with), and
@@ -95,12 +109,75 @@ typedef struct rb_error {
 
 typedef struct rb_model rb_model;
 
+/* What a progress callback is told: the phase, and how far it is. done
+ * grows from 0 to total; total stays the same through one call of the
+ * function it reports on (a feed, a load). The return value: non-zero
+ * stops a feed (as rb_session_abort); a load ignores it. */
+typedef enum rb_progress_phase {
+    RB_PROGRESS_RESTORE = 0, /* bringing back what a trim evicted (or what a
+                                reopened session's file holds): layers, once
+                                per feed that restores anything, never when
+                                nothing is evicted */
+    RB_PROGRESS_FEED = 1,    /* computing the feed's tokens (and any
+                                recompute): tokens */
+    RB_PROGRESS_LOAD = 2     /* reading a model's weights whole (the first
+                                rb_session_create of a model): bytes. A
+                                reopened session's weights come back with
+                                its restore (RB_PROGRESS_RESTORE) */
+} rb_progress_phase;
+typedef int (*rb_progress_fn)(void *ctx, rb_progress_phase phase, uint64_t done,
+                              uint64_t total);
+
 typedef struct rb_model_params {
-    int use_mmap;          /* nonzero: map the file; zero: read by offset (pread) */
+    size_t struct_size;    /* sizeof(rb_model_params) as the program was
+                              compiled: set by rb_model_default_params (or
+                              rb_model_params_init); never set it by hand.
+                              The library reads that many bytes, so a
+                              program built against an older header works
+                              with a newer library (fields it lacks take
+                              their defaults); 0: RB_E_INVALID_ARG. */
+    int use_mmap;          /* nonzero: map the whole file for the header and
+                              tensor reads (a file cut under this mapping
+                              raises SIGBUS, unguarded); zero: read by
+                              offset (pread) */
+    /* The SIGBUS guard, the library's only process-wide state. 1 (default):
+       a session may map the weights file itself (a cold restore then reads
+       it through the page cache: measured 0.01-0.03 s of system time per
+       600 MiB against 0.35-0.40 s for a read into anonymous memory), and the
+       first such mapping in the process installs a SIGBUS handler (with
+       sigaction, SA_SIGINFO | SA_ONSTACK; it stays for the life of the
+       process) so that a file cut under the mapping becomes RB_E_IO at the
+       next feed instead of killing the process. A fault outside the
+       library's mappings goes to the action that was installed before it
+       (or the default action: the process dies as it would have).
+       0: this model never maps its weights file and never installs the
+       handler (weights are read into memory). An app with its own SIGBUS
+       handler either installs it before the first rb_model_open, and the
+       library chains to it; or, installing it later, calls the previous
+       action that sigaction returned for every fault at an address it does
+       not own; or opens every model with sigbus_guard = 0. */
+    int sigbus_guard;
+    /* called while the model's weights are read whole (RB_PROGRESS_LOAD,
+       done and total in bytes of tensor data; done 0 first, total last),
+       on the thread that reads them (the one creating the model's first
+       session), before each tensor; its return value is ignored. NULL:
+       none. */
+    rb_progress_fn progress;
+    void *progress_ctx;
 } rb_model_params;
 
-/* Defaults: use_mmap = 0. */
-RB_API rb_model_params rb_model_default_params(void);
+/* Fills the first struct_size bytes of params with the defaults (use_mmap
+ * 0, sigbus_guard 1, no progress) and params->struct_size with
+ * struct_size; bytes past this library's struct are zeroed. For bindings
+ * that cannot inline rb_model_default_params. */
+RB_API void rb_model_params_init(rb_model_params *params, size_t struct_size);
+/* The defaults, sized for the header the program is compiled with. */
+static inline rb_model_params rb_model_default_params(void)
+{
+    rb_model_params p;
+    rb_model_params_init(&p, sizeof p);
+    return p;
+}
 
 /*
  * Opens a GGUF model file: reads and validates the header, metadata and
@@ -120,12 +197,46 @@ RB_API rb_model_params rb_model_default_params(void);
 RB_API rb_status rb_model_open(const char *path, const rb_model_params *params,
                                rb_model **out, rb_error *err);
 
-/* Releases everything the model owns. NULL is a no-op. */
+/*
+ * rb_model_open of a file already open at fd (an Android asset's or a
+ * content URI's descriptor, a file in a sandbox): the whole file, from
+ * offset 0 (a descriptor into a larger file, such as an asset packed in an
+ * APK at some offset, is not supported: give the asset its own file).
+ * Ownership: the model keeps its own duplicate of fd (closed by
+ * rb_model_close); the caller keeps fd and may close it once this returns.
+ * The model names the file /proc/self/fd/N (N: its duplicate) in messages
+ * and opens it again through that name where the library reads weights
+ * with its own descriptor (the weight cache, a cold restore's mapping):
+ * Linux and Android. fd must be readable; it is never written or moved
+ * (reads are positioned).
+ * Errors: as rb_model_open; RB_E_INVALID_ARG (fd < 0 or not open).
+ */
+RB_API rb_status rb_model_open_fd(int fd, const rb_model_params *params, rb_model **out,
+                                  rb_error *err);
+
+/* Releases everything the model owns. NULL is a no-op. Only after every
+ * session and pool of the model is destroyed, with no other call on the
+ * model running. */
 RB_API void rb_model_close(rb_model *model);
 
 /* The message of the last failed call on this handle ("" if none). Valid
  * until the next call on the handle. */
 RB_API const char *rb_model_errmsg(const rb_model *model);
+
+/*
+ * A shared model (the thread rule's exception for rb_model_*). A model is
+ * shared by its sessions and pools, and the rb_model_* calls below may run
+ * on any threads at once, with each other and with any session's calls:
+ * rb_model_get_info_sized, rb_model_kv_bytes, rb_model_get_meta_str,
+ * rb_model_get_layer_bytes, rb_model_get_tensor_info (read what the open
+ * parsed, never changed after); rb_model_tokenize, rb_model_token_bos /
+ * _eos / _is_eog, rb_model_token_to_piece and rb_detokenizer_create (the
+ * tokenizer is built once, under the model's lock, by the first of them,
+ * then only read). The one thing they share is the model's error message:
+ * when two of them fail at once, rb_model_errmsg may give the other's
+ * message (the statuses are always each call's own); read it only where
+ * the calls that can fail are not concurrent. rb_model_close: alone, last.
+ */
 
 /*
  * What a model is and what it costs in memory (the numbers of the mzCache
@@ -259,15 +370,14 @@ typedef enum rb_priority {
     RB_PRIORITY_BACKGROUND = 1
 } rb_priority;
 
-/* What a progress callback is told: the phase, and how far it is. */
-typedef enum rb_progress_phase {
-    RB_PROGRESS_RESTORE = 0, /* bringing back what a trim evicted: layers */
-    RB_PROGRESS_FEED = 1     /* computing the feed's tokens (and any recompute) */
-} rb_progress_phase;
-typedef int (*rb_progress_fn)(void *ctx, rb_progress_phase phase, uint64_t done,
-                              uint64_t total);
-
 typedef struct rb_session_params {
+    size_t struct_size; /* sizeof(rb_session_params) as the program was
+                           compiled: set by rb_session_default_params (or
+                           rb_session_params_init); never by hand. The
+                           library reads that many bytes (fields an older
+                           header lacks take their defaults); 0:
+                           RB_E_INVALID_ARG. Fields are only ever added at
+                           the end. */
     uint32_t n_ctx;     /* context length; 0: the model's trained context
                            (beyond it is allowed: RoPE extrapolates, quality
                            may drop, as in llama.cpp) */
@@ -291,8 +401,8 @@ typedef struct rb_session_params {
        same model: RB_E_INVALID_ARG). */
     uint64_t weights_budget_bytes; /* 0: none (or from budget_bytes) */
     const char *weights_policy;    /* "class" (NULL: class), or "lru" (the page
-                                      cache's policy), fifo, clock, 2q, arc,
-                                      lirs, mru */
+                                      cache's policy); the research baselines
+                                      are in rebound_experimental.h */
     /* research and benchmark knobs (rebound_experimental.h); NULL: none.
        Copied at creation. */
     const struct rb_experimental_params *experimental;
@@ -310,14 +420,28 @@ typedef struct rb_session_params {
     rb_pool *pool;
     rb_priority priority;          /* in the pool: FOREGROUND (default) or
                                       BACKGROUND (trimmed first) */
-    /* called on the feeding thread between layers of a long feed (and of
-       the restore it runs): return non-zero to stop the feed there, as
+    /* called on the feeding thread: RB_PROGRESS_FEED after each batch
+       (done of total = the tokens of this feed call; a recompute of
+       evicted context before them is not counted), RB_PROGRESS_RESTORE
+       before each layer of a feed that restores something (done = the
+       layer, total = n_layers). Return non-zero to stop the feed there, as
        rb_session_abort does. NULL: none. */
     rb_progress_fn progress;
     void *progress_ctx;
 } rb_session_params;
 
-RB_API rb_session_params rb_session_default_params(void);
+/* Fills the first struct_size bytes of params with the defaults (n_batch
+ * 128, everything else 0 / NULL) and params->struct_size with struct_size;
+ * bytes past this library's struct are zeroed. For bindings that cannot
+ * inline rb_session_default_params. */
+RB_API void rb_session_params_init(rb_session_params *params, size_t struct_size);
+/* The defaults, sized for the header the program is compiled with. */
+static inline rb_session_params rb_session_default_params(void)
+{
+    rb_session_params p;
+    rb_session_params_init(&p, sizeof p);
+    return p;
+}
 
 /*
  * Creates a session: loads the model's weights if not yet loaded (read, or
@@ -359,9 +483,24 @@ RB_API const char *rb_session_errmsg(const rb_session *session);
 RB_API rb_status rb_session_feed(rb_session *session, const int32_t *tokens, size_t n,
                                  float *logits);
 
-/* Logits of the last token fed (n_vocab floats), or NULL before any. Valid
- * until the next feed. */
+/* Logits of the last token fed (n_vocab floats), or NULL when there are
+ * none: before any feed, after rb_session_rewind, after an abort before a
+ * batch completed, and in a session rb_session_open_saved just opened (the
+ * file holds tokens and their K/V, not logits: rb_session_compute_logits
+ * gives them). Valid until the next feed, rewind or destroy. */
 RB_API const float *rb_session_get_logits(const rb_session *session);
+
+/*
+ * Makes rb_session_get_logits non-NULL when the session holds tokens but no
+ * logits (a session just reopened with rb_session_open_saved, or after a
+ * rewind): forgets the last token and feeds it again (restoring the K/V it
+ * attends to, like any feed). The logits are bit for bit those the last
+ * feed of that token computed. Does nothing when there are logits already.
+ * Errors: RB_E_INVALID_ARG (the session holds no token); a feed's errors
+ * (then the session holds one token fewer: feed it again).
+ * Cost: one token's forward pass, and the restore of what was evicted.
+ */
+RB_API rb_status rb_session_compute_logits(rb_session *session);
 
 /* The session's tokens (rb_session_n_tokens of them), valid until the next
  * feed, rewind or destroy. */
@@ -369,6 +508,32 @@ RB_API size_t rb_session_n_tokens(const rb_session *session);
 RB_API const int32_t *rb_session_get_tokens(const rb_session *session);
 RB_API uint32_t rb_session_n_ctx(const rb_session *session);
 RB_API uint32_t rb_session_n_vocab(const rb_session *session);
+
+/*
+ * Decodes one token in each of n sessions of one model in one forward
+ * pass: tokens[i] is appended to sessions[i] and computed, each weight
+ * read once for all of them (in groups of the smallest n_batch of the
+ * set). Each session ends exactly as rb_session_feed(sessions[i],
+ * &tokens[i], 1, NULL) would leave it: the same logits bit for bit (the
+ * forward pass computes each row by the same operations whatever the
+ * number of rows), its evicted context restored, its file committed, its
+ * budget enforced. A session whose restore stops the shared pass, or finds
+ * damaged pages, completes its feed alone.
+ * Errors: RB_E_INVALID_ARG (NULL arguments, a session given twice,
+ * sessions of different models or thread counts, a token outside the
+ * vocabulary: then no session changed), RB_E_BUDGET (a session's context
+ * is full: no session changed), RB_E_UNSUPPORTED (a session streams its
+ * weights under a budget: feed it alone); after the pass, a session's own
+ * feed error (RB_E_NOMEM, RB_E_IO, RB_E_FORMAT): that session is as a
+ * failed rb_session_feed leaves it, the others are fed. The message in
+ * err names the session's index (its own rb_session_errmsg has its part).
+ * Threads: the caller must be the only user of all n sessions for the
+ * call; the pass runs on the thread pool of one of them.
+ * Cost: one forward pass per group; per call, one allocation of the feeds'
+ * state and the group's logits (n_batch x n_vocab floats at most).
+ */
+RB_API rb_status rb_session_decode_multi(rb_session **sessions, const int32_t *tokens,
+                                         size_t n, rb_error *err);
 
 /* ---- memory ------------------------------------------------------------ */
 
@@ -390,12 +555,15 @@ typedef enum rb_trim_level {
  * the model file. The next rb_session_feed brings everything back (how:
  * rb_session_params.restore); nothing already computed is lost.
  * *freed_out (may be NULL) receives the bytes freed.
- * Errors: RB_E_UNSUPPORTED (weights of a model opened with use_mmap),
- * RB_E_IO / RB_E_NOMEM (then what was trimmed so far stays trimmed, the
- * rest resident: the session stays usable). A full disk is not an error:
- * the page is compressed instead, and the stats count it.
- * RB_TRIM_COMPLETE on a model opened with use_mmap frees the KV and
- * drops the mapping's pages (they fault back from the file on use).
+ * Errors: RB_E_INVALID_ARG (an unknown level), RB_E_IO / RB_E_NOMEM
+ * (then what was trimmed so far stays trimmed, the rest resident: the
+ * session stays usable). A full disk is not an error: the page is
+ * compressed instead, and the stats count it.
+ * A model opened with use_mmap: its weights are the page cache's, never
+ * the session's, and are not an error either: RB_TRIM_BYTES and the
+ * levels below RB_TRIM_COMPLETE free KV only (*freed_out says how much);
+ * RB_TRIM_COMPLETE frees the KV and drops the mapping's pages (they fault
+ * back from the file on use).
  * Cost: writes pages to storage (blocks on I/O) and encodes them (CPU);
  * allocates compressed frames.
  * Threads: any thread, any time. Between feeds it trims before returning.
@@ -572,7 +740,10 @@ RB_API rb_status rb_pool_watch_pressure(rb_pool *pool, const rb_pool_pressure_pa
 RB_API void rb_pool_unwatch_pressure(rb_pool *pool);
 
 /* Bytes of the session by category and tier, and the last restore's
- * phases. All byte counts are of RAM unless the name says otherwise. */
+ * phases. All byte counts are of RAM unless the name says otherwise.
+ * Strings (storage_io, weights_policy, file_recovery): owned by the
+ * session, valid until it is destroyed (they are set when it is created
+ * or opened and never change after); NULL where the field says so. */
 typedef struct rb_session_stats {
     uint64_t weights_bytes;          /* resident weight bytes */
     uint64_t weights_evicted_bytes;  /* released, to re-read from the model file */
@@ -758,6 +929,23 @@ RB_API rb_status rb_session_save(rb_session *session, const char *path, unsigned
  */
 RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
                                        const char *path, rb_session **out, rb_error *err);
+
+/*
+ * rb_session_open_saved of a session file already open at fd (a content
+ * URI's or an asset's descriptor, a file in a sandbox; the whole file,
+ * from offset 0), read only: the state it holds is read into the session
+ * before this returns (as rb_session_unbind does: a page that fails its
+ * checksum is recomputed by the next feed) and the file is let go, so the
+ * session is bound to no file (feeds are not committed; rb_session_save
+ * binds one by path). Ownership: the library reads through its own
+ * duplicate of fd and closes it before returning; the caller keeps fd.
+ * Nothing is written to the file, and no lock is taken: another writer
+ * must not change it during the call. Errors: as rb_session_open_saved
+ * (RB_E_INVALID_ARG also for fd < 0 or not open; the messages name the
+ * file "file descriptor N"). Cost: reads the whole state (blocks on I/O).
+ */
+RB_API rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *params,
+                                          int fd, rb_session **out, rb_error *err);
 
 /*
  * Stops committing to the file the session is bound to (rb_session_save,

@@ -29,6 +29,10 @@ extern "C" {
 #define RB_RAM_CODEC_LZ4 ((rb_ram_codec)2)
 #define RB_RAM_CODEC_ZSTD ((rb_ram_codec)3)
 
+/* The weight cache's research baselines (rb_session_params.weights_policy,
+ * beside "class" and "lru"): "fifo", "clock", "2q", "arc", "lirs", "mru",
+ * the policies the class policy is measured against. */
+
 /* rb_session_params.experimental points to one of these (copied at
  * creation); rb_experimental_default_params() gives the defaults. */
 typedef struct rb_experimental_params {
@@ -43,32 +47,6 @@ typedef struct rb_experimental_params {
 } rb_experimental_params;
 
 RB_API rb_experimental_params rb_experimental_default_params(void);
-
-/*
- * Decodes one token in each of n sessions of one model in one forward
- * pass: tokens[i] is appended to sessions[i] and computed, each weight
- * read once for all of them (in groups of the smallest n_batch of the
- * set). Each session ends exactly as rb_session_feed(sessions[i],
- * &tokens[i], 1, NULL) would leave it: the same logits bit for bit (the
- * forward pass computes each row by the same operations whatever the
- * number of rows), its evicted context restored, its file committed, its
- * budget enforced. A session whose restore stops the shared pass, or finds
- * damaged pages, completes its feed alone.
- * Errors: RB_E_INVALID_ARG (NULL arguments, a session given twice,
- * sessions of different models or thread counts, a token outside the
- * vocabulary: then no session changed), RB_E_BUDGET (a session's context
- * is full: no session changed), RB_E_UNSUPPORTED (a session streams its
- * weights under a budget: feed it alone); after the pass, a session's own
- * feed error (RB_E_NOMEM, RB_E_IO, RB_E_FORMAT): that session is as a
- * failed rb_session_feed leaves it, the others are fed. The message in
- * err names the session's index (its own rb_session_errmsg has its part).
- * Threads: the caller must be the only user of all n sessions for the
- * call; the pass runs on the thread pool of one of them.
- * Cost: one forward pass per group; per call, one allocation of the feeds'
- * state and the group's logits (n_batch x n_vocab floats at most).
- */
-RB_API rb_status rb_session_decode_multi(rb_session **sessions, const int32_t *tokens,
-                                         size_t n, rb_error *err);
 
 #ifdef __cplusplus
 }

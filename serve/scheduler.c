@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rebound_experimental.h"
+#include "rebound.h"
 #include "scheduler.h"
 
 enum { PHASE_PREFILL = 0, PHASE_DECODE = 1 };

@@ -42,12 +42,16 @@ PC=$(find "$PREFIX" -path '*/pkgconfig/rebound.pc' | head -n 1)
 [ -n "$PC" ] || { find "$PREFIX" >&2; fail "no pkgconfig/rebound.pc under the prefix"; }
 LIBDIR=$(dirname "$(dirname "$PC")")
 case "$LIBDIR" in "$PREFIX"/lib|"$PREFIX"/lib64|"$PREFIX"/lib/*) ;; *) fail "unexpected libdir $LIBDIR" ;; esac
-for f in "$LIBDIR/librebound.so" "$LIBDIR/librebound.so.0" "$PREFIX/include/rebound.h" \
+for f in "$LIBDIR/librebound.so" "$LIBDIR/librebound.so.1" "$PREFIX/include/rebound.h" \
          "$PREFIX/include/rebound_experimental.h"; do
     [ -e "$f" ] || fail "$f is not installed"
 done
 [ -x "$PREFIX/bin/rebound" ] || fail "$PREFIX/bin/rebound is not installed"
-ls "$LIBDIR"/librebound.so.0.* >/dev/null 2>&1 || fail "no versioned librebound.so.0.* in $LIBDIR"
+# the file is named by the project's version, its SONAME by the ABI's (SOVERSION)
+ls "$LIBDIR"/librebound.so.[0-9]*.[0-9]*.[0-9]* >/dev/null 2>&1 ||
+    fail "no versioned librebound.so.X.Y.Z in $LIBDIR"
+SONAME=$(objdump -p "$LIBDIR/librebound.so" 2>/dev/null | awk '$1 == "SONAME" { print $2 }')
+[ -z "$SONAME" ] || [ "$SONAME" = librebound.so.1 ] || fail "SONAME $SONAME, expected librebound.so.1"
 # Captured first, never piped into grep -q: under pipefail, grep -q leaving
 # early kills the writer with SIGPIPE and fails a pipeline that matched.
 INTERNAL_HEADERS=$(find "$PREFIX" -name '*.h' ! -name rebound.h ! -name rebound_experimental.h)
@@ -106,8 +110,8 @@ step "cc examples/minimal.c \$(pkg-config --cflags --libs rebound), strict C11"
 step "run it (LD_LIBRARY_PATH=$LIBDIR)"
 LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} check_minimal ./minimal-cc
 LDD_OUT=$(LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd ./minimal-cc)
-grep -q "$LIBDIR/librebound.so.0" <<< "$LDD_OUT" ||
-    { echo "$LDD_OUT" >&2; fail "minimal-cc does not load librebound.so.0 from the prefix"; }
+grep -q "$LIBDIR/librebound.so.1" <<< "$LDD_OUT" ||
+    { echo "$LDD_OUT" >&2; fail "minimal-cc does not load librebound.so.1 from the prefix"; }
 
 step "examples/CMakeLists.txt (pkg_check_modules) against the prefix"
 "$CMAKE" -S "$SRC/examples" -B examples-build -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_C_COMPILER="$CC" \

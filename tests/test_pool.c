@@ -282,11 +282,6 @@ static void test_threads(void)
 
 /* ---- a randomized schedule under one budget ---------------------------------- */
 
-typedef struct abort_job {
-    rb_session *s;
-    atomic_int go;
-} abort_job;
-
 static int progress_stop_after(void *ctx, rb_progress_phase phase, uint64_t done,
                                uint64_t total)
 {
@@ -380,13 +375,40 @@ static void test_schedule(void)
 
 /* ---- an abort from another thread -------------------------------------------- */
 
-static void *abort_soon(void *arg)
+/* Both outcomes of the race between an abort and the feed, each made
+ * certain. During: the feed's progress callback, after its first batch,
+ * lets the other thread post the abort and waits until it has, so the feed
+ * must stop at its next boundary with exactly the first batch kept. After:
+ * the feed has returned when the other thread posts it, so the next feed
+ * must be refused whole. Either way the conversation then goes on to the
+ * logits of a session never aborted. */
+typedef struct abort_race {
+    rb_session *s;
+    atomic_int go;      /* the feed is past its first batch: post it now */
+    atomic_int posted;  /* the abort is posted */
+} abort_race;
+
+static void *abort_when_told(void *arg)
 {
-    abort_job *j = arg;
+    abort_race *j = arg;
     while (!atomic_load(&j->go))
         ;
     rb_session_abort(j->s);
+    atomic_store(&j->posted, 1);
     return NULL;
+}
+
+static int progress_hold_for_abort(void *ctx, rb_progress_phase phase, uint64_t done,
+                                   uint64_t total)
+{
+    (void)done, (void)total;
+    abort_race *j = ctx;
+    if (phase == RB_PROGRESS_FEED && !atomic_load(&j->go)) {
+        atomic_store(&j->go, 1);
+        while (!atomic_load(&j->posted))
+            ;
+    }
+    return 0;
 }
 
 static void test_abort_thread(void)
@@ -394,30 +416,44 @@ static void test_abort_thread(void)
     rb_model *m = NULL;
     rb_error err;
     CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
-    rb_session_params p = params(1);
-    p.n_batch = 8;
-    rb_session *s = NULL;
-    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     const conv_ref *cr = &refs[0];
-    abort_job j = {.s = s};
-    atomic_init(&j.go, 0);
-    pthread_t t;
-    pthread_create(&t, NULL, abort_soon, &j);
-    atomic_store(&j.go, 1);
-    rb_status st = rb_session_feed(s, cr->toks, TURNS * TURN, NULL);
-    pthread_join(t, NULL);
-    size_t have = rb_session_n_tokens(s);
-    if (st == RB_E_ABORTED) {
-        CHECK(have % 8 == 0 && have < TURNS * TURN);
-        CHECK_EQ_INT(rb_session_feed(s, cr->toks + have, TURNS * TURN - have, NULL), RB_OK);
-    } else {
-        CHECK_EQ_INT(st, RB_OK); /* it finished first: the abort stops the next feed */
-        int32_t one = 3;
-        CHECK_EQ_INT(rb_session_feed(s, &one, 1, NULL), RB_E_ABORTED);
-        CHECK_EQ_U64(rb_session_n_tokens(s), TURNS * TURN);
+    const size_t n = TURNS * TURN;
+    for (int during = 1; during >= 0; during--) {
+        abort_race j;
+        atomic_init(&j.go, 0);
+        atomic_init(&j.posted, 0);
+        rb_session_params p = params(1);
+        p.n_batch = 8;
+        if (during) {
+            p.progress = progress_hold_for_abort;
+            p.progress_ctx = &j;
+        }
+        rb_session *s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+        if (!s)
+            break;
+        j.s = s;
+        pthread_t t;
+        pthread_create(&t, NULL, abort_when_told, &j);
+        if (during) {
+            CHECK_EQ_INT(rb_session_feed(s, cr->toks, n, NULL), RB_E_ABORTED);
+            pthread_join(t, NULL);
+            CHECK_EQ_U64(rb_session_n_tokens(s), 8); /* the first batch, whole */
+        } else {
+            CHECK_EQ_INT(rb_session_feed(s, cr->toks, n - 1, NULL), RB_OK);
+            atomic_store(&j.go, 1);
+            pthread_join(t, NULL);
+            CHECK_EQ_INT(rb_session_feed(s, cr->toks + n - 1, 1, NULL), RB_E_ABORTED);
+            CHECK_EQ_U64(rb_session_n_tokens(s), n - 1); /* nothing of it taken */
+        }
+        size_t have = rb_session_n_tokens(s);
+        /* the abort is spent: the rest goes through */
+        CHECK_EQ_INT(rb_session_feed(s, cr->toks + have, n - have, NULL), RB_OK);
+        CHECK_EQ_U64(rb_session_n_tokens(s), n);
+        const float *l = rb_session_get_logits(s);
+        CHECK(l && memcmp(l, cr->logits[TURNS - 1], n_vocab * sizeof(float)) == 0);
+        rb_session_destroy(s);
     }
-    CHECK(memcmp(rb_session_get_logits(s), cr->logits[TURNS - 1], n_vocab * sizeof(float)) == 0);
-    rb_session_destroy(s);
     rb_model_close(m);
 }
 

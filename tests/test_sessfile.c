@@ -190,6 +190,162 @@ static size_t cached_pages(const uint8_t *p, size_t n)
  * feed naming it, the tokens unchanged (SIGBUS without the guard). A model
  * of 4 MiB layers: readahead's folios are smaller than a layer there (the
  * page cache drops a folio only whole, model.h). */
+/* The SIGBUS guard is the model's choice (rb_model_params.sigbus_guard),
+ * checked in a new process (this program run again with "sigbus-child")
+ * so that the handler state starts fresh. Off: the weights are read, never
+ * mapped, no handler is installed, and the logits are the same; on (the
+ * default): the weights file is mapped and the handler installed; an app's
+ * handler installed before it is the one it chains to (a SIGBUS sent to
+ * the process reaches it). Each open is of a copy of the session file. */
+static volatile sig_atomic_t g_app_sigbus;
+static void app_sigbus(int sig) { (void)sig; g_app_sigbus++; }
+
+static void copy_file(const char *from, const char *to);
+
+static void sigbus_child(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(model_path, NULL, &m, &err), RB_OK);
+    if (!m)
+        return;
+    float want[V];
+    reference(m, 11, want); /* an allocated load: neither maps nor guards */
+    rb_model_close(m);
+    /* the action before any guard: SIG_DFL, or a sanitizer's handler */
+    struct sigaction cur, initial;
+    CHECK(sigaction(SIGBUS, NULL, &initial) == 0);
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s.sigbus", sess_path);
+    for (int guard = 0; guard <= 1; guard++) {
+        rb_model_params mp = rb_model_default_params();
+        CHECK_EQ_INT(mp.sigbus_guard, 1);
+        mp.sigbus_guard = guard;
+        if (guard) { /* the app's own handler first */
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = app_sigbus;
+            sigemptyset(&sa.sa_mask);
+            CHECK(sigaction(SIGBUS, &sa, NULL) == 0);
+        }
+        copy_file(sess_path, copy);
+        m = NULL;
+        CHECK_EQ_INT(rb_model_open(model_path, &mp, &m, &err), RB_OK);
+        rb_session *s = NULL;
+        rb_session_params p = params();
+        p.restore = RB_RESTORE_EAGER;
+        CHECK_EQ_INT(rb_session_open_saved(m, &p, copy, &s, &err), RB_OK);
+        int32_t next = 11;
+        CHECK_EQ_INT(rb_session_feed(s, &next, 1, NULL), RB_OK);
+        CHECK(same_logits(s, want));
+        CHECK_EQ_INT(rb_model_weights_file_mapped(m), guard);
+        CHECK(sigaction(SIGBUS, NULL, &cur) == 0);
+        if (!guard) { /* nothing installed */
+            CHECK(cur.sa_flags == initial.sa_flags && cur.sa_handler == initial.sa_handler);
+        } else { /* the library's, over the app's */
+            CHECK((cur.sa_flags & SA_SIGINFO) && cur.sa_handler != app_sigbus);
+            CHECK(raise(SIGBUS) == 0);        /* not a fault in a guard: the app's */
+            CHECK_EQ_INT(g_app_sigbus, 1);
+        }
+        rb_session_destroy(s);
+        rb_model_close(m);
+    }
+    unlink(copy);
+}
+
+static void sigbus_guard_test(void)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_sessfile", "sigbus-child", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* A reopened session has no logits until rb_session_compute_logits, which
+ * gives those of the last token bit for bit as a session that never left
+ * RAM has them, the tokens unchanged; a session with no token: refused. */
+static void reopen_logits_test(rb_model *m)
+{
+    rb_error err;
+    rb_session_params p = params();
+    rb_session *r = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &r, &err), RB_OK);
+    if (!r)
+        return;
+    CHECK_EQ_INT(rb_session_compute_logits(r), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(rb_session_errmsg(r), "no token");
+    CHECK_EQ_INT(rb_session_feed(r, prompt, N_PROMPT, NULL), RB_OK);
+    float want[V];
+    memcpy(want, rb_session_get_logits(r), sizeof want);
+    CHECK_EQ_INT(rb_session_compute_logits(r), RB_OK); /* has them: nothing */
+    CHECK(same_logits(r, want));
+    rb_session_destroy(r);
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s.logits", sess_path);
+    copy_file(sess_path, copy);
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved(m, &p, copy, &s, &err), RB_OK);
+    if (s) {
+        CHECK(rb_session_get_logits(s) == NULL);
+        CHECK_EQ_INT(rb_session_compute_logits(s), RB_OK);
+        CHECK_EQ_INT(rb_session_n_tokens(s), N_PROMPT);
+        CHECK(same_logits(s, want));
+        rb_session_destroy(s);
+    }
+    /* the same from a model opened by file descriptor (closed at once): a
+       cold reopen maps the weights through the model's own duplicate */
+    int fd = open(model_path, O_RDONLY);
+    rb_model *fm = NULL;
+    CHECK_EQ_INT(rb_model_open_fd(fd, NULL, &fm, &err), RB_OK);
+    close(fd);
+    copy_file(sess_path, copy);
+    s = NULL;
+    if (fm && rb_session_open_saved(fm, &p, copy, &s, &err) == RB_OK) {
+        CHECK_EQ_INT(rb_session_compute_logits(s), RB_OK);
+        CHECK(same_logits(s, want));
+        CHECK(rb_model_weights_file_mapped(fm));
+        rb_session_destroy(s);
+    } else {
+        CHECK(0 && "open_saved with the fd-opened model");
+    }
+    rb_model_close(fm);
+    /* a session file by descriptor (read only, the descriptor closed by the
+       caller at once): the same tokens and logits, the file unchanged by
+       the open and by feeds after it (the session is bound to no file) */
+    copy_file(sess_path, copy);
+    char orig[620];
+    snprintf(orig, sizeof orig, "%s.orig", copy);
+    copy_file(copy, orig);
+    fd = open(copy, O_RDONLY);
+    s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved_fd(m, &p, fd, &s, &err), RB_OK);
+    close(fd);
+    if (s) {
+        CHECK_EQ_INT(rb_session_n_tokens(s), N_PROMPT);
+        size_t bn = 0;
+        CHECK(rb_session_get_blob(s, &bn) && bn == 15);
+        CHECK_EQ_INT(rb_session_compute_logits(s), RB_OK);
+        CHECK(same_logits(s, want));
+        int32_t t = 11;
+        CHECK_EQ_INT(rb_session_feed(s, &t, 1, NULL), RB_OK);
+        rb_session_stats st;
+        CHECK_EQ_INT(rb_session_get_stats(s, &st), RB_OK);
+        CHECK(st.file_recovery == NULL);
+        CHECK_EQ_U64(st.file_commits, 0);
+        rb_session_destroy(s);
+    }
+    CHECK(same_file(copy, orig));
+    s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved_fd(m, &p, -1, &s, &err), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(err.message, "file descriptor");
+    unlink(orig);
+    unlink(copy);
+}
+
 static void mapped_weights_test(void)
 {
     char path[600], sess[600];
@@ -994,8 +1150,8 @@ static void crafted_test(void)
     rb_sessfile_geom g = unit_geom;
     g.n_ctx = 30;
     CHECK_EQ_INT(rb_sessfile_open(path, NULL, &g, NULL, NULL, &f, &err), RB_E_UNSUPPORTED);
-    CHECK(strstr(err.message, "holds 40 tokens, saved with -c 64") &&
-          strstr(err.message, "open it with -c 64"));
+    CHECK(strstr(err.message, "holds 40 tokens, saved with n_ctx 64") &&
+          strstr(err.message, "open it with n_ctx 64"));
 
     /* a page record beyond the data end, one beyond the tokens: damaged
        (the older state opens, and says why) */
@@ -1234,8 +1390,8 @@ static void mismatch_test(rb_model *m)
     p.n_ctx = 300;
     s = NULL;
     CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_E_UNSUPPORTED);
-    CHECK(strstr(err.message, "holds 400 tokens, saved with -c 512") &&
-          strstr(err.message, "open it with -c 512"));
+    CHECK(strstr(err.message, "holds 400 tokens, saved with n_ctx 512") &&
+          strstr(err.message, "open it with n_ctx 512"));
     rb_session_destroy(s);
 
     /* a token outside the vocabulary (checksums valid): its value named */
@@ -1396,18 +1552,76 @@ static void rewind_garbage_test(rb_model *m)
     unlink(path);
 }
 
-int main(void)
+/* Clean turns and reopens, with compactions among them (a chat resumed
+ * turn after turn): every open finds both superblocks whole and reports
+ * no recovery. A compaction that wrote one superblock slot of the file it
+ * renames over the old one made the next open say "superblock 0 is
+ * damaged" on a healthy file (issue 27). */
+static void clean_reopen_test(rb_model *m)
+{
+    rb_error err;
+    char path[600];
+    snprintf(path, sizeof path, "%s.clean", sess_path);
+    unlink(path);
+    rb_session *s = NULL;
+    rb_session_params p = params();
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (!s)
+        return;
+    CHECK_EQ_INT(rb_session_feed(s, prompt, 300, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
+    rb_session_destroy(s);
+    struct stat st0;
+    CHECK(stat(path, &st0) == 0);
+    int n_rewrites = 0, n_warned = 0;
+    const int n_rounds = 24;
+    for (int i = 0; i <= n_rounds; i++) {
+        s = NULL;
+        CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
+        if (!s)
+            break;
+        rb_session_stats ss;
+        CHECK_EQ_INT(rb_session_get_stats(s, &ss), RB_OK);
+        if (ss.file_recovery || ss.file_lost_tokens) {
+            if (!n_warned++)
+                printf("clean reopen %d: file_recovery \"%s\"\n", i,
+                       ss.file_recovery ? ss.file_recovery : "");
+        }
+        CHECK_EQ_INT(rb_session_n_tokens(s), 300 + i);
+        if (i < n_rounds) { /* one turn: a token, saved at the exit as chat does */
+            CHECK_EQ_INT(rb_session_feed(s, &prompt[300 + i], 1, NULL), RB_OK);
+            CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
+        }
+        rb_session_destroy(s); /* a clean exit */
+        struct stat st1;
+        CHECK(stat(path, &st1) == 0);
+        if (st1.st_ino != st0.st_ino) /* a compaction renamed a new file over it */
+            n_rewrites++;
+        st0 = st1;
+    }
+    CHECK_EQ_INT(n_warned, 0);
+    CHECK(n_rewrites >= 2);
+    printf("clean reopens: %d rounds, %d compactions, %d opens reported a recovery\n", n_rounds,
+           n_rewrites, n_warned);
+    unlink(path);
+}
+
+int main(int argc, char **argv)
 {
     snprintf(model_path, sizeof model_path, "%s/sessfile.gguf", REBOUND_TEST_TMP);
     snprintf(other_path, sizeof other_path, "%s/sessfile-other.gguf", REBOUND_TEST_TMP);
     snprintf(sess_path, sizeof sess_path, "%s/sessfile.session", REBOUND_TEST_TMP);
-    make_model(model_path, 3);
-    make_model(other_path, 4);
     uint64_t r = 99;
     for (int i = 0; i < N_PROMPT + 64; i++) {
         r = r * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)((r >> 33) % V);
     }
+    if (argc > 1 && strcmp(argv[1], "sigbus-child") == 0) { /* sigbus_guard_test */
+        sigbus_child();
+        return check_report();
+    }
+    make_model(model_path, 3);
+    make_model(other_path, 4);
     rb_model *m = NULL;
     rb_error err;
     CHECK_EQ_INT(rb_model_open(model_path, NULL, &m, &err), RB_OK);
@@ -1439,6 +1653,8 @@ int main(void)
         rb_session_destroy(s);
     }
     rb_model_close(cold);
+    sigbus_guard_test();
+    reopen_logits_test(m);
     mapped_weights_test();
     open_restore_test(want);
     unbind_test(m, want);
@@ -1525,6 +1741,7 @@ int main(void)
     files_test();
     mismatch_test(m);
     garbage_test(m);
+    clean_reopen_test(m);
     rewind_garbage_test(m);
     full_disk_behind(m);
     race_test(m);

@@ -3,7 +3,10 @@
  *
  * Does: wraps POSIX calls so that each is one replaceable entry (see os.h),
  * and turns short transfers and EINTR into whole transfers or a distinct
- * status. Does not: buffer, cache, or decide policy; callers own that.
+ * status; guards file mappings against SIGBUS (a process-wide handler,
+ * installed by the first guard: rebound.h, rb_model_params.sigbus_guard).
+ * Does not: buffer, cache, or decide policy; callers own that. The fault
+ * injection hook (rb_os_fault_point) exists only in test builds.
  */
 #include <errno.h>
 #ifdef __GLIBC__
@@ -92,8 +95,9 @@ rb_status rb_os_read_full(const rb_os *os, int fd, void *buf, size_t n,
     return RB_OK;
 }
 
-/* Fault points left before the kill: -2 not read yet, -1 off. The only
-   process-wide state of os.c: a test hook set once from the environment. */
+#ifdef REBOUND_FAULT_INJECTION
+/* Fault points left before the kill: -2 not read yet, -1 off. A test
+   build's hook (os.h), set once from the environment. */
 static _Atomic long fault_left = -2;
 
 void rb_os_fault_point(void)
@@ -112,6 +116,7 @@ void rb_os_fault_point(void)
     if (atomic_fetch_sub(&fault_left, 1) == 1)
         raise(SIGKILL);
 }
+#endif /* REBOUND_FAULT_INJECTION */
 
 rb_status rb_os_write_full(const rb_os *os, int fd, const void *buf, size_t n,
                            uint64_t off, int *err_no)
@@ -164,8 +169,9 @@ rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no)
     return RB_OK;
 }
 
-/* The guards: process-wide because the SIGBUS handler is (the other
-   process-wide state of os.c). A slot is claimed by its `used` flag, then
+/* The guards: process-wide because the SIGBUS handler is (the only
+   process-wide state of os.c; rb_model_params.sigbus_guard in rebound.h).
+   A slot is claimed by its `used` flag, then
    published by storing lo last; the handler reads lo first (acquire). */
 static struct {
     _Atomic int used, hit;

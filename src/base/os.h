@@ -54,10 +54,17 @@ rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no);
 
 /* A fault-injection point before each write, sync and rename of a
  * session or spill file (rb_os_write_full calls it; the session file's
- * fsyncs and renames call it too): with REBOUND_FAULT_KILL_AT=N in
- * the environment, the N-th point raises SIGKILL (kill-anywhere tests).
- * Without the variable it costs one relaxed atomic load. */
+ * fsyncs and renames call it too). Only in test builds: os.c and
+ * sessfile.c compiled with REBOUND_FAULT_INJECTION (tests/CMakeLists.txt
+ * links such copies into the test-only CLI rebound_faults); there, with
+ * REBOUND_FAULT_KILL_AT=N in the environment, the N-th point raises
+ * SIGKILL (kill-anywhere tests). The library and the CLI that are
+ * installed never read the variable: the point compiles to nothing. */
+#ifdef REBOUND_FAULT_INJECTION
 void rb_os_fault_point(void);
+#else
+static inline void rb_os_fault_point(void) {}
+#endif
 /* Gives the heap's free pages back to the OS (glibc: malloc_trim), after
  * many small blocks were freed at once (a restore's compressed frames), so
  * that what the accounts freed leaves the process's RSS. No-op elsewhere. */

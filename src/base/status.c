@@ -5,6 +5,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "rebound.h"
 #include "status.h"
@@ -45,4 +46,35 @@ rb_status rb_error_set(rb_error *err, rb_status status, const char *fmt, ...)
         err->status = status;
     }
     return status;
+}
+
+rb_status rb_params_copy(void *dst, size_t lib_size, const void *src, const char *what,
+                         rb_error *err)
+{
+    size_t n;
+    memcpy(&n, src, sizeof n);
+    /* a size far past this library's: not a newer header's (structs grow
+       by a few fields), but an uninitialised one; never read that far */
+    if (n < sizeof n || n > lib_size + 4096)
+        return rb_error_set(err, RB_E_INVALID_ARG, "%s: struct_size is %zu: initialise the "
+                            "struct with its _default_params() (or _params_init) call first",
+                            what, n);
+    for (size_t i = lib_size; i < n; i++)
+        if (((const unsigned char *)src)[i])
+            return rb_error_set(err, RB_E_UNSUPPORTED, "%s: a field at byte %zu is set, which "
+                                "this library (%s, %zu bytes) does not know: a newer header than "
+                                "the library", what, i, REBOUND_VERSION_STRING, lib_size);
+    memcpy(dst, src, n < lib_size ? n : lib_size);
+    memcpy(dst, &lib_size, sizeof lib_size);
+    return RB_OK;
+}
+
+void rb_params_init(void *p, size_t size, const void *d, size_t lib_size)
+{
+    if (!p || size < sizeof size)
+        return;
+    memcpy(p, d, size < lib_size ? size : lib_size);
+    if (size > lib_size)
+        memset((char *)p + lib_size, 0, size - lib_size);
+    memcpy(p, &size, sizeof size);
 }

@@ -643,6 +643,9 @@ static rb_status parse_growing(rb_gguf *g, rb_error *err)
     }
 }
 
+static rb_status open_from_fd(rb_gguf *g, const char *path, int flags, rb_gguf **out,
+                              rb_error *err);
+
 rb_status rb_gguf_open(const char *path, int flags, const rb_os *os,
                        rb_gguf **out, rb_error *err)
 {
@@ -656,8 +659,37 @@ rb_status rb_gguf_open(const char *path, int flags, const rb_os *os,
     if (g->fd < 0) {
         st = rb_error_set(err, errno == ENOENT ? RB_E_NOT_FOUND : RB_E_IO,
                           "gguf: cannot open '%s': %s", path, strerror(errno));
-        goto fail;
+        rb_gguf_close(g);
+        return st;
     }
+    return open_from_fd(g, path, flags, out, err);
+}
+
+rb_status rb_gguf_open_fd(int fd, const char *name, int flags, const rb_os *os,
+                          rb_gguf **out, rb_error *err)
+{
+    if (fd < 0 || !name || !out)
+        return rb_error_set(err, RB_E_INVALID_ARG, "gguf: fd %d, name and out are required",
+                            fd);
+    rb_gguf *g = gguf_new(os);
+    if (!g)
+        return rb_error_set(err, RB_E_NOMEM, "gguf: out of memory");
+    g->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* its own: the caller keeps fd */
+    if (g->fd < 0) {
+        rb_status st = rb_error_set(err, errno == EBADF ? RB_E_INVALID_ARG : RB_E_IO,
+                                    "gguf: cannot use %s: %s", name, strerror(errno));
+        rb_gguf_close(g);
+        return st;
+    }
+    return open_from_fd(g, name, flags, out, err);
+}
+
+/* The rest of an open, g->fd open: size, header, index. Frees g on
+ * failure. path names the file in messages. */
+static rb_status open_from_fd(rb_gguf *g, const char *path, int flags, rb_gguf **out,
+                              rb_error *err)
+{
+    rb_status st;
     if (g->os->fstat_size(g->fd, &g->file_size) != 0) {
         st = rb_error_set(err, RB_E_IO, "gguf: cannot stat '%s': %s", path,
                           strerror(errno));

@@ -137,6 +137,11 @@ rb_status rb_gguf_open(const char *path, int flags, const rb_os *os,
  * The same validation over a buffer in memory (the fuzz target uses it).
  * The buffer must outlive the handle; tensor data is reached by pointer.
  */
+/* rb_gguf_open of the file open at fd (read from offset 0, the whole
+ * file): the handle keeps a duplicate of fd (closed by rb_gguf_close); the
+ * caller keeps fd and may close it at once. name: the file in messages. */
+rb_status rb_gguf_open_fd(int fd, const char *name, int flags, const rb_os *os,
+                          rb_gguf **out, rb_error *err);
 rb_status rb_gguf_open_memory(const void *data, uint64_t size, rb_gguf **out,
                               rb_error *err);
 

@@ -245,7 +245,7 @@ static rb_status take_lock(int fd, const char *path, int wait, rb_error *err)
     if (pid > 0)
         snprintf(who, sizeof who, "process %ld", pid);
     return rb_error_set(err, RB_E_BUSY, "session file: '%s' is in use by %s (one writer at a "
-                        "time: wait for it to end, or give --wait)", path, who);
+                        "time: wait for it to end, or open it with RB_SAVE_WAIT in the file flags)", path, who);
 }
 
 /* Opens path and takes its lock. A file replaced at path while this waited
@@ -545,9 +545,9 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, c
     if (f->g.n_ctx && n > f->g.n_ctx) {
         char saved[48] = "";
         if (s->n_ctx)
-            snprintf(saved, sizeof saved, ", saved with -c %" PRIu32, s->n_ctx);
+            snprintf(saved, sizeof saved, ", saved with n_ctx %" PRIu32, s->n_ctx);
         rb_error_set(err, RB_E_UNSUPPORTED, "session file: '%s' holds %" PRIu64 " tokens%s; "
-                     "this session's context is %" PRIu32 " tokens: open it with -c %" PRIu64
+                     "this session's context is %" PRIu32 " tokens: open it with n_ctx %" PRIu64
                      " or more", f->path, n, saved, f->g.n_ctx,
                      s->n_ctx > n ? (uint64_t)s->n_ctx : n);
         return -2;
@@ -627,19 +627,22 @@ static rb_status check_shape(const rb_sessfile *f, const sf_super *s, rb_error *
     if (s->pages_per_layer != g->pages_per_layer || s->cat_area != cat_area_bytes(g)) {
         char saved[64];
         if (s->n_ctx)
-            snprintf(saved, sizeof saved, "-c %" PRIu32, s->n_ctx);
+            snprintf(saved, sizeof saved, "n_ctx %" PRIu32, s->n_ctx);
         else
-            snprintf(saved, sizeof saved, "a -c in (%" PRIu64 ", %" PRIu64 "]",
+            snprintf(saved, sizeof saved, "an n_ctx in (%" PRIu64 ", %" PRIu64 "]",
                      (uint64_t)(s->pages_per_layer ? s->pages_per_layer - 1 : 0) *
                          s->page_tokens, (uint64_t)s->pages_per_layer * s->page_tokens);
         return rb_error_set(err, RB_E_UNSUPPORTED, "session file: '%s' was saved with %s "
                             "(%" PRIu32 " pages of %" PRIu32 " tokens per layer); this session "
-                            "has -c %" PRIu32 " (%" PRIu32 " page%s): open it with %s", f->path,
+                            "has n_ctx %" PRIu32 " (%" PRIu32 " page%s): open it with %s", f->path,
                             saved, s->pages_per_layer, s->page_tokens, g->n_ctx,
                             g->pages_per_layer, g->pages_per_layer == 1 ? "" : "s", saved);
     }
     return RB_OK;
 }
+
+static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fingerprint,
+                            int is_read_only, rb_sessfile **out, rb_error *err);
 
 rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                            const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
@@ -664,6 +667,31 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
         return err->status;
     }
     remove_strays(f->os, f->path); /* the writer now: what a killed one left */
+    return open_state(f, path, fingerprint, 0, out, err);
+}
+
+rb_status rb_sessfile_open_fd(int fd, const char *name, const uint64_t *fingerprint,
+                              const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
+                              rb_sessfile **out, rb_error *err)
+{
+    rb_sessfile *f = alloc_handle(name, g, os, throttle);
+    if (!f)
+        return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
+    f->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* its own: the caller keeps fd */
+    if (f->fd < 0) {
+        int e = errno;
+        rb_sessfile_close(f);
+        return rb_error_set(err, e == EBADF ? RB_E_INVALID_ARG : RB_E_IO, "session file: %s: "
+                            "%s", name, strerror(e));
+    }
+    return open_state(f, name, fingerprint, 1, out, err);
+}
+
+/* The rest of an open, f->fd open: the newest readable state. is_read_only:
+ * a descriptor the caller gave (pages read through it, never written). */
+static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fingerprint,
+                            int is_read_only, rb_sessfile **out, rb_error *err)
+{
     uint64_t size = 0;
     if (f->os->fstat_size(f->fd, &size) != 0) {
         int e = errno;
@@ -734,7 +762,10 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                 snprintf(f->recovery, sizeof f->recovery, "%s (the state opened, #%" PRIu64
                          ", is the newest readable one)", why[1], s->seq);
             }
-            open_direct(f, f->path, O_RDWR);
+            if (is_read_only)
+                f->fd_direct = f->fd;
+            else
+                open_direct(f, f->path, O_RDWR);
             /* mapped pages are read from storage, not from a copy an
                earlier process left in the page cache */
             posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -1122,7 +1153,17 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
         f->fd = fd;
         f->pages = pages;
         f->sb.data_end = end;
-        st = write_state(f, f->tokens, f->n_tokens, f->blob, f->blob_n, do_fsync, err);
+        /* both superblock slots, as a file that took commits has them: the
+           state under its old number (seq - 1, catalog in the area the old
+           file used), then under seq + 1 in the other area, the one the
+           next commit keeps; with one slot blank the next open would report
+           a damaged superblock on a healthy file. The first write needs no
+           sync of its own: the second's syncs the whole file. */
+        f->sb.seq = old_sb.seq - 1;
+        f->sb.active = 1 - old_sb.active;
+        st = write_state(f, f->tokens, f->n_tokens, f->blob, f->blob_n, 0, err);
+        if (st == RB_OK)
+            st = write_state(f, f->tokens, f->n_tokens, f->blob, f->blob_n, do_fsync, err);
         /* 3. renamed over the file */
         if (st == RB_OK)
             rb_os_fault_point(); /* a kill with both files whole */

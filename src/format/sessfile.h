@@ -97,7 +97,7 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
  * (another process holds it: its pid in the message), RB_E_FORMAT (not a
  * session file, both states damaged, or a token outside the vocabulary:
  * the message says what), RB_E_UNSUPPORTED (saved with another context
- * length, or more tokens than n_ctx: the message says which -c opens it),
+ * length, or more tokens than n_ctx: the message says which n_ctx opens it),
  * RB_E_INVALID_ARG (written for another model: its dimensions or
  * fingerprints in the message). fingerprint NULL: the model is not
  * checked here (a cold start reads pages while it computes the model's
@@ -106,6 +106,13 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
 rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                            const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
                            rb_sessfile **out, rb_error *err);
+/* rb_sessfile_open of the file open at fd, for reading only: the handle
+ * keeps a duplicate of fd (the caller keeps fd); nothing is ever written,
+ * locked or removed (no commit may follow: the caller reads the state and
+ * closes it). name: the file in messages. */
+rb_status rb_sessfile_open_fd(int fd, const char *name, const uint64_t *fingerprint,
+                              const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
+                              rb_sessfile **out, rb_error *err);
 /* RB_OK, or RB_E_INVALID_ARG when the file was written for another model. */
 rb_status rb_sessfile_check_model(const rb_sessfile *f, uint64_t fingerprint, rb_error *err);
 void rb_sessfile_close(rb_sessfile *f);

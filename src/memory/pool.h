@@ -47,9 +47,9 @@ typedef struct rb_pool_member rb_pool_member;
  * the pool's mutex held, from any thread (the member's own included). */
 typedef uint64_t (*rb_pool_trim_fn)(void *ctx, uint64_t bytes, rb_trim_level level);
 
-/* rb_pool_create (rebound.h) for a session's own pool. Members hold a
- * reference: the pool is freed when its owner destroyed it and its last
- * member left. */
+/* rb_pool_create (rebound.h) for a session's own pool, without the
+ * checks of the public call. Members hold a reference: the pool is freed
+ * when its owner destroyed it and its last member left. */
 rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **out,
                               rb_error *err);
 /* The weights' bytes the pool counts: the model's weight cache when the
@@ -81,7 +81,8 @@ rb_priority rb_pool_member_priority(const rb_pool_member *m);
 uint64_t rb_pool_enforce(rb_pool *pool, rb_pool_member *self, uint64_t extra, int self_too,
                          int weights_too);
 
-/* The pool's budget (0: none). */
+/* The pool's budget in bytes (0: none; rb_pool_set_budget's last value;
+ * the stats' budget_bytes). Any thread. */
 uint64_t rb_pool_budget(const rb_pool *pool);
 /* What the pool counts besides self's bytes: the weights it counts, its
  * base and the other members' bytes (a streaming member's weights share

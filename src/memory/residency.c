@@ -900,6 +900,14 @@ void rb_residency_forget_from(rb_residency *r, uint32_t first_page)
  *  3. Pipelined: wake the workers and return; the forward pass waits per
  *     layer. Eager: wait for everything before returning.
  */
+uint32_t rb_residency_n_restoring(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint32_t n = r->n_io + r->n_dec;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, rb_error *err)
 {
     (void)err;

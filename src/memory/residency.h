@@ -101,6 +101,11 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
 rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from,
                                      rb_error *err);
 
+/* The segments (KV pages from storage or compressed RAM, released layers'
+ * weights) the last rb_residency_begin_restore planned to bring back: 0
+ * when the feed restores nothing. Thread: the session's. */
+uint32_t rb_residency_n_restoring(rb_residency *r);
+
 /* Blocks until layer L's segments are resident. 0, or -1 when one of them
  * could not be restored (the session then recomputes from
  * rb_residency_end_restore's position). Thread: the forward pass's. */

@@ -41,6 +41,12 @@ struct rb_model {
     void *data_map;         /* or: the private file mapping it points into */
     size_t data_map_len;
     int data_map_guard;     /* its SIGBUS guard (rb_os_guard_add) */
+    int is_sigbus_guard;    /* rb_model_params.sigbus_guard: may map the file */
+    rb_progress_fn progress;  /* rb_model_params.progress: loads (any thread
+                                 that loads, under the load's own lock) */
+    void *progress_ctx;
+    int own_fd;             /* rb_model_open_fd: its duplicate (path names
+                               it as /proc/self/fd/N); -1 */
     char *path;             /* as given to rb_model_open */
     int is_layers_unread;   /* lazily loaded: blk.* bytes not read yet */
     int is_all_unread;      /* reserved: no tensor read yet (weight streaming) */
@@ -255,24 +261,73 @@ int64_t rb_tensor_layer(const char *name)
     return *p == '.' ? n : -1;
 }
 
-rb_model_params rb_model_default_params(void)
+static rb_model_params model_defaults(void)
 {
     rb_model_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.sigbus_guard = 1;
     return p;
 }
+
+void rb_model_params_init(rb_model_params *params, size_t struct_size)
+{
+    rb_model_params d = model_defaults();
+    rb_params_init(params, struct_size, &d, sizeof d);
+}
+
+static rb_status model_open(const char *path, int fd, const rb_model_params *params,
+                            rb_model **out, rb_error *err);
 
 rb_status rb_model_open(const char *path, const rb_model_params *params,
                         rb_model **out, rb_error *err)
 {
     if (!path || !out)
         return rb_error_set(err, RB_E_INVALID_ARG, "model: path and out are required");
-    rb_model_params p = params ? *params : rb_model_default_params();
+    return model_open(path, -1, params, out, err);
+}
+
+rb_status rb_model_open_fd(int fd, const rb_model_params *params, rb_model **out,
+                           rb_error *err)
+{
+    if (fd < 0 || !out)
+        return rb_error_set(err, RB_E_INVALID_ARG, "model: a file descriptor (%d) and out are "
+                            "required", fd);
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0)
+        return rb_error_set(err, errno == EBADF ? RB_E_INVALID_ARG : RB_E_IO,
+                            "model: file descriptor %d: %s", fd, strerror(errno));
+    char path[48];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", own);
+    rb_status st = model_open(path, own, params, out, err);
+    if (st != RB_OK)
+        close(own);
+    return st;
+}
+
+/* path: the file (for an fd, its /proc/self/fd name, which re-opens it
+ * wherever the library opens the model file again); fd: ours, or -1. */
+static rb_status model_open(const char *path, int fd, const rb_model_params *params,
+                            rb_model **out, rb_error *err)
+{
+    rb_model_params p = model_defaults();
+    if (params) {
+        rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_model_params", err);
+        if (pst != RB_OK)
+            return pst;
+    }
     rb_model *m = calloc(1, sizeof *m);
     if (!m)
         return rb_error_set(err, RB_E_NOMEM, "model: out of memory");
     pthread_mutex_init(&m->mu, NULL);
-    rb_status st = rb_gguf_open(path, p.use_mmap ? RB_GGUF_MMAP : 0, NULL, &m->gguf, err);
+    m->own_fd = -1;
+    m->is_sigbus_guard = p.sigbus_guard != 0;
+    m->progress = p.progress;
+    m->progress_ctx = p.progress_ctx;
+    rb_status st = fd >= 0 ? rb_gguf_open_fd(fd, path, p.use_mmap ? RB_GGUF_MMAP : 0, NULL,
+                                             &m->gguf, err)
+                           : rb_gguf_open(path, p.use_mmap ? RB_GGUF_MMAP : 0, NULL, &m->gguf,
+                                          err);
     if (st != RB_OK)
         goto fail;
     if (!(m->path = strdup(path))) {
@@ -308,6 +363,7 @@ rb_status rb_model_open(const char *path, const rb_model_params *params,
             m->other_bytes += t->n_bytes;
     }
     m->is_tied_output = rb_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+    m->own_fd = fd; /* closed with the model from now on */
     *out = m;
     return RB_OK;
 fail:
@@ -349,6 +405,8 @@ void rb_model_close(rb_model *model)
     }
     free(model->path);
     rb_tokenizer_destroy(model->tokenizer);
+    if (model->own_fd >= 0)
+        close(model->own_fd);
     free(model);
 }
 
@@ -447,7 +505,7 @@ static rb_status populate_tensor(rb_model *m, const rb_gguf_tensor *t)
 static int map_data_private(rb_model *m)
 {
     uint64_t size = rb_gguf_file_size(m->gguf), start = rb_gguf_data_offset(m->gguf);
-    if (size > SIZE_MAX)
+    if (size > SIZE_MAX || !m->is_sigbus_guard) /* no guard wanted: no mapping */
         return 0;
     int fd = open(m->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -511,10 +569,14 @@ static rb_status load_tensors(rb_model *m, int skip_layers)
     if (!m->data_map && m->data_alloc)
         rb_os_advise_huge(m->data_alloc, rb_gguf_file_size(m->gguf) - rb_gguf_data_offset(m->gguf) +
                                              (size_t)(m->data - (uint8_t *)m->data_alloc), 1);
+    uint64_t done_bytes = 0, total_bytes = m->total_bytes;
     for (uint64_t i = 0; i < rb_gguf_n_tensors(m->gguf); i++) {
         const rb_gguf_tensor *t = rb_gguf_tensor_at(m->gguf, i);
         if (m->obs.on_read)
             m->obs.on_read(m->obs.ctx, t->file_offset, t->n_bytes);
+        if (m->progress)
+            (void)m->progress(m->progress_ctx, RB_PROGRESS_LOAD, done_bytes, total_bytes);
+        done_bytes += t->n_bytes;
         /* a mapping holds the file's own pages: fault them in, no copy */
         rb_status st = m->data_map ? populate_tensor(m, t)
                                    : rb_gguf_read(m->gguf, t, 0, m->data + t->offset,
@@ -526,6 +588,8 @@ static rb_status load_tensors(rb_model *m, int skip_layers)
             return st;
         }
     }
+    if (m->progress)
+        (void)m->progress(m->progress_ctx, RB_PROGRESS_LOAD, total_bytes, total_bytes);
     return RB_OK;
 }
 

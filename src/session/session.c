@@ -80,12 +80,19 @@ static uint32_t kv_type(rb_kv_type t)
     return t == RB_KV_Q8_0 ? RB_TYPE_Q8_0 : t == RB_KV_Q4_0 ? RB_TYPE_Q4_0 : RB_TYPE_F16;
 }
 
-rb_session_params rb_session_default_params(void)
+static rb_session_params session_defaults(void)
 {
     rb_session_params p;
     memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
     p.n_batch = DEFAULT_BATCH;
     return p;
+}
+
+void rb_session_params_init(rb_session_params *params, size_t struct_size)
+{
+    rb_session_params d = session_defaults();
+    rb_params_init(params, struct_size, &d, sizeof d);
 }
 
 rb_experimental_params rb_experimental_default_params(void)
@@ -112,7 +119,12 @@ static rb_status create_impl(rb_model *model, const rb_session_params *params,
 {
     if (!model || !out)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: model and out are required");
-    rb_session_params p = params ? *params : rb_session_default_params();
+    rb_session_params p = session_defaults();
+    if (params) {
+        rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_session_params", err);
+        if (pst != RB_OK)
+            return pst;
+    }
     const rb_hparams *hp = rb_model_hparams(model);
     uint32_t n_ctx = p.n_ctx ? p.n_ctx : (hp->n_ctx_train ? hp->n_ctx_train : 4096);
     uint32_t n_batch = p.n_batch ? p.n_batch : DEFAULT_BATCH;
@@ -265,9 +277,13 @@ rb_status rb_session_nonfinite_error(rb_session *s, int32_t layer, uint32_t pos)
 /* Computes toks[0..n) at positions pos0.. in batches (pages reserved
  * first). *stopped: a gate stopped the pass (the memory manager could not
  * restore a layer, or a trim or an abort came: rb_session_memory_take_stop);
- * *done: the tokens of the batches that completed. */
+ * *done: the tokens of the batches that completed. Progress: after each
+ * batch, RB_PROGRESS_FEED with prog_base + done of prog_total (the feed's
+ * own tokens, the same total whatever stops and resumes it; prog_total 0:
+ * none, for a recompute). */
 static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32_t pos0,
-                            float *logits, int *stopped, size_t *done_out)
+                            float *logits, int *stopped, size_t *done_out, size_t prog_base,
+                            size_t prog_total)
 {
     const uint32_t n_vocab = s->fwd.hp.n_vocab;
     *done_out = 0;
@@ -302,8 +318,9 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
         *done_out = done;
         rb_session_memory_batch_done(&s->mem);
         rb_session_memory_release_window(&s->mem, pos0 + done, 1);
-        if (s->params.progress && s->params.progress(s->params.progress_ctx, RB_PROGRESS_FEED,
-                                                     done, n)) {
+        if (s->params.progress && prog_total &&
+            s->params.progress(s->params.progress_ctx, RB_PROGRESS_FEED, prog_base + done,
+                               prog_total)) {
             rb_session_abort(s); /* stops at the next boundary */
         }
     }
@@ -341,6 +358,21 @@ static rb_status feed_locked(rb_session *s, const int32_t *tokens, size_t n, flo
     rb_feed fd;
     rb_status st = rb_session_feed_begin(s, tokens, n, logits, &fd);
     return st != RB_OK ? st : rb_session_feed_continue(s, &fd);
+}
+
+rb_status rb_session_compute_logits(rb_session *s)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (rb_session_get_logits(s))
+        return RB_OK;
+    size_t n = rb_session_n_tokens(s);
+    if (n == 0)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG, "session: it holds no token to "
+                            "compute the logits of");
+    int32_t last = s->tokens[n - 1];
+    rb_status st = rb_session_rewind(s, n - 1);
+    return st != RB_OK ? st : rb_session_feed(s, &last, 1, NULL);
 }
 
 rb_status rb_session_feed_begin(rb_session *s, const int32_t *tokens, size_t n, float *logits,
@@ -413,7 +445,7 @@ rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd)
         fd->stopped = 0;
         fd->done_re = fd->done_new = 0;
         fd->st = run_tokens(s, s->tokens + kv_valid, s->n_tokens - kv_valid, (uint32_t)kv_valid,
-                            NULL, &fd->stopped, &fd->done_re);
+                            NULL, &fd->stopped, &fd->done_re, 0, 0);
         fd->ready = fd->st == RB_OK && !fd->stopped;
         return RB_OK;
     }
@@ -427,7 +459,7 @@ void rb_session_feed_run(rb_session *s, rb_feed *fd)
     double t0 = rb_throttle_now_s();
     fd->st = run_tokens(s, fd->tokens + fd->fed, fd->n - fd->fed, (uint32_t)s->n_tokens,
                         fd->logits ? fd->logits + fd->fed * n_vocab : NULL, &fd->stopped,
-                        &fd->done_new);
+                        &fd->done_new, fd->fed, fd->n);
     /* the split's compute estimate */
     if (fd->st == RB_OK && !fd->stopped && fd->fed == 0)
         rb_session_memory_note_compute(&s->mem, fd->n, rb_throttle_now_s() - t0);
@@ -857,6 +889,10 @@ static void adopt_file_pages(rb_session *s, rb_sessfile *f, size_t n)
     s->n_kv_valid = covered;
 }
 
+static rb_status open_saved(rb_model *model, const rb_session_params *params,
+                            const char *path, int fd, rb_session **out, rb_error *err);
+static rb_status unbind_locked(rb_session *s);
+
 rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
                                 const char *path, rb_session **out, rb_error *err)
 {
@@ -864,12 +900,34 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         return rb_error_set(err, RB_E_INVALID_ARG, "session: model, path and out are required");
     if (access(path, F_OK) != 0)
         return rb_error_set(err, RB_E_NOT_FOUND, "session file: '%s' does not exist", path);
+    return open_saved(model, params, path, -1, out, err);
+}
+
+rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *params, int fd,
+                                   rb_session **out, rb_error *err)
+{
+    if (!model || fd < 0 || !out)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: model, a file descriptor (%d) and "
+                            "out are required", fd);
+    char name[48];
+    snprintf(name, sizeof name, "file descriptor %d", fd);
+    return open_saved(model, params, name, fd, out, err);
+}
+
+/* path: the file, or (fd >= 0) what names the descriptor in messages; a
+ * descriptor's state is read into the session and the file let go (the
+ * file binding opens it read only: no commit may follow). */
+static rb_status open_saved(rb_model *model, const rb_session_params *params,
+                            const char *path, int fd, rb_session **out, rb_error *err)
+{
     rb_session *s = NULL;
     rb_status st = create_impl(model, params, 1, &s, err);
     if (st != RB_OK)
         return st;
     rb_sessfile *f = NULL;
-    if ((st = rb_session_file_open(&s->file, path, s->params.file_flags, &f, err)) != RB_OK) {
+    st = fd >= 0 ? rb_session_file_open_fd(&s->file, fd, path, s->params.file_flags, &f, err)
+                 : rb_session_file_open(&s->file, path, s->params.file_flags, &f, err);
+    if (st != RB_OK) {
         rb_session_destroy(s);
         return st;
     }
@@ -888,6 +946,12 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         rb_session_destroy(s); /* drops the restore first */
         return st;
     }
+    /* a descriptor: everything it holds read back now, then let go */
+    if (fd >= 0 && (st = unbind_locked(s)) != RB_OK) {
+        rb_error_set(err, st, "%s", s->err.message);
+        rb_session_destroy(s);
+        return st;
+    }
     rb_session_leave(s); /* held since it was created: the pool may trim it now */
     *out = s;
     return RB_OK;
@@ -898,16 +962,21 @@ rb_status rb_session_unbind(rb_session *s)
     if (!s)
         return RB_E_INVALID_ARG;
     rb_session_enter(s);
-    rb_status st = RB_OK;
-    if (s->file.file) {
-        /* a restore without a forward pass: what is only in the file comes
-           back, and what is damaged or missing becomes positions to
-           recompute, as a feed would treat them */
-        st = restore_all(s);
-        if (st == RB_OK)
-            rb_session_file_close(&s->file);
-    }
+    rb_status st = unbind_locked(s);
     rb_session_leave(s);
+    return st;
+}
+
+static rb_status unbind_locked(rb_session *s)
+{
+    if (!s->file.file)
+        return RB_OK;
+    /* a restore without a forward pass: what is only in the file comes
+       back, and what is damaged or missing becomes positions to recompute,
+       as a feed would treat them */
+    rb_status st = restore_all(s);
+    if (st == RB_OK)
+        rb_session_file_close(&s->file);
     return st;
 }
 

@@ -339,8 +339,10 @@ rb_status rb_session_file_save(rb_session_file *f, const char *path, unsigned fl
     return commit_now(f, 1, n_tokens);
 }
 
-rb_status rb_session_file_open(rb_session_file *f, const char *path, unsigned flags,
-                               rb_sessfile **out, rb_error *err)
+/* rb_session_file_open and _open_fd: path names the file, or (fd >= 0)
+ * the descriptor in messages. */
+static rb_status open_file(rb_session_file *f, const char *path, int fd, unsigned flags,
+                           rb_sessfile **out, rb_error *err)
 {
     rb_sessfile_geom g;
     geometry(f, &g);
@@ -349,7 +351,9 @@ rb_status rb_session_file_open(rb_session_file *f, const char *path, unsigned fl
     /* the model is checked once the restore reads (rb_session_file_check_model);
        the token ids (against the vocabulary) and their count (against
        n_ctx) here */
-    rb_status st = rb_sessfile_open(path, NULL, &g, NULL, f->mem->throttle, &sf, err);
+    rb_status st = fd >= 0
+                       ? rb_sessfile_open_fd(fd, path, NULL, &g, NULL, f->mem->throttle, &sf, err)
+                       : rb_sessfile_open(path, NULL, &g, NULL, f->mem->throttle, &sf, err);
     if (st != RB_OK)
         return st;
     size_t n = rb_sessfile_n_tokens(sf);
@@ -371,6 +375,18 @@ rb_status rb_session_file_open(rb_session_file *f, const char *path, unsigned fl
     }
     *out = sf;
     return RB_OK;
+}
+
+rb_status rb_session_file_open(rb_session_file *f, const char *path, unsigned flags,
+                               rb_sessfile **out, rb_error *err)
+{
+    return open_file(f, path, -1, flags, out, err);
+}
+
+rb_status rb_session_file_open_fd(rb_session_file *f, int fd, const char *name, unsigned flags,
+                                  rb_sessfile **out, rb_error *err)
+{
+    return open_file(f, name, fd, flags, out, err);
 }
 
 rb_status rb_session_file_check_model(rb_session_file *f, rb_error *err)

@@ -78,6 +78,12 @@ rb_status rb_session_file_save(rb_session_file *f, const char *path, unsigned fl
  * bind (rb_session_file_bind) or close. */
 rb_status rb_session_file_open(rb_session_file *f, const char *path, unsigned flags,
                                rb_sessfile **out, rb_error *err);
+/* rb_session_file_open of the file open at fd, read only (the handle keeps
+ * its own duplicate; the caller keeps fd): nothing is ever written, locked
+ * or removed, so the caller reads the state back and closes it (never
+ * binds it for commits). name: the file in messages. */
+rb_status rb_session_file_open_fd(rb_session_file *f, int fd, const char *name, unsigned flags,
+                                  rb_sessfile **out, rb_error *err);
 /* Binds an open file in place of the current one (its storage worker
  * starts). On failure nothing changes and sf stays the caller's. */
 rb_status rb_session_file_bind(rb_session_file *f, rb_sessfile *sf, const char *path,

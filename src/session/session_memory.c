@@ -783,7 +783,9 @@ void rb_session_memory_pass_begin(rb_session_mem *m)
     m->in_forward = 1;
     m->stop_interrupt = 0;
     m->gate_status = RB_OK;
-    m->progress_layers = m->params->progress && m->res ? m->kv->n_layers : 0;
+    /* restore progress only when this plan brings something back */
+    m->progress_layers = m->params->progress && m->res && rb_residency_n_restoring(m->res)
+                             ? m->kv->n_layers : 0;
 }
 
 void rb_session_memory_set_pages(rb_session_mem *m, uint32_t n_pages)

@@ -12,15 +12,15 @@ set -euo pipefail
 check "run --trace and trace -- rebound run record the load and per-token accesses"
 run_ok mk "$REBOUND" make-model --shape tiny --type q8_0 -o tiny.gguf
 run_ok r1 "$REBOUND" run -m tiny.gguf -p "Hello world" -n 4 --temp 0 -t 1 --trace run.trace
-head -1 run.trace | grep -qx '# rebound-trace 1' || fail "run.trace does not start with the magic"
+head -1 run.trace | grep -qx '# rebound-trace 1' && ok || fail "run.trace does not start with the magic"
 expect_line run.trace '^F 0 [0-9]+ tiny.gguf$'
 expect_line run.trace ' -1 load$'
 expect_line run.trace ' prefill$'
 expect_line run.trace ' decode$'
 expect_line run.trace 'not page faults'
 run_ok r2 "$REBOUND" trace -o wrapped.trace -- rebound run -m tiny.gguf -p "Hello world" -n 4 --temp 0 -t 1
-cmp -s r1.out r2.out || fail "the traced run printed different text"
-[ "$(grep -c '^A' run.trace)" -eq "$(grep -c '^A' wrapped.trace)" ] || fail "the two traces differ in length"
+cmp -s r1.out r2.out && ok || fail "the traced run printed different text"
+[ "$(grep -c '^A' run.trace)" -eq "$(grep -c '^A' wrapped.trace)" ] && ok || fail "the two traces differ in length"
 run_ok b "$REBOUND" bench -m tiny.gguf -p 8 -n 2 -r 1 -t 1 --trace bench.trace
 expect_line bench.trace ' decode$'
 
@@ -36,10 +36,10 @@ run_ok s "$REBOUND" sim run.trace --csv sim.csv --svg sim.svg
 expect_line s.out '^\| cache \| of loop \| lru \| fifo \| clock \| 2q \| arc \| lirs \| mru \| class \| opt \|'
 expect_line s.out '^class vs opt: largest gap'
 expect_line s.err '^result sim policy=opt .*maccess_per_s='
-[ "$(wc -l < sim.csv)" -eq $((1 + 9 * 10)) ] || fail "sim.csv has $(wc -l < sim.csv) lines, expected 91"
-head -1 sim.csv | grep -q '^policy,cache_bytes,' || fail "sim.csv header"
-grep -q '^<svg ' sim.svg && grep -q '</svg>' sim.svg || fail "sim.svg is not an SVG document"
-[ "$(grep -c '<polyline' sim.svg)" -eq 9 ] || fail "sim.svg should have one line per policy"
+[ "$(wc -l < sim.csv)" -eq $((1 + 9 * 10)) ] && ok || fail "sim.csv has $(wc -l < sim.csv) lines, expected 91"
+head -1 sim.csv | grep -q '^policy,cache_bytes,' && ok || fail "sim.csv header"
+grep -q '^<svg ' sim.svg && grep -q '</svg>' sim.svg && ok || fail "sim.svg is not an SVG document"
+[ "$(grep -c '<polyline' sim.svg)" -eq 9 ] && ok || fail "sim.svg should have one line per policy"
 
 check "class is within 5% of OPT on a real trace of rebound decoding (and on a synthetic one)"
 run_ok mm "$REBOUND" make-model --dim 512 --layers 4 --heads 8 --kv-heads 4 --ffn 1408 --vocab 4096 --type q4_0 -o mid.gguf
@@ -50,14 +50,14 @@ awk -F, 'NR > 1 { h[$1 "," $2] = $6; t[$1 "," $2] = $9; sz[$2] = 1 }
                  if (h["opt," z] - h["class," z] > 0.05 || t["opt," z] - t["class," z] > 0.05) {
                    print "cache " z ": class " h["class," z] "/" t["class," z] " opt " h["opt," z] "/" t["opt," z]; bad = 1 }
                  if (z < 8000000 && t["lru," z] > 0.05) { print "lru hits on the loop at " z; bad = 1 } }
-               exit bad }' mid.csv || fail "class is not within 5% of OPT on mid.trace"
+               exit bad }' mid.csv && ok || fail "class is not within 5% of OPT on mid.trace"
 run_ok mo "$REBOUND" sim mid.trace --policy class,opt --labels offline
 gap=$(sed -n 's/^class vs opt: largest gap \([0-9.]*\) (all accesses), \([0-9.]*\) .*/\1 \2/p' mo.out)
-awk -v g="$gap" 'BEGIN { split(g, a, " "); exit !(a[1] <= 0.05 && a[2] <= 0.05) }' || fail "offline-label gap $gap"
+awk -v g="$gap" 'BEGIN { split(g, a, " "); exit !(a[1] <= 0.05 && a[2] <= 0.05) }' && ok || fail "offline-label gap $gap"
 run_ok sy "$REBOUND" trace --synthetic -o syn.trace --loop 32M --hot 1M --tokens 6
 run_ok ss "$REBOUND" sim syn.trace --policy class,opt
 gap=$(sed -n 's/^class vs opt: largest gap \([0-9.]*\) (all accesses), \([0-9.]*\) .*/\1 \2/p' ss.out)
-awk -v g="$gap" 'BEGIN { split(g, a, " "); exit !(a[1] <= 0.05 && a[2] <= 0.05) }' || fail "synthetic gap $gap"
+awk -v g="$gap" 'BEGIN { split(g, a, " "); exit !(a[1] <= 0.05 && a[2] <= 0.05) }' && ok || fail "synthetic gap $gap"
 
 check "strace import follows descriptors; malformed lines are reported with numbers and skipped"
 cat > app.strace <<'LOG'
@@ -72,7 +72,7 @@ LOG
 run_ok im "$REBOUND" trace --import-strace app.strace -o app.trace
 expect_line im.err 'app.strace:3: .*\(skipped\)'
 expect_line im.err 'app.strace:6: .*\(skipped\)'
-[ "$(grep -c '^A' app.trace)" -eq 3 ] || fail "app.trace should hold 3 reads"
+[ "$(grep -c '^A' app.trace)" -eq 3 ] && ok || fail "app.trace should hold 3 reads"
 run_ok ic "$REBOUND" classify app.trace
 printf 'nothing\nto see\n' > junk.strace
 run_fails ij 1 "no line of 'junk.strace' parses" "$REBOUND" trace --import-strace junk.strace -o j.trace
@@ -91,9 +91,9 @@ if command -v strace >/dev/null 2>&1; then
     head -c 200000 /dev/zero > data.bin
     if "$REBOUND" trace -o dd.trace --only data.bin -- dd if=data.bin of=/dev/null bs=65536 >dd.out 2>dd.err; then
         total=$(awk '/^A/ { s += $5 } END { print s + 0 }' dd.trace)
-        [ "$total" -eq 200000 ] || fail "dd.trace reads $total bytes, expected 200000"
+        [ "$total" -eq 200000 ] && ok || fail "dd.trace reads $total bytes, expected 200000"
     else
-        grep -qi 'ptrace' dd.err && echo "-- strace cannot trace here (ptrace refused): skipped" || { cat dd.err >&2; fail "trace -- dd failed"; }
+        grep -qi 'ptrace' dd.err && echo "-- strace cannot trace here (ptrace refused): skipped" && ok || { cat dd.err >&2; fail "trace -- dd failed"; }
     fi
 else
     echo "-- strace is not installed: the live strace check is skipped"
@@ -110,7 +110,7 @@ run_ok p1 "$REBOUND" plan --device phone --cache 512M --loop 500M --kv 256M
 expect_line p1.out '^\| 512.0 MiB \| 500.0 MiB \| 400.0 MiB \| 252.0 MiB \| no \|'
 expect_line p1.out '760.0 MiB over 512.0 MiB'
 run_ok pa "$REBOUND" plan --device all
-[ "$(grep -c '^device ' pa.out)" -eq 4 ] || fail "plan --device all should print the 4 profiles"
+[ "$(grep -c '^device ' pa.out)" -eq 4 ] && ok || fail "plan --device all should print the 4 profiles"
 run_ok pm "$REBOUND" plan --device phone -m mid.gguf -c 256
 expect_line pm.out 'loop N = .* per token, hot set \(GGUF header\)'
 expect_line pm.out '\| yes \|'

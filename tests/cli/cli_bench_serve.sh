@@ -73,7 +73,7 @@ mkdir -p spill
 start_server s1.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --device phone --sessions convs \
     --spill-dir spill --mem-budget 16M
 run_ok b1 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
-KINDS=$(check_json b1.out new resident,compressed,stored,file) || { cat b1.out >&2; fail "bench-serve's JSON"; }
+KINDS=$(check_json b1.out new resident,compressed,stored,file) && ok || { cat b1.out >&2; fail "bench-serve's JSON"; }
 echo "   returns: $KINDS"
 case " $KINDS " in *" stored="*) ;; *) fail "no return found its KV on storage under the budget: $KINDS" ;; esac
 
@@ -82,36 +82,36 @@ curl -s "$URL/metrics" > m1.txt
 for kind in resident compressed stored file new; do
     want=$(python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(sum(t["kv_was"] == sys.argv[2] for t in d["turns"]))' b1.out $kind)
     got=$(metric_restores m1.txt $kind)
-    [ "$got" = "$want" ] || fail "/metrics counts $got restores of kind $kind, bench-serve $want"
+    [ "$got" = "$want" ] && ok || fail "/metrics counts $got restores of kind $kind, bench-serve $want"
 done
 
 check "the readable table: a row per kind, TTFT percentiles, the server's RSS"
 run_ok b2 "$REBOUND" bench-serve "$URL" -k 1 -c 40 -r 1 -n 4 -s 9 --pid "$SERVER_PID"
-grep -q 'TTFT p50' b2.out || fail "no TTFT header in the table"
-grep -Eq '^open +new +1 ' b2.out || fail "no row for the opening"
-grep -Eq '^return +all +1 ' b2.out || fail "no row for all returns"
-grep -q "server pid $SERVER_PID: max RSS" b2.out || fail "no server RSS line"
+grep -q 'TTFT p50' b2.out && ok || fail "no TTFT header in the table"
+grep -Eq '^open +new +1 ' b2.out && ok || fail "no row for the opening"
+grep -Eq '^return +all +1 ' b2.out && ok || fail "no row for all returns"
+grep -q "server pid $SERVER_PID: max RSS" b2.out && ok || fail "no server RSS line"
 stop_server
 
 check "after a restart the same workload finds its conversations in their files"
 start_server s2.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --device phone --sessions convs \
     --spill-dir spill --mem-budget 16M
 run_ok b3 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
-check_json b3.out file resident,compressed,stored,file > /dev/null || { cat b3.out >&2; fail "openings after a restart"; }
+check_json b3.out file resident,compressed,stored,file > /dev/null && ok || { cat b3.out >&2; fail "openings after a restart"; }
 stop_server
 
 check "--baseline recompute: every return is computed again (no cached tokens)"
 start_server s3.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --baseline recompute
 expect_line s3.log 'baseline: an idle conversation keeps no KV'
 run_ok b4 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
-KINDS=$(check_json b4.out new recomputed) || { cat b4.out >&2; fail "the baseline's JSON"; }
-[ "$KINDS" = "recomputed=8" ] || fail "baseline returns: $KINDS"
+KINDS=$(check_json b4.out new recomputed) && ok || { cat b4.out >&2; fail "the baseline's JSON"; }
+[ "$KINDS" = "recomputed=8" ] && ok || fail "baseline returns: $KINDS"
 
 check "a closed port: a clear error, exit 1"
 PORT_FREE=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 run_fails e1 1 "error: http://127\.0\.0\.1:$PORT_FREE/v1/chat/completions: .*(connect|refused)" \
     "$REBOUND" bench-serve "http://127.0.0.1:$PORT_FREE" -k 1 -c 20 -r 0
-grep -q '^hint: is the server running' e1.err || fail "no hint for a refused connection"
+grep -q '^hint: is the server running' e1.err && ok || fail "no hint for a refused connection"
 
 check "a path the server does not serve: its status and error message"
 run_fails e2 1 "answered HTTP 404: no endpoint" "$REBOUND" bench-serve "$URL/nope" -k 1 -c 20 -r 0
@@ -122,7 +122,7 @@ run_fails e4 2 "error: URL 'ftp://host' is not http:// or https://" "$REBOUND" b
 run_fails e5 2 "order" "$REBOUND" bench-serve "$URL" --order sideways
 run_fails e6 1 "error: --pid 4194304: cannot read /proc/4194304/status" \
     "$REBOUND" bench-serve "$URL" --pid 4194304
-[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] || fail "the server is not healthy after the bad requests"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && ok || fail "the server is not healthy after the bad requests"
 stop_server
 
 passed

@@ -39,26 +39,26 @@ chat_ok c1 $'Hello there\nHow are you?\n/stats\n/quit\nnever read\n' \
     "$REBOUND" chat -m tiny.gguf -n 8 --temp 0 -t 2 -v
 expect_line c1.err '^rebound chat: template plain \('
 for t in 1 2; do
-    [ "$(turn_out c1.err $t)" = 8 ] || { cat c1.err >&2; fail "turn $t did not reply 8 tokens"; }
+    [ "$(turn_out c1.err $t)" = 8 ] && ok || { cat c1.err >&2; fail "turn $t did not reply 8 tokens"; }
 done
-grep -q '^rebound chat: turn 3:' c1.err && fail "a line after /quit was answered"
-[ "$(wc -l < c1.out)" -ge 2 ] || fail "stdout has fewer lines than replies"
+grep -q '^rebound chat: turn 3:' c1.err && fail "a line after /quit was answered" || ok
+[ "$(wc -l < c1.out)" -ge 2 ] && ok || fail "stdout has fewer lines than replies"
 expect_line c1.err '^context: [0-9]+ of 256 tokens \(system 1, turns kept 2\)'
 expect_line c1.err '^memory: .* in RAM'
 expect_line c1.err '^  KV raw '
-grep -q '^> ' c1.err && fail "a prompt was printed although stdin is a pipe"
+grep -q '^> ' c1.err && fail "a prompt was printed although stdin is a pipe" || ok
 
 check "the first reply equals \`rebound run\` on the same templated text (plain and chatml)"
 chat_ok p1 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 8 --temp 0 -t 2
 run_ok p2 "$REBOUND" run -m tiny.gguf -p $'User: Hello\nAssistant:' -n 8 --temp 0 -t 2
 reply=$(cat p1.out); full=$(cat p2.out)
-[ -n "$reply" ] || fail "empty reply"
-[[ "$full" == *"$reply" ]] || fail "chat reply '$reply' is not the end of run's '$full'"
+[ -n "$reply" ] && ok || fail "empty reply"
+[[ "$full" == *"$reply" ]] && ok || fail "chat reply '$reply' is not the end of run's '$full'"
 chat_ok q1 $'Hello\n' "$REBOUND" chat -m qwen.gguf -n 8 --temp 0 -t 2
 run_ok q2 "$REBOUND" run -m qwen.gguf -p $'<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n' -n 8 --temp 0 -t 2
 reply=$(cat q1.out); full=$(cat q2.out)
-[ -n "$reply" ] || fail "empty chatml reply"
-[[ "$full" == *"$reply" ]] || fail "chatml reply '$reply' is not the end of run's '$full'"
+[ -n "$reply" ] && ok || fail "empty chatml reply"
+[[ "$full" == *"$reply" ]] && ok || fail "chatml reply '$reply' is not the end of run's '$full'"
 
 check "chatml is chosen for a qwen3 whose vocabulary has <|im_start|>, as one special token"
 expect_line q1.err '^rebound chat: template chatml \(<\|im_start\|> is a special token\); <\|im_start\|> is special token [0-9]+$'
@@ -66,8 +66,8 @@ expect_line q1.err '^rebound chat: template chatml \(<\|im_start\|> is a special
 check "/reset: the same message after it gets the same greedy reply; end of input quits"
 chat_ok r1 $'Tell me a story\n/reset\nTell me a story\n' \
     "$REBOUND" chat -m qwen.gguf -n 10 --temp 0 -t 2 --system "Be brief." -v
-[ "$(wc -l < r1.out)" -eq 2 ] || fail "expected 2 reply lines, got $(wc -l < r1.out)"
-[ "$(sed -n 1p r1.out)" = "$(sed -n 2p r1.out)" ] || fail "the reply after /reset differs"
+[ "$(wc -l < r1.out)" -eq 2 ] && ok || fail "expected 2 reply lines, got $(wc -l < r1.out)"
+[ "$(sed -n 1p r1.out)" = "$(sed -n 2p r1.out)" ] && ok || fail "the reply after /reset differs"
 expect_line r1.err '^conversation reset \(context [0-9]+ tokens\)'
 
 check "/trim frees memory and the next turn still answers; unknown commands are refused"
@@ -76,12 +76,12 @@ chat_ok t1 $'Hello\n/trim moderate\n/trim nonsense\n/frobnicate\nAgain\n/stats\n
 expect_line t1.err '^trimmed \(moderate\): freed [0-9.]+ [KMG]?i?B'
 expect_line t1.err "/trim needs background, moderate, complete"
 expect_line t1.err "unknown command '/frobnicate'"
-[ "$(turn_out t1.err 2)" = 6 ] || fail "no reply after /trim"
+[ "$(turn_out t1.err 2)" = 6 ] && ok || fail "no reply after /trim"
 
 check "memory-manager flags: a budget below the model, the weights stream, every turn answered"
 chat_ok b1 $'Hello\nAgain\n/stats\n' "$REBOUND" chat -m qwen.gguf -n 6 --temp 0 -t 2 -v \
     --mem-budget 700K --restore eager --ram-codec lossless --device host --spill-dir .
-[ "$(turn_out b1.err 2)" = 6 ] || fail "no second reply under a memory budget"
+[ "$(turn_out b1.err 2)" = 6 ] && ok || fail "no second reply under a memory budget"
 expect_line b1.err '^memory: .* \(budget 700.00 KiB\)'
 expect_line b1.err '^  weights stream \(class\): budget'
 
@@ -100,33 +100,33 @@ chat_ok f1 "$msgs" "$REBOUND" chat -m qwen.gguf -c 96 -n 20 --temp 0 -t 2 --syst
 expect_line f1.err 'context full \([0-9]+ of 96 tokens used\)'
 expect_line f1.err '^hint: /reset starts the conversation over; --ctx-shift drops the oldest turns'
 expect_line f1.err 'this message needs [0-9]+ more tokens'
-grep -q '^rebound chat: turn 4:' f1.err && fail "turn 4 was answered in a full context"
+grep -q '^rebound chat: turn 4:' f1.err && fail "turn 4 was answered in a full context" || ok
 expect_line f1.err '^context: 9[0-6] of 96 tokens'
 
 check "a full context with --ctx-shift: the oldest turns go, the system prompt stays, every turn answered"
 chat_ok f2 "$msgs" "$REBOUND" chat -m qwen.gguf -c 96 -n 20 --temp 0 -t 2 --system "Be brief." -v --ctx-shift
 expect_line f2.err 'dropped the [0-9]+ oldest turns? \([0-9]+ tokens\), shifting [0-9]+'
 for t in 1 2 3 4; do
-    [ "$(turn_out f2.err $t)" = 20 ] || { cat f2.err >&2; fail "turn $t did not reply 20 tokens"; }
+    [ "$(turn_out f2.err $t)" = 20 ] && ok || { cat f2.err >&2; fail "turn $t did not reply 20 tokens"; }
 done
 sys=$(sed -n 's/^context: .*(system \([0-9]*\),.*/\1/p' f2.err)
-[ "$sys" -gt 1 ] || fail "the system prompt was not kept (system $sys tokens)"
+[ "$sys" -gt 1 ] && ok || fail "the system prompt was not kept (system $sys tokens)"
 
 check "--ctx-shift with llama2: the first kept turn continues the system block's [INST]"
 chat_ok f3 $'one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\n' "$REBOUND" chat -m tiny.gguf \
     --template llama2 -c 200 -n 4 --temp 0 -t 2 -v --system "Be brief." --ctx-shift
 expect_line f3.err 'dropped the [0-9]+ oldest turns? .*\(the first kept turn continues the system block\)'
-[ "$(turn_out f3.err 8)" = 4 ] || fail "turn 8 was not answered after the shift"
+[ "$(turn_out f3.err 8)" = 4 ] && ok || fail "turn 8 was not answered after the shift"
 
 check "--session: a conversation stopped after 2 turns and resumed answers turn 3 as an unbroken one"
 chat_ok whole $'first\nsecond\nthird\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 --seed 5 -c 512
 chat_ok part1 $'first\nsecond\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 --seed 5 -c 512 \
     --session conv.rbs
-[ -s conv.rbs ] || fail "--session wrote no file"
+[ -s conv.rbs ] && ok || fail "--session wrote no file"
 chat_ok part2 $'third\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 --seed 5 -c 512 \
     --session conv.rbs
 expect_line part2.err 'resumed conv.rbs: [0-9]+ tokens, 2 turns'
-[ "$(sed -n 3p whole.out)" = "$(sed -n 1p part2.out)" ] ||
+[ "$(sed -n 3p whole.out)" = "$(sed -n 1p part2.out)" ] && ok ||
     fail "resumed turn 3 '$(sed -n 1p part2.out)' differs from '$(sed -n 3p whole.out)'"
 
 check "errors: bad --template, a session of another model or context, no model, bad -n"
@@ -134,7 +134,7 @@ run_fails e1 2 "unknown --chat-template 'foo'" "$REBOUND" chat -m tiny.gguf --te
 expect_line e1.err 'hint: known templates: chatml, llama3, llama2, zephyr, plain'
 run_ok mk2 "$REBOUND" make-model --shape tiny --type q8_0 --seed 9 -o other.gguf
 run_fails e2 1 "written for another model" "$REBOUND" chat -m other.gguf -c 512 --session conv.rbs
-run_fails e2b 1 "was saved with -c 512 .*open it with -c 512" "$REBOUND" chat -m tiny.gguf -c 256 --session conv.rbs
+run_fails e2b 1 "was saved with n_ctx 512 .*open it with n_ctx 512" "$REBOUND" chat -m tiny.gguf -c 256 --session conv.rbs
 printf 'not a session' > junk.rbs
 run_fails e2c 1 "not a rebound session file" "$REBOUND" chat -m tiny.gguf --session junk.rbs
 run_fails e3 2 "no model given" "$REBOUND" chat
@@ -151,7 +151,7 @@ if [ -n "$MODELS" ] && [ -f "$MODELS/parity-qwen3-Q8_0.gguf" ]; then
     else
         expect_line pq.err 'note: <\|im_start\|> is not a special token of this vocabulary'
     fi
-    [ "$(turn_out pq.err 1)" = 4 ] || fail "parity-qwen3 did not reply"
+    [ "$(turn_out pq.err 1)" = 4 ] && ok || fail "parity-qwen3 did not reply"
 else
     echo "note: reference models absent: parity-qwen3 check skipped"
 fi

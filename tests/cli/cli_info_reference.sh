@@ -33,9 +33,9 @@ expect_line s.out '^  at ctx 512 +327,680 bytes \(320.00 KiB\)'
 check "info stories260K.gguf --tensors: 48 tensors, all F32"
 run_ok st "$REBOUND" info "$MODELS/stories260K.gguf" --tensors
 n=$(tensor_table st.out | wc -l)
-[ "$n" -eq 48 ] || fail "the tensor table has $n rows, expected 48"
+[ "$n" -eq 48 ] && ok || fail "the tensor table has $n rows, expected 48"
 n=$(tensor_table st.out | awk '$2 != "F32"' | wc -l)
-[ "$n" -eq 0 ] || fail "$n tensors are not F32"
+[ "$n" -eq 0 ] && ok || fail "$n tensors are not F32"
 expect_line st.out '^  at ctx 128 '   # default context: the trained one
 
 declare -A PARITY_TYPES=(
@@ -47,7 +47,7 @@ declare -A PARITY_TYPES=(
 )
 for f in parity-F16.gguf parity-Q8_0.gguf parity-Q4_0.gguf parity-Q4_K_M.gguf parity-qwen3-Q8_0.gguf; do
     check "info $f opens: shape and tensor types"
-    [ -f "$MODELS/$f" ] || fail "$MODELS/$f is missing"
+    [ -f "$MODELS/$f" ] && ok || fail "$MODELS/$f is missing"
     run_ok p "$REBOUND" info "$MODELS/$f" --tensors
     expect_line p.out "${PARITY_TYPES[$f]}"
     expect_line p.out '^output +tied '
@@ -75,20 +75,20 @@ for kind in q8_0 q4_0 q4_k_m; do
         --vocab 32000 --ctx 512 --tied --type $kind -o mk-$kind.gguf
     run_ok mki "$REBOUND" info mk-$kind.gguf --tensors
     tensor_table mki.out | sort > mk-$kind.txt
-    diff mk-$kind.txt ref-$ref.txt || fail "make-model $kind: tensor table differs from $ref (above: < rebound, > llama-quantize)"
+    diff mk-$kind.txt ref-$ref.txt && ok || fail "make-model $kind: tensor table differs from $ref (above: < rebound, > llama-quantize)"
 done
 
 check "quantize parity-F16.gguf to q4_k_m: same tensor table as parity-Q4_K_M.gguf"
 run_ok q "$REBOUND" quantize "$MODELS/parity-F16.gguf" q-q4_k_m.gguf q4_k_m
 run_ok qi "$REBOUND" info q-q4_k_m.gguf --tensors
 tensor_table qi.out | sort > q-q4_k_m.txt
-diff q-q4_k_m.txt ref-parity-Q4_K_M.gguf.txt || fail "quantize q4_k_m: tensor table differs from parity-Q4_K_M.gguf"
+diff q-q4_k_m.txt ref-parity-Q4_K_M.gguf.txt && ok || fail "quantize q4_k_m: tensor table differs from parity-Q4_K_M.gguf"
 
 check "make-model of the qwen3 parity shape at q8_0: same tensor table as parity-qwen3-Q8_0.gguf"
 run_ok mkq "$REBOUND" make-model --arch qwen3 --dim 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 64 \
     --ffn 768 --vocab 50257 --ctx 512 --tied --vocab-style bpe --type q8_0 -o mk-qwen3.gguf
 run_ok mkqi "$REBOUND" info mk-qwen3.gguf --tensors
 tensor_table mkqi.out | sort > mk-qwen3.txt
-diff mk-qwen3.txt ref-parity-qwen3-Q8_0.gguf.txt || fail "make-model qwen3 q8_0: tensor table differs from parity-qwen3-Q8_0.gguf"
+diff mk-qwen3.txt ref-parity-qwen3-Q8_0.gguf.txt && ok || fail "make-model qwen3 q8_0: tensor table differs from parity-qwen3-Q8_0.gguf"
 
 passed

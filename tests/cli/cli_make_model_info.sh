@@ -60,7 +60,7 @@ check_tensors() {
         }
         n++
     }
-    END { print n + 0; exit bad }' "$1" || fail "$1: tensor types or sizes are wrong (above)"
+    END { print n + 0; exit bad }' "$1" && ok || fail "$1: tensor types or sizes are wrong (above)"
 }
 
 # ---- named shapes at every type --------------------------------------------
@@ -86,22 +86,22 @@ for shape in tiny stories260k; do
         expect_line $i "^output +separate output.weight"
         expect_line $i "^KV cache f16 +${KV_PER_TOKEN[$shape]} bytes per token"
         n=$(check_tensors $i "$kind" "${N_LAYERS[$shape]}")
-        [ "$n" -eq "${N_TENSORS[$shape]}" ] || fail "$i lists $n tensors, expected ${N_TENSORS[$shape]}"
+        [ "$n" -eq "${N_TENSORS[$shape]}" ] && ok || fail "$i lists $n tensors, expected ${N_TENSORS[$shape]}"
         # the same tensors (names and dims) whatever the type
         tensor_table $i | awk '{ $2 = ""; $NF = ""; print }' > names-$shape-$kind.txt
-        cmp -s names-$shape-$kind.txt names-$shape-f32.txt ||
+        cmp -s names-$shape-$kind.txt names-$shape-f32.txt && ok ||
             fail "$f: tensor names/dims differ from the f32 file"
     done
 done
 
 check "spot checks of llama-quantize's choices"
-grep -Eq '^output.weight +Q8_0 ' info-tiny-q4_0.out ||
+grep -Eq '^output.weight +Q8_0 ' info-tiny-q4_0.out && ok ||
     fail "tiny q4_0: output.weight must fall back to Q8_0 (row 64 is not a multiple of 256)"
-grep -Eq '^blk.0.ffn_down.weight +Q4_K ' info-tiny-q4_k_m.out || fail "tiny q4_k_m: blk.0.ffn_down must stay Q4_K"
-grep -Eq '^blk.1.ffn_down.weight +Q6_K ' info-tiny-q4_k_m.out || fail "tiny q4_k_m: blk.1.ffn_down must be Q6_K"
-grep -Eq '^blk.2.attn_v.weight +Q8_0 ' info-stories260k-q4_k_m.out ||
+grep -Eq '^blk.0.ffn_down.weight +Q4_K ' info-tiny-q4_k_m.out && ok || fail "tiny q4_k_m: blk.0.ffn_down must stay Q4_K"
+grep -Eq '^blk.1.ffn_down.weight +Q6_K ' info-tiny-q4_k_m.out && ok || fail "tiny q4_k_m: blk.1.ffn_down must be Q6_K"
+grep -Eq '^blk.2.attn_v.weight +Q8_0 ' info-stories260k-q4_k_m.out && ok ||
     fail "stories260k q4_k_m: blk.2.attn_v must be Q6_K -> Q8_0"
-grep -Eq '^blk.0.ffn_down.weight +F16 ' info-stories260k-q8_0.out ||
+grep -Eq '^blk.0.ffn_down.weight +F16 ' info-stories260k-q8_0.out && ok ||
     fail "stories260k q8_0: ffn_down (row 172) must fall back to F16"
 expect_line info-stories260k-f32.out '^tensors +48: F32 x48 '
 
@@ -120,7 +120,7 @@ check "custom dims quantized: q4_k_m with 128-wide rows"
 run_ok custom-q "$REBOUND" make-model --dim 128 --layers 3 --heads 4 --kv-heads 2 --ffn 256 --vocab 300 --type q4_k_m -o custom-q.gguf
 run_ok info-custom-q "$REBOUND" info custom-q.gguf --tensors
 n=$(check_tensors info-custom-q.out q4_k_m 3)
-[ "$n" -eq 30 ] || fail "custom q4_k_m: $n tensors, expected 30"
+[ "$n" -eq 30 ] && ok || fail "custom q4_k_m: $n tensors, expected 30"
 
 check "--arch qwen3 --head-dim 32: Q/K norm tensors in every layer"
 run_ok qwen3 "$REBOUND" make-model --arch qwen3 --head-dim 32 -o qwen3.gguf
@@ -141,14 +141,14 @@ run_ok qwen3-q "$REBOUND" make-model --arch qwen3 --head-dim 32 --type q4_0 -o q
 run_ok info-qwen3-q "$REBOUND" info qwen3-q4_0.gguf --tensors
 expect_line info-qwen3-q.out '^blk.1.attn_k_norm.weight +F32 '
 n=$(check_tensors info-qwen3-q.out q4_0 2)
-[ "$n" -eq 25 ] || fail "qwen3 q4_0: $n tensors, expected 25"
+[ "$n" -eq 25 ] && ok || fail "qwen3 q4_0: $n tensors, expected 25"
 
 check "--vocab-style bpe writes a gpt2 tokenizer with merges; spm does not"
 run_ok bpe "$REBOUND" make-model --vocab-style bpe -o bpe.gguf
 run_ok info-bpe "$REBOUND" info bpe.gguf
 expect_line info-bpe.out '^shape +dim 64, 2 layers, .*vocab 512$'
-grep -aq 'tokenizer.ggml.merges' bpe.gguf || fail "bpe.gguf has no tokenizer.ggml.merges"
-grep -aq 'gpt2' bpe.gguf || fail "bpe.gguf: tokenizer.ggml.model is not gpt2"
+grep -aq 'tokenizer.ggml.merges' bpe.gguf && ok || fail "bpe.gguf has no tokenizer.ggml.merges"
+grep -aq 'gpt2' bpe.gguf && ok || fail "bpe.gguf: tokenizer.ggml.model is not gpt2"
 if grep -aq 'tokenizer.ggml.merges' tiny-f32.gguf; then fail "an spm vocab must have no merges"; fi
 
 # ---- determinism ------------------------------------------------------------
@@ -156,14 +156,14 @@ check "same seed -> byte-identical files; another seed -> different bytes"
 run_ok seed-a "$REBOUND" make-model --shape stories260k --type q4_k_m --seed 7 -o seed7a.gguf
 run_ok seed-b "$REBOUND" make-model --shape stories260k --type q4_k_m --seed 7 -o seed7b.gguf
 run_ok seed-c "$REBOUND" make-model --shape stories260k --type q4_k_m --seed 8 -o seed8.gguf
-cmp seed7a.gguf seed7b.gguf || fail "the same seed gave different files"
+cmp seed7a.gguf seed7b.gguf && ok || fail "the same seed gave different files"
 if cmp -s seed7a.gguf seed8.gguf; then fail "seeds 7 and 8 gave the same file"; fi
 
 check "thread count does not change the bytes (-t 1 vs -t 2)"
 for kind in f32 q4_0 q4_k_m q6_k; do
     run_ok t1 "$REBOUND" make-model --shape stories260k --type $kind -t 1 -o t1-$kind.gguf
     run_ok t2 "$REBOUND" make-model --shape stories260k --type $kind -t 2 -o t2-$kind.gguf
-    cmp t1-$kind.gguf t2-$kind.gguf || fail "$kind: -t 1 and -t 2 wrote different bytes"
+    cmp t1-$kind.gguf t2-$kind.gguf && ok || fail "$kind: -t 1 and -t 2 wrote different bytes"
 done
 
 # ---- errors ------------------------------------------------------------------
@@ -177,8 +177,8 @@ run_fails e-vocab any 'vocab 100' "$REBOUND" make-model --vocab 100 -o e.gguf
 run_fails e-heads any 'not a multiple of heads 3' "$REBOUND" make-model --heads 3 -o e.gguf
 run_fails e-dir any 'No such file or directory' "$REBOUND" make-model -o "$SCRATCH/no/such/dir/x.gguf"
 run_fails e-opt 2 "unknown option '--bogus'" "$REBOUND" make-model --bogus
-[ ! -e e.gguf ] || fail "a failed make-model left e.gguf behind"
-ls ./*.tmp >/dev/null 2>&1 && fail "a failed make-model left a .tmp file behind"
+[ ! -e e.gguf ] && ok || fail "a failed make-model left e.gguf behind"
+ls ./*.tmp >/dev/null 2>&1 && fail "a failed make-model left a .tmp file behind" || ok
 
 check "make-model --help exits 0 and lists the types"
 run_ok help "$REBOUND" make-model --help

@@ -13,16 +13,16 @@ set -euo pipefail
 
 run_ok help "$REBOUND" --help
 COMMANDS=$(awk '/^commands:/ { on = 1; next } on && NF { print $1 } on && !NF { exit }' help.out)
-[ -n "$COMMANDS" ] || fail "no commands in rebound --help"
+[ -n "$COMMANDS" ] && ok || fail "no commands in rebound --help"
 
 check "rebound help, rebound help COMMAND = COMMAND --help, help of an unknown command exits 2"
 run_ok h0 "$REBOUND" help
-cmp -s h0.out help.out || fail "rebound help differs from rebound --help"
+cmp -s h0.out help.out && ok || fail "rebound help differs from rebound --help"
 expect_line help.out 'exit status: 0 success, 1 failure, 2 usage error'
 for cmd in $COMMANDS; do
     run_ok hc-$cmd "$REBOUND" help "$cmd"
     run_ok hh-$cmd "$REBOUND" "$cmd" --help
-    cmp -s hc-$cmd.out hh-$cmd.out || fail "rebound help $cmd differs from rebound $cmd --help"
+    cmp -s hc-$cmd.out hh-$cmd.out && ok || fail "rebound help $cmd differs from rebound $cmd --help"
     expect_line hh-$cmd.out '^exit status: 0 success, 1 failure, 2 usage error'
 done
 run_fails hu 2 "unknown command 'frobnicate'" "$REBOUND" help frobnicate
@@ -31,14 +31,14 @@ check "the help lists the options that work (run: --weights-budget, --policy; ll
 for o in --weights-budget --policy --mem-budget --restore --ram-codec --session --trace \
          '-f, --file' '-e, --escape' '-s, --seed' '-no-cnv' '-sys, --system-prompt' \
          --chat-template '-ngl' '-fa' --mlock; do
-    grep -q -- "^  .*$o" hh-run.out || fail "run --help does not list $o"
+    grep -q -- "^  .*$o" hh-run.out && ok || fail "run --help does not list $o"
 done
 for o in '-sys, --system-prompt' '-sysf' '--chat-template' '-s, --seed' '-cnv' '-n, --n-predict'; do
-    grep -q -- "^  .*$o" hh-chat.out || fail "chat --help does not list $o"
+    grep -q -- "^  .*$o" hh-chat.out && ok || fail "chat --help does not list $o"
 done
 for o in '-p, --n-prompt N\[,N..\]' '-n, --n-gen N\[,N..\]' '-t, --threads N\[,N..\]' \
          '-o, --output FMT' --weights-budget --policy --no-cgroup; do
-    grep -q -- "^  .*$o" hh-bench.out || fail "bench --help does not list $o"
+    grep -q -- "^  .*$o" hh-bench.out && ok || fail "bench --help does not list $o"
 done
 
 check "every spelling of every option in each command's help is accepted"
@@ -83,7 +83,7 @@ for cmd in $COMMANDS; do
         done
     done < <(grep -E '^  -' hh-$cmd.out)
 done
-[ $n_tried -gt 100 ] || fail "only $n_tried option spellings found in the helps"
+[ $n_tried -gt 100 ] && ok || fail "only $n_tried option spellings found in the helps"
 echo "   $n_tried spellings tried"
 
 check "usage errors exit 2 and name the option and the value; failures exit 1"
@@ -106,61 +106,61 @@ run_fails f1 1 "cannot open 'nope.gguf'" "$REBOUND" run -m nope.gguf -p hi
 run_fails f2 1 "cannot read the prompt from 'nope.txt'" "$REBOUND" run -m tiny.gguf -f nope.txt
 run_ok eq "$REBOUND" run -m tiny.gguf --prompt=hi --n-predict=4 --temp=0
 run_ok eq2 "$REBOUND" run -m tiny.gguf -p hi -n 4 --temp 0
-cmp -s eq.out eq2.out || fail "--name=value differs from --name value"
+cmp -s eq.out eq2.out && ok || fail "--name=value differs from --name value"
 
 check "run: -f FILE is -p with the file's text (one final newline dropped)"
 printf 'Hello world\n' > prompt.txt
 run_ok f "$REBOUND" run -m tiny.gguf -f prompt.txt -n 8 --temp 0
 run_ok p "$REBOUND" run -m tiny.gguf -p "Hello world" -n 8 --temp 0
-cmp -s f.out p.out || fail "-f prompt.txt differs from -p 'Hello world'"
+cmp -s f.out p.out && ok || fail "-f prompt.txt differs from -p 'Hello world'"
 run_fails fp 2 "exactly one of -p PROMPT, -f FILE and --tokens FILE" "$REBOUND" run -m tiny.gguf -p hi -f prompt.txt
 
 check "run: -e processes llama.cpp's escapes, only when asked"
 run_ok e1 "$REBOUND" run -m tiny.gguf -p 'a\nb\tc\\d\x41\q' -e -n 0
-[ "$(cat e1.out)" = "$(printf 'a\nb\tc\\dA\\q')" ] || fail "-e gave '$(cat e1.out)'"
+[ "$(cat e1.out)" = "$(printf 'a\nb\tc\\dA\\q')" ] && ok || fail "-e gave '$(cat e1.out)'"
 run_ok e0 "$REBOUND" run -m tiny.gguf -p 'a\nb' -n 0
-[ "$(cat e0.out)" = 'a\nb' ] || fail "without -e the prompt changed: '$(cat e0.out)'"
+[ "$(cat e0.out)" = 'a\nb' ] && ok || fail "without -e the prompt changed: '$(cat e0.out)'"
 run_ok e2 "$REBOUND" run -m tiny.gguf -p 'a\nb' -e --no-escape -n 0
-[ "$(cat e2.out)" = 'a\nb' ] || fail "--no-escape after -e changed the prompt: '$(cat e2.out)'"
+[ "$(cat e2.out)" = 'a\nb' ] && ok || fail "--no-escape after -e changed the prompt: '$(cat e2.out)'"
 
 check "run: -n -1 generates until the end of text or a full context (past the default 64)"
 run_ok n1 "$REBOUND" run -m tiny.gguf -p "Hello" -n -1 -c 100 --temp 0
 expect_line n1.err '^rebound run: context full \(100 tokens\)'
 expect_line n1.err 'decode 9[0-9] tokens'
 run_ok n2 "$REBOUND" run -m tiny.gguf -p "Hello" -n -2 -c 100 --temp 0
-cmp -s n1.out n2.out || fail "-n -2 differs from -n -1"
+cmp -s n1.out n2.out && ok || fail "-n -2 differs from -n -1"
 
 check "run: a random seed by default, printed; -s with it repeats the run; -s -1 is random"
 run_ok r1 "$REBOUND" run -m tiny.gguf -p "a" -n 24 --temp 1.5
 expect_line r1.err '^rebound run: seed [0-9]+ \(random; -s with it repeats this run\)$'
 seed=$(sed -nE 's/^rebound run: seed ([0-9]+) .*/\1/p' r1.err)
 run_ok r2 "$REBOUND" run -m tiny.gguf -p "a" -n 24 --temp 1.5 -s "$seed"
-cmp -s r1.out r2.out || fail "-s $seed did not repeat the run"
+cmp -s r1.out r2.out && ok || fail "-s $seed did not repeat the run"
 expect_line r2.err "^rebound run: seed $seed\$"
 run_ok r3 "$REBOUND" run -m tiny.gguf -p "a" -n 24 --temp 1.5 -s -1
 expect_line r3.err '^rebound run: seed [0-9]+ \(random'
 seed3=$(sed -nE 's/^rebound run: seed ([0-9]+) .*/\1/p' r3.err)
-[ "$seed" != "$seed3" ] || fail "two random seeds are equal ($seed)"
-cmp -s r1.out r3.out && fail "two random seeds gave the same text"
+[ "$seed" != "$seed3" ] && ok || fail "two random seeds are equal ($seed)"
+cmp -s r1.out r3.out && fail "two random seeds gave the same text" || ok
 
 check "run: -no-cnv is what run does; -sys, --chat-template, -ngl, -fa, --mlock are noted as ignored"
 run_ok c1 "$REBOUND" run -m tiny.gguf -p "Hello" -n 8 --temp 0 -no-cnv -ngl 99 -fa on --mlock \
     -sys "Be brief." --chat-template chatml
 run_ok c0 "$REBOUND" run -m tiny.gguf -p "Hello" -n 8 --temp 0
-cmp -s c1.out c0.out || fail "-no-cnv and the ignored flags changed the text"
+cmp -s c1.out c0.out && ok || fail "-no-cnv and the ignored flags changed the text"
 for o in '-ngl 99' '-fa on' '--mlock' '-sys Be brief.' '--chat-template chatml'; do
-    [ "$(grep -c -- "^rebound run: note: $o is ignored: " c1.err)" -eq 1 ] ||
+    [ "$(grep -c -- "^rebound run: note: $o is ignored: " c1.err)" -eq 1 ] && ok ||
         { cat c1.err >&2; fail "no one-line note for $o"; }
 done
 
 check "chat: -sys = --system, -sysf FILE, --chat-template = --template, -cnv, seed printed"
-chat() { local p=$1 in=$2; shift 2; printf '%s' "$in" | "$@" >"$p.out" 2>"$p.err" || { cat "$p.err" >&2; fail "$p: exit status $?"; }; }
+chat() { local p=$1 in=$2; shift 2; printf '%s' "$in" | "$@" >"$p.out" 2>"$p.err" && ok || { cat "$p.err" >&2; fail "$p: exit status $?"; }; }
 chat s1 $'Hi\n' "$REBOUND" chat -m tiny.gguf -n 6 --temp 0 --system "Be brief." --template zephyr
 chat s2 $'Hi\n' "$REBOUND" chat -m tiny.gguf -n 6 --temp 0 -sys "Be brief." --chat-template zephyr -cnv
 printf 'Be brief.\n' > sys.txt
 chat s3 $'Hi\n' "$REBOUND" chat -m tiny.gguf -n 6 --temp 0 -sysf sys.txt --chat-template zephyr
-cmp -s s1.out s2.out || fail "-sys/--chat-template differ from --system/--template"
-cmp -s s1.out s3.out || fail "-sysf differs from -sys"
+cmp -s s1.out s2.out && ok || fail "-sys/--chat-template differ from --system/--template"
+cmp -s s1.out s3.out && ok || fail "-sysf differs from -sys"
 expect_line s2.err 'template zephyr'
 expect_line s2.err '^rebound chat: seed [0-9]+ \(random'
 run_fails s4 2 "give one of -sys TEXT and -sysf FILE" "$REBOUND" chat -m tiny.gguf -sys a -sysf sys.txt
@@ -168,20 +168,20 @@ run_fails s5 2 "unknown --chat-template 'nope'" "$REBOUND" chat -m tiny.gguf --c
 
 check "bench: comma lists run every combination; -o json, jsonl and csv carry llama-bench's fields"
 run_ok b1 "$REBOUND" bench -m tiny.gguf -p 8,16 -n 2,3 -t 1,2 -r 1 -ngl 99
-[ "$(grep -c '^| tiny.gguf |' b1.out)" -eq 8 ] || fail "bench lists: $(grep -c '^| tiny' b1.out) rows, expected 8"
+[ "$(grep -c '^| tiny.gguf |' b1.out)" -eq 8 ] && ok || fail "bench lists: $(grep -c '^| tiny' b1.out) rows, expected 8"
 for t in '1 \| pp8' '1 \| pp16' '1 \| tg2' '1 \| tg3' '2 \| pp8' '2 \| pp16' '2 \| tg2' '2 \| tg3'; do
     expect_line b1.out "\| $t \|"
 done
 expect_line b1.err '^rebound bench: note: -ngl 99 is ignored'
 run_ok b2 "$REBOUND" bench -m tiny.gguf -p 8 -n 2 -r 2 -o csv
-[ "$(head -1 b2.out)" = "cpu_info,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,n_gpu_layers,n_prompt,n_gen,n_depth,test_time,avg_ns,stddev_ns,avg_ts,stddev_ts" ] ||
+[ "$(head -1 b2.out)" = "cpu_info,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,n_gpu_layers,n_prompt,n_gen,n_depth,test_time,avg_ns,stddev_ns,avg_ts,stddev_ts" ] && ok ||
     fail "csv header: $(head -1 b2.out)"
-[ "$(wc -l < b2.out)" -eq 3 ] || fail "csv: $(wc -l < b2.out) lines, expected 3"
+[ "$(wc -l < b2.out)" -eq 3 ] && ok || fail "csv: $(wc -l < b2.out) lines, expected 3"
 expect_line b2.out '^"[^"]*","tiny.gguf","llama","[0-9]+","[0-9]+","8","8","[0-9]+","f16","f16","0","8","0","0","[0-9T:-]+Z","[0-9]+","[0-9]+","[0-9.]+","[0-9.]+"$'
 run_ok b3 "$REBOUND" bench -m tiny.gguf -p 8 -n 2 -r 2 -o json
 run_ok b4 "$REBOUND" bench -m tiny.gguf -p 8 -n 2 -r 2 -o jsonl
 if command -v python3 >/dev/null; then
-    python3 - b3.out b4.out <<'EOF' || fail "bench json/jsonl output is not what llama-bench writes"
+    python3 - b3.out b4.out <<'EOF' && ok || fail "bench json/jsonl output is not what llama-bench writes"
 import json, sys
 a = json.load(open(sys.argv[1]))
 b = [json.loads(l) for l in open(sys.argv[2])]
@@ -196,7 +196,7 @@ for tests in (a, b):
 EOF
 else
     expect_line b3.out '"samples_ts": \['
-    [ "$(wc -l < b4.out)" -eq 2 ] || fail "jsonl: $(wc -l < b4.out) lines, expected 2"
+    [ "$(wc -l < b4.out)" -eq 2 ] && ok || fail "jsonl: $(wc -l < b4.out) lines, expected 2"
 fi
 
 passed

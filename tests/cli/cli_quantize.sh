@@ -32,11 +32,11 @@ for kind in q8_0 q4_0 q4_k_m; do
         cp qi.out info-$src-to-$kind.out
         # the shape is unchanged; the tensor names and dims too
         [ $src = tiny-f32 ] && ref=in1i.out || ref=in2i.out
-        diff <(grep '^shape' $ref) <(grep '^shape' qi.out) || fail "$out: shape changed"
+        diff <(grep '^shape' $ref) <(grep '^shape' qi.out) && ok || fail "$out: shape changed"
         diff <(tensor_table $ref | awk '{ $2 = ""; $NF = ""; print }') \
-             <(tensor_table qi.out | awk '{ $2 = ""; $NF = ""; print }') ||
+             <(tensor_table qi.out | awk '{ $2 = ""; $NF = ""; print }') && ok ||
             fail "$out: tensor names or dims changed"
-        [ ! -e $out.tmp ] || fail "$out.tmp left behind"
+        [ ! -e $out.tmp ] && ok || fail "$out.tmp left behind"
     done
 done
 
@@ -52,19 +52,19 @@ for kind in q8_0 q4_0 q4_k_m; do
     check "quantize tiny f32 -> $kind equals make-model --type $kind --seed 5 (tensor table and data bytes)"
     run_ok mk "$REBOUND" make-model --shape tiny --type $kind --seed 5 -o mk-$kind.gguf
     run_ok mki "$REBOUND" info mk-$kind.gguf --tensors
-    diff <(tensor_table mki.out) <(tensor_table info-tiny-f32-to-$kind.out) ||
+    diff <(tensor_table mki.out) <(tensor_table info-tiny-f32-to-$kind.out) && ok ||
         fail "tensor tables differ (< make-model, > quantize)"
-    cmp <(data_bytes mk-$kind.gguf mki.out) <(data_bytes tiny-f32-to-$kind.gguf info-tiny-f32-to-$kind.out) ||
+    cmp <(data_bytes mk-$kind.gguf mki.out) <(data_bytes tiny-f32-to-$kind.gguf info-tiny-f32-to-$kind.out) && ok ||
         fail "tensor data differs between make-model and quantize for $kind"
 done
 
 check "thread count does not change the bytes (-t 1 vs -t 2)"
 run_ok t1 "$REBOUND" quantize s-f16.gguf t1.gguf q4_k_m -t 1
-cmp t1.gguf s-f16-to-q4_k_m.gguf || fail "quantize -t 1 and -t 2 wrote different bytes"
+cmp t1.gguf s-f16-to-q4_k_m.gguf && ok || fail "quantize -t 1 and -t 2 wrote different bytes"
 
 check "an already-quantized input is refused with a clear message"
 run_fails e-requant any 'already Q4_0.*F32, F16 or BF16' "$REBOUND" quantize tiny-f32-to-q4_0.gguf r.gguf q8_0
-[ ! -e r.gguf ] || fail "a refused quantize left r.gguf behind"
+[ ! -e r.gguf ] && ok || fail "a refused quantize left r.gguf behind"
 
 check "errors: missing input, unknown type, same file, bad thread count, wrong argument count"
 run_fails e-missing any "cannot open 'nothere.gguf': No such file or directory" "$REBOUND" quantize nothere.gguf r.gguf q4_0
@@ -74,8 +74,8 @@ run_fails e-threads 2 "option -t needs a valid value: '0x' is not a non-negative
 run_fails e-args 2 'needs IN.gguf OUT.gguf TYPE' "$REBOUND" quantize tiny-f32.gguf r.gguf
 run_fails e-outdir any 'No such file or directory' "$REBOUND" quantize tiny-f32.gguf "$SCRATCH/no/dir/r.gguf" q4_0
 run_fails e-garbage any 'not a GGUF file' "$REBOUND" quantize "$REBOUND" r.gguf q4_0
-[ ! -e r.gguf ] || fail "a failed quantize left r.gguf behind"
+[ ! -e r.gguf ] && ok || fail "a failed quantize left r.gguf behind"
 run_ok again "$REBOUND" make-model --shape tiny --type f32 --seed 5 -o again.gguf
-cmp tiny-f32.gguf again.gguf || fail "the input of the failed quantizes changed"
+cmp tiny-f32.gguf again.gguf && ok || fail "the input of the failed quantizes changed"
 
 passed

@@ -11,23 +11,23 @@ check "a synthetic model generates, greedy is deterministic, -n 0 prints the pro
 run_ok mk "$REBOUND" make-model --shape tiny --type q8_0 -o tiny.gguf
 run_ok g1 "$REBOUND" run -m tiny.gguf -p "Hello world" -n 16 --temp 0 -t 2
 run_ok g2 "$REBOUND" run -m tiny.gguf -p "Hello world" -n 16 --temp 0 -t 1
-cmp -s g1.out g2.out || fail "greedy output differs between 1 and 2 threads"
+cmp -s g1.out g2.out && ok || fail "greedy output differs between 1 and 2 threads"
 expect_line g1.out '^Hello world'
 expect_line g1.err 'prefill .* tok/s \| decode .* tok/s \| peak RSS'
 run_ok n0 "$REBOUND" run -m tiny.gguf -p "Hello world" -n 0
-[ "$(cat n0.out)" = "Hello world" ] || fail "-n 0 printed '$(cat n0.out)', expected the prompt only"
+[ "$(cat n0.out)" = "Hello world" ] && ok || fail "-n 0 printed '$(cat n0.out)', expected the prompt only"
 
 check "sampling with a seed is reproducible; another seed differs"
 run_ok s1 "$REBOUND" run -m tiny.gguf -p "a" -n 24 --temp 1.5 --seed 7
 run_ok s2 "$REBOUND" run -m tiny.gguf -p "a" -n 24 --temp 1.5 --seed 7
 run_ok s3 "$REBOUND" run -m tiny.gguf -p "a" -n 24 --temp 1.5 --seed 8
-cmp -s s1.out s2.out || fail "same seed, different text"
-cmp -s s1.out s3.out && fail "different seeds, same text"
+cmp -s s1.out s2.out && ok || fail "same seed, different text"
+cmp -s s1.out s3.out && fail "different seeds, same text" || ok
 
 check "--tokens and --dump-logits write positions x vocab floats"
 echo "1 200 300 400" > ids.txt
 run_ok dl "$REBOUND" run -m tiny.gguf --tokens ids.txt -n 0 --dump-logits logits.f32
-[ "$(stat -c %s logits.f32)" -eq $((4 * 512 * 4)) ] || fail "logits.f32 has $(stat -c %s logits.f32) bytes, expected $((4 * 512 * 4))"
+[ "$(stat -c %s logits.f32)" -eq $((4 * 512 * 4)) ] && ok || fail "logits.f32 has $(stat -c %s logits.f32) bytes, expected $((4 * 512 * 4))"
 
 check "a full context stops with a hint, or --context-shift drops the oldest half and goes on"
 run_ok cf "$REBOUND" run -m tiny.gguf -p "Hello world" -n 60 --temp 0 -c 32
@@ -52,8 +52,8 @@ run_ok w1 "$REBOUND" run -m mid.gguf -p "Hello world" -n 16 --temp 0 -t 2 --weig
     --stats --device phone
 run_ok w2 "$REBOUND" run -m mid.gguf -p "Hello world" -n 16 --temp 0 -t 2 --weights-budget 500K \
     --policy lru
-cmp -s w0.out w1.out || fail "streamed weights (class) changed the text"
-cmp -s w0.out w2.out || fail "streamed weights (lru) changed the text"
+cmp -s w0.out w1.out && ok || fail "streamed weights (class) changed the text"
+cmp -s w0.out w2.out && ok || fail "streamed weights (lru) changed the text"
 expect_line w1.err '^  weights stream \(class\): budget 496.00 KiB \(min [0-9.]+ KiB\), loop N'
 expect_line w1.err '^    read [0-9.]+ [KM]iB in [0-9]+ requests over [0-9]+ passes'
 run_fails w3 1 "below the minimum of [0-9]+ bytes" "$REBOUND" run -m mid.gguf -p hi --weights-budget 100K
@@ -77,21 +77,21 @@ run_fails e6 2 "exactly one of -p" "$REBOUND" run -m tiny.gguf
 if [ -n "$MODELS" ] && [ -f "$MODELS/stories260K.gguf" ]; then
     check "stories260K greedy text equals llama.cpp's golden/stories260K/greedy.txt"
     run_ok st "$REBOUND" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 64 --temp 0
-    cmp -s st.out "$MODELS/golden/stories260K/greedy.txt" || { diff st.out "$MODELS/golden/stories260K/greedy.txt" >&2 || true; fail "stories260K text differs"; }
+    cmp -s st.out "$MODELS/golden/stories260K/greedy.txt" && ok || { diff st.out "$MODELS/golden/stories260K/greedy.txt" >&2 || true; fail "stories260K text differs"; }
     check "a saved session continued with an empty prompt goes on as one run would (no BOS, the space kept)"
     rm -f cont.rbs
     run_ok c1 "$REBOUND" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 16 --temp 0 --session cont.rbs
     run_ok c2 "$REBOUND" run -m "$MODELS/stories260K.gguf" -p "" -n 24 --temp 0 --session cont.rbs
     run_ok c3 "$REBOUND" run -m "$MODELS/stories260K.gguf" -p "Once upon a time" -n 40 --temp 0
-    [ "$(cat c1.out c2.out)" = "$(cat c3.out)" ] || fail "continued '$(cat c1.out)' + '$(cat c2.out)', one run '$(cat c3.out)'"
+    [ "$(cat c1.out c2.out)" = "$(cat c3.out)" ] && ok || fail "continued '$(cat c1.out)' + '$(cat c2.out)', one run '$(cat c3.out)'"
     for q in F16 Q8_0 Q4_0 Q4_K_M; do
         check "parity-$q greedy text equals llama.cpp's"
         run_ok p$q "$REBOUND" run -m "$MODELS/parity-$q.gguf" -p "The robot walked into the old library" -n 8 --temp 0
-        cmp -s p$q.out "$MODELS/golden/parity/$q/greedy.txt" || fail "parity-$q text differs"
+        cmp -s p$q.out "$MODELS/golden/parity/$q/greedy.txt" && ok || fail "parity-$q text differs"
     done
     check "parity-qwen3 greedy text equals llama.cpp's"
     run_ok pq "$REBOUND" run -m "$MODELS/parity-qwen3-Q8_0.gguf" -p "The robot walked into the old library" -n 8 --temp 0
-    cmp -s pq.out "$MODELS/golden/parity-qwen3/greedy.txt" || fail "parity-qwen3 text differs"
+    cmp -s pq.out "$MODELS/golden/parity-qwen3/greedy.txt" && ok || fail "parity-qwen3 text differs"
 else
     echo "note: reference models absent: golden text checks skipped"
 fi

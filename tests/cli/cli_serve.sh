@@ -20,8 +20,8 @@ set -euo pipefail
 . "$CLI_DIR/serve_lib.sh"
 
 alive() {
-    kill -0 "$SERVER_PID" 2>/dev/null || fail "the server died"
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] || fail "/health is not 200"
+    kill -0 "$SERVER_PID" 2>/dev/null && ok || fail "the server died"
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && ok || fail "/health is not 200"
 }
 
 # post PATH OUT [CURL ARGS...]: POST stdin as JSON; prints the status
@@ -57,9 +57,9 @@ EOF
 # (the server writes compact JSON: grep reads it, python3 would cost a
 # start per call)
 expect_error() {
-    [ "$4" = "$1" ] || { cat "$3" >&2; fail "status $4, expected $1"; }
+    [ "$4" = "$1" ] && ok || { cat "$3" >&2; fail "status $4, expected $1"; }
     grep -Eq '^\{"error":\{"message":".+","type":"[a-z_]*'"$2"'[a-z_]*","param":' "$3" \
-        || { cat "$3" >&2; fail "no OpenAI error object of type /$2/ in $3"; }
+        && ok || { cat "$3" >&2; fail "no OpenAI error object of type /$2/ in $3"; }
 }
 
 run_ok mk "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 64 --layers 2 --heads 4 \
@@ -77,36 +77,36 @@ HELLO='{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 
 
 check "a server starts, /health and /v1/models answer"
 start_server s1.log -m qwen.gguf -t 2 --sessions convs --max-body 64K
-[ "$(curl -s "$URL/health")" = '{"status":"ok"}' ] || fail "/health body"
+[ "$(curl -s "$URL/health")" = '{"status":"ok"}' ] && ok || fail "/health body"
 curl -s "$URL/v1/models" > models.json
-[ "$(jget models.json 'd["data"][0]["id"]')" = qwen.gguf ] || fail "/v1/models id"
+[ "$(jget models.json 'd["data"][0]["id"]')" = qwen.gguf ] && ok || fail "/v1/models id"
 expect_line s1.log 'chat template chatml'
 
 check "chat completion: 8 greedy tokens, usage, a conversation id"
-[ "$(echo "$HELLO" | post /v1/chat/completions c1.json)" = 200 ] || { cat c1.json; fail "chat status"; }
-[ "$(jget c1.json 'd["object"]')" = chat.completion ] || fail "object"
-[ "$(jget c1.json 'd["choices"][0]["finish_reason"]')" = length ] || fail "finish_reason"
-[ "$(jget c1.json 'd["usage"]["completion_tokens"]')" = 8 ] || fail "completion_tokens"
-[ "$(jget c1.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0 ] || fail "cached on a new conversation"
+[ "$(echo "$HELLO" | post /v1/chat/completions c1.json)" = 200 ] && ok || { cat c1.json; fail "chat status"; }
+[ "$(jget c1.json 'd["object"]')" = chat.completion ] && ok || fail "object"
+[ "$(jget c1.json 'd["choices"][0]["finish_reason"]')" = length ] && ok || fail "finish_reason"
+[ "$(jget c1.json 'd["usage"]["completion_tokens"]')" = 8 ] && ok || fail "completion_tokens"
+[ "$(jget c1.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0 ] && ok || fail "cached on a new conversation"
 P1=$(jget c1.json 'd["usage"]["prompt_tokens"]')
 CONV1=$(jget c1.json 'd["conversation_id"]')
 REPLY1=$(jget c1.json 'd["choices"][0]["message"]["content"]')
-[ -n "$REPLY1" ] || fail "empty reply"
-[ -f "convs/$CONV1.rbs" ] || fail "no session file convs/$CONV1.rbs"
+[ -n "$REPLY1" ] && ok || fail "empty reply"
+[ -f "convs/$CONV1.rbs" ] && ok || fail "no session file convs/$CONV1.rbs"
 
 check "the same request again: the conversation's prefix is reused, the greedy reply is the same"
 echo "$HELLO" | post /v1/chat/completions c2.json >/dev/null
-[ "$(jget c2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = $((P1 - 1)) ] || fail "cached tokens of a repeated prompt"
-[ "$(jget c2.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] || fail "the repeated greedy reply differs"
-[ "$(jget c2.json 'd["conversation_id"]')" = "$CONV1" ] || fail "another conversation was used"
+[ "$(jget c2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = $((P1 - 1)) ] && ok || fail "cached tokens of a repeated prompt"
+[ "$(jget c2.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] && ok || fail "the repeated greedy reply differs"
+[ "$(jget c2.json 'd["conversation_id"]')" = "$CONV1" ] && ok || fail "another conversation was used"
 
 check "streaming (SSE): the chunks' text equals the whole reply; usage chunk; [DONE]"
 echo '{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' \
     | post /v1/chat/completions s.sse -N > s.code
-[ "$(cat s.code)" = 200 ] || fail "stream status"
-[ "$(sse_text s.sse)" = "$REPLY1" ] || fail "streamed text '$(sse_text s.sse)' differs from '$REPLY1'"
-grep -q '"finish_reason":"length"' s.sse || fail "no finish_reason in the stream"
-grep -q '"usage":{"prompt_tokens":' s.sse || fail "no usage chunk"
+[ "$(cat s.code)" = 200 ] && ok || fail "stream status"
+[ "$(sse_text s.sse)" = "$REPLY1" ] && ok || fail "streamed text '$(sse_text s.sse)' differs from '$REPLY1'"
+grep -q '"finish_reason":"length"' s.sse && ok || fail "no finish_reason in the stream"
+grep -q '"usage":{"prompt_tokens":' s.sse && ok || fail "no usage chunk"
 
 check "the next turn continues the conversation by prefix: only the new tokens are computed"
 python3 - "$REPLY1" > turn2.json <<'EOF'
@@ -117,34 +117,34 @@ print(json.dumps({"messages": [{"role": "user", "content": "Hello there"},
                   "max_tokens": 8, "temperature": 0}))
 EOF
 post /v1/chat/completions t2.json < turn2.json >/dev/null
-[ "$(jget t2.json 'd["conversation_id"]')" = "$CONV1" ] || fail "turn 2 went to another conversation"
+[ "$(jget t2.json 'd["conversation_id"]')" = "$CONV1" ] && ok || fail "turn 2 went to another conversation"
 cached=$(jget t2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')
-[ "$cached" -ge "$P1" ] || fail "turn 2 reused $cached tokens, fewer than turn 1's prompt ($P1)"
+[ "$cached" -ge "$P1" ] && ok || fail "turn 2 reused $cached tokens, fewer than turn 1's prompt ($P1)"
 
 check "stop strings: the reply ends before the stop string, also when streamed"
 STOP=$(python3 -c 'import sys; print(sys.argv[1][2:5])' "$REPLY1")
 WANT=$(python3 -c 'import sys; r, s = sys.argv[1], sys.argv[2]; print(r[:r.find(s)])' "$REPLY1" "$STOP")
 python3 -c 'import json, sys; print(json.dumps({"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0, "stop": [sys.argv[1]]}))' "$STOP" > stop.json
 post /v1/chat/completions st.json < stop.json >/dev/null
-[ "$(jget st.json 'd["choices"][0]["message"]["content"]')" = "$WANT" ] || fail "stop: '$(jget st.json 'd["choices"][0]["message"]["content"]')' != '$WANT'"
-[ "$(jget st.json 'd["choices"][0]["finish_reason"]')" = stop ] || fail "stop: finish_reason"
+[ "$(jget st.json 'd["choices"][0]["message"]["content"]')" = "$WANT" ] && ok || fail "stop: '$(jget st.json 'd["choices"][0]["message"]["content"]')' != '$WANT'"
+[ "$(jget st.json 'd["choices"][0]["finish_reason"]')" = stop ] && ok || fail "stop: finish_reason"
 python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["stream"] = True; print(json.dumps(d))' stop.json \
     | post /v1/chat/completions st.sse -N >/dev/null
-[ "$(sse_text st.sse)" = "$WANT" ] || fail "streamed stop: '$(sse_text st.sse)' != '$WANT'"
+[ "$(sse_text st.sse)" = "$WANT" ] && ok || fail "streamed stop: '$(sse_text st.sse)' != '$WANT'"
 
 check "text completions, plain and streamed, agree"
 echo '{"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0}' | post /v1/completions tc.json >/dev/null
-[ "$(jget tc.json 'd["object"]')" = text_completion ] || fail "completion object"
+[ "$(jget tc.json 'd["object"]')" = text_completion ] && ok || fail "completion object"
 TEXT=$(jget tc.json 'd["choices"][0]["text"]')
 echo '{"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "stream": true}' | post /v1/completions tc.sse -N >/dev/null
-[ "$(sse_text tc.sse)" = "$TEXT" ] || fail "streamed completion differs"
+[ "$(sse_text tc.sse)" = "$TEXT" ] && ok || fail "streamed completion differs"
 
 check "conversation_id: a named conversation is created, then continued"
 echo '{"conversation_id": "alice-1", "prompt": "One two three", "max_tokens": 4, "temperature": 0}' | post /v1/completions a1.json >/dev/null
-[ "$(jget a1.json 'd["conversation_id"]')" = alice-1 ] || fail "the id was not used"
+[ "$(jget a1.json 'd["conversation_id"]')" = alice-1 ] && ok || fail "the id was not used"
 echo '{"conversation_id": "alice-1", "prompt": "One two three four five", "max_tokens": 4, "temperature": 0}' | post /v1/completions a2.json >/dev/null
-[ "$(jget a2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 3 ] || fail "alice-1 did not reuse its prefix"
-[ -f convs/alice-1.rbs ] || fail "no convs/alice-1.rbs"
+[ "$(jget a2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 3 ] && ok || fail "alice-1 did not reuse its prefix"
+[ -f convs/alice-1.rbs ] && ok || fail "no convs/alice-1.rbs"
 
 check "hostile requests: an OpenAI error object with the right status, the server stays up"
 bad() {   # bad STATUS TYPE BODY
@@ -173,11 +173,11 @@ bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "conv
 bad 400 invalid_request "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"conversation_id\": \"$(printf 'x%.0s' $(seq 1 65))\"}"
 bad 400 invalid_request "$(printf '%.0s[' $(seq 1 5000))"
 bad 400 invalid_request "$(printf '{"messages": [{"role": "user", "content": "\xff\xfe"}]}')"
-[ "$(ls convs | grep -c -v '\.rbs$' || true)" = 0 ] || { ls -la convs; fail "a file other than a session file in convs"; }
+[ "$(ls convs | grep -c -v '\.rbs$' || true)" = 0 ] && ok || { ls -la convs; fail "a file other than a session file in convs"; }
 # a prompt longer than the context (256)
 python3 -c 'import json; print(json.dumps({"prompt": "word " * 2000, "max_tokens": 4}))' | post /v1/completions long.json > long.code
 expect_error 400 invalid_request long.json "$(cat long.code)"
-grep -q 'context holds 256' long.json || fail "the long prompt's error does not name the context"
+grep -q 'context holds 256' long.json && ok || fail "the long prompt's error does not name the context"
 # a body over --max-body (64K), with and without a Content-Length
 head -c 100000 /dev/zero | tr '\0' 'a' > big.txt
 got=$(curl -s -o big.json -w '%{http_code}' -H 'Content-Type: application/json' --data-binary @big.txt "$URL/v1/chat/completions")
@@ -212,10 +212,10 @@ check "restart: the conversations are resumed from their files (prefix and id)"
 start_server s2.log -m qwen.gguf -t 2 --sessions convs
 expect_line s2.log '[0-9]+ conversations resumable from convs'
 post /v1/chat/completions r2.json < turn2.json >/dev/null
-[ "$(jget r2.json 'd["conversation_id"]')" = "$CONV1" ] || fail "after a restart turn 2 went to another conversation"
-[ "$(jget r2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$P1" ] || fail "after a restart nothing was reused"
+[ "$(jget r2.json 'd["conversation_id"]')" = "$CONV1" ] && ok || fail "after a restart turn 2 went to another conversation"
+[ "$(jget r2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$P1" ] && ok || fail "after a restart nothing was reused"
 [ "$(jget r2.json 'd["choices"][0]["message"]["content"]')" = "$(jget t2.json 'd["choices"][0]["message"]["content"]')" ] \
-    || fail "turn 2 after a restart differs from turn 2 before"
+    && ok || fail "turn 2 after a restart differs from turn 2 before"
 curl -s "$URL/metrics" > metrics2.txt
 expect_line metrics2.txt '^rebound_conversation_restores_total\{path="file"\} [1-9]'
 stop_server
@@ -226,16 +226,16 @@ SERVER_PID=$!
 for _ in $(seq 1 300); do grep -q 'listening on unix:' s3.log && break; sleep 0.1; done
 expect_line s3.log 'listening on unix:'
 U=(curl -s --unix-socket "$SCRATCH/s.sock")
-[ "$("${U[@]}" http://localhost/health)" = '{"status":"ok"}' ] || fail "/health over the unix socket"
+[ "$("${U[@]}" http://localhost/health)" = '{"status":"ok"}' ] && ok || fail "/health over the unix socket"
 got=$(echo "$HELLO" | "${U[@]}" -o k1.json -w '%{http_code}' --data-binary @- http://localhost/v1/chat/completions)
 expect_error 401 authentication k1.json "$got"
 got=$(echo "$HELLO" | "${U[@]}" -o k2.json -w '%{http_code}' -H 'Authorization: Bearer sekrit2' --data-binary @- http://localhost/v1/chat/completions)
 expect_error 401 authentication k2.json "$got"
 got=$(echo "$HELLO" | "${U[@]}" -o k3.json -w '%{http_code}' -H 'Authorization: Bearer sekrit' --data-binary @- http://localhost/v1/chat/completions)
-[ "$got" = 200 ] || { cat k3.json; fail "the right key: status $got"; }
-[ "$(jget k3.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] || fail "reply over the unix socket differs"
+[ "$got" = 200 ] && ok || { cat k3.json; fail "the right key: status $got"; }
+[ "$(jget k3.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] && ok || fail "reply over the unix socket differs"
 stop_server
-[ ! -e "$SCRATCH/s.sock" ] || fail "the socket file was left behind"
+[ ! -e "$SCRATCH/s.sock" ] && ok || fail "the socket file was left behind"
 
 check "too many requests in flight: 429 for the rest, the others complete"
 start_server s4.log -m slower.gguf -t 2 -c 2048 --parallel 1 --max-queue 1
@@ -253,26 +253,26 @@ for i in 1 2 3 4 5 6; do
         *) cat "q$i.json"; fail "request $i: status $(cat "q$i.code")" ;;
     esac
 done
-[ $n200 -ge 1 ] && [ $n429 -ge 1 ] || fail "$n200 answered and $n429 refused, expected some of both"
+[ $n200 -ge 1 ] && [ $n429 -ge 1 ] && ok || fail "$n200 answered and $n429 refused, expected some of both"
 
 check "a client that leaves mid-stream: its generation stops, the conversation goes on"
 echo '{"conversation_id": "leaver", "prompt": "tell a long story", "max_tokens": 1900, "temperature": 0, "stream": true}' \
     | curl -s -N --max-time 1 -H 'Content-Type: application/json' --data-binary @- "$URL/v1/completions" > leave.sse || true
-[ -s leave.sse ] || fail "no event arrived before the client left"
+[ -s leave.sse ] && ok || fail "no event arrived before the client left"
 for _ in $(seq 1 100); do grep -q 'conversation leaver: .* cancelled' s4.log && break; sleep 0.1; done
 expect_line s4.log 'conversation leaver: [0-9]+ prompt tokens .*, [0-9]+ generated, cancelled'
 n_gen=$(sed -n 's/.*conversation leaver: .*, \([0-9]*\) generated, cancelled.*/\1/p' s4.log)
-[ "$n_gen" -lt 1900 ] || fail "the generation ran to its end ($n_gen tokens)"
+[ "$n_gen" -lt 1900 ] && ok || fail "the generation ran to its end ($n_gen tokens)"
 echo '{"conversation_id": "leaver", "prompt": "tell a long story", "max_tokens": 4, "temperature": 0}' | post /v1/completions after.json > after.code
-[ "$(cat after.code)" = 200 ] || fail "the conversation of the client that left: status $(cat after.code)"
-[ "$(jget after.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 1 ] || fail "nothing reused after the client left"
+[ "$(cat after.code)" = 200 ] && ok || fail "the conversation of the client that left: status $(cat after.code)"
+[ "$(jget after.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 1 ] && ok || fail "nothing reused after the client left"
 # and a client that leaves while waiting for a whole (not streamed) reply
 echo '{"conversation_id": "leaver2", "prompt": "tell a long story", "max_tokens": 1900, "temperature": 0}' \
     | curl -s --max-time 1 -H 'Content-Type: application/json' --data-binary @- "$URL/v1/completions" > leave2.json || true
 for _ in $(seq 1 100); do grep -q 'conversation leaver2: .* cancelled' s4.log && break; sleep 0.1; done
 expect_line s4.log 'conversation leaver2: [0-9]+ prompt tokens .*, [0-9]+ generated, cancelled'
 curl -s "$URL/metrics" > m4.txt
-grep -Eq '^rebound_requests_cancelled_total [1-9]' m4.txt || fail "no cancelled request in /metrics"
+grep -Eq '^rebound_requests_cancelled_total [1-9]' m4.txt && ok || fail "no cancelled request in /metrics"
 alive
 stop_server
 
@@ -281,7 +281,7 @@ start_server s5.log -m qwen.gguf -t 2 --sessions bounded --max-conversations 2 -
 for id in b1 b2 b3; do
     echo "{\"conversation_id\": \"$id\", \"prompt\": \"hello $id\", \"max_tokens\": 2}" | post /v1/completions "$id.json" >/dev/null
 done
-[ ! -e bounded/b1.rbs ] && [ -e bounded/b2.rbs ] && [ -e bounded/b3.rbs ] || { ls bounded; fail "the oldest conversation's file was not the one deleted"; }
+[ ! -e bounded/b1.rbs ] && [ -e bounded/b2.rbs ] && [ -e bounded/b3.rbs ] && ok || { ls bounded; fail "the oldest conversation's file was not the one deleted"; }
 expect_line s5.log 'conversation b1 deleted \(more than --max-conversations\)'
 curl -s "$URL/metrics" > m5.txt
 # four idle connections held open: the fifth (over --max-connections 3) hears 503
@@ -296,10 +296,10 @@ print(s.recv(4096).decode("latin-1").split("\r\n")[0])
 for c in idle + [s]:
     c.close()
 EOF
-grep -q '^HTTP/1.1 503' conn.out || { cat conn.out; fail "over --max-connections: not 503"; }
+grep -q '^HTTP/1.1 503' conn.out && ok || { cat conn.out; fail "over --max-connections: not 503"; }
 for _ in $(seq 1 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/health")" = 200 ] && break; sleep 0.1; done
 alive
-grep -Eq '^rebound_conversations\{state="total"\} 2$' m5.txt || fail "/metrics does not count 2 conversations"
+grep -Eq '^rebound_conversations\{state="total"\} 2$' m5.txt && ok || fail "/metrics does not count 2 conversations"
 stop_server
 
 check "kill -9 mid-stream, restart: the next turn comes from the file, greedy reply as uninterrupted"
@@ -315,20 +315,20 @@ python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["stream"] = True; d
     | curl -s -N -H 'Content-Type: application/json' --data-binary @- "$URL/v1/chat/completions" > killed.sse &
 CURL_PID=$!
 for _ in $(seq 1 100); do grep -q '"content"' killed.sse 2>/dev/null && break; sleep 0.05; done
-grep -q '"content"' killed.sse || fail "the stream to be killed sent nothing"
+grep -q '"content"' killed.sse && ok || fail "the stream to be killed sent nothing"
 kill -KILL "$SERVER_PID"
 wait "$SERVER_PID" 2>/dev/null || true
 wait "$CURL_PID" 2>/dev/null || true
 SERVER_PID=""
-grep -q 'data: \[DONE\]' killed.sse && fail "the stream ended before the kill (make the model slower)"
+grep -q 'data: \[DONE\]' killed.sse && fail "the stream ended before the kill (make the model slower)" || ok
 start_server s8.log -m slow.gguf -t 2 -c 2048 --sessions killed
 echo "$TURN2" | post /v1/chat/completions k2.json >/dev/null
 [ "$(jget k2.json 'd["choices"][0]["message"]["content"]')" = "$(jget ref2.json 'd["choices"][0]["message"]["content"]')" ] \
-    || fail "after kill -9 the reply '$(jget k2.json 'd["choices"][0]["message"]["content"]')' differs from '$(jget ref2.json 'd["choices"][0]["message"]["content"]')'"
+    && ok || fail "after kill -9 the reply '$(jget k2.json 'd["choices"][0]["message"]["content"]')' differs from '$(jget ref2.json 'd["choices"][0]["message"]["content"]')'"
 [ "$(jget k2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$(jget k1.json 'd["usage"]["prompt_tokens"]')" ] \
-    || fail "after kill -9 the first turn was not served from the file"
+    && ok || fail "after kill -9 the first turn was not served from the file"
 curl -s "$URL/metrics" > m8.txt
-grep -Eq '^rebound_conversation_restores_total\{path="file"\} [1-9]' m8.txt || fail "no restore from file in /metrics"
+grep -Eq '^rebound_conversation_restores_total\{path="file"\} [1-9]' m8.txt && ok || fail "no restore from file in /metrics"
 stop_server
 
 check "more conversations than --mem-budget holds: the pool trims idle KV, a returning one is exact"
@@ -351,18 +351,18 @@ pressure=""
 start_server s10.log -m slow.gguf -t 2 -c 1024 --mem-budget 14M $pressure
 if [ -n "$pressure" ]; then
     grep -q 'the pool trims on memory pressure from .*/proc/pressure/memory\|the pool trims on memory pressure from .*memory.pressure' s10.log \
-        || { cat s10.log >&2; fail "--pressure: serve does not say what it watches"; }
+        && ok || { cat s10.log >&2; fail "--pressure: serve does not say what it watches"; }
 fi
 mb_round mb
 curl -s "$URL/metrics" > m10.txt
 stop_server
 [ "$(jget mb-back.json 'd["choices"][0]["text"]')" = "$(jget ref-back.json 'd["choices"][0]["text"]')" ] \
-    || fail "the returning conversation's reply under the budget differs from the reference"
+    && ok || fail "the returning conversation's reply under the budget differs from the reference"
 [ "$(jget mb-back.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 400 ] \
-    || fail "the returning conversation was recomputed, not restored"
-grep -Eq '^rebound_pool_bytes\{what="trimmed"\} [1-9]' m10.txt || { cat m10.txt >&2; fail "the pool trimmed nothing"; }
+    && ok || fail "the returning conversation was recomputed, not restored"
+grep -Eq '^rebound_pool_bytes\{what="trimmed"\} [1-9]' m10.txt && ok || { cat m10.txt >&2; fail "the pool trimmed nothing"; }
 total=$(sed -n 's/^rebound_pool_bytes{what="total"} //p' m10.txt)
-[ "$total" -le $((14 * 1048576 * 105 / 100)) ] || fail "the pool holds $total bytes, over the 14 MiB budget + 5%"
+[ "$total" -le $((14 * 1048576 * 105 / 100)) ] && ok || fail "the pool holds $total bytes, over the 14 MiB budget + 5%"
 
 check "concurrent streams: decoded in one pass, each greedy reply the same as alone"
 # four streamed completions (one with a prompt of several prefill chunks),
@@ -381,11 +381,11 @@ EOF
 start_server s11.log -m slow.gguf -t 2 -c 2048 --parallel 4 -b 64
 for i in 1 2 3 4; do
     conc_body $i "seq-$i" | post /v1/completions "seq$i.sse" -N > "seq$i.code"
-    [ "$(cat "seq$i.code")" = 200 ] || fail "sequential stream $i: status $(cat "seq$i.code")"
+    [ "$(cat "seq$i.code")" = 200 ] && ok || fail "sequential stream $i: status $(cat "seq$i.code")"
 done
 curl -s "$URL/metrics" > m11a.txt
 grep -Eq '^rebound_decode_passes_total\{streams="several"\} 0$' m11a.txt \
-    || fail "one request at a time still decoded several streams in a pass"
+    && ok || fail "one request at a time still decoded several streams in a pass"
 pids=()
 for i in 1 2 3 4; do
     (conc_body $i "par-$i" | post /v1/completions "par$i.sse" -N > "par$i.code") &
@@ -393,14 +393,14 @@ for i in 1 2 3 4; do
 done
 wait "${pids[@]}"
 for i in 1 2 3 4; do
-    [ "$(cat "par$i.code")" = 200 ] || fail "concurrent stream $i: status $(cat "par$i.code")"
-    [ -n "$(sse_text "seq$i.sse")" ] || fail "stream $i: empty text"
+    [ "$(cat "par$i.code")" = 200 ] && ok || fail "concurrent stream $i: status $(cat "par$i.code")"
+    [ -n "$(sse_text "seq$i.sse")" ] && ok || fail "stream $i: empty text"
     [ "$(sse_text "par$i.sse")" = "$(sse_text "seq$i.sse")" ] \
-        || fail "stream $i: concurrent '$(sse_text "par$i.sse")' != alone '$(sse_text "seq$i.sse")'"
+        && ok || fail "stream $i: concurrent '$(sse_text "par$i.sse")' != alone '$(sse_text "seq$i.sse")'"
 done
 curl -s "$URL/metrics" > m11b.txt
 grep -Eq '^rebound_decode_passes_total\{streams="several"\} [1-9]' m11b.txt \
-    || { grep decode_passes m11b.txt >&2; fail "the concurrent streams were never decoded in one pass"; }
+    && ok || { grep decode_passes m11b.txt >&2; fail "the concurrent streams were never decoded in one pass"; }
 alive
 stop_server
 

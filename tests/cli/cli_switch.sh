@@ -20,17 +20,17 @@ done
 expect_line sw.out '^zram-lz4 '
 expect_line sw.out '^zram-zstd '
 for s in recompute storage rebound; do
-    grep -E "^$s .*logits identical to warm" sw.out >/dev/null ||
+    grep -E "^$s .*logits identical to warm" sw.out >/dev/null && ok ||
         fail "$s: the turn's logits differ from the warm turn's"
 done
 # (identical when the split sent every page to storage: in time for its layer)
 expect_line sw.out '^rebound-q8 .*(top-1 [0-9]+/4|logits identical to warm)'
 expect_line sw.out 'warm TTFT [0-9.]+ ms'
-grep -q '"name": "rebound"' sw.json || fail "sw.json lacks the rebound strategy"
-grep -q '"restore_bytes_io"' sw.json || fail "sw.json lacks restore figures"
-head -c 200 sw.svg | grep -q '<svg' || fail "sw.svg is not an SVG"
-tail -c 20 sw.svg | grep -q '</svg>' || fail "sw.svg is truncated"
-grep -q 'fill="#4e79a7"' sw.svg || fail "sw.svg has no storage-restore spans"
+grep -q '"name": "rebound"' sw.json && ok || fail "sw.json lacks the rebound strategy"
+grep -q '"restore_bytes_io"' sw.json && ok || fail "sw.json lacks restore figures"
+head -c 200 sw.svg | grep -q '<svg' && ok || fail "sw.svg is not an SVG"
+tail -c 20 sw.svg | grep -q '</svg>' && ok || fail "sw.svg is truncated"
+grep -q 'fill="#4e79a7"' sw.svg && ok || fail "sw.svg has no storage-restore spans"
 
 check "kill+session: a fresh process restores; its I/O floors, the disk and a bare read measured beside it"
 run_ok ks "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies kill+session \
@@ -43,24 +43,24 @@ else
     echo "note: no O_DIRECT here, the disk's own bandwidth is not measured"
 fi
 expect_line ks.out 'a bare read of the same files after it [0-9.]+ GB/s: [0-9]+ ms at the slower of it and profile, [0-9.]+x'
-grep -q '"io_floor_s": [0-9]' ks.json || fail "ks.json lacks the I/O floor"
-grep -q '"bare_floor_s": [0-9]' ks.json || fail "ks.json lacks the bare read's floor"
+grep -q '"io_floor_s": [0-9]' ks.json && ok || fail "ks.json lacks the I/O floor"
+grep -q '"bare_floor_s": [0-9]' ks.json && ok || fail "ks.json lacks the bare read's floor"
 # the VM's memory reclaim, read here independently of switch_disk.c
 order=$(cat /sys/module/page_reporting/parameters/page_reporting_order 2>/dev/null || echo 99)
 features=$(cat /sys/bus/virtio/drivers/virtio_balloon/virtio*/features 2>/dev/null | head -n 1 ||
     true)
 if [ "$order" -le 10 ] && [ "${features:5:1}" = 1 ]; then
     expect_line ks.out "this VM's host takes free memory back \(free page reporting\)"
-    grep -q '"host_reclaims_free_memory": 1' ks.json || fail "ks.json: host reclaim not set"
+    grep -q '"host_reclaims_free_memory": 1' ks.json && ok || fail "ks.json: host reclaim not set"
 else
-    grep -q "host takes free memory back" ks.out && fail "host reclaim reported without it"
-    grep -q '"host_reclaims_free_memory": 0' ks.json || fail "ks.json: host reclaim set"
+    grep -q "host takes free memory back" ks.out && fail "host reclaim reported without it" || ok
+    grep -q '"host_reclaims_free_memory": 0' ks.json && ok || fail "ks.json: host reclaim set"
 fi
 
 check "levels, bytes and the complete level (weights too)"
 run_ok lv "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --trim complete \
     --strategies rebound --device watch
-grep -E "^rebound .*logits identical to warm" lv.out >/dev/null || fail "complete trim: logits differ"
+grep -E "^rebound .*logits identical to warm" lv.out >/dev/null && ok || fail "complete trim: logits differ"
 run_ok by "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --trim 1M --strategies storage \
     --device host
 expect_line by.out '^storage +[0-9]'
@@ -69,16 +69,16 @@ check "--context FILE: the built context is kept, read back, and rebuilt when it
 run_ok c1 "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies storage,rebound \
     --context ctx.session
 expect_line c1.out 'context built in'
-[ -s ctx.session ] || fail "--context did not write ctx.session"
+[ -s ctx.session ] && ok || fail "--context did not write ctx.session"
 cp ctx.session ctx.before
 run_ok c2 "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies storage,rebound \
     --context ctx.session
 expect_line c2.out 'context read from --context'
 for s in storage rebound; do
-    grep -E "^$s .*logits identical to warm" c2.out >/dev/null ||
+    grep -E "^$s .*logits identical to warm" c2.out >/dev/null && ok ||
         fail "$s from a read context: logits differ from the warm turn's"
 done
-cmp -s ctx.session ctx.before || fail "a run from --context changed the file"
+cmp -s ctx.session ctx.before && ok || fail "a run from --context changed the file"
 run_ok c3 "$REBOUND" switch -m sw.gguf -c 200 --turn 2 -t 2 --strategies storage \
     --context ctx.session
 expect_line c3.err 'building the context again'
@@ -89,8 +89,8 @@ run_ok pr "$REBOUND" switch -m sw.gguf -c 300 --turn 2 -t 2 --strategies rebound
     --pressure cgroup
 if grep -q 'real pressure: cgroup' pr.out; then
     expect_line pr.out '^what the kernel did'
-    grep -E "^rebound +[0-9]+ +[0-9]+ " pr.out >/dev/null || fail "no kernel/trim row"
-    grep -E "^rebound .*logits identical to warm" pr.out >/dev/null ||
+    grep -E "^rebound +[0-9]+ +[0-9]+ " pr.out >/dev/null && ok || fail "no kernel/trim row"
+    grep -E "^rebound .*logits identical to warm" pr.out >/dev/null && ok ||
         fail "after real pressure the logits differ"
 else
     expect_line pr.err 'explicit trim instead'

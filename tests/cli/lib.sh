@@ -23,7 +23,15 @@ mkdir -p "$SCRATCH"
 cd "$SCRATCH" || exit 1
 SCRATCH=$(pwd)
 
+# Counting: N_CHECKS counts assertions that ran and held (run_ok, run_fails,
+# expect_line, and each `COND && ok || fail MSG` / `COND && fail MSG || ok`
+# in the scripts); `check` only opens a section, and a section in which no
+# assertion ran fails the test (a heading is not a check). An assertion in
+# a subshell or $(...) is not counted: the count is a lower bound.
 N_CHECKS=0
+N_SECTIONS=0
+SECTION=""
+SECTION_START=0
 TEST_NAME=$(basename "$0" .sh)
 
 fail() {
@@ -31,13 +39,28 @@ fail() {
     exit 1
 }
 
-check() {   # check DESCRIPTION: print what is checked
+ok() {      # ok: one assertion held
     N_CHECKS=$((N_CHECKS + 1))
+}
+
+end_section() {
+    if [ -n "$SECTION" ] && [ "$N_CHECKS" -eq "$SECTION_START" ]; then
+        fail "section '$SECTION' ran no check"
+    fi
+}
+
+check() {   # check DESCRIPTION: open a section (print what is checked)
+    end_section
+    N_SECTIONS=$((N_SECTIONS + 1))
+    SECTION=$*
+    SECTION_START=$N_CHECKS
     echo "-- $*"
 }
 
 passed() {
-    echo "PASS [$TEST_NAME]: $N_CHECKS checks"
+    end_section
+    [ "$N_CHECKS" -gt 0 ] || fail "no check ran"
+    echo "PASS [$TEST_NAME]: $N_CHECKS checks in $N_SECTIONS sections"
 }
 
 # run_ok OUT_PREFIX CMD...: run, keep stdout/stderr in OUT_PREFIX.{out,err};
@@ -53,6 +76,7 @@ run_ok() {
         echo "--- stderr" >&2; cat "$p.err" >&2
         fail "exit status $rc, expected 0"
     fi
+    ok
 }
 
 # run_fails OUT_PREFIX EXPECTED_RC|any STDERR_REGEX CMD...: the command must
@@ -84,6 +108,7 @@ run_fails() {
         echo "--- stderr" >&2; cat "$p.err" >&2
         fail "stderr does not match /$re/"
     fi
+    ok
 }
 
 # expect_line FILE REGEX: some line of FILE matches the extended regex.
@@ -92,6 +117,7 @@ expect_line() {
         echo "--- $1" >&2; cat "$1" >&2
         fail "no line of $1 matches /$2/"
     fi
+    ok
 }
 
 # tensor_table INFO_OUT: the `rebound info --tensors` table as
