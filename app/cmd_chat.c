@@ -1023,6 +1023,8 @@ int rb_cmd_chat(int argc, char **argv)
         }
         long n = read_line(&line, &line_cap, edit, c.color);
         if (n < 0) {
+            if (c.color) /* the terminal's colours back */
+                fputs("\033[0m", stderr);
             if (interactive) /* so the shell's prompt starts on its own line */
                 fputc('\n', stderr);
             if (g_interrupts) /* Ctrl-C at the prompt: quit, as /quit does */
