@@ -8,29 +8,34 @@
 
 #include "rebound.h"
 
+/* the product's commands (app/) */
 int rb_cmd_info(int argc, char **argv);
 int rb_cmd_make_model(int argc, char **argv);
 int rb_cmd_quantize(int argc, char **argv);
 int rb_cmd_run(int argc, char **argv);
 int rb_cmd_chat(int argc, char **argv);
 int rb_cmd_bench(int argc, char **argv);
-/* bench --weights-budget ...: decode under a weight budget (cmd_bench_stream.c) */
-int rb_cmd_bench_stream(int argc, char **argv);
-int rb_cmd_switch(int argc, char **argv);
 int rb_cmd_demo(int argc, char **argv);
+int rb_cmd_kvquality(int argc, char **argv);
+/* the HTTP service (cmd_serve.c over serve/); built with libmicrohttpd and jansson */
+int rb_cmd_serve(int argc, char **argv);
+
+/* the research commands, beside the harness they drive (tools/commands/) */
+int rb_cmd_switch(int argc, char **argv);
 int rb_cmd_trace(int argc, char **argv);
 int rb_cmd_classify(int argc, char **argv);
 int rb_cmd_sim(int argc, char **argv);
 int rb_cmd_plan(int argc, char **argv);
-int rb_cmd_kvquality(int argc, char **argv);
+
+/* the load generators, beside the benchmarks (bench/cmd/) */
+/* bench --weights-budget ...: decode under a weight budget (cmd_bench_stream.c) */
+int rb_cmd_bench_stream(int argc, char **argv);
 int rb_cmd_bench_pool(int argc, char **argv);
-/* the HTTP service (serve_http.c); built with libmicrohttpd and jansson */
-int rb_cmd_serve(int argc, char **argv);
 /* the workload driver for OpenAI-compatible servers (cmd_bench_serve.c);
  * built with libcurl and jansson */
 int rb_cmd_bench_serve(int argc, char **argv);
 
-/* --trace FILE of run/bench (cmd_trace.c): opens a trace writer on path and
+/* --trace FILE of run/bench (app/cli_trace.c): opens a trace writer on path and
  * attaches it to model (file recorded as model_path); detach closes it.
  * Both print their error and return 1 on failure, else 0. */
 struct rb_trace_writer;
@@ -40,7 +45,7 @@ int rb_cli_trace_detach(const char *cmd, struct rb_trace_writer *w);
 
 /* Reads a trace file (tools/analysis/trace.h), prints its malformed lines as warnings
  * with their line numbers, and expands it to 4 KiB block accesses; prints
- * the error and returns 1 when nothing usable is left (cmd_trace.c). */
+ * the error and returns 1 when nothing usable is left (tools/commands/cmd_trace.c). */
 struct rb_trace;
 struct rb_block_stream;
 int rb_cli_load_trace(const char *cmd, const char *path, struct rb_trace *t,

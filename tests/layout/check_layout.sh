@@ -7,6 +7,13 @@
 # tools/ is a known module. The build enforces the same direction through
 # include paths (cmake/RbModule.cmake); this check also catches what a
 # transitive include path would let through, and says where.
+# tools/commands/ holds commands of the CLI: they may also include app/*.h.
+#
+# serve/ (the HTTP service, a library beside the library) is checked at the
+# level of its files: each file has a rank in SERVE_ORDER, and a file may
+# include the headers of, and call the sv_* functions declared by, files of
+# its rank or below only, so there is no cycle between its files; a file
+# outside serve/ other than a test includes only its face, serve.h.
 set -euo pipefail
 ROOT=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$ROOT"
@@ -23,8 +30,9 @@ declare -A DEPS=(
     [analysis]="session"
     [synth]="session"
     [harness]="session"
+    [commands]="analysis synth harness"
 )
-dir_of() { case $1 in analysis|synth|harness) echo "tools/$1" ;; *) echo "src/$1" ;; esac; }
+dir_of() { case $1 in analysis|synth|harness|commands) echo "tools/$1" ;; *) echo "src/$1" ;; esac; }
 
 fail=0
 err() { echo "check_layout: $*" >&2; fail=1; }
@@ -53,8 +61,15 @@ closure() {
 }
 for m in "${!DEPS[@]}"; do closure "$m"; done
 
+# tools/commands are commands of the CLI (compiled into it, not into
+# rebound_tools): they may also include the CLI's own headers (app/*.h)
+ALLOWED[commands]+="app "
+
 # header -> module
 declare -A OWNER
+for h in app/*.h; do
+    [ -e "$h" ] && OWNER[$(basename "$h")]=app
+done
 for m in "${!DEPS[@]}"; do
     for h in $(dir_of "$m")/*.h; do
         [ -e "$h" ] || continue
@@ -116,8 +131,61 @@ for m in "${!DEPS[@]}"; do
     [ "${COLOUR[$m]:-white}" = white ] && visit "$m"
 done
 
+# ---- serve/: files in one direction -----------------------------------------
+SERVE_ORDER="config metrics convstore scheduler oai http serve"
+declare -A SRANK
+i=0
+for f in $SERVE_ORDER; do SRANK[$f]=$i; i=$((i + 1)); done
+n_serve_edges=0
+if [ -d serve ]; then
+    # function -> the file (stem) whose header declares it
+    declare -A SFUNC
+    for h in serve/*.h; do
+        stem=$(basename "$h" .h)
+        for fn in $(grep -o '^[a-z_][a-z0-9_ *]*[ *]\(sv_[a-z0-9_]*\)(' "$h" | grep -o 'sv_[a-z0-9_]*($' | tr -d '('); do
+            SFUNC[$fn]=$stem
+        done
+    done
+    for f in serve/*.c serve/*.h; do
+        [ -e "$f" ] || continue
+        stem=$(basename "$f"); stem=${stem%.*}
+        [ -n "${SRANK[$stem]+x}" ] || { err "$f is not in serve's file order ($SERVE_ORDER): add it to check_layout.sh and docs/ARCHITECTURE.md"; continue; }
+        r=${SRANK[$stem]}
+        while IFS= read -r inc; do
+            case $inc in
+                rebound.h|rebound_experimental.h) continue ;;
+                *../*) err "$f includes \"$inc\": no relative climbing"; continue ;;
+            esac
+            o=${inc%.h}
+            if [ ! -e "serve/$inc" ] || [ -z "${SRANK[$o]+x}" ]; then
+                err "$f includes \"$inc\", which is not a header of serve/ (serve uses only include/ and its own files)"
+                continue
+            fi
+            [ "$o" = "$stem" ] && continue
+            n_serve_edges=$((n_serve_edges + 1))
+            [ "${SRANK[$o]}" -le "$r" ] || err "$f includes \"$inc\": $stem may use only the files before it in $SERVE_ORDER"
+        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+        case $f in *.c) ;; *) continue ;; esac
+        # calls: every sv_* function used, by the file that declares it
+        for fn in $(sed 's://.*$::; s:/\*.*\*/::g' "$f" | grep -o '\bsv_[a-z0-9_]*(' | tr -d '(' | sort -u); do
+            o=${SFUNC[$fn]:-}
+            [ -n "$o" ] || continue   # static in this file
+            [ "$o" = "$stem" ] && continue
+            [ "${SRANK[$o]}" -le "$r" ] || err "$f calls $fn of serve/$o.h: calls in serve/ go down $SERVE_ORDER"
+        done
+    done
+    # outside serve/: the CLI includes only the face
+    for f in app/*.c app/*.h bench/*.c bench/*/*.c tools/*/*.c; do
+        [ -e "$f" ] || continue
+        while IFS= read -r inc; do
+            [ -e "serve/$inc" ] || continue
+            [ "$inc" = serve.h ] || err "$f includes serve/$inc: outside serve/ only its face, serve.h"
+        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+    done
+fi
+
 if [ $fail -ne 0 ]; then
     echo "check_layout: FAILED (the map: docs/ARCHITECTURE.md)"
     exit 1
 fi
-echo "check_layout: ${#DEPS[@]} modules, ${#EDGE[@]} module edges from $n_inc includes, no cycle, every include in the direction of the map"
+echo "check_layout: ${#DEPS[@]} modules, ${#EDGE[@]} module edges from $n_inc includes, no cycle, every include in the direction of the map; serve/: $n_serve_edges file includes in the order $SERVE_ORDER"

@@ -1,75 +1,44 @@
 /*
- * serve_sched.c - the compute side of `rebound serve`: one thread that
- * owns the model, every conversation's session and the --sessions folder,
- * and runs the requests the connection threads queue.
+ * scheduler.c - the compute side of `rebound serve` (scheduler.h): one thread that
+ * owns the model and the conversation store, and runs the requests the
+ * connection threads queue.
  *
  * Does: map a request to a conversation (an explicit id, else the stored
  * conversation whose tokens share the longest prefix with the request's
- * tokens, when that prefix covers at least half of them), rewind the
- * conversation to the shared prefix and feed only the rest; run the active
- * requests in rounds: a prefill chunk of n_batch tokens of each request
- * still in its prompt (so a long prompt does not stall the others' streams
- * for more than a chunk), then one decode step of all the others in one
- * forward pass (rb_session_decode_multi: the weights are read once per
- * step for every stream, and each stream's logits are the bits of decoding
- * it alone, so its greedy reply does not depend on the others); publish
- * each request's text as it is decoded (holding back what may be the start
- * of a stop string); close a chat reply as the
- * template does and save the conversation to its session file
- * (RB_SAVE_ON_REQUEST: the file changes only at the end of a request, so a
- * kill -9 leaves the previous turn or this one); put every session in one
- * memory pool (rb_pool, --mem-budget) with the conversation being served
- * in the foreground and the idle ones in the background, so the pool takes
- * the idle ones' KV first, least recently used first, then weights; keep
- * at most max_open sessions in RAM and, when the pool is still over its
- * budget, close idle sessions (the least recently used first: a session
- * file holds each); bound the stored conversations by count and bytes,
- * deleting the least recently used first; tell each request where its
- * conversation's KV was when it was admitted (sv_restore: resident,
- * compressed, stored, file, new, recomputed). --baseline recompute rewinds
- * a conversation's session to nothing when its request ends (its tokens
- * stay in the prefix index and its file), so that every return computes
- * the whole conversation again: the cost that the tiers save, measured by
- * bench-serve in the same run.
+ * tokens, when that prefix covers at least half of them: sv_store_match),
+ * rewind the conversation to the shared prefix and feed only the rest; run
+ * the active requests in rounds (sched_main): a prefill chunk of n_batch
+ * tokens of each request still in its prompt (step_prefill; so a long
+ * prompt does not stall the others' streams for more than a chunk), then
+ * one decode step of all the others in one forward pass (decode_all:
+ * rb_session_decode_multi reads the weights once per step for every
+ * stream, and each stream's logits are the bits of decoding it alone, so
+ * its greedy reply does not depend on the others); publish each request's
+ * text as it is decoded (holding back what may be the start of a stop
+ * string); close a chat reply as the template does and commit the
+ * conversation to the store (its session file: RB_SAVE_ON_REQUEST); put
+ * every session in one memory pool (rb_pool, --mem-budget) with the
+ * conversation being served in the foreground and the idle ones in the
+ * background, so the pool takes the idle ones' KV first; let the store
+ * keep its limits after every request; tell each request where its
+ * conversation's KV was when it was admitted (sv_restore).
  * Does not: batch prefill chunks of several requests together, or a prefill
  * chunk with the others' decode step.
  *
- * Memory: the conversations' token copies (the prefix index; 4 bytes a
- * token), one session each while open, one sampler and detokenizer per
- * active request, the reply text of each active request.
+ * Memory: one sampler and detokenizer per active request, the reply text
+ * of each active request, the request's tokens while in its prompt, the
+ * step arrays (parallel entries each); the store's (convstore.h).
  */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "cli.h"
 #include "rebound_experimental.h"
-#include "serve.h"
-
-typedef struct sv_conv {
-    char id[SV_ID_MAX + 1];
-    int32_t *tokens;          /* the conversation's tokens as last saved */
-    size_t n_tokens, cap;
-    rb_session *session;      /* NULL: closed (its file holds it) */
-    int is_busy;              /* an active request uses it */
-    int has_file;
-    uint64_t file_bytes;
-    uint64_t last_used;       /* the scheduler's clock: larger is newer */
-    int is_dropped;           /* --baseline recompute: its session was
-                                 rewound to nothing after its last request */
-} sv_conv;
+#include "scheduler.h"
 
 enum { PHASE_PREFILL = 0, PHASE_DECODE = 1 };
-
 typedef struct sv_active {
     sv_request *req;
     sv_conv *conv;
@@ -86,7 +55,9 @@ typedef struct sv_active {
 } sv_active;
 
 struct sv_sched {
-    sv_server *srv;
+    const sv_config *cfg;     /* borrowed */
+    rb_model *model;          /* borrowed */
+    sv_metrics *metrics;      /* borrowed */
     pthread_t thread;
     int has_thread;
 
@@ -103,9 +74,7 @@ struct sv_sched {
     int32_t *reply_end;       /* the template's reply end, tokenized */
     size_t n_reply_end;
     rb_pool *pool;            /* one budget over the weights and every session */
-    sv_conv **convs;
-    size_t n_convs, cap_convs;
-    rb_session *spare;        /* a fresh session for the next new conversation */
+    sv_store store;           /* the conversations */
     sv_active *active;        /* parallel slots */
     uint32_t n_active;
     /* decode_all's step over the active requests (parallel entries each) */
@@ -114,12 +83,10 @@ struct sv_sched {
     int32_t *step_tok;
     size_t *step_have;        /* each session's tokens before the step */
     int is_multi_warned;
-    uint64_t clock;
     uint32_t n_ctx, n_batch;
     char *piece;              /* one detokenizer push */
     size_t max_piece;
-    int lock_fd;              /* the --sessions folder's lock */
-    uint64_t rng;
+    uint64_t rng;             /* unseeded requests' seeds */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -146,12 +113,6 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-/* path of a conversation's file into buf; the id was validated */
-static void conv_path(const sv_sched *s, const char *id, char *buf, size_t n)
-{
-    snprintf(buf, n, "%s/%s.rbs", s->srv->cfg.sessions_dir, id);
-}
-
 static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, int32_t **out,
                     size_t *n_out, size_t lead)
 {
@@ -161,7 +122,7 @@ static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, 
         return -1;
     rb_status st = RB_OK;
     if (len || add_special) {
-        st = rb_model_tokenize(s->srv->model, text, len, add_special, 1, t + lead, cap - lead, &n);
+        st = rb_model_tokenize(s->model, text, len, add_special, 1, t + lead, cap - lead, &n);
         if (st == RB_E_INVALID_ARG && n > cap - lead) {
             cap = n + lead;
             int32_t *u = realloc(t, cap * sizeof *t);
@@ -170,7 +131,7 @@ static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, 
                 return -1;
             }
             t = u;
-            st = rb_model_tokenize(s->srv->model, text, len, add_special, 1, t + lead, cap - lead,
+            st = rb_model_tokenize(s->model, text, len, add_special, 1, t + lead, cap - lead,
                                    &n);
         }
     }
@@ -193,9 +154,7 @@ static void sched_release(sv_sched *s, sv_request *r)
 
 static void metrics_add(sv_sched *s, uint64_t *field, uint64_t v)
 {
-    pthread_mutex_lock(&s->srv->metrics_mu);
-    *field += v;
-    pthread_mutex_unlock(&s->srv->metrics_mu);
+    sv_metrics_add(s->metrics, field, v);
 }
 
 /* ---- the request's shared side ------------------------------------------- */
@@ -244,333 +203,6 @@ static void req_fail(sv_request *r, sv_err e, const char *fmt, ...)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* ---- conversations ------------------------------------------------------- */
-
-static sv_conv *conv_find(sv_sched *s, const char *id)
-{
-    for (size_t i = 0; i < s->n_convs; i++)
-        if (!strcmp(s->convs[i]->id, id))
-            return s->convs[i];
-    return NULL;
-}
-
-static sv_conv *conv_add(sv_sched *s, const char *id)
-{
-    if (grow((void **)&s->convs, &s->cap_convs, s->n_convs + 1, sizeof *s->convs))
-        return NULL;
-    sv_conv *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    snprintf(c->id, sizeof c->id, "%s", id);
-    c->last_used = ++s->clock;
-    s->convs[s->n_convs++] = c;
-    return c;
-}
-
-static void conv_remove(sv_sched *s, sv_conv *c)
-{
-    for (size_t i = 0; i < s->n_convs; i++)
-        if (s->convs[i] == c) {
-            s->convs[i] = s->convs[--s->n_convs];
-            break;
-        }
-    rb_session_destroy(c->session);
-    free(c->tokens);
-    free(c);
-}
-
-static int conv_copy_tokens(sv_conv *c)
-{
-    size_t n = rb_session_n_tokens(c->session);
-    if (grow((void **)&c->tokens, &c->cap, n, sizeof *c->tokens))
-        return -1;
-    if (n)
-        memcpy(c->tokens, rb_session_get_tokens(c->session), n * sizeof *c->tokens);
-    c->n_tokens = n;
-    return 0;
-}
-
-static uint64_t file_size(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
-}
-
-static size_t n_open(const sv_sched *s)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < s->n_convs; i++)
-        n += s->convs[i]->session != NULL;
-    return n;
-}
-
-/* The least recently used conversation that no request uses; with
- * open_only, among those with a session in RAM. */
-static sv_conv *lru_idle(sv_sched *s, int open_only, const sv_conv *except)
-{
-    sv_conv *best = NULL;
-    for (size_t i = 0; i < s->n_convs; i++) {
-        sv_conv *c = s->convs[i];
-        if (c->is_busy || c == except || (open_only && !c->session))
-            continue;
-        if (!best || c->last_used < best->last_used)
-            best = c;
-    }
-    return best;
-}
-
-/* Closes an idle conversation's session: its file keeps it; without a
- * --sessions folder the conversation is forgotten. */
-static void conv_close(sv_sched *s, sv_conv *c, const char *why)
-{
-    if (!c->has_file) {
-        sv_log("conversation %s forgotten (%s; no --sessions folder)", c->id, why);
-        conv_remove(s, c);
-        metrics_add(s, &s->srv->metrics.conv_evicted, 1);
-        return;
-    }
-    rb_session_destroy(c->session);
-    c->session = NULL;
-    metrics_add(s, &s->srv->metrics.conv_closed, 1);
-}
-
-/* Deletes a conversation and its file. */
-static void conv_delete(sv_sched *s, sv_conv *c, const char *why)
-{
-    char path[4096];
-    sv_log("conversation %s deleted (%s)", c->id, why);
-    rb_session_destroy(c->session);
-    c->session = NULL;
-    if (c->has_file) {
-        conv_path(s, c->id, path, sizeof path);
-        if (unlink(path) != 0 && errno != ENOENT)
-            sv_log("warning: cannot delete %s: %s", path, strerror(errno));
-    }
-    conv_remove(s, c);
-    metrics_add(s, &s->srv->metrics.conv_evicted, 1);
-}
-
-/* Publishes the memory and conversation gauges for /metrics. */
-static void snapshot(sv_sched *s)
-{
-    sv_mem_snapshot m = {0};
-    for (size_t i = 0; i < s->n_convs; i++) {
-        sv_conv *c = s->convs[i];
-        m.n_conv_total++;
-        m.n_conv_stored += c->has_file;
-        m.disk_bytes += c->file_bytes;
-        if (!c->session)
-            continue;
-        m.n_conv_open++;
-        rb_session_stats st;
-        if (rb_session_get_stats(c->session, &st) != RB_OK)
-            continue;
-        m.kv_resident_bytes += st.kv_raw_bytes;
-        m.kv_compressed_bytes += st.kv_compressed_bytes;
-        m.kv_stored_bytes += st.kv_stored_bytes;
-        m.kv_dropped_bytes += st.kv_dropped_bytes;
-        m.scratch_bytes += st.scratch_bytes;
-        m.other_bytes += st.other_bytes;
-    }
-    rb_pool_stats ps;
-    if (rb_pool_get_stats(s->pool, &ps) == RB_OK) {
-        m.weights_bytes = ps.weights_bytes; /* the model's, counted once */
-        m.pool_total_bytes = ps.total_bytes;
-        m.pool_over_bytes = ps.over_bytes;
-        m.pool_trimmed_bytes = ps.trimmed_bytes;
-        m.pool_weights_released_bytes = ps.weights_released_bytes;
-    }
-    pthread_mutex_lock(&s->srv->metrics_mu);
-    s->srv->metrics.mem = m;
-    pthread_mutex_unlock(&s->srv->metrics_mu);
-}
-
-/* Keeps the bounds: open sessions (max_open, --mem-budget) and stored
- * conversations (count, bytes). Only idle conversations are touched. */
-static void enforce_bounds(sv_sched *s)
-{
-    const sv_config *cfg = &s->srv->cfg;
-    sv_conv *c;
-    while (n_open(s) > cfg->max_open && (c = lru_idle(s, 1, NULL)))
-        conv_close(s, c, "more than --max-open sessions");
-    /* the pool trims KV (background sessions first, least recently used
-       first) and then weights after every feed; what it cannot take (an
-       idle session's run state and tables) goes by closing idle sessions */
-    rb_pool_stats ps;
-    while (cfg->mem_budget_bytes && rb_pool_get_stats(s->pool, &ps) == RB_OK &&
-           ps.total_bytes > cfg->mem_budget_bytes && (c = lru_idle(s, 1, NULL)))
-        conv_close(s, c, "over --mem-budget");
-    if (cfg->sessions_dir) {
-        for (;;) {
-            uint64_t n = 0, bytes = 0;
-            for (size_t i = 0; i < s->n_convs; i++)
-                n++, bytes += s->convs[i]->file_bytes;
-            int over_n = n > cfg->max_conversations;
-            int over_b = cfg->max_disk_bytes && bytes > cfg->max_disk_bytes;
-            if (!over_n && !over_b)
-                break;
-            if (!(c = lru_idle(s, 0, NULL)))
-                break;
-            conv_delete(s, c, over_n ? "more than --max-conversations" : "over --max-disk");
-        }
-    } else {
-        while (s->n_convs > cfg->max_conversations && (c = lru_idle(s, 0, NULL)))
-            conv_delete(s, c, "more than --max-conversations");
-    }
-    snapshot(s);
-}
-
-const char *sv_restore_name(sv_restore k)
-{
-    static const char *const names[] = {"resident", "compressed", "stored",
-                                        "file",     "new",        "recomputed"};
-    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
-}
-
-/* Where an open session's KV is: the lowest tier holding any of it. */
-static sv_restore kv_place(rb_session *ss)
-{
-    rb_session_stats st;
-    if (rb_session_get_stats(ss, &st) != RB_OK)
-        return SV_RESTORE_RESIDENT;
-    if (st.kv_dropped_bytes)
-        return SV_RESTORE_RECOMPUTED;
-    if (st.kv_stored_bytes)
-        return SV_RESTORE_STORED;
-    return st.kv_compressed_bytes ? SV_RESTORE_COMPRESSED : SV_RESTORE_RESIDENT;
-}
-
-/* A session for c: the open one, reopened from its file, or a new one;
- * *kind says which (and where the open one's KV is). With the recompute
- * baseline a file is not reopened: a new session computes it all again. */
-static rb_status conv_open(sv_sched *s, sv_conv *c, sv_restore *kind, char *err, size_t err_n)
-{
-    const sv_config *cfg = &s->srv->cfg;
-    if (c->session) {
-        *kind = c->is_dropped ? SV_RESTORE_RECOMPUTED : kv_place(c->session);
-        metrics_add(s, &s->srv->metrics.restores[*kind], 1);
-        return RB_OK;
-    }
-    /* room first: at most max_open sessions */
-    sv_conv *old;
-    while (n_open(s) >= cfg->max_open && (old = lru_idle(s, 1, c)))
-        conv_close(s, old, "more than --max-open sessions");
-    rb_error e;
-    if (c->has_file && !cfg->baseline_recompute) {
-        char path[4096];
-        conv_path(s, c->id, path, sizeof path);
-        rb_session_params p = cfg->sp;
-        p.file_flags = RB_SAVE_ON_REQUEST;
-        rb_status st = rb_session_open_saved(s->srv->model, &p, path, &c->session, &e);
-        if (st != RB_OK) {
-            snprintf(err, err_n, "conversation %s: %s", c->id, e.message);
-            return st;
-        }
-        rb_cli_warn_recovery("serve", c->session);
-        *kind = SV_RESTORE_FILE;
-        metrics_add(s, &s->srv->metrics.restores[*kind], 1);
-        return RB_OK;
-    }
-    if (s->spare) {
-        c->session = s->spare;
-        s->spare = NULL;
-    } else if (rb_session_create(s->srv->model, &cfg->sp, &c->session, &e) != RB_OK) {
-        snprintf(err, err_n, "%s", e.message);
-        return e.status;
-    }
-    *kind = c->n_tokens ? SV_RESTORE_RECOMPUTED : SV_RESTORE_NEW;
-    metrics_add(s, &s->srv->metrics.restores[*kind], 1);
-    return RB_OK;
-}
-
-static size_t common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
-{
-    size_t n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i])
-        i++;
-    return i;
-}
-
-/* Scans the --sessions folder: each valid file becomes a conversation
- * (its tokens read by opening it; closed again). */
-static int scan_sessions(sv_sched *s)
-{
-    const sv_config *cfg = &s->srv->cfg;
-    DIR *d = opendir(cfg->sessions_dir);
-    if (!d) {
-        fprintf(stderr, "rebound serve: error: cannot open --sessions %s: %s\n",
-                cfg->sessions_dir, strerror(errno));
-        return 1;
-    }
-    struct dirent *de;
-    size_t n_ok = 0, n_bad = 0;
-    struct { char id[SV_ID_MAX + 1]; time_t mtime; } *found = NULL;
-    size_t n_found = 0, cap = 0;
-    while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if (len < 5 || len - 4 > SV_ID_MAX || strcmp(de->d_name + len - 4, ".rbs") != 0)
-            continue;
-        char id[SV_ID_MAX + 1];
-        memcpy(id, de->d_name, len - 4);
-        id[len - 4] = 0;
-        if (!sv_id_is_valid(id))
-            continue;
-        char path[4096];
-        conv_path(s, id, path, sizeof path);
-        struct stat st;
-        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode))
-            continue;
-        if (grow((void **)&found, &cap, n_found + 1, sizeof *found)) {
-            closedir(d);
-            free(found);
-            return 1;
-        }
-        snprintf(found[n_found].id, sizeof found[n_found].id, "%s", id);
-        found[n_found++].mtime = st.st_mtime;
-    }
-    closedir(d);
-    /* oldest first, so that the clock orders them by last use */
-    for (size_t i = 1; i < n_found; i++)
-        for (size_t j = i; j > 0 && found[j - 1].mtime > found[j].mtime; j--) {
-            __typeof__(*found) t = found[j];
-            found[j] = found[j - 1], found[j - 1] = t;
-        }
-    for (size_t i = 0; i < n_found; i++) {
-        char path[4096];
-        conv_path(s, found[i].id, path, sizeof path);
-        rb_session_params p = cfg->sp;
-        p.file_flags = RB_SAVE_ON_REQUEST;
-        rb_session *ss = NULL;
-        rb_error e;
-        if (rb_session_open_saved(s->srv->model, &p, path, &ss, &e) != RB_OK) {
-            sv_log("warning: %s is not resumed (left as it is): %s", path, e.message);
-            n_bad++;
-            continue;
-        }
-        sv_conv *c = conv_add(s, found[i].id);
-        if (!c) {
-            rb_session_destroy(ss);
-            free(found);
-            return 1;
-        }
-        c->has_file = 1;
-        c->file_bytes = file_size(path);
-        c->session = ss;
-        int rc = conv_copy_tokens(c);
-        c->session = NULL;
-        rb_session_destroy(ss);
-        if (rc) {
-            free(found);
-            return 1;
-        }
-        n_ok++;
-    }
-    free(found);
-    sv_log("%zu conversation%s resumable from %s%s", n_ok, n_ok == 1 ? "" : "s",
-           cfg->sessions_dir, n_bad ? " (some files skipped: above)" : "");
-    return 0;
-}
-
 /* ---- one request --------------------------------------------------------- */
 
 /* The request's tokens: BOS + the rendered chat, or the prompt. */
@@ -615,7 +247,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     a->req = r;
     if (request_tokens(s, r, &toks, &n) != 0) {
         req_fail(r, SV_ERR_INVALID, "the prompt cannot be tokenized: %s",
-                 rb_model_errmsg(s->srv->model));
+                 rb_model_errmsg(s->model));
         return -1;
     }
     uint32_t n_ctx = s->n_ctx;
@@ -631,46 +263,38 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
        at least half of a stored conversation, else a new one */
     sv_conv *c = NULL;
     if (r->conv_id[0]) {
-        c = conv_find(s, r->conv_id);
-        if (!c && !(c = conv_add(s, r->conv_id)))
+        c = sv_store_find(&s->store, r->conv_id);
+        if (!c && !(c = sv_store_add(&s->store, r->conv_id)))
             goto nomem;
     } else {
-        size_t best = 0;
-        for (size_t i = 0; i < s->n_convs; i++) {
-            sv_conv *x = s->convs[i];
-            if (x->is_busy || x->n_tokens == 0)
-                continue;
-            size_t k = common_prefix(x->tokens, x->n_tokens, toks, n);
-            if (k > best && 2 * k >= x->n_tokens)
-                best = k, c = x;
-        }
+        c = sv_store_match(&s->store, toks, n);
         if (!c) {
             char id[SV_ID_MAX + 1];
-            snprintf(id, sizeof id, "c%016" PRIx64, next_rand(s));
-            if (!(c = conv_add(s, id)))
+            sv_store_new_id(&s->store, id);
+            if (!(c = sv_store_add(&s->store, id)))
                 goto nomem;
         }
     }
     char err[600];
     sv_restore kind = SV_RESTORE_NEW;
-    rb_status st = conv_open(s, c, &kind, err, sizeof err);
+    rb_status st = sv_store_open(&s->store, c, &kind, err, sizeof err);
     if (st != RB_OK) {
         free(toks);
         req_fail(r, st == RB_E_NOMEM ? SV_ERR_UNAVAILABLE : SV_ERR_SERVER, "%s", err);
         if (!c->has_file && !c->session)
-            conv_remove(s, c);
+            sv_store_remove(&s->store, c);
         return -1;
     }
     c->is_busy = 1;
     c->is_dropped = 0;
-    c->last_used = ++s->clock;
+    sv_store_touch(&s->store, c);
     a->conv = c;
     /* the conversation being served is the pool's foreground */
     rb_session_set_priority(c->session, RB_PRIORITY_FOREGROUND);
     /* only what the conversation does not hold yet is computed; at least
        one token is fed so that its logits are this request's */
     size_t have = rb_session_n_tokens(c->session);
-    size_t k = common_prefix(rb_session_get_tokens(c->session), have, toks, n);
+    size_t k = sv_common_prefix(rb_session_get_tokens(c->session), have, toks, n);
     if (k == n)
         k = n - 1;
     if (k < have && rb_session_rewind(c->session, k) != RB_OK) {
@@ -685,7 +309,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     a->i_todo = k;
     rb_error e;
     rb_sampler_params sp = r->sp;
-    if (!r->has_seed && !s->srv->cfg.has_seed)
+    if (!r->has_seed && !s->cfg->has_seed)
         sp.seed = next_rand(s) & 0xffffffffu;
     if (rb_sampler_create(&sp, rb_session_n_vocab(c->session), &a->sampler, &e) != RB_OK) {
         req_fail(r, SV_ERR_INVALID, "%s", e.message);
@@ -694,7 +318,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         return -1;
     }
     unsigned flags = r->kind == SV_COMPLETION ? RB_DETOKENIZER_CONTINUATION : 0;
-    if (rb_detokenizer_create_flags(s->srv->model, flags, &a->detok, &e) != RB_OK) {
+    if (rb_detokenizer_create_flags(s->model, flags, &a->detok, &e) != RB_OK) {
         req_fail(r, SV_ERR_SERVER, "%s", e.message);
         c->is_busy = 0;
         active_free(a);
@@ -708,8 +332,8 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     r->is_started = 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    metrics_add(s, &s->srv->metrics.tokens_prompt, n);
-    metrics_add(s, &s->srv->metrics.tokens_cached, k);
+    metrics_add(s, &s->metrics->v.tokens_prompt, n);
+    metrics_add(s, &s->metrics->v.tokens_cached, k);
     return 0;
 nomem:
     free(toks);
@@ -769,25 +393,11 @@ static int append_text(sv_active *a, const char *p, size_t n)
     return 0;
 }
 
-static void record_ttft(sv_sched *s, double ttft_s)
-{
-    static const double le[SV_TTFT_BUCKETS] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-    sv_metrics *m = &s->srv->metrics;
-    pthread_mutex_lock(&s->srv->metrics_mu);
-    m->ttft_count++;
-    m->ttft_sum_s += ttft_s;
-    for (int i = 0; i < SV_TTFT_BUCKETS; i++)
-        if (ttft_s <= le[i])
-            m->ttft_bucket[i]++;
-    pthread_mutex_unlock(&s->srv->metrics_mu);
-}
-
 /* Ends the active request: the rest of the reply published, a chat reply
  * closed as the template does, the conversation saved and handed back.
  * e: SV_ERR_NONE, or the error the request ends with (msg). */
 static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, const char *msg)
 {
-    const sv_config *cfg = &s->srv->cfg;
     sv_request *r = a->req;
     sv_conv *c = a->conv;
     rb_session *ss = c->session;
@@ -806,27 +416,12 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
         rb_session_n_tokens(ss) + s->n_reply_end <= s->n_ctx &&
         rb_session_feed(ss, s->reply_end, s->n_reply_end, NULL) != RB_OK)
         sv_log("warning: conversation %s: closing the reply: %s", c->id, rb_session_errmsg(ss));
-    if (cfg->sessions_dir) {
-        char path[4096];
-        conv_path(s, c->id, path, sizeof path);
-        if (rb_session_save(ss, path, RB_SAVE_ON_REQUEST) == RB_OK) {
-            c->has_file = 1;
-            c->file_bytes = file_size(path);
-        } else {
-            sv_log("warning: conversation %s was not saved: %s", c->id, rb_session_errmsg(ss));
-        }
-    }
-    if (conv_copy_tokens(c) != 0)
-        c->n_tokens = 0; /* out of memory: not found by prefix, still by id */
-    /* the baseline keeps the tokens (the prefix index, the file) and
-       frees the KV: the next turn computes the conversation again */
-    if (cfg->baseline_recompute && c->n_tokens && rb_session_rewind(ss, 0) == RB_OK)
-        c->is_dropped = 1;
+    sv_store_commit(&s->store, c);
     rb_session_set_priority(ss, RB_PRIORITY_BACKGROUND);
     c->is_busy = 0;
-    c->last_used = ++s->clock;
+    sv_store_touch(&s->store, c);
     /* the bounds hold when the client sees the reply end */
-    enforce_bounds(s);
+    sv_store_enforce(&s->store);
     pthread_mutex_lock(&r->mu);
     r->finish_reason = reason;
     r->n_completion = (size_t)a->n_gen;
@@ -837,9 +432,9 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     r->is_done = 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    metrics_add(s, &s->srv->metrics.tokens_completion, (uint64_t)a->n_gen);
+    metrics_add(s, &s->metrics->v.tokens_completion, (uint64_t)a->n_gen);
     if (reason && !strcmp(reason, "cancelled"))
-        metrics_add(s, &s->srv->metrics.cancelled, 1);
+        metrics_add(s, &s->metrics->v.cancelled, 1);
     sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s",
            r->kind == SV_CHAT ? "chat" : "completion", r->conv_out, r->n_prompt, r->n_cached, a->n_gen,
            reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "");
@@ -894,9 +489,9 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
     }
     if (!a->has_ttft) {
         a->has_ttft = 1;
-        record_ttft(s, rb_cli_now_s() - r->t_arrival);
+        sv_metrics_record_ttft(s->metrics, sv_now_s() - r->t_arrival);
     }
-    if (rb_model_token_is_eog(s->srv->model, *next)) {
+    if (rb_model_token_is_eog(s->model, *next)) {
         finish(s, a, "stop", SV_ERR_NONE, NULL);
         return 0;
     }
@@ -933,7 +528,7 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
 static void decode_all(sv_sched *s)
 {
     size_t n = 0;
-    for (uint32_t j = 0; j < s->srv->cfg.parallel; j++) {
+    for (uint32_t j = 0; j < s->cfg->parallel; j++) {
         sv_active *a = &s->active[j];
         if (!a->req || a->phase != PHASE_DECODE || !decode_pick(s, a, &s->step_tok[n]))
             continue;
@@ -954,8 +549,8 @@ static void decode_all(sv_sched *s)
                    "alone (said once)", n, e.message);
         }
     }
-    metrics_add(s, n > 1 && st == RB_OK ? &s->srv->metrics.decode_passes_multi
-                                        : &s->srv->metrics.decode_passes_single, 1);
+    metrics_add(s, n > 1 && st == RB_OK ? &s->metrics->v.decode_passes_multi
+                                        : &s->metrics->v.decode_passes_single, 1);
     for (size_t i = 0; i < n; i++) {
         sv_active *a = s->step_act[i];
         rb_session *ss = s->step_sess[i];
@@ -974,7 +569,7 @@ static void decode_all(sv_sched *s)
 /* 1 when a request for this id is active (or about to be, in taken) */
 static int id_busy(sv_sched *s, const char *id, sv_request **taken, int n_taken)
 {
-    sv_conv *c = conv_find(s, id);
+    sv_conv *c = sv_store_find(&s->store, id);
     if (c && c->is_busy)
         return 1;
     for (int i = 0; i < n_taken; i++)
@@ -986,7 +581,7 @@ static int id_busy(sv_sched *s, const char *id, sv_request **taken, int n_taken)
 static void *sched_main(void *arg)
 {
     sv_sched *s = arg;
-    const uint32_t P = s->srv->cfg.parallel;
+    const uint32_t P = s->cfg->parallel;
     sv_request **taken = calloc(P, sizeof *taken);
     for (;;) {
         int n_taken = 0;
@@ -1073,7 +668,7 @@ sv_err sv_sched_submit(sv_sched *s, sv_request *r)
     pthread_mutex_lock(&s->mu);
     if (s->is_stopping)
         e = SV_ERR_UNAVAILABLE;
-    else if (s->n_in_flight >= s->srv->cfg.parallel + s->srv->cfg.max_queue)
+    else if (s->n_in_flight >= s->cfg->parallel + s->cfg->max_queue)
         e = SV_ERR_BUSY;
     if (e == SV_ERR_NONE) {
         pthread_mutex_lock(&r->mu);
@@ -1090,6 +685,18 @@ sv_err sv_sched_submit(sv_sched *s, sv_request *r)
     }
     pthread_mutex_unlock(&s->mu);
     return e;
+}
+
+sv_request *sv_request_new(void)
+{
+    sv_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->refs = 1;
+    r->t_arrival = sv_now_s();
+    return r;
 }
 
 void sv_request_release(sv_request *r)
@@ -1115,56 +722,33 @@ void sv_request_release(sv_request *r)
 
 /* ---- start and stop ------------------------------------------------------ */
 
-static int lock_sessions_dir(sv_sched *s)
+/* Logs "error: msg" (and a hint line) at the start; NULL for the caller. */
+static sv_sched *start_fail(sv_sched *s, const char *msg, const char *hint)
 {
-    const char *dir = s->srv->cfg.sessions_dir;
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "rebound serve: error: cannot create --sessions %s: %s\n", dir,
-                strerror(errno));
-        return 1;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/.lock", dir);
-    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (s->lock_fd < 0) {
-        fprintf(stderr, "rebound serve: error: cannot open %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        char pid[32] = "";
-        ssize_t n = pread(s->lock_fd, pid, sizeof pid - 1, 0);
-        pid[n > 0 ? n : 0] = 0;
-        pid[strcspn(pid, "\n")] = 0;
-        fprintf(stderr, "rebound serve: error: another rebound serve%s%s%s uses --sessions %s\n",
-                pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", dir);
-        if (pid[0])
-            fprintf(stderr, "hint: stop it, or give this one another folder\n");
-        return 1;
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    if (ftruncate(s->lock_fd, 0) != 0 || pwrite(s->lock_fd, pid, (size_t)n, 0) != n)
-        sv_log("warning: cannot write the pid into %s", path);
-    return 0;
+    sv_log("error: %s", msg);
+    if (hint)
+        fprintf(stderr, "hint: %s\n", hint);
+    sv_sched_free(s);
+    return NULL;
 }
 
-int sv_sched_start(sv_server *srv)
+sv_sched *sv_sched_start(const sv_config *cfg, rb_model *model, sv_metrics *metrics)
 {
-    sv_config *cfg = &srv->cfg;
     sv_sched *s = calloc(1, sizeof *s);
     if (!s)
-        return rb_cli_fail("serve", "out of memory", NULL);
-    s->srv = srv;
-    s->lock_fd = -1;
+        return start_fail(NULL, "out of memory", NULL);
+    s->cfg = cfg;
+    s->model = model;
+    s->metrics = metrics;
     s->bos = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    srv->sched = s;
-    rb_model *model = srv->model;
+    rb_session_params sp = cfg->sp;
+    sv_store_init(&s->store, cfg, &sp, model, NULL, metrics);
 
     rb_chat_template_info info;
     if (rb_chat_template_choose(model, cfg->chat_template, &info) != RB_OK)
-        return rb_cli_fail("serve", "cannot choose a chat template", NULL);
+        return start_fail(s, "cannot choose a chat template", NULL);
     s->tmpl = info.tmpl;
     sv_log("chat template %s (%s)", info.name, cfg->chat_template ? "--chat-template" : info.reason);
     if (info.is_fallback)
@@ -1187,59 +771,64 @@ int sv_sched_start(sv_server *srv)
         if (rb_chat_render_piece(s->tmpl, RB_CHAT_PIECE_REPLY_END, NULL, 0, end, sizeof end,
                                  &len) != RB_OK || len >= sizeof end ||
             tokenize(s, end, len, 0, &s->reply_end, &s->n_reply_end, 0) != 0)
-            return rb_cli_fail("serve", "cannot tokenize the template's reply end",
-                               rb_model_errmsg(model));
+            return start_fail(s, "cannot tokenize the template's reply end",
+                              rb_model_errmsg(model));
     }
     rb_error e;
     if (rb_pool_create(model, cfg->mem_budget_bytes, &s->pool, &e) != RB_OK)
-        return rb_cli_fail("serve", e.message, NULL);
-    cfg->sp.pool = s->pool;
-    cfg->sp.budget_bytes = 0;
-    cfg->sp.priority = RB_PRIORITY_BACKGROUND;
+        return start_fail(s, e.message, NULL);
+    sp.pool = s->pool;
+    sp.budget_bytes = 0;
+    sp.priority = RB_PRIORITY_BACKGROUND;
     /* the first session loads the weights: an unsupported model fails here */
-    if (rb_session_create(model, &cfg->sp, &s->spare, &e) != RB_OK)
-        return rb_cli_fail("serve", e.message, NULL);
+    rb_session *first = NULL;
+    if (rb_session_create(model, &sp, &first, &e) != RB_OK)
+        return start_fail(s, e.message, NULL);
+    s->n_ctx = rb_session_n_ctx(first);
+    sp.n_ctx = s->n_ctx; /* the files are saved and reopened with it */
+    sv_store_init(&s->store, cfg, &sp, model, s->pool, metrics);
+    s->store.spare = first;
     if (cfg->watch_pressure) {
         if (rb_pool_watch_pressure(s->pool, NULL, &e) != RB_OK)
-            return rb_cli_fail("serve", e.message, "serve runs without --pressure there");
+            return start_fail(s, e.message, "serve runs without --pressure there");
         rb_pool_stats ps;
         rb_pool_get_stats(s->pool, &ps);
-        fprintf(stderr, "rebound serve: the pool trims on memory pressure from %s\n",
-                ps.pressure_source);
+        sv_log("the pool trims on memory pressure from %s", ps.pressure_source);
     }
-    s->n_ctx = rb_session_n_ctx(s->spare);
-    cfg->sp.n_ctx = s->n_ctx; /* the files are saved and reopened with it */
-    s->n_batch = cfg->sp.n_batch ? cfg->sp.n_batch : 128;
+    s->n_batch = sp.n_batch ? sp.n_batch : 128;
     {
         rb_detokenizer *d = NULL;
         if (rb_detokenizer_create(model, &d, &e) != RB_OK)
-            return rb_cli_fail("serve", e.message, NULL);
+            return start_fail(s, e.message, NULL);
         s->max_piece = rb_detokenizer_max_bytes(d);
         rb_detokenizer_destroy(d);
         if (!(s->piece = malloc(s->max_piece)))
-            return rb_cli_fail("serve", "out of memory", NULL);
+            return start_fail(s, "out of memory", NULL);
     }
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (!f || fread(&s->rng, sizeof s->rng, 1, f) != 1)
-        s->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    if (f)
-        fclose(f);
+    s->rng = s->store.rng ^ 0x5851f42d4c957f2dull;
     if (cfg->baseline_recompute)
         sv_log("baseline: an idle conversation keeps no KV; a returning one is computed again");
-    if (cfg->sessions_dir && (lock_sessions_dir(s) || scan_sessions(s)))
-        return 1;
-    enforce_bounds(s);
+    if (sv_store_load(&s->store)) {
+        sv_sched_free(s);
+        return NULL;
+    }
+    sv_store_enforce(&s->store);
     s->active = calloc(cfg->parallel, sizeof *s->active);
     s->step_act = calloc(cfg->parallel, sizeof *s->step_act);
     s->step_sess = calloc(cfg->parallel, sizeof *s->step_sess);
     s->step_tok = calloc(cfg->parallel, sizeof *s->step_tok);
     s->step_have = calloc(cfg->parallel, sizeof *s->step_have);
     if (!s->active || !s->step_act || !s->step_sess || !s->step_tok || !s->step_have)
-        return rb_cli_fail("serve", "out of memory", NULL);
+        return start_fail(s, "out of memory", NULL);
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0)
-        return rb_cli_fail("serve", "cannot start the scheduler thread", NULL);
+        return start_fail(s, "cannot start the scheduler thread", NULL);
     s->has_thread = 1;
-    return 0;
+    return s;
+}
+
+uint32_t sv_sched_n_ctx(const sv_sched *s)
+{
+    return s->n_ctx;
 }
 
 void sv_sched_stop(sv_sched *s)
@@ -1260,10 +849,7 @@ void sv_sched_free(sv_sched *s)
     if (!s)
         return;
     sv_sched_stop(s);
-    while (s->n_convs)
-        conv_remove(s, s->convs[s->n_convs - 1]);
-    free(s->convs);
-    rb_session_destroy(s->spare);
+    sv_store_deinit(&s->store);
     rb_pool_destroy(s->pool);
     free(s->active);
     free(s->step_act);
@@ -1272,8 +858,6 @@ void sv_sched_free(sv_sched *s)
     free(s->step_have);
     free(s->reply_end);
     free(s->piece);
-    if (s->lock_fd >= 0)
-        close(s->lock_fd);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

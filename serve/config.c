@@ -1,0 +1,33 @@
+/*
+ * config.c - serve's log line and clock (config.h). No state: a line is
+ * formatted into a local buffer and written with one fputs, which stdio
+ * locks, so that concurrent lines never interleave.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "config.h"
+
+void sv_log(const char *fmt, ...)
+{
+    char line[1024];
+    int n = snprintf(line, sizeof line, "rebound serve: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = 0;
+    while (line[len])
+        len++;
+    line[len] = '\n';
+    line[len + 1] = 0;
+    fputs(line, stderr);
+}
+
+double sv_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

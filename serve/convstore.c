@@ -1,0 +1,518 @@
+/*
+ * convstore.c - the conversations of `rebound serve` (convstore.h): a flat array
+ * of sv_conv, searched linearly (the limits keep it to --max-conversations,
+ * 64 by default), each with a copy of its tokens as last saved so that a
+ * request without an id finds the conversation it continues by its
+ * longest shared prefix; their sessions, opened from the files of the
+ * --sessions folder when a request returns, closed (the file keeps them)
+ * or deleted with their file when a limit says so, least recently used
+ * first by the store's clock.
+ *
+ * Invariants: a busy conversation (a request is active on it) is never
+ * closed or deleted; a conversation without a file and without a session
+ * exists only between sv_store_add and its first sv_store_open; the files
+ * change only in sv_store_commit (RB_SAVE_ON_REQUEST), so a kill -9 leaves
+ * the previous turn or this one; the folder is locked (flock) for the
+ * process's life.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "convstore.h"
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t c = *cap ? *cap : 16;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q)
+        return -1;
+    *p = q, *cap = c;
+    return 0;
+}
+
+static uint64_t next_rand(sv_store *st)
+{
+    uint64_t x = st->rng += 0x9e3779b97f4a7c15ull; /* splitmix64 */
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void sv_store_init(sv_store *st, const sv_config *cfg, const rb_session_params *sp,
+                   rb_model *model, rb_pool *pool, sv_metrics *metrics)
+{
+    memset(st, 0, sizeof *st);
+    st->cfg = cfg;
+    st->sp = *sp;
+    st->model = model;
+    st->pool = pool;
+    st->metrics = metrics;
+    st->lock_fd = -1;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&st->rng, sizeof st->rng, 1, f) != 1)
+        st->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (f)
+        fclose(f);
+}
+
+void sv_store_deinit(sv_store *st)
+{
+    while (st->n_convs)
+        sv_store_remove(st, st->convs[st->n_convs - 1]);
+    free(st->convs);
+    rb_session_destroy(st->spare);
+    if (st->lock_fd >= 0)
+        close(st->lock_fd);
+    memset(st, 0, sizeof *st);
+    st->lock_fd = -1;
+}
+
+/* ---- ids ------------------------------------------------------------------ */
+
+int sv_id_is_valid(const char *id)
+{
+    size_t n = 0;
+    for (; id[n]; n++) {
+        char ch = id[n];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_'))
+            return 0;
+        if (n >= SV_ID_MAX)
+            return 0;
+    }
+    return n > 0;
+}
+
+void sv_store_new_id(sv_store *st, char *id)
+{
+    do
+        snprintf(id, SV_ID_MAX + 1, "c%016" PRIx64, next_rand(st));
+    while (sv_store_find(st, id));
+}
+
+void sv_store_path(const sv_store *st, const char *id, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/%s.rbs", st->cfg->sessions_dir, id);
+}
+
+/* ---- lookup --------------------------------------------------------------- */
+
+sv_conv *sv_store_find(sv_store *st, const char *id)
+{
+    for (size_t i = 0; i < st->n_convs; i++)
+        if (!strcmp(st->convs[i]->id, id))
+            return st->convs[i];
+    return NULL;
+}
+
+sv_conv *sv_store_add(sv_store *st, const char *id)
+{
+    if (grow((void **)&st->convs, &st->cap_convs, st->n_convs + 1, sizeof *st->convs))
+        return NULL;
+    sv_conv *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    snprintf(c->id, sizeof c->id, "%s", id);
+    c->last_used = ++st->clock;
+    st->convs[st->n_convs++] = c;
+    return c;
+}
+
+void sv_store_remove(sv_store *st, sv_conv *c)
+{
+    for (size_t i = 0; i < st->n_convs; i++)
+        if (st->convs[i] == c) {
+            st->convs[i] = st->convs[--st->n_convs];
+            break;
+        }
+    rb_session_destroy(c->session);
+    free(c->tokens);
+    free(c);
+}
+
+size_t sv_common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb)
+{
+    size_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i])
+        i++;
+    return i;
+}
+
+sv_conv *sv_store_match(sv_store *st, const int32_t *toks, size_t n)
+{
+    sv_conv *c = NULL;
+    size_t best = 0;
+    for (size_t i = 0; i < st->n_convs; i++) {
+        sv_conv *x = st->convs[i];
+        if (x->is_busy || x->n_tokens == 0)
+            continue;
+        size_t k = sv_common_prefix(x->tokens, x->n_tokens, toks, n);
+        if (k > best && 2 * k >= x->n_tokens)
+            best = k, c = x;
+    }
+    return c;
+}
+
+void sv_store_touch(sv_store *st, sv_conv *c)
+{
+    c->last_used = ++st->clock;
+}
+
+/* ---- sessions ------------------------------------------------------------- */
+
+static int copy_tokens(sv_conv *c)
+{
+    size_t n = rb_session_n_tokens(c->session);
+    if (grow((void **)&c->tokens, &c->cap, n, sizeof *c->tokens))
+        return -1;
+    if (n)
+        memcpy(c->tokens, rb_session_get_tokens(c->session), n * sizeof *c->tokens);
+    c->n_tokens = n;
+    return 0;
+}
+
+static uint64_t file_size(const char *path)
+{
+    struct stat s;
+    return stat(path, &s) == 0 ? (uint64_t)s.st_size : 0;
+}
+
+static size_t n_open(const sv_store *st)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < st->n_convs; i++)
+        n += st->convs[i]->session != NULL;
+    return n;
+}
+
+/* The least recently used conversation that no request uses; with
+ * open_only, among those with a session in RAM. */
+static sv_conv *lru_idle(sv_store *st, int open_only, const sv_conv *except)
+{
+    sv_conv *best = NULL;
+    for (size_t i = 0; i < st->n_convs; i++) {
+        sv_conv *c = st->convs[i];
+        if (c->is_busy || c == except || (open_only && !c->session))
+            continue;
+        if (!best || c->last_used < best->last_used)
+            best = c;
+    }
+    return best;
+}
+
+/* Closes an idle conversation's session: its file keeps it; without a
+ * --sessions folder the conversation is forgotten. */
+static void conv_close(sv_store *st, sv_conv *c, const char *why)
+{
+    if (!c->has_file) {
+        sv_log("conversation %s forgotten (%s; no --sessions folder)", c->id, why);
+        sv_store_remove(st, c);
+        sv_metrics_add(st->metrics, &st->metrics->v.conv_evicted, 1);
+        return;
+    }
+    rb_session_destroy(c->session);
+    c->session = NULL;
+    sv_metrics_add(st->metrics, &st->metrics->v.conv_closed, 1);
+}
+
+/* Deletes a conversation and its file. */
+static void conv_delete(sv_store *st, sv_conv *c, const char *why)
+{
+    char path[4096];
+    sv_log("conversation %s deleted (%s)", c->id, why);
+    rb_session_destroy(c->session);
+    c->session = NULL;
+    if (c->has_file) {
+        sv_store_path(st, c->id, path, sizeof path);
+        if (unlink(path) != 0 && errno != ENOENT)
+            sv_log("warning: cannot delete %s: %s", path, strerror(errno));
+    }
+    sv_store_remove(st, c);
+    sv_metrics_add(st->metrics, &st->metrics->v.conv_evicted, 1);
+}
+
+/* Publishes the memory and conversation gauges for /metrics. */
+static void snapshot(sv_store *st)
+{
+    sv_mem_snapshot m = {0};
+    for (size_t i = 0; i < st->n_convs; i++) {
+        sv_conv *c = st->convs[i];
+        m.n_conv_total++;
+        m.n_conv_stored += c->has_file;
+        m.disk_bytes += c->file_bytes;
+        if (!c->session)
+            continue;
+        m.n_conv_open++;
+        rb_session_stats s;
+        if (rb_session_get_stats(c->session, &s) != RB_OK)
+            continue;
+        m.kv_resident_bytes += s.kv_raw_bytes;
+        m.kv_compressed_bytes += s.kv_compressed_bytes;
+        m.kv_stored_bytes += s.kv_stored_bytes;
+        m.kv_dropped_bytes += s.kv_dropped_bytes;
+        m.scratch_bytes += s.scratch_bytes;
+        m.other_bytes += s.other_bytes;
+    }
+    rb_pool_stats ps;
+    if (st->pool && rb_pool_get_stats(st->pool, &ps) == RB_OK) {
+        m.weights_bytes = ps.weights_bytes; /* the model's, counted once */
+        m.pool_total_bytes = ps.total_bytes;
+        m.pool_over_bytes = ps.over_bytes;
+        m.pool_trimmed_bytes = ps.trimmed_bytes;
+        m.pool_weights_released_bytes = ps.weights_released_bytes;
+    }
+    sv_metrics_set_mem(st->metrics, &m);
+}
+
+void sv_store_enforce(sv_store *st)
+{
+    const sv_config *cfg = st->cfg;
+    sv_conv *c;
+    while (n_open(st) > cfg->max_open && (c = lru_idle(st, 1, NULL)))
+        conv_close(st, c, "more than --max-open sessions");
+    /* the pool trims KV (background sessions first, least recently used
+       first) and then weights after every feed; what it cannot take (an
+       idle session's run state and tables) goes by closing idle sessions */
+    rb_pool_stats ps;
+    while (cfg->mem_budget_bytes && st->pool && rb_pool_get_stats(st->pool, &ps) == RB_OK &&
+           ps.total_bytes > cfg->mem_budget_bytes && (c = lru_idle(st, 1, NULL)))
+        conv_close(st, c, "over --mem-budget");
+    if (cfg->sessions_dir) {
+        for (;;) {
+            uint64_t n = 0, bytes = 0;
+            for (size_t i = 0; i < st->n_convs; i++)
+                n++, bytes += st->convs[i]->file_bytes;
+            int over_n = n > cfg->max_conversations;
+            int over_b = cfg->max_disk_bytes && bytes > cfg->max_disk_bytes;
+            if (!over_n && !over_b)
+                break;
+            if (!(c = lru_idle(st, 0, NULL)))
+                break;
+            conv_delete(st, c, over_n ? "more than --max-conversations" : "over --max-disk");
+        }
+    } else {
+        while (st->n_convs > cfg->max_conversations && (c = lru_idle(st, 0, NULL)))
+            conv_delete(st, c, "more than --max-conversations");
+    }
+    snapshot(st);
+}
+
+/* Where an open session's KV is: the lowest tier holding any of it. */
+static sv_restore kv_place(rb_session *ss)
+{
+    rb_session_stats s;
+    if (rb_session_get_stats(ss, &s) != RB_OK)
+        return SV_RESTORE_RESIDENT;
+    if (s.kv_dropped_bytes)
+        return SV_RESTORE_RECOMPUTED;
+    if (s.kv_stored_bytes)
+        return SV_RESTORE_STORED;
+    return s.kv_compressed_bytes ? SV_RESTORE_COMPRESSED : SV_RESTORE_RESIDENT;
+}
+
+/* A file reopened after a crash or damage: the session says what it
+ * recovered; logged once, on the server's log. */
+static void warn_recovery(const rb_session *ss)
+{
+    rb_session_stats s;
+    if (rb_session_get_stats(ss, &s) != RB_OK || !s.file_recovery)
+        return;
+    if (s.file_lost_tokens)
+        sv_log("warning: %s: %" PRIu64 " tokens lost", s.file_recovery, s.file_lost_tokens);
+    else
+        sv_log("warning: %s", s.file_recovery);
+}
+
+rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, size_t err_n)
+{
+    const sv_config *cfg = st->cfg;
+    if (c->session) {
+        *kind = c->is_dropped ? SV_RESTORE_RECOMPUTED : kv_place(c->session);
+        sv_metrics_add(st->metrics, &st->metrics->v.restores[*kind], 1);
+        return RB_OK;
+    }
+    /* room first: at most max_open sessions */
+    sv_conv *old;
+    while (n_open(st) >= cfg->max_open && (old = lru_idle(st, 1, c)))
+        conv_close(st, old, "more than --max-open sessions");
+    rb_error e;
+    if (c->has_file && !cfg->baseline_recompute) {
+        char path[4096];
+        sv_store_path(st, c->id, path, sizeof path);
+        rb_session_params p = st->sp;
+        p.file_flags = RB_SAVE_ON_REQUEST;
+        rb_status s = rb_session_open_saved(st->model, &p, path, &c->session, &e);
+        if (s != RB_OK) {
+            snprintf(err, err_n, "conversation %s: %s", c->id, e.message);
+            return s;
+        }
+        warn_recovery(c->session);
+        *kind = SV_RESTORE_FILE;
+        sv_metrics_add(st->metrics, &st->metrics->v.restores[*kind], 1);
+        return RB_OK;
+    }
+    if (st->spare) {
+        c->session = st->spare;
+        st->spare = NULL;
+    } else if (rb_session_create(st->model, &st->sp, &c->session, &e) != RB_OK) {
+        snprintf(err, err_n, "%s", e.message);
+        return e.status;
+    }
+    *kind = c->n_tokens ? SV_RESTORE_RECOMPUTED : SV_RESTORE_NEW;
+    sv_metrics_add(st->metrics, &st->metrics->v.restores[*kind], 1);
+    return RB_OK;
+}
+
+void sv_store_commit(sv_store *st, sv_conv *c)
+{
+    rb_session *ss = c->session;
+    if (st->cfg->sessions_dir) {
+        char path[4096];
+        sv_store_path(st, c->id, path, sizeof path);
+        if (rb_session_save(ss, path, RB_SAVE_ON_REQUEST) == RB_OK) {
+            c->has_file = 1;
+            c->file_bytes = file_size(path);
+        } else {
+            sv_log("warning: conversation %s was not saved: %s", c->id, rb_session_errmsg(ss));
+        }
+    }
+    if (copy_tokens(c) != 0)
+        c->n_tokens = 0; /* out of memory: not found by prefix, still by id */
+    /* the baseline keeps the tokens (the prefix index, the file) and
+       frees the KV: the next turn computes the conversation again */
+    if (st->cfg->baseline_recompute && c->n_tokens && rb_session_rewind(ss, 0) == RB_OK)
+        c->is_dropped = 1;
+}
+
+/* ---- the folder ----------------------------------------------------------- */
+
+static int lock_dir(sv_store *st)
+{
+    const char *dir = st->cfg->sessions_dir;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        sv_log("error: cannot create --sessions %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.lock", dir);
+    st->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (st->lock_fd < 0) {
+        sv_log("error: cannot open %s: %s", path, strerror(errno));
+        return 1;
+    }
+    if (flock(st->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t n = pread(st->lock_fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        sv_log("error: another rebound serve%s%s%s uses --sessions %s", pid[0] ? " (pid " : "",
+               pid, pid[0] ? ")" : "", dir);
+        if (pid[0])
+            fprintf(stderr, "hint: stop it, or give this one another folder\n");
+        return 1;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(st->lock_fd, 0) != 0 || pwrite(st->lock_fd, pid, (size_t)n, 0) != n)
+        sv_log("warning: cannot write the pid into %s", path);
+    return 0;
+}
+
+/* Each valid file of the folder becomes a closed conversation (its tokens
+ * read by opening it; closed again), oldest first so that the clock
+ * orders them by last use. */
+static int scan(sv_store *st)
+{
+    const char *dir = st->cfg->sessions_dir;
+    DIR *d = opendir(dir);
+    if (!d) {
+        sv_log("error: cannot open --sessions %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    struct dirent *de;
+    size_t n_ok = 0, n_bad = 0;
+    struct { char id[SV_ID_MAX + 1]; time_t mtime; } *found = NULL;
+    size_t n_found = 0, cap = 0;
+    while ((de = readdir(d))) {
+        size_t len = strlen(de->d_name);
+        if (len < 5 || len - 4 > SV_ID_MAX || strcmp(de->d_name + len - 4, ".rbs") != 0)
+            continue;
+        char id[SV_ID_MAX + 1];
+        memcpy(id, de->d_name, len - 4);
+        id[len - 4] = 0;
+        if (!sv_id_is_valid(id))
+            continue;
+        char path[4096];
+        sv_store_path(st, id, path, sizeof path);
+        struct stat s;
+        if (lstat(path, &s) != 0 || !S_ISREG(s.st_mode))
+            continue;
+        if (grow((void **)&found, &cap, n_found + 1, sizeof *found)) {
+            closedir(d);
+            free(found);
+            return 1;
+        }
+        snprintf(found[n_found].id, sizeof found[n_found].id, "%s", id);
+        found[n_found++].mtime = s.st_mtime;
+    }
+    closedir(d);
+    for (size_t i = 1; i < n_found; i++)
+        for (size_t j = i; j > 0 && found[j - 1].mtime > found[j].mtime; j--) {
+            __typeof__(*found) t = found[j];
+            found[j] = found[j - 1], found[j - 1] = t;
+        }
+    for (size_t i = 0; i < n_found; i++) {
+        char path[4096];
+        sv_store_path(st, found[i].id, path, sizeof path);
+        rb_session_params p = st->sp;
+        p.file_flags = RB_SAVE_ON_REQUEST;
+        rb_session *ss = NULL;
+        rb_error e;
+        if (rb_session_open_saved(st->model, &p, path, &ss, &e) != RB_OK) {
+            sv_log("warning: %s is not resumed (left as it is): %s", path, e.message);
+            n_bad++;
+            continue;
+        }
+        sv_conv *c = sv_store_add(st, found[i].id);
+        if (!c) {
+            rb_session_destroy(ss);
+            free(found);
+            return 1;
+        }
+        c->has_file = 1;
+        c->file_bytes = file_size(path);
+        c->session = ss;
+        int rc = copy_tokens(c);
+        c->session = NULL;
+        rb_session_destroy(ss);
+        if (rc) {
+            free(found);
+            return 1;
+        }
+        n_ok++;
+    }
+    free(found);
+    sv_log("%zu conversation%s resumable from %s%s", n_ok, n_ok == 1 ? "" : "s", dir,
+           n_bad ? " (some files skipped: above)" : "");
+    return 0;
+}
+
+int sv_store_load(sv_store *st)
+{
+    if (!st->cfg->sessions_dir)
+        return 0;
+    return lock_dir(st) || scan(st);
+}

@@ -1,0 +1,107 @@
+/*
+ * convstore.h - the conversations of `rebound serve`: their ids, the token
+ * copies the prefix lookup searches, their sessions (open in RAM or
+ * closed into their session files in the --sessions folder) and the
+ * limits on them (open sessions, --mem-budget, count, disk bytes).
+ *
+ * Threads: a store belongs to the scheduler thread alone (after
+ * sv_store_init on the starting thread); it calls the library (sessions,
+ * the pool) and touches the folder. The metrics it counts into are locked.
+ *
+ * Memory: one sv_conv per conversation with a copy of its tokens (4 bytes
+ * a token), the array of them, the session of each open conversation, and
+ * one spare session for the next new conversation.
+ */
+#ifndef RB_SERVE_CONVSTORE_H
+#define RB_SERVE_CONVSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "metrics.h"
+
+#define SV_ID_MAX 64      /* conversation ids: [A-Za-z0-9_-]{1,64} */
+
+typedef struct sv_conv {
+    char id[SV_ID_MAX + 1];
+    int32_t *tokens;          /* the conversation's tokens as last saved */
+    size_t n_tokens, cap;
+    rb_session *session;      /* NULL: closed (its file holds it) */
+    int is_busy;              /* an active request uses it */
+    int has_file;
+    uint64_t file_bytes;
+    uint64_t last_used;       /* the store's clock: larger is newer */
+    int is_dropped;           /* --baseline recompute: its session was
+                                 rewound to nothing after its last request */
+} sv_conv;
+
+typedef struct sv_store {
+    const sv_config *cfg;     /* borrowed; sessions_dir NULL: RAM only */
+    rb_session_params sp;     /* the conversations' sessions' (pool, n_ctx) */
+    rb_model *model;          /* borrowed; NULL: no sessions (unit tests) */
+    rb_pool *pool;            /* borrowed; NULL: no --mem-budget check */
+    sv_metrics *metrics;      /* borrowed */
+    sv_conv **convs;
+    size_t n_convs, cap_convs;
+    uint64_t clock;
+    rb_session *spare;        /* a fresh session for the next new conversation */
+    int lock_fd;              /* the --sessions folder's lock; -1: none */
+    uint64_t rng;             /* new ids */
+} sv_store;
+
+/* Caller storage: cfg, model, pool and metrics are borrowed for the
+ * store's life (model and pool may be NULL: a store of ids and tokens
+ * only); sp the sessions' parameters. Always succeeds. */
+void sv_store_init(sv_store *st, const sv_config *cfg, const rb_session_params *sp,
+                   rb_model *model, rb_pool *pool, sv_metrics *metrics);
+/* Closes every session (their files stay) and frees everything. */
+void sv_store_deinit(sv_store *st);
+
+/* Locks the --sessions folder (created if missing) for this process, then
+ * makes each valid session file in it a closed conversation (tokens read
+ * by opening it). 0, or 1 after logging why. */
+int sv_store_load(sv_store *st);
+
+/* ---- ids ---- */
+
+/* 1 when id is 1..SV_ID_MAX characters of [A-Za-z0-9_-]. */
+int sv_id_is_valid(const char *id);
+/* A new id not in use ("c" and 16 hex digits) into id[SV_ID_MAX + 1]. */
+void sv_store_new_id(sv_store *st, char *id);
+/* The conversation's file, DIR/ID.rbs, into buf. */
+void sv_store_path(const sv_store *st, const char *id, char *buf, size_t n);
+
+/* ---- lookup ---- */
+
+sv_conv *sv_store_find(sv_store *st, const char *id);
+/* A new closed conversation named id (not in the store); NULL: no memory. */
+sv_conv *sv_store_add(sv_store *st, const char *id);
+/* Forgets c (closes its session; its file stays). */
+void sv_store_remove(sv_store *st, sv_conv *c);
+/* The idle conversation whose tokens share the longest prefix with
+ * toks[0..n), when that prefix covers at least half of its tokens; NULL
+ * when none does. */
+sv_conv *sv_store_match(sv_store *st, const int32_t *toks, size_t n);
+/* Length of the common prefix of a and b. */
+size_t sv_common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb);
+
+/* ---- sessions ---- */
+
+/* Opens c's session: the open one, reopened from its file, or a new one;
+ * *kind says which (and where the open one's KV is). Makes room first
+ * (--max-open). With the recompute baseline a file is not reopened. On
+ * failure err says why and c stays closed. */
+rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, size_t err_n);
+/* After a request: c's session saved to its file (with --sessions) and
+ * its tokens copied for the prefix lookup; the baseline rewinds it. */
+void sv_store_commit(sv_store *st, sv_conv *c);
+/* Marks c used now (the least recently used goes first). */
+void sv_store_touch(sv_store *st, sv_conv *c);
+
+/* Keeps the limits: open sessions (max_open, --mem-budget) and stored
+ * conversations (count, bytes), least recently used first; only idle
+ * conversations are closed or deleted. Publishes the memory gauges. */
+void sv_store_enforce(sv_store *st);
+
+#endif

@@ -1,0 +1,603 @@
+/*
+ * http.c - `rebound serve`'s HTTP/1.1 side (http.h), on libmicrohttpd
+ * (GNU, Debian's libmicrohttpd-dev): it parses HTTP/1.1 (chunked bodies,
+ * keep-alive, limits on header memory and connections) and runs a thread
+ * per connection, so a handler may block while its request waits for the
+ * scheduler. The JSON is oai.c's; the request's compute is scheduler.c's.
+ *
+ * A connection's life: headers (Content-Length over --max-body: 413 at
+ * once), the body gathered up to --max-body (413), the API key checked in
+ * constant time (401), the JSON checked field by field (sv_oai_parse: 400
+ * naming the field), the request queued (429 when --max-queue wait
+ * already), then the handler waits for the scheduler: for a stream until
+ * the prompt is accepted (so an error still gets its status), then events
+ * as the text comes; else until the reply is complete. While it waits it
+ * checks every 100 ms whether the client closed the connection; if so the
+ * request is cancelled and the scheduler stops it at its next step (the
+ * conversation keeps what was computed, consistent).
+ *
+ * State: the server's sv_http (the closure of every callback: no global)
+ * and one conn per connection (libmicrohttpd's request context pointer),
+ * freed when libmicrohttpd says the request completed.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http.h"
+#include "oai.h"
+
+struct sv_http {
+    const sv_config *cfg;     /* borrowed */
+    sv_sched *sched;          /* borrowed */
+    sv_metrics *metrics;      /* borrowed */
+    uint32_t n_ctx;
+    struct MHD_Daemon *daemon;
+    int unix_fd;              /* -1: TCP */
+    pthread_mutex_t mu;       /* n_seq, n_conn */
+    uint64_t n_seq;           /* response ids */
+    uint32_t n_conn;          /* connections open now */
+};
+
+typedef struct conn {
+    sv_http *h;               /* the server's */
+    sv_endpoint endpoint;
+    char *body;
+    size_t len, cap;
+    int too_large;
+    int is_post;
+    struct MHD_Connection *mc;
+    sv_request *req;          /* once queued: our reference */
+    /* streaming */
+    char *pending;            /* the event being handed to libmicrohttpd */
+    size_t p_len, p_off;
+    size_t sent;              /* bytes of req->out already in events */
+    int stage;
+    char id[80];
+    time_t created;
+    sv_oai_meta meta;         /* id, created, the model's name */
+} conn;
+
+/* a == b in time that depends only on b's length (the key's) */
+static int key_equal(const char *given, const char *key)
+{
+    size_t ng = strlen(given), nk = strlen(key);
+    volatile unsigned char d = (unsigned char)(ng != nk);
+    for (size_t i = 0; i < nk; i++)
+        d |= (unsigned char)((i < ng ? (unsigned char)given[i] : 0) ^ (unsigned char)key[i]);
+    return d == 0;
+}
+
+static enum MHD_Result respond(conn *c, unsigned status, const char *type, char *body,
+                               size_t n)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (status == SV_ERR_UNAVAILABLE) /* too many connections: this one goes */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (c->req && c->req->conv_out[0])
+        MHD_add_response_header(r, "X-Rebound-Conversation", c->req->conv_out);
+    if (c->req && c->req->restore)
+        MHD_add_response_header(r, "X-Rebound-Restore", c->req->restore);
+    enum MHD_Result ok = MHD_queue_response(c->mc, status, r);
+    MHD_destroy_response(r);
+    sv_metrics_count_request(c->h->metrics, c->endpoint, status);
+    return ok;
+}
+
+/* s: JSON (malloc'ed, consumed); NULL: out of memory */
+static enum MHD_Result respond_json(conn *c, unsigned status, char *s)
+{
+    if (!s)
+        return MHD_NO;
+    return respond(c, status, "application/json", s, strlen(s));
+}
+
+static enum MHD_Result respond_error(conn *c, sv_err e, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static enum MHD_Result respond_error(conn *c, sv_err e, const char *param, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return respond_json(c, (unsigned)e, sv_oai_error_json(e, msg, param));
+}
+
+/* 1 when the peer has closed its end (or the socket is gone). */
+static int peer_closed(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 1;
+    char b;
+    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Waits until r started (or is done), or until it is done; with have !=
+ * (size_t)-1, until it holds more than have bytes of text. 0; 1 when
+ * max_s seconds passed first (max_s 0: no limit); -1 when the client left
+ * (r is then cancelled). */
+static int wait_request(conn *c, int until_done, size_t have, double max_s)
+{
+    sv_request *r = c->req;
+    double last_check = sv_now_s(), t0 = last_check;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        if (r->is_done || (!until_done && r->is_started && (have == (size_t)-1 ||
+                                                            r->out_len > have)))
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        /* every 100 ms, also while text keeps coming (a whole reply) */
+        double now = sv_now_s();
+        if (max_s > 0 && now - t0 >= max_s) {
+            pthread_mutex_unlock(&r->mu);
+            return 1;
+        }
+        if (now - last_check >= 0.1) {
+            last_check = now;
+            if (peer_closed(c->mc)) {
+                r->is_cancelled = 1;
+                pthread_mutex_unlock(&r->mu);
+                return -1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* Appends "data: JSON\n\n" (s: JSON, consumed) or, with is_done, "data:
+ * [DONE]" to pending. -1: out of memory. */
+static int add_event(conn *c, char *s, int is_done)
+{
+    if (!s && !is_done)
+        return -1;
+    const char *body = s ? s : "[DONE]";
+    size_t n = strlen(body) + 8;
+    char *q = realloc(c->pending, c->p_len + n + 1);
+    if (!q) {
+        free(s);
+        return -1;
+    }
+    c->pending = q;
+    c->p_len += (size_t)snprintf(q + c->p_len, n + 1, "data: %s\n\n", body);
+    free(s);
+    return 0;
+}
+
+enum { ST_ROLE, ST_TEXT, ST_END, ST_DONE };
+#define SV_KEEPALIVE_S 10.0 /* well within the 60 s idle timeout below */
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    conn *c = cls;
+    sv_request *r = c->req;
+    (void)pos;
+    for (;;) {
+        if (c->p_off < c->p_len) {
+            size_t n = c->p_len - c->p_off < max ? c->p_len - c->p_off : max;
+            memcpy(buf, c->pending + c->p_off, n);
+            c->p_off += n;
+            return (ssize_t)n;
+        }
+        c->p_off = c->p_len = 0;
+        if (c->stage == ST_DONE)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (c->stage == ST_ROLE) {
+            c->stage = ST_TEXT;
+            if (r->kind == SV_CHAT && add_event(c, sv_oai_chunk(r, &c->meta, NULL, 0, NULL, 1), 0))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        if (c->stage == ST_TEXT) {
+            /* a long prefill sends nothing for a while: a comment line
+               every SV_KEEPALIVE_S keeps the connection within
+               libmicrohttpd's idle timeout (and proxies'); SSE clients
+               skip lines that start with ':' */
+            int w = wait_request(c, 0, c->sent, SV_KEEPALIVE_S);
+            if (w < 0)
+                return MHD_CONTENT_READER_END_WITH_ERROR; /* the client left */
+            if (w > 0) {
+                static const char ka[] = ": keep-alive\n\n";
+                if (max < sizeof ka - 1)
+                    continue;
+                memcpy(buf, ka, sizeof ka - 1);
+                return (ssize_t)(sizeof ka - 1);
+            }
+            pthread_mutex_lock(&r->mu);
+            size_t n = r->out_len - c->sent;
+            char *t = n ? malloc(n) : NULL;
+            if (t)
+                memcpy(t, r->out + c->sent, n);
+            int done = r->is_done;
+            pthread_mutex_unlock(&r->mu);
+            if (n && !t)
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+            c->sent += n;
+            if (n) {
+                int rc = add_event(c, sv_oai_chunk(r, &c->meta, t, n, NULL, 0), 0);
+                free(t);
+                if (rc)
+                    return MHD_CONTENT_READER_END_WITH_ERROR;
+            }
+            if (done && c->sent == r->out_len)
+                c->stage = ST_END;
+            continue;
+        }
+        /* ST_END: the request is done and all its text was sent */
+        c->stage = ST_DONE;
+        int rc;
+        if (r->err != SV_ERR_NONE) {
+            rc = add_event(c, sv_oai_error_json(r->err, r->errmsg, NULL), 0);
+        } else {
+            rc = add_event(c, sv_oai_chunk(r, &c->meta, NULL, 0, sv_oai_finish_name(r), 0), 0);
+            if (!rc && r->include_usage)
+                rc = add_event(c, sv_oai_usage_chunk(r, &c->meta), 0);
+        }
+        if (rc || add_event(c, NULL, 1))
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+}
+
+/* ---- /metrics ---------------------------------------------------------- */
+
+static enum MHD_Result metrics_page(conn *c)
+{
+    sv_counts m;
+    sv_metrics_get(c->h->metrics, &m);
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&buf, &n);
+    if (!f)
+        return MHD_NO;
+    sv_metrics_write(&m, c->h->cfg->mem_budget_bytes, f);
+    if (fclose(f) != 0) {
+        free(buf);
+        return MHD_NO;
+    }
+    return respond(c, 200, "text/plain; version=0.0.4", buf, n);
+}
+
+/* ---- the handler ----------------------------------------------------------- */
+
+static sv_endpoint route(const char *url)
+{
+    static const struct { const char *path; sv_endpoint ep; } routes[] = {
+        {"/v1/chat/completions", SV_EP_CHAT}, {"/chat/completions", SV_EP_CHAT},
+        {"/v1/completions", SV_EP_COMPLETIONS}, {"/completions", SV_EP_COMPLETIONS},
+        {"/v1/models", SV_EP_MODELS}, {"/models", SV_EP_MODELS},
+        {"/health", SV_EP_HEALTH}, {"/metrics", SV_EP_METRICS},
+    };
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].path))
+            return routes[i].ep;
+    return SV_EP_OTHER;
+}
+
+static void in_flight_add(sv_http *h, int d)
+{
+    sv_metrics_add(h->metrics, &h->metrics->v.in_flight, (uint64_t)(int64_t)d);
+}
+
+static enum MHD_Result generate(conn *c)
+{
+    sv_http *h = c->h;
+    const sv_config *cfg = h->cfg;
+    sv_request *r = sv_request_new();
+    if (!r)
+        return respond_error(c, SV_ERR_UNAVAILABLE, NULL, "out of memory");
+    sv_oai_error p;
+    if (sv_oai_parse(cfg, h->n_ctx, c->endpoint == SV_EP_CHAT ? SV_CHAT : SV_COMPLETION, c->body,
+                     c->len, r, &p)) {
+        sv_request_release(r);
+        return respond_json(c, (unsigned)p.e, sv_oai_error_json(p.e, p.msg, p.param));
+    }
+    sv_err e = sv_sched_submit(h->sched, r);
+    if (e != SV_ERR_NONE) {
+        sv_request_release(r);
+        return e == SV_ERR_BUSY
+                   ? respond_error(c, e, NULL, "too many requests in flight (--parallel %" PRIu32
+                                   " + --max-queue %" PRIu32 "); retry later",
+                                   cfg->parallel, cfg->max_queue)
+                   : respond_error(c, e, NULL, "the server is stopping");
+    }
+    c->req = r;
+    in_flight_add(h, 1);
+    pthread_mutex_lock(&h->mu);
+    uint64_t seq = ++h->n_seq;
+    pthread_mutex_unlock(&h->mu);
+    snprintf(c->id, sizeof c->id, "%s-%" PRIu64, r->kind == SV_CHAT ? "chatcmpl" : "cmpl", seq);
+    c->created = time(NULL);
+    c->meta = (sv_oai_meta){c->id, (int64_t)c->created, cfg->model_name};
+    if (wait_request(c, !r->stream, (size_t)-1, 0) != 0)
+        return MHD_NO; /* the client left: cancelled */
+    if (r->err != SV_ERR_NONE && (!r->is_started || !r->stream)) /* is_done: stable */
+        return respond_error(c, r->err, NULL, "%s", r->errmsg);
+    if (!r->stream)
+        return respond_json(c, 200, sv_oai_response(r, &c->meta));
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_reader, c, NULL);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Rebound-Conversation", r->conv_out);
+    if (r->restore)
+        MHD_add_response_header(resp, "X-Rebound-Restore", r->restore);
+    enum MHD_Result ok = MHD_queue_response(c->mc, 200, resp);
+    MHD_destroy_response(resp);
+    sv_metrics_count_request(h->metrics, c->endpoint, 200);
+    return ok;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    sv_http *h = cls;
+    conn *c = *con_cls;
+    if (!c) { /* the headers are in */
+        if (!(c = calloc(1, sizeof *c)))
+            return MHD_NO;
+        *con_cls = c;
+        c->h = h;
+        c->mc = mc;
+        c->endpoint = route(url);
+        c->is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
+        pthread_mutex_lock(&h->mu);
+        uint32_t n_conn = h->n_conn;
+        pthread_mutex_unlock(&h->mu);
+        if (n_conn > h->cfg->max_conn)
+            return respond_error(c, SV_ERR_UNAVAILABLE, NULL, "too many connections (%" PRIu32
+                                 " open, --max-connections %" PRIu32 "); retry later", n_conn,
+                                 h->cfg->max_conn);
+        if (c->is_post) {
+            const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
+                                                         MHD_HTTP_HEADER_CONTENT_LENGTH);
+            if (cl && strtoull(cl, NULL, 10) > h->cfg->max_body)
+                return respond_error(c, SV_ERR_TOO_LARGE, NULL, "the body has %s bytes; "
+                                     "--max-body is %" PRIu64, cl, h->cfg->max_body);
+            return MHD_YES;
+        }
+    }
+    if (c->is_post && *upload_size) {
+        if (!c->too_large && c->len + *upload_size > h->cfg->max_body)
+            c->too_large = 1;
+        if (!c->too_large) {
+            if (c->len + *upload_size + 1 > c->cap) {
+                size_t cap = c->cap ? c->cap : 4096;
+                while (cap < c->len + *upload_size + 1)
+                    cap *= 2;
+                char *b = realloc(c->body, cap);
+                if (!b)
+                    return MHD_NO;
+                c->body = b, c->cap = cap;
+            }
+            memcpy(c->body + c->len, upload, *upload_size);
+            c->len += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (c->too_large)
+        return respond_error(c, SV_ERR_TOO_LARGE, NULL, "the body is larger than --max-body "
+                             "(%" PRIu64 " bytes)", h->cfg->max_body);
+    if (c->endpoint == SV_EP_OTHER)
+        return respond_error(c, SV_ERR_NOT_FOUND, NULL, "no endpoint %.200s (rebound serves "
+                             "/v1/chat/completions, /v1/completions, /v1/models, /health, "
+                             "/metrics)", url);
+    int wants_post = c->endpoint == SV_EP_CHAT || c->endpoint == SV_EP_COMPLETIONS;
+    if (wants_post != c->is_post || (!c->is_post && strcmp(method, MHD_HTTP_METHOD_GET) &&
+                                     strcmp(method, MHD_HTTP_METHOD_HEAD)))
+        return respond_error(c, SV_ERR_METHOD, NULL, "%.20s %.200s: use %s", method, url,
+                             wants_post ? "POST" : "GET");
+    if (c->endpoint == SV_EP_HEALTH) {
+        char *b = strdup("{\"status\":\"ok\"}");
+        return b ? respond(c, 200, "application/json", b, strlen(b)) : MHD_NO;
+    }
+    if (h->cfg->api_key && c->endpoint != SV_EP_METRICS) {
+        const char *auth = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
+                                                       MHD_HTTP_HEADER_AUTHORIZATION);
+        const char *given = auth && !strncmp(auth, "Bearer ", 7) ? auth + 7 : "";
+        if (!key_equal(given, h->cfg->api_key))
+            return respond_error(c, SV_ERR_AUTH, NULL, "%s", auth ? "the API key is not this "
+                                 "server's" : "an API key is required (Authorization: Bearer KEY)");
+    }
+    if (c->endpoint == SV_EP_METRICS)
+        return metrics_page(c);
+    if (c->endpoint == SV_EP_MODELS) {
+        return respond_json(c, 200, sv_oai_models(h->cfg->model_name, h->n_ctx, (int64_t)time(NULL)));
+    }
+    return generate(c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)mc, (void)toe;
+    conn *c = *con_cls;
+    if (!c)
+        return;
+    if (c->req) {
+        pthread_mutex_lock(&c->req->mu);
+        if (!c->req->is_done)
+            c->req->is_cancelled = 1; /* the client left mid-stream */
+        pthread_mutex_unlock(&c->req->mu);
+        sv_request_release(c->req);
+        in_flight_add(c->h, -1);
+    }
+    free(c->body);
+    free(c->pending);
+    free(c);
+    *con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    (void)mc, (void)socket_context;
+    sv_http *h = cls;
+    pthread_mutex_lock(&h->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED)
+        h->n_conn++;
+    else if (h->n_conn > 0)
+        h->n_conn--;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    msg[strcspn(msg, "\n")] = 0;
+    sv_log("http: %s", msg);
+}
+
+static int listen_unix(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof a.sun_path) {
+        sv_log("error: --unix path is longer than %zu bytes",
+                sizeof a.sun_path - 1);
+        return -1;
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            sv_log("error: --unix %s exists and is not a socket", path);
+            return -1;
+        }
+        unlink(path); /* a socket left by an earlier server */
+    }
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || chmod(path, 0600) != 0 ||
+        listen(fd, 128) != 0) {
+        sv_log("error: --unix %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+
+/* ---- start and stop -------------------------------------------------------- */
+
+sv_http *sv_http_start(const sv_config *cfg, sv_sched *sched, sv_metrics *metrics)
+{
+    sv_http *h = calloc(1, sizeof *h);
+    if (!h) {
+        sv_log("error: out of memory");
+        return NULL;
+    }
+    h->cfg = cfg;
+    h->sched = sched;
+    h->metrics = metrics;
+    h->n_ctx = sv_sched_n_ctx(sched);
+    h->unix_fd = -1;
+    pthread_mutex_init(&h->mu, NULL);
+    const char *host = cfg->host;
+    unsigned flags = MHD_USE_AUTO | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
+    struct sockaddr_storage sa;
+    memset(&sa, 0, sizeof sa);
+    if (cfg->unix_path) {
+        if ((h->unix_fd = listen_unix(cfg->unix_path)) < 0)
+            goto fail;
+    } else if (strchr(host, ':')) {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&sa;
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->port);
+        if (inet_pton(AF_INET6, host, &a6->sin6_addr) != 1) {
+            sv_log("error: --host %s is not an IPv6 address", host);
+            goto fail;
+        }
+        flags |= MHD_USE_IPv6;
+    } else {
+        struct sockaddr_in *a4 = (struct sockaddr_in *)&sa;
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->port);
+        if (inet_pton(AF_INET, host, &a4->sin_addr) != 1) {
+            sv_log("error: --host %s is not an IPv4 address", host);
+            goto fail;
+        }
+    }
+    struct MHD_OptionItem listen_opt[] = {
+        h->unix_fd >= 0 ? (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, h->unix_fd, NULL}
+                        : (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &sa},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    h->daemon = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
+                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                 MHD_OPTION_ARRAY, listen_opt,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conn + 8,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, 60u,
+                                 MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                                 MHD_OPTION_END);
+    if (!h->daemon) {
+        if (cfg->unix_path)
+            sv_log("error: cannot serve on %s", cfg->unix_path);
+        else
+            sv_log("error: cannot listen on %s port %d: %s", host, cfg->port, strerror(errno));
+        if (!cfg->unix_path)
+            fprintf(stderr, "hint: another server may use the port; --port 0 picks a free one\n");
+        goto fail;
+    }
+    if (cfg->unix_path) {
+        sv_log("listening on unix:%s (model %s, context %" PRIu32 ", parallel %" PRIu32 ")",
+               cfg->unix_path, cfg->model_name, h->n_ctx, cfg->parallel);
+    } else {
+        const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+        int bound = di ? (int)di->port : cfg->port;
+        sv_log("listening on http://%s%s%s:%d (model %s, context %" PRIu32 ", parallel %" PRIu32
+               ")", strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", bound,
+               cfg->model_name, h->n_ctx, cfg->parallel);
+    }
+    return h;
+fail:
+    sv_http_stop(h);
+    return NULL;
+}
+
+void sv_http_stop(sv_http *h)
+{
+    if (!h)
+        return;
+    if (h->daemon)
+        MHD_stop_daemon(h->daemon);
+    if (h->unix_fd >= 0) {
+        close(h->unix_fd);
+        unlink(h->cfg->unix_path);
+    }
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+}

@@ -1,0 +1,86 @@
+/*
+ * metrics.h - the counters and gauges of `rebound serve` (what /metrics
+ * shows) and the Prometheus text of them.
+ *
+ * Threads: one sv_metrics per server, written by the connection threads
+ * (requests by endpoint and status, in flight) and the scheduler (tokens,
+ * restores, TTFT, the memory gauges); every access holds its mu. Readers
+ * take a copy (sv_metrics_get) and format that.
+ */
+#ifndef RB_SERVE_METRICS_H
+#define RB_SERVE_METRICS_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+
+/* The HTTP endpoints, as /metrics counts them. */
+typedef enum sv_endpoint {
+    SV_EP_CHAT, SV_EP_COMPLETIONS, SV_EP_MODELS, SV_EP_HEALTH, SV_EP_METRICS, SV_EP_OTHER,
+    SV_EP_COUNT
+} sv_endpoint;
+
+/* Where a request found its conversation's KV when it was admitted (the
+ * X-Rebound-Restore header): all of it in RAM, some in the compressed RAM
+ * tier (none on storage), some on storage, a session reopened from its
+ * file, a new conversation, or KV to compute again from the tokens (the
+ * baseline, or pages a trim dropped). */
+typedef enum sv_restore {
+    SV_RESTORE_RESIDENT = 0,
+    SV_RESTORE_COMPRESSED,
+    SV_RESTORE_STORED,
+    SV_RESTORE_FILE,
+    SV_RESTORE_NEW,
+    SV_RESTORE_RECOMPUTED,
+    SV_RESTORE_COUNT
+} sv_restore;
+/* "resident", "compressed", "stored", "file", "new", "recomputed" (static) */
+const char *sv_restore_name(sv_restore k);
+
+/* What the store holds, for /metrics (convstore.c). */
+typedef struct sv_mem_snapshot {
+    uint64_t weights_bytes;
+    uint64_t kv_resident_bytes, kv_compressed_bytes, kv_stored_bytes, kv_dropped_bytes;
+    uint64_t scratch_bytes, other_bytes;
+    uint64_t n_conv_open, n_conv_stored, n_conv_total;
+    uint64_t disk_bytes;
+    uint64_t pool_total_bytes, pool_over_bytes;   /* rb_pool_stats */
+    uint64_t pool_trimmed_bytes, pool_weights_released_bytes;
+} sv_mem_snapshot;
+
+#define SV_TTFT_BUCKETS 10
+
+typedef struct sv_counts {
+    uint64_t requests[SV_EP_COUNT][5];  /* endpoint x status class (2xx..5xx, other) */
+    uint64_t in_flight;
+    uint64_t tokens_prompt, tokens_cached, tokens_completion;
+    uint64_t restores[SV_RESTORE_COUNT];
+    uint64_t conv_evicted, conv_closed, cancelled;
+    uint64_t decode_passes_single;  /* decode steps of one stream */
+    uint64_t decode_passes_multi;   /* of several streams in one forward pass */
+    uint64_t ttft_count, ttft_bucket[SV_TTFT_BUCKETS];
+    double ttft_sum_s;
+    sv_mem_snapshot mem;
+} sv_counts;
+
+typedef struct sv_metrics {
+    pthread_mutex_t mu;
+    sv_counts v;                    /* under mu */
+} sv_metrics;
+
+void sv_metrics_init(sv_metrics *m);
+void sv_metrics_deinit(sv_metrics *m);
+/* *field += v under m->mu; field points into m->v. */
+void sv_metrics_add(sv_metrics *m, uint64_t *field, uint64_t v);
+/* One request answered with status at endpoint ep. */
+void sv_metrics_count_request(sv_metrics *m, sv_endpoint ep, unsigned status);
+void sv_metrics_record_ttft(sv_metrics *m, double ttft_s);
+void sv_metrics_set_mem(sv_metrics *m, const sv_mem_snapshot *mem);
+/* A copy of the counts, taken under mu. */
+void sv_metrics_get(sv_metrics *m, sv_counts *out);
+/* The Prometheus text exposition of c into f (mem_budget: --mem-budget). */
+void sv_metrics_write(const sv_counts *c, uint64_t mem_budget_bytes, FILE *f);
+
+#endif

@@ -1,0 +1,112 @@
+/*
+ * scheduler.h - the scheduler of `rebound serve`: the one thread that owns the
+ * model, every conversation's session (through the store) and the
+ * --sessions folder, and runs the requests the connection threads queue.
+ *
+ * Threads and ownership:
+ *   - connection threads fill an sv_request (sv_request_new, then the
+ *     fields above `mu`), queue it (sv_sched_submit) and wait on its
+ *     condition variable for its output. They never touch the model, a
+ *     session, a sampler or a file.
+ *   - the scheduler thread is the only thread that calls into the
+ *     library after sv_sched_start: tokenizer, sessions, samplers,
+ *     detokenizers, the store. It runs the active requests in rounds: a
+ *     prefill chunk of each request still in its prompt, then one decoded
+ *     token of all the others in one forward pass
+ *     (rb_session_decode_multi).
+ *   - an sv_request is shared by exactly those two: the fields above `mu`
+ *     are written by the connection thread before it is queued and read
+ *     only after; the fields below `mu` are guarded by it. It is freed by
+ *     whichever side lets go last (refs).
+ */
+#ifndef RB_SERVE_SCHEDULER_H
+#define RB_SERVE_SCHEDULER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "metrics.h"
+#include "convstore.h"
+
+#define SV_STOP_MAX 4     /* OpenAI's limit of stop sequences */
+#define SV_STOP_LEN_MAX 256
+
+typedef enum sv_kind { SV_CHAT = 0, SV_COMPLETION = 1 } sv_kind;
+
+/* OpenAI-style error classes and their HTTP statuses. */
+typedef enum sv_err {
+    SV_ERR_NONE = 0,
+    SV_ERR_INVALID = 400,   /* invalid_request_error */
+    SV_ERR_AUTH = 401,      /* authentication_error */
+    SV_ERR_NOT_FOUND = 404,
+    SV_ERR_METHOD = 405,
+    SV_ERR_TOO_LARGE = 413,
+    SV_ERR_BUSY = 429,      /* too many requests in flight */
+    SV_ERR_SERVER = 500,
+    SV_ERR_UNAVAILABLE = 503
+} sv_err;
+
+typedef struct sv_request {
+    /* ---- written by the connection thread before it is queued ---- */
+    sv_kind kind;
+    int stream;
+    int include_usage;            /* stream_options.include_usage */
+    rb_chat_message *msgs;        /* SV_CHAT: roles and contents, owned */
+    size_t n_msgs;
+    char *prompt;                 /* SV_COMPLETION: owned */
+    char conv_id[SV_ID_MAX + 1];  /* "": map by longest token prefix */
+    int64_t max_tokens;           /* -1: until end of generation or full context */
+    rb_sampler_params sp;
+    int has_seed;                 /* sp.seed is the request's */
+    char *stop[SV_STOP_MAX];
+    int n_stop;
+    double t_arrival;
+    struct sv_request *next;      /* the scheduler's queue (under its mu) */
+
+    /* ---- shared, under mu ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;                     /* 2 while both sides hold it */
+    int is_started;               /* the prompt was accepted: usage counts known */
+    int is_done;
+    int is_cancelled;             /* the client left: the scheduler stops it */
+    sv_err err;                   /* an error the request ended with */
+    char errmsg[256];
+    char *out;                    /* generated text safe to send (stop strings cut) */
+    size_t out_len, out_cap;
+    const char *finish_reason;    /* "stop", "length", "cancelled" (static) */
+    size_t n_prompt, n_cached, n_completion;
+    char conv_out[SV_ID_MAX + 1]; /* the conversation that served it */
+    const char *restore;          /* where its KV was when admitted (static
+                                     string): sv_restore_name */
+} sv_request;
+
+/* A new request with one reference (the caller's), arrival now; NULL: no
+ * memory. */
+sv_request *sv_request_new(void);
+/* Releases one side's hold; the last frees it and what it owns. */
+void sv_request_release(sv_request *r);
+
+typedef struct sv_sched sv_sched;
+
+/* Chooses the chat template, creates the pool and the first session
+ * (which loads the weights: an unsupported model fails here), loads the
+ * --sessions folder, starts the thread. cfg, model and metrics are
+ * borrowed until sv_sched_free. NULL after logging why. */
+sv_sched *sv_sched_start(const sv_config *cfg, rb_model *model, sv_metrics *metrics);
+/* The sessions' context length (after the start). */
+uint32_t sv_sched_n_ctx(const sv_sched *s);
+/* Queues r (the scheduler takes a reference). SV_ERR_BUSY when parallel +
+ * max_queue requests are in flight (queued or active) already,
+ * SV_ERR_UNAVAILABLE while stopping; else SV_ERR_NONE. Any thread. */
+sv_err sv_sched_submit(sv_sched *s, sv_request *r);
+/* Stops the thread: active requests end (503, their conversations
+ * saved), queued ones get 503, later submits SV_ERR_UNAVAILABLE. */
+void sv_sched_stop(sv_sched *s);
+/* Stops it if running and frees everything; no connection thread may
+ * hold the scheduler any more (the HTTP daemon is stopped). NULL: no-op. */
+void sv_sched_free(sv_sched *s);
+
+#endif

@@ -1,0 +1,265 @@
+/*
+ * test_serve_oai.c - serve/oai: OpenAI request bodies into sv_request
+ * (every field, the defaults, each wrong field refused with its name and
+ * status) and sv_request into response, chunk, usage, error and model
+ * objects (read back with jansson); invalid UTF-8 out of the model made
+ * valid. Pure functions: no model, no server.
+ */
+#include <jansson.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "oai.h"
+
+static sv_config cfg;
+
+static sv_request *parse(sv_kind kind, const char *body, sv_oai_error *e, int *rc)
+{
+    sv_request *r = sv_request_new();
+    *rc = sv_oai_parse(&cfg, 512, kind, body, strlen(body), r, e);
+    return r;
+}
+
+/* the body is refused with this status, param, and a message containing want */
+static void check_refused(sv_kind kind, const char *body, const char *param, const char *want)
+{
+    sv_oai_error e;
+    int rc;
+    sv_request *r = parse(kind, body, &e, &rc);
+    CHECK_EQ_INT(rc, -1);
+    CHECK_EQ_INT(e.e, SV_ERR_INVALID);
+    if (param)
+        CHECK(e.param && !strcmp(e.param, param));
+    else
+        CHECK(e.param == NULL);
+    if (!strstr(e.msg, want)) {
+        fprintf(stderr, "body %s: message '%s' lacks '%s'\n", body, e.msg, want);
+        CHECK(0);
+    }
+    sv_request_release(r);
+}
+
+static void test_parse_chat(void)
+{
+    sv_oai_error e;
+    int rc;
+    sv_request *r = parse(SV_CHAT,
+        "{\"model\":\"x\",\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hel\"},"
+        "{\"type\":\"text\",\"text\":\"lo\"}]}],\"stream\":true,"
+        "\"stream_options\":{\"include_usage\":true},\"max_tokens\":7,\"temperature\":0.5,"
+        "\"top_p\":0.9,\"top_k\":3,\"seed\":42,\"stop\":[\"a\",\"bc\"],"
+        "\"conversation_id\":\"conv-1\",\"unknown_field\":{}}", &e, &rc);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(r->kind, SV_CHAT);
+    CHECK_EQ_U64(r->n_msgs, 2);
+    CHECK(!strcmp(r->msgs[0].role, "system"));
+    CHECK(!strcmp(r->msgs[0].content, "be brief"));
+    CHECK(!strcmp(r->msgs[1].role, "user"));
+    CHECK(!strcmp(r->msgs[1].content, "hello"));
+    CHECK_EQ_INT(r->stream, 1);
+    CHECK_EQ_INT(r->include_usage, 1);
+    CHECK_EQ_INT(r->max_tokens, 7);
+    CHECK_NEAR(r->sp.temp, 0.5, 1e-6);
+    CHECK_NEAR(r->sp.top_p, 0.9, 1e-6);
+    CHECK_EQ_INT(r->sp.top_k, 3);
+    CHECK_EQ_INT(r->has_seed, 1);
+    CHECK_EQ_U64(r->sp.seed, 42);
+    CHECK_EQ_INT(r->n_stop, 2);
+    CHECK(r->n_stop == 2 && !strcmp(r->stop[1], "bc"));
+    CHECK(!strcmp(r->conv_id, "conv-1"));
+    sv_request_release(r);
+
+    /* defaults from the config */
+    r = parse(SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &e, &rc);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(r->stream, 0);
+    CHECK_EQ_INT(r->max_tokens, cfg.n_predict);
+    CHECK_NEAR(r->sp.temp, cfg.sampler.temp, 0);
+    CHECK_EQ_INT(r->has_seed, 0);
+    CHECK_EQ_INT(r->conv_id[0], 0);
+    sv_request_release(r);
+}
+
+static void test_parse_completion(void)
+{
+    sv_oai_error e;
+    int rc;
+    sv_request *r = parse(SV_COMPLETION, "{\"prompt\":[\"once upon\"],\"max_completion_tokens\":3}",
+                          &e, &rc);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(r->kind, SV_COMPLETION);
+    CHECK(r->prompt && !strcmp(r->prompt, "once upon"));
+    CHECK_EQ_INT(r->max_tokens, 3);
+    CHECK_EQ_U64(r->n_msgs, 0);
+    sv_request_release(r);
+}
+
+static void test_parse_refused(void)
+{
+    check_refused(SV_CHAT, "{\"messages\": [", NULL, "not valid JSON");
+    check_refused(SV_CHAT, "[1]", NULL, "must be a JSON object");
+    check_refused(SV_CHAT, "{}", "messages", "'messages' is required");
+    check_refused(SV_CHAT, "{\"messages\":\"hi\"}", "messages", "must be an array, not a string");
+    check_refused(SV_CHAT, "{\"messages\":[]}", "messages", "1 to 65536");
+    check_refused(SV_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages",
+                  "messages[0].role 'tool'");
+    check_refused(SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                  "{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages",
+                  "messages[1].content[0]");
+    const char *ok = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
+    char body[512];
+    snprintf(body, sizeof body, "%s\"max_tokens\":513}", ok);
+    check_refused(SV_CHAT, body, "max_tokens", "from 1 to 512");
+    snprintf(body, sizeof body, "%s\"max_tokens\":1.5}", ok);
+    check_refused(SV_CHAT, body, "max_tokens", "must be an integer, not a number");
+    snprintf(body, sizeof body, "%s\"temperature\":3}", ok);
+    check_refused(SV_CHAT, body, "temperature", "from 0 to 2");
+    snprintf(body, sizeof body, "%s\"stream\":1}", ok);
+    check_refused(SV_CHAT, body, "stream", "true or false");
+    snprintf(body, sizeof body, "%s\"n\":2}", ok);
+    check_refused(SV_CHAT, body, "n", "from 1 to 1");
+    snprintf(body, sizeof body, "%s\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", ok);
+    check_refused(SV_CHAT, body, "stop", "at most 4");
+    snprintf(body, sizeof body, "%s\"conversation_id\":\"../etc\"}", ok);
+    check_refused(SV_CHAT, body, "conversation_id", "must be 1 to 64 characters");
+    check_refused(SV_COMPLETION, "{\"prompt\":\"\"}", "prompt", "'prompt' is empty");
+    check_refused(SV_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "must be a string");
+}
+
+/* a done request as the scheduler leaves it */
+static sv_request *done_request(sv_kind kind, const char *out, size_t n)
+{
+    sv_request *r = sv_request_new();
+    r->kind = kind;
+    r->out = malloc(n + 1);
+    memcpy(r->out, out, n);
+    r->out[n] = 0;
+    r->out_len = n;
+    r->n_prompt = 11, r->n_cached = 4, r->n_completion = 3;
+    snprintf(r->conv_out, sizeof r->conv_out, "c0123");
+    r->restore = "resident";
+    r->finish_reason = "cancelled";
+    r->is_started = r->is_done = 1;
+    return r;
+}
+
+static json_t *load(char *s)
+{
+    CHECK(s != NULL);
+    json_error_t je;
+    json_t *j = s ? json_loads(s, 0, &je) : NULL;
+    CHECK(j != NULL);
+    free(s);
+    return j;
+}
+
+static const char *str_at(json_t *j, const char *path)
+{
+    /* path: keys separated by '.', array index as a number */
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *k = strtok(buf, "."); k && j; k = strtok(NULL, "."))
+        j = (*k >= '0' && *k <= '9') ? json_array_get(j, (size_t)atoi(k)) : json_object_get(j, k);
+    return json_is_string(j) ? json_string_value(j) : NULL;
+}
+
+static long long int_at(json_t *j, const char *path)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *k = strtok(buf, "."); k && j; k = strtok(NULL, "."))
+        j = json_object_get(j, k);
+    return json_is_integer(j) ? json_integer_value(j) : -1;
+}
+
+static void test_responses(void)
+{
+    sv_oai_meta m = {"chatcmpl-x", 1700000000, "tiny.gguf"};
+    sv_request *r = done_request(SV_CHAT, "hi\xff", 3);
+    json_t *j = load(sv_oai_response(r, &m));
+    CHECK(str_at(j, "id") && !strcmp(str_at(j, "id"), "chatcmpl-x"));
+    CHECK(str_at(j, "object") && !strcmp(str_at(j, "object"), "chat.completion"));
+    CHECK(str_at(j, "model") && !strcmp(str_at(j, "model"), "tiny.gguf"));
+    CHECK(str_at(j, "conversation_id") && !strcmp(str_at(j, "conversation_id"), "c0123"));
+    CHECK(str_at(j, "restore") && !strcmp(str_at(j, "restore"), "resident"));
+    const char *content = str_at(j, "choices.0.message.content");
+    CHECK(content && !strcmp(content, "hi\xEF\xBF\xBD")); /* invalid byte -> U+FFFD */
+    const char *fin = str_at(j, "choices.0.finish_reason");
+    CHECK(fin && !strcmp(fin, "stop")); /* "cancelled" is told as "stop" */
+    CHECK_EQ_INT(int_at(j, "usage.prompt_tokens"), 11);
+    CHECK_EQ_INT(int_at(j, "usage.completion_tokens"), 3);
+    CHECK_EQ_INT(int_at(j, "usage.total_tokens"), 14);
+    CHECK_EQ_INT(int_at(j, "usage.prompt_tokens_details.cached_tokens"), 4);
+    json_decref(j);
+
+    j = load(sv_oai_chunk(r, &m, NULL, 0, NULL, 1));
+    CHECK(str_at(j, "object") && !strcmp(str_at(j, "object"), "chat.completion.chunk"));
+    CHECK(str_at(j, "choices.0.delta.role") && !strcmp(str_at(j, "choices.0.delta.role"), "assistant"));
+    CHECK(json_is_null(json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                                       "finish_reason")));
+    json_decref(j);
+    j = load(sv_oai_chunk(r, &m, "ab", 2, "length", 0));
+    CHECK(str_at(j, "choices.0.delta.content") && !strcmp(str_at(j, "choices.0.delta.content"), "ab"));
+    CHECK(str_at(j, "choices.0.finish_reason") && !strcmp(str_at(j, "choices.0.finish_reason"), "length"));
+    json_decref(j);
+    j = load(sv_oai_usage_chunk(r, &m));
+    CHECK_EQ_U64(json_array_size(json_object_get(j, "choices")), 0);
+    CHECK_EQ_INT(int_at(j, "usage.prompt_tokens_details.cached_tokens"), 4);
+    json_decref(j);
+    sv_request_release(r);
+
+    r = done_request(SV_COMPLETION, "text", 4);
+    r->finish_reason = "length";
+    m.id = "cmpl-y";
+    j = load(sv_oai_response(r, &m));
+    CHECK(str_at(j, "object") && !strcmp(str_at(j, "object"), "text_completion"));
+    CHECK(str_at(j, "choices.0.text") && !strcmp(str_at(j, "choices.0.text"), "text"));
+    CHECK(str_at(j, "choices.0.finish_reason") && !strcmp(str_at(j, "choices.0.finish_reason"), "length"));
+    json_decref(j);
+    sv_request_release(r);
+
+    j = load(sv_oai_error_json(SV_ERR_BUSY, "slow down", NULL));
+    CHECK(str_at(j, "error.type") && !strcmp(str_at(j, "error.type"), "rate_limit_error"));
+    CHECK(str_at(j, "error.code") && !strcmp(str_at(j, "error.code"), "too_many_requests"));
+    CHECK(str_at(j, "error.message") && !strcmp(str_at(j, "error.message"), "slow down"));
+    json_decref(j);
+    j = load(sv_oai_error_json(SV_ERR_INVALID, "bad \xC0", "stop"));
+    CHECK(str_at(j, "error.param") && !strcmp(str_at(j, "error.param"), "stop"));
+    CHECK(str_at(j, "error.type") && !strcmp(str_at(j, "error.type"), "invalid_request_error"));
+    json_decref(j);
+    j = load(sv_oai_models("tiny.gguf", 512, 5));
+    CHECK(str_at(j, "data.0.id") && !strcmp(str_at(j, "data.0.id"), "tiny.gguf"));
+    json_decref(j);
+}
+
+static void test_utf8(void)
+{
+    static const struct { const char *in; size_t n; const char *out; } cases[] = {
+        {"abc", 3, "abc"},
+        {"\xC3\xA9", 2, "\xC3\xA9"},                       /* e acute */
+        {"\xC0\xAF", 2, "\xEF\xBF\xBD\xEF\xBF\xBD"},       /* overlong '/' */
+        {"\xED\xA0\x80", 3, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* surrogate */
+        {"\xF0\x9F\x98\x80", 4, "\xF0\x9F\x98\x80"},       /* emoji */
+        {"\xF0\x9F\x98", 3, "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* cut short */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = 0;
+        char *o = sv_oai_utf8_clean(cases[i].in, cases[i].n, &n);
+        CHECK(o && n == strlen(cases[i].out) && !memcmp(o, cases[i].out, n));
+        free(o);
+    }
+}
+
+int main(void)
+{
+    memset(&cfg, 0, sizeof cfg);
+    cfg.sampler = rb_sampler_default_params();
+    cfg.n_predict = -1;
+    test_parse_chat();
+    test_parse_completion();
+    test_parse_refused();
+    test_responses();
+    test_utf8();
+    return check_report();
+}
