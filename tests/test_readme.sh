@@ -7,10 +7,11 @@
 #      "greedy" prints exactly what `rebound run --temp 0 -n 32` generates;
 #   2. every ```python block is valid Python (py_compile: it may need a
 #      server or a package that is not here);
-#   3. every `rebound ...` command line in a code block names a subcommand
-#      that `rebound --help` lists, and each of its options is one that
-#      `rebound SUBCOMMAND --help` lists (llama.cpp spellings included);
-#   4. every repository path the README names (in backticks or as a link)
+#   3. every `rebound ...` command line in a code block of the README and
+#      of docs/reference.md, docs/serve.md and docs/benchmarks.md names a
+#      subcommand that `rebound --help` lists, and each of its options is
+#      one that `rebound SUBCOMMAND --help` lists (llama.cpp spellings too);
+#   4. every repository path those files name (in backticks or as a link)
 #      exists; bindings/ paths only once that folder exists (another branch
 #      adds it: until then they are listed as a note);
 #   5. the test command in the README is the one .ci/run's test step runs.
@@ -36,41 +37,56 @@ README=$SRC/README.md
 
 # The blocks and command lines, extracted once: block-N.c, block-N.py,
 # commands.txt (one command per line, continuations joined), paths.txt
-python3 - "$README" <<'EOF'
-import re, sys
-text = open(sys.argv[1], encoding="utf-8").read()
-import textwrap
-# fences may be indented (a block inside a list item): the body is dedented
-blocks = [(lang, textwrap.dedent(body)) for lang, body in
-          re.findall(r"^[ \t]*```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*```", text, re.S | re.M)]
+python3 - "$SRC" <<'EOF'
+import os, re, sys, textwrap
+src = sys.argv[1]
+# the README, and the docs it sends readers to (their code is indented
+# blocks: only their command lines and paths are checked)
+files = ["README.md"] + ["docs/" + f for f in ("reference.md", "serve.md", "benchmarks.md")
+                         if os.path.exists(os.path.join(src, "docs", f))]
 nc = npy = 0
-cmds = []
-for lang, body in blocks:
-    if lang == "c":
-        nc += 1
-        open("block-%d.c" % nc, "w").write(body)
-    elif lang in ("python", "py"):
-        npy += 1
-        open("block-%d.py" % npy, "w").write(body)
-    if lang in ("", "sh", "bash", "shell", "console"):
-        body = re.sub(r"\\\n\s*", " ", body)
-        for line in body.splitlines():
-            line = re.sub(r"^\s*(\$\s+)?", "", line)
-            for part in re.split(r"\s*(?:&&|\|\||;|\|)\s*", line):
-                m = re.match(r"(?:\S*/)?rebound\s+(.*)", part)
-                if m and not part.startswith(("cmake", "ctest")):
-                    cmds.append(m.group(1))
+cmds, paths = [], set()
+
+def commands(body, where):
+    body = re.sub(r"\\\n\s*", " ", body)
+    for line in body.splitlines():
+        line = re.sub(r"^\s*(\$\s+)?", "", line)
+        line = re.sub(r"\s+#.*$", "", line)    # a shell comment
+        for part in re.split(r"\s*(?:&&|\|\||;|\|)\s*", line):
+            m = re.match(r"(?:\S*/)?rebound\s+(.*)", part)
+            if m:
+                cmds.append(where + "\t" + m.group(1))
+
+for name in files:
+    text = open(os.path.join(src, name), encoding="utf-8").read()
+    # fences may be indented (a block inside a list item): the body is dedented
+    for lang, body in re.findall(r"^[ \t]*```([A-Za-z0-9_+-]*)[^\n]*\n(.*?)^[ \t]*```",
+                                 text, re.S | re.M):
+        body = textwrap.dedent(body)
+        if name == "README.md" and lang == "c":
+            nc += 1
+            open("block-%d.c" % nc, "w").write(body)
+        elif lang in ("python", "py"):
+            npy += 1
+            open("block-%d.py" % npy, "w").write(body)
+        elif lang in ("", "sh", "bash", "shell", "console"):
+            commands(body, name)
+    # indented code blocks (4 spaces)
+    if name != "README.md":
+        indented = "\n".join(l[4:] if l.startswith("    ") else "" for l in text.splitlines())
+        commands(indented, name)
+    # repository paths: `a/b...` in backticks or (a/b...) as a link target
+    for p in re.findall(r"`([^`\s]+)`", text) + re.findall(r"\]\(([^)\s]+)\)", text):
+        p = p.split("#")[0].rstrip(".,:;")
+        if re.match(r"^(src|include|app|tests|docs|examples|scripts|cmake|bindings|tools|bench|fuzz|serve|\.ci)(/|$)", p) \
+                or p in ("LICENSE", "CMakeLists.txt", "pyproject.toml"):
+            paths.add(p.rstrip("/"))
+        elif name.startswith("docs/") and re.match(r"^[\w.-]+\.(svg|json|md)$", p):
+            paths.add("docs/" + p)      # a link relative to docs/
 open("commands.txt", "w").write("\n".join(cmds) + "\n")
-# repository paths: `a/b...` in backticks or (a/b...) as a link target
-paths = set()
-for p in re.findall(r"`([^`\s]+)`", text) + re.findall(r"\]\(([^)\s]+)\)", text):
-    p = p.split("#")[0].rstrip(".,:;")
-    if re.match(r"^(src|include|app|tests|docs|examples|scripts|cmake|bindings|tools|bench|fuzz|serve|\.ci)(/|$)", p) \
-            or p in ("LICENSE", "CMakeLists.txt", "pyproject.toml"):
-        paths.add(p.rstrip("/"))
 open("paths.txt", "w").write("\n".join(sorted(paths)) + "\n")
-print("extracted %d C blocks, %d Python blocks, %d rebound commands, %d paths"
-      % (nc, npy, len(cmds), len(paths)))
+print("extracted %d C blocks, %d Python blocks, %d rebound commands, %d paths from %s"
+      % (nc, npy, len(cmds), len(paths), ", ".join(files)))
 EOF
 
 step "the README's test command is .ci/run's test step"
@@ -104,7 +120,7 @@ step "every rebound command names a subcommand and options it takes"
 SUBS=$(awk '/^commands:/ { on = 1; next } on && NF { print $1 } on && !NF { exit }' help.txt)
 [ -n "$SUBS" ] || fail "no commands in rebound --help"
 n_cmds=0
-while IFS= read -r line; do
+while IFS=$'\t' read -r where line; do
     [ -n "$line" ] || continue
     # shellcheck disable=SC2086
     set -f; set -- $line; set +f
@@ -113,7 +129,7 @@ while IFS= read -r line; do
     case $sub in
         --help|-h|--version|help) continue ;;
     esac
-    grep -qx -- "$sub" <<< "$SUBS" || fail "'rebound $line': '$sub' is not a rebound command"
+    grep -qx -- "$sub" <<< "$SUBS" || fail "$where: 'rebound $line': '$sub' is not a rebound command"
     [ -f "help-$sub.txt" ] || "$REBOUND" "$sub" --help > "help-$sub.txt" 2>&1 ||
         fail "rebound $sub --help failed"
     for w in "$@"; do
@@ -127,11 +143,11 @@ while IFS= read -r line; do
         esac
         [ "$w" = -h ] || [ "$w" = --help ] && continue
         grep -qE -- "(^|[ ,])$w([ ,]|$)" "help-$sub.txt" ||
-            fail "'rebound $line': option $w is not in \`rebound $sub --help\`"
+            fail "$where: 'rebound $line': option $w is not in \`rebound $sub --help\`"
     done
     n_cmds=$((n_cmds + 1))
 done < commands.txt
-[ "$n_cmds" -ge 5 ] || fail "only $n_cmds rebound commands found in the README's code blocks"
+[ "$n_cmds" -ge 20 ] || fail "only $n_cmds rebound commands found in the code blocks"
 echo "   $n_cmds commands"
 
 step "every Python block is valid Python"
