@@ -237,6 +237,67 @@ rc=$RC
 exec 3>&-
 [ "$rc" = 0 ] || { cat sp.err >&2; fail "Ctrl-C at the prompt: exit status $rc, expected 0"; }
 
+check "on a terminal: a loading line, a percentage while a long message is read in; none piped"
+long_msg=$(printf 'hello %.0s' $(seq 1 150))
+chat_ok pl "$long_msg"$'\n' "$REBOUND" chat -m slow.gguf -c 4096 -n 2 --temp 0 -t 1
+grep -qE 'loading|reading the message' pl.err && { cat pl.err >&2; fail "progress lines on a piped stderr"; }
+if command -v python3 >/dev/null 2>&1; then
+    # chat under a pseudo-terminal: the long message, Ctrl-C, the up arrow
+    # (libedit's history recalls it), /stats, then Ctrl-C at the prompt
+    python3 - "$REBOUND" slow.gguf > pty.out 2>&1 <<'PYEOF2' || { cat pty.out >&2; fail "the chat under a terminal failed"; }
+import os, pty, select, sys, time
+rebound, model = sys.argv[1], sys.argv[2]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(rebound, [rebound, "chat", "-m", model, "-c", "4096", "-n", "-1", "--ignore-eos",
+                       "--temp", "0", "-t", "1"])
+out = b""
+def read_until(pattern, timeout=60):
+    global out
+    end = time.time() + timeout
+    while time.time() < end:
+        if pattern in out:
+            return True
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                break
+    return pattern in out
+ok = read_until(b"/help lists the commands")
+os.write(fd, b"hello " * 150 + b"\n")
+ok = ok and read_until(b"reading the message")
+ok = ok and read_until(b"reading the message: 100%")
+time.sleep(1.0)                              # the reply runs (about 150 tokens/s)
+os.write(fd, b"\x03")                        # Ctrl-C: the reply stops
+ok = ok and read_until(b"reply stopped")
+os.write(fd, b"\x1b[A")                      # up: the last line again (history)
+time.sleep(0.5)
+os.write(fd, b"\x15/stats\n")                # ^U clears it; /stats
+ok = ok and read_until(b"turns kept 1")
+os.write(fd, b"\x03")                        # Ctrl-C at the prompt: quit
+read_until(b"never", 3)
+_, status = os.waitpid(pid, 0)
+text = out.decode("utf-8", "replace")
+for want in ("rebound chat: loading", "loaded in", "reading the message:", "reply stopped"):
+    if want not in text:
+        print("missing:", want); ok = False
+history = "hello hello" in text.split("reply stopped", 1)[-1]
+print("status", status, "history recalled", history)
+sys.exit(0 if ok and status == 0 else 1)
+PYEOF2
+    # with libedit linked, the up arrow brought the long message back
+    LDD=$(ldd "$REBOUND" 2>/dev/null || true)
+    if grep -q libedit <<< "$LDD"; then
+        grep -q 'history recalled True' pty.out || { cat pty.out >&2; fail "libedit: the up arrow did not recall the message"; }
+    else
+        echo "note: rebound is built without libedit: history not checked"
+    fi
+else
+    echo "note: python3 is absent: the terminal check is skipped"
+fi
+
 check "errors: bad --template, a session of another model or context, no model, bad -n"
 run_fails e1 2 "unknown --chat-template 'foo'" "$REBOUND" chat -m tiny.gguf --template foo
 expect_line e1.err 'hint: known templates: chatml, llama3, llama2, zephyr, plain'
