@@ -58,13 +58,6 @@ rb_status rb_os_populate_read(const void *addr, size_t n, int *err_no);
  * the environment, the N-th point raises SIGKILL (kill-anywhere tests).
  * Without the variable it costs one relaxed atomic load. */
 void rb_os_fault_point(void);
-/* align-aligned memory of n bytes, freed with free(); NULL when out of
- * memory or align is not a power of two times sizeof(void *). n need not
- * be a multiple of align. posix_memalign, not C11's aligned_alloc: bionic
- * declares aligned_alloc only from Android API 28, and the library builds
- * for API 24 (README, "Android"). */
-void *rb_os_aligned_alloc(size_t align, size_t n);
-
 /* Gives the heap's free pages back to the OS (glibc: malloc_trim), after
  * many small blocks were freed at once (a restore's compressed frames), so
  * that what the accounts freed leaves the process's RSS. No-op elsewhere. */
@@ -78,6 +71,13 @@ void rb_os_trim_heap(void);
  * (call it before giving the range back: a huge page faulted in later by a
  * neighbour would fill the given-back part and overshoot the budget). */
 void rb_os_advise_huge(void *p, size_t n, int on);
+
+/* align-aligned memory of n bytes, freed with free(); NULL when out of
+ * memory or align is not a power of two times sizeof(void *). n need not
+ * be a multiple of align. posix_memalign, not C11's aligned_alloc: bionic
+ * declares aligned_alloc only from Android API 28, and the library builds
+ * for API 24 (README, "Android"). */
+void *rb_os_aligned_alloc(size_t align, size_t n);
 
 /*
  * Guarded file mappings. A file cut under a mapping of it raises SIGBUS
