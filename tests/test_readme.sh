@@ -28,6 +28,8 @@ REBOUND=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
 fail() { echo "FAIL [test_readme]: $*" >&2; exit 1; }
 step() { echo "-- $*"; }
 command -v python3 >/dev/null 2>&1 || { echo "SKIP [test_readme]: python3 is not installed"; exit 77; }
+"$REBOUND" --version >/dev/null 2>&1 ||
+    { echo "SKIP [test_readme]: $REBOUND does not run here (a cross build?)"; exit 77; }
 case "$SCRATCH" in ""|/) fail "refusing scratch dir '$SCRATCH'" ;; esac
 rm -rf "$SCRATCH"
 mkdir -p "$SCRATCH"
