@@ -165,7 +165,8 @@ int rb_cli_usage_error(const char *cmd, const char *msg, const char *hint);
  * RB_CLI_SESSION_OPTS(p): -c -b -t --device --spill-dir --mem-budget
  * --weights-budget --policy --restore --ram-codec -ctk -ctv into *p;
  * RB_CLI_SAMPLER_OPTS(sp, seed_given): --temp --top-k --top-p --min-p
- * --repeat-penalty --repeat-last-n -s/--seed into *sp;
+ * --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty
+ * -s/--seed into *sp;
  * RB_CLI_GPU_OPTS: llama.cpp's GPU and locking flags, accepted and
  * ignored with a note. */
 int rb_cli_opt_restore(void *dest, const char *v, char *why, size_t why_n);
@@ -216,6 +217,12 @@ int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n);
      &(sp)->repeat_penalty, 0, 0, NULL, NULL},                                                \
     {"--repeat-last-n", RB_OPT_INT, "N", "tokens the penalty looks at (default 64; -1: all)",  \
      &(sp)->repeat_last_n, -1, 2147483647.0, NULL, NULL},                                     \
+    {"--presence-penalty", RB_OPT_FLOAT, "P",                                                 \
+     "subtracted once from each token in the penalty window (default 0: off)",               \
+     &(sp)->presence_penalty, 0, 0, NULL, NULL},                                              \
+    {"--frequency-penalty", RB_OPT_FLOAT, "F",                                                \
+     "subtracted per occurrence in the penalty window (default 0: off)",                     \
+     &(sp)->frequency_penalty, 0, 0, NULL, NULL},                                             \
     {"-s|--seed", RB_OPT_CALL, "S", "sampling seed (default -1: a random one, printed on stderr)", \
      &(sp)->seed, 0, 0, rb_cli_opt_seed, (seed_given)}
 /* llama.cpp's flags that run and chat share (besides the rows above):

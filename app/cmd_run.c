@@ -101,6 +101,8 @@ int rb_cmd_run(int argc, char **argv)
     rb_cli_stops stops = {0};
     rb_cli_eog eog = {0};
     int ignore_eos = 0, color = 0, no_display = 0;
+    const char *grammar_text = NULL, *grammar_file = NULL, *schema_text = NULL;
+    const char *schema_file = NULL;
     const rb_opt opts[] = {
         {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
         {"-p|--prompt", RB_OPT_STR, "TEXT", "prompt text (BOS added as the model asks)", &prompt,
@@ -158,6 +160,15 @@ int rb_cmd_run(int argc, char **argv)
          0, NULL, NULL},
         RB_CLI_SESSION_OPTS(&p),
         RB_CLI_SAMPLER_OPTS(&sp, &seed_given),
+        {"--grammar", RB_OPT_STR, "GBNF", "constrain the output to a GBNF grammar (start rule root)",
+         &grammar_text, 0, 0, NULL, NULL},
+        {"--grammar-file", RB_OPT_STR, "FILE", "the grammar from a file", &grammar_file, 0, 0,
+         NULL, NULL},
+        {"-j|--json-schema", RB_OPT_STR, "SCHEMA",
+         "constrain the output to JSON valid under a JSON Schema ('{}': any object)",
+         &schema_text, 0, 0, NULL, NULL},
+        {"-jf|--json-schema-file", RB_OPT_STR, "FILE", "the JSON Schema from a file",
+         &schema_file, 0, 0, NULL, NULL},
         RB_CLI_LLAMA_OPTS(&stops, &ignore_eos, &color, &no_display, &rb_cli_quiet),
         {"-i|--interactive|-if|--interactive-first", RB_OPT_REFUSED, NULL,
          "run is one prompt in, one text out; `rebound chat -m MODEL` is the\n"
@@ -204,6 +215,25 @@ int rb_cmd_run(int argc, char **argv)
     if (escape && prompt_buf)
         rb_cli_unescape(prompt_buf);
     rb_cli_seed("run", &sp.seed, seed_given);
+    if (!!grammar_text + !!grammar_file + !!schema_text + !!schema_file > 1) {
+        free(prompt_buf);
+        return rb_cli_usage_error("run", "give at most one of --grammar, --grammar-file, "
+                                         "--json-schema and --json-schema-file", NULL);
+    }
+    char *constraint_buf = NULL; /* the grammar or schema read from a file */
+    if (grammar_file || schema_file) {
+        const char *f = grammar_file ? grammar_file : schema_file;
+        if (!(constraint_buf = rb_cli_read_text(f))) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "cannot read '%s': %s", f, strerror(errno));
+            free(prompt_buf);
+            return rb_cli_fail("run", msg, NULL);
+        }
+        if (grammar_file)
+            grammar_text = constraint_buf;
+        else
+            schema_text = constraint_buf;
+    }
 
     double t0 = rb_cli_now_s();
     rb_error err;
@@ -212,17 +242,20 @@ int rb_cmd_run(int argc, char **argv)
     rb_model *model = NULL;
     if (rb_model_open(model_path, &mp, &model, &err) != RB_OK) {
         free(prompt_buf);
+        free(constraint_buf);
         return rb_cli_fail("run", err.message, NULL);
     }
     rb_cli_warn_ctx("run", model, p.n_ctx);
     struct rb_trace_writer *trace = NULL;
     if (trace_path && rb_cli_trace_attach("run", model, model_path, trace_path, &trace)) {
         free(prompt_buf);
+        free(constraint_buf);
         rb_model_close(model);
         return 1;
     }
     rb_session *s = NULL;
     rb_sampler *sampler = NULL;
+    rb_grammar *grammar = NULL;
     rb_detokenizer *detok = NULL;
     int32_t *tokens = NULL;
     float *dump = NULL;
@@ -255,6 +288,20 @@ int rb_cmd_run(int argc, char **argv)
                                     &err) != RB_OK) {
         rb_cli_fail("run", err.message, NULL);
         goto done;
+    }
+    if (grammar_text || schema_text) {
+        /* "{}" is OpenAI's json_object: any object */
+        int any_object = schema_text && strspn(schema_text, " \t\r\n{}") == strlen(schema_text);
+        rb_status gst =
+            grammar_text ? rb_grammar_create(model, grammar_text, strlen(grammar_text), NULL,
+                                             &grammar, &err)
+                         : rb_grammar_from_json_schema(model, any_object ? NULL : schema_text,
+                                                       any_object ? 0 : strlen(schema_text),
+                                                       &grammar, &err);
+        if (gst != RB_OK || rb_sampler_set_grammar(sampler, grammar) != RB_OK) {
+            rb_cli_fail("run", gst != RB_OK ? err.message : rb_sampler_errmsg(sampler), NULL);
+            goto done;
+        }
     }
     piece = malloc(rb_detokenizer_max_bytes(detok));
     if (!piece) {
@@ -343,7 +390,8 @@ int rb_cmd_run(int argc, char **argv)
         goto done;
     }
     double t_pp1 = rb_cli_now_s();
-    uint64_t n_gen = 0;
+    uint64_t n_gen = 0, n_sampled = 0;
+    double t_sample = 0;
     int out_errno = 0;
     while (n_gen < n_predict) {
         if (rb_session_n_tokens(s) >= rb_session_n_ctx(s)) {
@@ -368,7 +416,10 @@ int rb_cmd_run(int argc, char **argv)
             fprintf(stderr, "\nrebound run: context shift: kept %zu, dropped %zu tokens\n", keep,
                     n_discard);
         }
+        if (grammar && !rb_grammar_can_continue(grammar))
+            break; /* the grammar is complete and nothing can follow */
         int32_t next;
+        double t_s0 = rb_cli_now_s();
         const float *logits = rb_session_get_logits(s);
         if (ignore_eos)
             logits = rb_cli_eog_mask(&eog, logits);
@@ -377,6 +428,8 @@ int rb_cmd_run(int argc, char **argv)
             rb_cli_fail("run", rb_sampler_errmsg(sampler), NULL);
             goto done;
         }
+        t_sample += rb_cli_now_s() - t_s0;
+        n_sampled++;
         if (rb_model_token_is_eog(model, next))
             break;
         if (n_gen == 0 && report_ttft) { /* for `switch`: CLOCK_MONOTONIC is system-wide */
@@ -437,6 +490,10 @@ int rb_cmd_run(int argc, char **argv)
                 (double)n_prompt / (t_pp1 - t_pp0), n_gen,
                 n_gen > 1 ? (double)(n_gen - 1) / (t_end - t_pp1) : 0.0,
                 (double)ru.ru_maxrss / 1024.0);
+    if (grammar && n_sampled && !rb_cli_quiet)
+        fprintf(stderr, "rebound run: sampling under the grammar %.3f ms/token (mask, draw, "
+                "advance), decode %.1f ms/token\n", 1e3 * t_sample / (double)n_sampled,
+                n_gen > 1 ? 1e3 * (t_end - t_pp1) / (double)(n_gen - 1) : 0.0);
     int warned = 0;
     rb_cli_warn_pressure("run", s, &warned);
     if (show_stats) {
@@ -448,11 +505,13 @@ int rb_cmd_run(int argc, char **argv)
 done:
     rb_cli_eog_free(&eog);
     free(prompt_buf);
+    free(constraint_buf);
     free(tokens);
     free(dump);
     free(piece);
     rb_detokenizer_destroy(detok);
     rb_sampler_destroy(sampler);
+    rb_grammar_destroy(grammar);
     rb_session_destroy(s);
     rb_model_close(model);
     if (rb_cli_trace_detach("run", trace))

@@ -645,6 +645,19 @@ RB_API rb_status rb_session_set_restore(rb_session *session, rb_restore_mode mod
 RB_API rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
 
 /*
+ * The embedding of tokens[0..n) as one sequence: the session is rewound to
+ * no tokens, the tokens are fed (they stay in the session; rewind to reuse
+ * it), and the output-normed hidden states are pooled as the GGUF's
+ * <arch>.pooling_type says (mean when absent; cls: the first token; last:
+ * the last) and scaled to unit length, as OpenAI's embeddings are. out:
+ * n_out = n_embd floats (rb_model_info). Errors: RB_E_INVALID_ARG (no
+ * tokens, n_out not n_embd, n over the context), RB_E_NOMEM, and those of
+ * rb_session_feed. Allocates n x n_embd floats for the call.
+ */
+RB_API rb_status rb_session_embed(rb_session *session, const int32_t *tokens, size_t n,
+                                  float *out, size_t n_out);
+
+/*
  * Context shift without recomputing (llama.cpp's rule): the first n_keep
  * tokens stay, the n_discard after them go, and the later ones move down
  * by n_discard positions, their keys rotated in place by -n_discard
@@ -954,7 +967,21 @@ typedef struct rb_sampler_params {
     int32_t repeat_last_n;  /* tokens of history the penalty looks at; 0 off,
                                -1 the whole history */
     uint64_t seed;          /* the PRNG seed; the library never picks one */
+    /* OpenAI's penalties over the same window of the history as
+     * repeat_penalty (pass only the generated tokens and repeat_last_n -1
+     * for OpenAI's exact meaning): a token that occurs c times in it has
+     * c * frequency_penalty + (c > 0) * presence_penalty subtracted from
+     * its logit. Finite; 0 is off. */
+    float presence_penalty;
+    float frequency_penalty;
+    /* 1: each rb_sampler_sample records the drawn token's log-probability
+     * and the n_top_logprobs best alternatives (rb_sampler_get_logprobs).
+     * n_top_logprobs in [0, RB_SAMPLER_MAX_LOGPROBS]. */
+    int32_t is_logprobs;
+    int32_t n_top_logprobs;
 } rb_sampler_params;
+
+#define RB_SAMPLER_MAX_LOGPROBS 20
 
 #define RB_SAMPLER_DEFAULT_SEED UINT64_C(0)
 
@@ -1030,6 +1057,36 @@ RB_API rb_status rb_sampler_get_candidates(rb_sampler *s, const float *logits,
                                            const int32_t *history, size_t n_history,
                                            const rb_sampler_candidate **out, size_t *n_out);
 
+/*
+ * OpenAI's logit_bias: bias[i] is added to the logit of ids[i] before the
+ * penalties and the chain (-100 in practice bans a token, +100 forces it).
+ * Replaces any earlier set; n 0 clears it. Copied. Errors:
+ * RB_E_INVALID_ARG (an id outside [0, n_vocab), a bias not finite; the
+ * message names it; the old set is kept), RB_E_NOMEM. Allocates n_vocab
+ * floats on first use.
+ */
+RB_API rb_status rb_sampler_set_logit_bias(rb_sampler *s, const int32_t *ids, const float *bias,
+                                           size_t n);
+
+/* A token and its log-probability. */
+typedef struct rb_sampler_logprob {
+    int32_t id;
+    float logprob;
+} rb_sampler_logprob;
+
+/*
+ * After rb_sampler_sample with is_logprobs: the drawn token's natural-log
+ * probability and up to n_top_logprobs alternatives, best first, in the
+ * distribution the chain started from (the row after logit_bias, the
+ * penalties and the grammar's mask, at temperature 1; OpenAI's and
+ * llama-server's default). top may be NULL when n_top_max is 0.
+ * Errors: RB_E_INVALID_ARG when is_logprobs is off or no sample was drawn
+ * yet (message on s).
+ */
+RB_API rb_status rb_sampler_get_logprobs(rb_sampler *s, rb_sampler_logprob *chosen,
+                                         rb_sampler_logprob *top, size_t n_top_max,
+                                         size_t *n_top);
+
 /* Copies the random state out. */
 RB_API void rb_sampler_get_state(const rb_sampler *s, rb_sampler_state *out);
 
@@ -1044,6 +1101,91 @@ RB_API rb_sampler_params rb_sampler_get_params(const rb_sampler *s);
 /* The message of the last failed call on s ("" if none). Valid until the
  * next call on s. */
 RB_API const char *rb_sampler_errmsg(const rb_sampler *s);
+
+/* ---- constrained sampling: grammars (src/model/grammar.h) -------------- */
+
+/*
+ * A grammar that the sampler enforces token by token: llama.cpp's GBNF
+ * (rules `name ::= ...`, alternatives `|`, string literals, character
+ * classes with ranges and `^` negation, `.`, groups, `*` `+` `?` `{m,n}`),
+ * compiled to a byte-level automaton over the model's vocabulary. A
+ * sampler with a grammar (rb_sampler_set_grammar) draws only tokens whose
+ * bytes the grammar allows next, and end-of-generation tokens only when the
+ * grammar is complete.
+ *
+ * Cost: creation reads every token's bytes and builds a trie of them
+ * (about 40 bytes per token); each sample walks the trie nodes the grammar
+ * can reach from its state (typically a few thousand) unless the state's
+ * mask is cached (up to 8 MB of masks per grammar). Allocates while it
+ * grows its working arrays.
+ * Thread rule: one thread at a time per grammar (a sampler using it counts).
+ */
+typedef struct rb_grammar rb_grammar;
+
+/*
+ * Compiles text[0..len) (root: the start rule's name; NULL means "root").
+ * Errors: RB_E_FORMAT (the message names line and column and the problem:
+ * an undefined or twice-defined rule, a left-recursive rule, a bad escape,
+ * an unterminated literal or class...), RB_E_UNSUPPORTED (a grammar too
+ * ambiguous for the automaton's limits), RB_E_NOMEM, the tokenizer's load
+ * errors. out unchanged on failure.
+ */
+RB_API rb_status rb_grammar_create(rb_model *model, const char *text, size_t len,
+                                   const char *root, rb_grammar **out, rb_error *err);
+
+/*
+ * A grammar for JSON that validates against a JSON Schema (schema[0..len)),
+ * as OpenAI's structured outputs take it: objects with properties, required
+ * (the others optional, in the schema's order), additionalProperties (no
+ * extra keys are generated), strings with enum, const, pattern (a regular
+ * expression subset: literals, classes, ., groups, |, quantifiers, \d \w
+ * \s), minLength/maxLength and format date/uuid, integers with minimum/
+ * maximum (exclusive too), numbers (with bounds: integers in them),
+ * booleans, null, arrays with items/minItems/maxItems, nested objects,
+ * anyOf/oneOf, type lists, $ref to #/$defs or #/definitions (recursion
+ * allowed). schema NULL with len 0: any JSON object (OpenAI's json_object).
+ * Errors: RB_E_FORMAT (the schema is not JSON), RB_E_UNSUPPORTED (a keyword
+ * the converter does not handle, named with its place in the schema), those
+ * of rb_grammar_create.
+ */
+RB_API rb_status rb_grammar_from_json_schema(rb_model *model, const char *schema, size_t len,
+                                             rb_grammar **out, rb_error *err);
+
+/*
+ * The GBNF text rb_grammar_from_json_schema compiles, malloc'd into *out
+ * (NUL-terminated, *out_len bytes; free() it). Errors as above.
+ */
+RB_API rb_status rb_json_schema_to_grammar(const char *schema, size_t len, char **out,
+                                           size_t *out_len, rb_error *err);
+
+RB_API void rb_grammar_destroy(rb_grammar *g);
+
+/* Advances the grammar by one token (a sampler with the grammar does this
+ * itself after each draw). Errors: RB_E_INVALID_ARG when the grammar does
+ * not allow the token (message names it; the grammar is unchanged). */
+RB_API rb_status rb_grammar_accept(rb_grammar *g, int32_t token);
+
+/* 1 when the text so far is a whole match of the start rule (an
+ * end-of-generation token is allowed). */
+RB_API int rb_grammar_is_complete(const rb_grammar *g);
+
+/* 1 when some byte may still follow (0: complete and nothing can follow,
+ * so generation should stop). */
+RB_API int rb_grammar_can_continue(const rb_grammar *g);
+
+/* Back to the start state. Errors: RB_E_NOMEM. */
+RB_API rb_status rb_grammar_reset(rb_grammar *g);
+
+RB_API const char *rb_grammar_errmsg(const rb_grammar *g);
+
+/*
+ * Attaches a grammar to a sampler (NULL detaches it). The sampler borrows
+ * g, which must outlive it or be detached: every rb_sampler_sample masks
+ * the row to the tokens g allows, then advances g by the token drawn.
+ * rb_sampler_get_candidates masks too but does not advance. Errors:
+ * RB_E_INVALID_ARG when g's vocabulary size differs from the sampler's.
+ */
+RB_API rb_status rb_sampler_set_grammar(rb_sampler *s, rb_grammar *g);
 
 /* ---- names of 0.1 ------------------------------------------------------ */
 

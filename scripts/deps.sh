@@ -17,7 +17,11 @@
 #   chat       libedit-dev: line editing and history in `rebound chat`
 #              (without it chat reads plain lines)
 #   tests      curl and python3: the serve test's HTTP client and its JSON
-#              reader
+#              reader; nodejs and npm: the SDK test (cli_serve_sdk) installs
+#              the openai and Vercel AI npm packages under build/ with them
+#   bindings   default-jdk-headless (the Java binding, JNI) and junit5 (its
+#              tests); python3-cffi (the Python binding), python3-pytest,
+#              python3-setuptools and python3-pip (its tests, pip install .)
 #
 # Without apt-get (or rights to use it) it lists what is missing and exits
 # 0: the build then goes on without serve and says so.
@@ -48,6 +52,17 @@ if ! have pkg-config || ! pkg-config --exists libedit 2>/dev/null; then
 fi
 have curl || want="$want curl"
 have python3 || want="$want python3"
+# the bindings (bindings/java, bindings/python): Debian's packages are for
+# Debian's interpreter, which a python3 earlier on PATH may hide
+have javac || want="$want default-jdk-headless"
+[ -f /usr/share/java/junit-platform-console-standalone.jar ] || want="$want junit5"
+py=python3
+[ -x /usr/bin/python3 ] && py=/usr/bin/python3
+for m in cffi:python3-cffi pytest:python3-pytest setuptools:python3-setuptools pip:python3-pip; do
+    "$py" -c "import ${m%%:*}" >/dev/null 2>&1 || want="$want ${m#*:}"
+done
+have node || want="$want nodejs"
+have npm || want="$want npm"
 [ -n "$want" ] || exit 0
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then

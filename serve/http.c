@@ -63,6 +63,7 @@ typedef struct conn {
     char *pending;            /* the event being handed to libmicrohttpd */
     size_t p_len, p_off;
     size_t sent;              /* bytes of req->out already in events */
+    size_t lp_sent;           /* entries of req->lps already in events */
     int stage;
     char id[80];
     time_t created;
@@ -228,22 +229,24 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
                 memcpy(buf, ka, sizeof ka - 1);
                 return (ssize_t)(sizeof ka - 1);
             }
+            /* with tools the reply goes out whole when done (its calls
+               parsed); else the new text with its tokens' logprobs */
+            int whole = r->kind == SV_CHAT && r->tools != SV_TOOLS_NONE;
             pthread_mutex_lock(&r->mu);
-            size_t n = r->out_len - c->sent;
-            char *t = n ? malloc(n) : NULL;
-            if (t)
-                memcpy(t, r->out + c->sent, n);
             int done = r->is_done;
+            size_t n = whole && !done ? 0 : r->out_len - c->sent;
+            size_t lp1 = whole && !done ? c->lp_sent : r->n_lps;
+            char *ev = NULL;
+            if (n || lp1 > c->lp_sent)
+                ev = sv_oai_chunk_ex(r, &c->meta, n ? r->out + c->sent : NULL, n, c->lp_sent, lp1,
+                                     whole && n);
             pthread_mutex_unlock(&r->mu);
-            if (n && !t)
+            if ((n || lp1 > c->lp_sent) && !ev)
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             c->sent += n;
-            if (n) {
-                int rc = add_event(c, sv_oai_chunk(r, &c->meta, t, n, NULL, 0), 0);
-                free(t);
-                if (rc)
-                    return MHD_CONTENT_READER_END_WITH_ERROR;
-            }
+            c->lp_sent = lp1;
+            if (ev && add_event(c, ev, 0))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
             if (done && c->sent == r->out_len)
                 c->stage = ST_END;
             continue;
@@ -291,6 +294,9 @@ static sv_endpoint route(const char *url)
         {"/v1/completions", SV_EP_COMPLETIONS}, {"/completions", SV_EP_COMPLETIONS},
         {"/v1/models", SV_EP_MODELS}, {"/models", SV_EP_MODELS},
         {"/health", SV_EP_HEALTH}, {"/metrics", SV_EP_METRICS},
+        {"/tokenize", SV_EP_TOKENIZE}, {"/detokenize", SV_EP_DETOKENIZE},
+        {"/apply-template", SV_EP_APPLY_TEMPLATE}, {"/v1/embeddings", SV_EP_EMBEDDINGS},
+        {"/embeddings", SV_EP_EMBEDDINGS},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path))
@@ -354,6 +360,38 @@ static enum MHD_Result generate(conn *c)
     return ok;
 }
 
+/* A utility: parsed here, answered by the scheduler (the only thread that
+ * touches the model), its JSON sent as it is. */
+static enum MHD_Result utility(conn *c)
+{
+    sv_http *h = c->h;
+    static const sv_kind kinds[] = {[SV_EP_TOKENIZE] = SV_TOKENIZE,
+                                    [SV_EP_DETOKENIZE] = SV_DETOKENIZE,
+                                    [SV_EP_APPLY_TEMPLATE] = SV_APPLY_TEMPLATE,
+                                    [SV_EP_EMBEDDINGS] = SV_EMBED};
+    sv_request *r = sv_request_new();
+    if (!r)
+        return respond_error(c, SV_ERR_UNAVAILABLE, NULL, "out of memory");
+    sv_oai_error p;
+    if (sv_oai_parse_utility(kinds[c->endpoint], c->body, c->len, r, &p)) {
+        sv_request_release(r);
+        return respond_json(c, (unsigned)p.e, sv_oai_error_json(p.e, p.msg, p.param));
+    }
+    sv_err e = sv_sched_submit(h->sched, r);
+    if (e != SV_ERR_NONE) {
+        sv_request_release(r);
+        return respond_error(c, e, NULL, e == SV_ERR_BUSY ? "too many requests in flight; retry "
+                             "later" : "the server is stopping");
+    }
+    c->req = r;
+    in_flight_add(h, 1);
+    if (wait_request(c, 1, (size_t)-1, 0) != 0)
+        return MHD_NO;
+    if (r->err != SV_ERR_NONE)
+        return respond_error(c, r->err, NULL, "%s", r->errmsg);
+    return respond_json(c, 200, sv_oai_utility_response(r, h->cfg->model_name));
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const char *url,
                                   const char *method, const char *version,
                                   const char *upload, size_t *upload_size, void **con_cls)
@@ -409,9 +447,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                              "(%" PRIu64 " bytes)", h->cfg->max_body);
     if (c->endpoint == SV_EP_OTHER)
         return respond_error(c, SV_ERR_NOT_FOUND, NULL, "no endpoint %.200s (rebound serves "
-                             "/v1/chat/completions, /v1/completions, /v1/models, /health, "
-                             "/metrics)", url);
-    int wants_post = c->endpoint == SV_EP_CHAT || c->endpoint == SV_EP_COMPLETIONS;
+                             "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, "
+                             "/tokenize, /detokenize, /apply-template, /health, /metrics)", url);
+    int is_utility = c->endpoint == SV_EP_TOKENIZE || c->endpoint == SV_EP_DETOKENIZE ||
+                     c->endpoint == SV_EP_APPLY_TEMPLATE || c->endpoint == SV_EP_EMBEDDINGS;
+    int wants_post = c->endpoint == SV_EP_CHAT || c->endpoint == SV_EP_COMPLETIONS || is_utility;
     if (wants_post != c->is_post || (!c->is_post && strcmp(method, MHD_HTTP_METHOD_GET) &&
                                      strcmp(method, MHD_HTTP_METHOD_HEAD)))
         return respond_error(c, SV_ERR_METHOD, NULL, "%.20s %.200s: use %s", method, url,
@@ -433,6 +473,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (c->endpoint == SV_EP_MODELS) {
         return respond_json(c, 200, sv_oai_models(h->cfg->model_name, h->n_ctx, (int64_t)time(NULL)));
     }
+    if (is_utility)
+        return utility(c);
     return generate(c);
 }
 

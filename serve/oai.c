@@ -199,6 +199,260 @@ static char *content_text(json_t *j, size_t i, perr *p)
     return s;
 }
 
+static char *wrap_text(const char *a, const char *b, const char *c)
+{
+    size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s%s", a, b, c);
+    return s;
+}
+
+/* An assistant message's earlier tool calls, as the reply said them. */
+static char *assistant_calls(json_t *calls, const char *content, size_t i, perr *p)
+{
+    if (!json_is_array(calls)) {
+        bad(p, "messages", "messages[%zu].tool_calls must be an array", i);
+        return NULL;
+    }
+    char *out = strdup(content);
+    size_t k;
+    json_t *call;
+    json_array_foreach(calls, k, call) {
+        json_t *fn = json_object_get(call, "function");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args))) {
+            free(out);
+            bad(p, "messages", "messages[%zu].tool_calls[%zu] must be {\"type\": \"function\", "
+                "\"function\": {\"name\": STRING, \"arguments\": STRING}}", i, k);
+            return NULL;
+        }
+        char *a = json_is_string(args) ? strdup(json_string_value(args))
+                  : args ? json_dumps(args, JSON_COMPACT) : strdup("{}");
+        json_t *nm = json_string(json_string_value(name));
+        char *ns = nm ? json_dumps(nm, JSON_ENCODE_ANY) : NULL;
+        json_decref(nm);
+        size_t n = (out ? strlen(out) : 0) + (a ? strlen(a) : 0) + (ns ? strlen(ns) : 0) + 64;
+        char *o2 = out && a && ns ? malloc(n) : NULL;
+        if (o2)
+            snprintf(o2, n, "%s%s<tool_call>\n{\"name\": %s, \"arguments\": %s}\n</tool_call>", out,
+                     out[0] ? "\n" : "", ns, a);
+        free(out);
+        free(a);
+        free(ns);
+        if (!(out = o2)) {
+            bad(p, NULL, "out of memory");
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* Fields rebound serve reads; any other is refused by name (never
+ * silently ignored). "user" and "metadata" only label a request. */
+static const char *const KNOWN[] = {
+    "model", "messages", "prompt", "stream", "stream_options", "max_tokens",
+    "max_completion_tokens", "temperature", "top_p", "min_p", "top_k", "repeat_penalty",
+    "presence_penalty", "frequency_penalty", "seed", "n", "stop", "conversation_id",
+    "response_format", "tools", "tool_choice", "parallel_tool_calls", "logprobs",
+    "top_logprobs", "logit_bias", "user", "metadata", NULL};
+
+/* The tools: their prompt text, and for required/named calls the call's
+ * schema (anyOf over the functions allowed). */
+static int parse_tools(json_t *root, sv_request *r, perr *p)
+{
+    json_t *tools = json_object_get(root, "tools"), *tc = json_object_get(root, "tool_choice");
+    if (get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, p))
+        return -1;
+    if (!tools || json_is_null(tools)) {
+        if (tc && !json_is_null(tc) && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")))
+            return bad(p, "tool_choice", "'tool_choice' needs 'tools'");
+        return 0;
+    }
+    if (r->kind != SV_CHAT)
+        return bad(p, "tools", "'tools' is for /v1/chat/completions");
+    if (!json_is_array(tools) || json_array_size(tools) == 0 || json_array_size(tools) > 128)
+        return bad(p, "tools", "'tools' must be an array of 1 to 128 tools");
+    const char *named = NULL;
+    r->tools = SV_TOOLS_AUTO;
+    if (tc && !json_is_null(tc)) {
+        if (json_is_string(tc)) {
+            const char *v = json_string_value(tc);
+            if (!strcmp(v, "none"))
+                r->tools = SV_TOOLS_NONE;
+            else if (!strcmp(v, "required"))
+                r->tools = SV_TOOLS_REQUIRED;
+            else if (strcmp(v, "auto"))
+                return bad(p, "tool_choice", "'tool_choice' is '%.40s'; it must be none, auto, "
+                           "required or {\"type\": \"function\", \"function\": {\"name\": ...}}", v);
+        } else {
+            json_t *nm = json_object_get(json_object_get(tc, "function"), "name");
+            if (!json_is_object(tc) || !json_is_string(nm))
+                return bad(p, "tool_choice", "'tool_choice' must be a string or {\"type\": "
+                           "\"function\", \"function\": {\"name\": STRING}}");
+            named = json_string_value(nm);
+            r->tools = SV_TOOLS_REQUIRED;
+        }
+    }
+    json_t *any = json_array(), *list = json_array();
+    size_t k;
+    json_t *t;
+    int found = named == NULL;
+    json_array_foreach(tools, k, t) {
+        json_t *fn = json_object_get(t, "function"), *ty = json_object_get(t, "type");
+        json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
+        if (!json_is_object(t) || !json_is_string(ty) || strcmp(json_string_value(ty), "function") ||
+            !json_is_object(fn) || !json_is_string(name) || (params && !json_is_object(params))) {
+            json_decref(any);
+            json_decref(list);
+            return bad(p, "tools", "tools[%zu] must be {\"type\": \"function\", \"function\": "
+                       "{\"name\": STRING, \"parameters\": OBJECT}}", k);
+        }
+        json_array_append(list, t);
+        if (named && strcmp(named, json_string_value(name)))
+            continue;
+        found = 1;
+        json_t *pa = params ? json_incref(params) : json_pack("{s:s}", "type", "object");
+        json_t *call = json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object",
+                                 "properties", "name", "const", name, "arguments", pa,
+                                 "required", "name", "arguments", "additionalProperties", 0);
+        json_array_append_new(any, call);
+    }
+    if (!found) {
+        json_decref(any);
+        json_decref(list);
+        return bad(p, "tool_choice", "'tool_choice' names '%.60s', which is not in 'tools'", named);
+    }
+    char *ls = json_dumps(list, JSON_COMPACT);
+    json_t *sch = json_pack("{s:o}", "anyOf", any);
+    r->tool_schema = json_dumps(sch, JSON_COMPACT);
+    json_decref(sch);
+    json_decref(list);
+    if (!ls || !r->tool_schema) {
+        free(ls);
+        return bad(p, NULL, "out of memory");
+    }
+    /* Hermes-style instructions (what qwen2.5/qwen3 templates render) */
+    r->tools_text = wrap_text("# Tools\n\nYou may call one or more functions to assist with the "
+                              "user query.\n\nYou are provided with function signatures within "
+                              "<tools></tools> XML tags:\n<tools>\n", ls,
+                              "\n</tools>\n\nFor each function call, return a json object with "
+                              "function name and arguments within <tool_call></tool_call> XML "
+                              "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+                              "<args-json-object>}\n</tool_call>");
+    free(ls);
+    if (!r->tools_text)
+        return bad(p, NULL, "out of memory");
+    if (r->tools == SV_TOOLS_NONE)
+        return 0;
+    /* into the system message (a new one first when there is none) */
+    if (r->n_msgs && !strcmp(r->msgs[0].role, "system")) {
+        char *c = wrap_text(r->msgs[0].content, r->msgs[0].content[0] ? "\n\n" : "",
+                            r->tools_text);
+        if (!c)
+            return bad(p, NULL, "out of memory");
+        free((char *)r->msgs[0].content);
+        r->msgs[0].content = c;
+    } else {
+        rb_chat_message *m = realloc(r->msgs, (r->n_msgs + 1) * sizeof *m);
+        if (!m)
+            return bad(p, NULL, "out of memory");
+        memmove(m + 1, m, r->n_msgs * sizeof *m);
+        r->msgs = m;
+        m[0].role = strdup("system");
+        m[0].content = strdup(r->tools_text);
+        r->n_msgs++;
+        if (!m[0].role || !m[0].content)
+            return bad(p, NULL, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_format(json_t *root, sv_request *r, perr *p)
+{
+    json_t *rf = json_object_get(root, "response_format");
+    if (!rf || json_is_null(rf))
+        return 0;
+    json_t *ty = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(ty))
+        return bad(p, "response_format", "'response_format' must be {\"type\": \"text\" | "
+                   "\"json_object\" | \"json_schema\", ...}");
+    const char *t = json_string_value(ty);
+    if (!strcmp(t, "text"))
+        return 0;
+    if (!strcmp(t, "json_object")) {
+        r->format = SV_FMT_JSON_OBJECT;
+        return 0;
+    }
+    if (strcmp(t, "json_schema"))
+        return bad(p, "response_format", "response_format.type '%.40s' is not text, json_object "
+                   "or json_schema", t);
+    json_t *js = json_object_get(rf, "json_schema");
+    json_t *sch = json_object_get(js, "schema"), *strict = json_object_get(js, "strict");
+    if (!json_is_object(js) || !json_is_string(json_object_get(js, "name")))
+        return bad(p, "response_format", "response_format.json_schema must be an object with a "
+                   "'name'");
+    if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+        return bad(p, "response_format", "response_format.json_schema.strict must be true or false");
+    if (sch && !json_is_object(sch))
+        return bad(p, "response_format", "response_format.json_schema.schema must be an object");
+    /* strict or not, the output is generated under the schema */
+    r->format = sch ? SV_FMT_JSON_SCHEMA : SV_FMT_JSON_OBJECT;
+    if (sch && !(r->schema = json_dumps(sch, JSON_COMPACT)))
+        return bad(p, NULL, "out of memory");
+    return 0;
+}
+
+static int parse_logprobs_bias(json_t *root, sv_request *r, perr *p)
+{
+    json_t *lp = json_object_get(root, "logprobs");
+    long long v = 0;
+    if (r->kind == SV_CHAT) {
+        int on = 0;
+        if (get_bool(root, "logprobs", &on, p))
+            return -1;
+        int given = 0;
+        if (get_int(root, "top_logprobs", 0, 20, &v, &given, p))
+            return -1;
+        if (given && !on)
+            return bad(p, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r->sp.is_logprobs = on;
+        r->sp.n_top_logprobs = (int32_t)v;
+    } else if (lp && !json_is_null(lp)) {
+        if (get_int(root, "logprobs", 0, 5, &v, NULL, p))
+            return -1;
+        r->sp.is_logprobs = 1;
+        r->sp.n_top_logprobs = (int32_t)v;
+        r->completion_logprobs = 1;
+    }
+    json_t *lb = json_object_get(root, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        if (!json_is_object(lb))
+            return bad(p, "logit_bias", "'logit_bias' must be an object of token id -> bias");
+        size_t n = json_object_size(lb);
+        if (n > 1024)
+            return bad(p, "logit_bias", "'logit_bias' has %zu entries; at most 1024", n);
+        r->bias_ids = malloc((n ? n : 1) * sizeof *r->bias_ids);
+        r->bias_vals = malloc((n ? n : 1) * sizeof *r->bias_vals);
+        if (!r->bias_ids || !r->bias_vals)
+            return bad(p, NULL, "out of memory");
+        const char *key;
+        json_t *val;
+        json_object_foreach(lb, key, val) {
+            char *end = NULL;
+            long id = strtol(key, &end, 10);
+            if (!*key || *end || id < 0 || id > INT32_MAX)
+                return bad(p, "logit_bias", "logit_bias key '%.40s' is not a token id", key);
+            if (!json_is_number(val) || json_number_value(val) < -100 || json_number_value(val) > 100)
+                return bad(p, "logit_bias", "logit_bias['%.40s'] must be a number from -100 to 100",
+                           key);
+            r->bias_ids[r->n_bias] = (int32_t)id;
+            r->bias_vals[r->n_bias++] = (float)json_number_value(val);
+        }
+    }
+    return 0;
+}
+
 /* The request's fields into r; -1 with p filled when one is wrong. */
 static int parse_fields(const sv_config *cfg, uint32_t n_ctx, sv_kind kind, json_t *root,
                         sv_request *r, perr *p)
@@ -206,6 +460,22 @@ static int parse_fields(const sv_config *cfg, uint32_t n_ctx, sv_kind kind, json
     if (!json_is_object(root))
         return bad(p, NULL, "the body must be a JSON object, not %s", json_type_name(root));
     r->kind = kind;
+    {
+        const char *key;
+        json_t *val;
+        json_object_foreach(root, key, val) {
+            int known = 0;
+            for (const char *const *k = KNOWN; *k && !known; k++)
+                known = !strcmp(*k, key);
+            if (!known) {
+                /* key dies with the JSON: the error keeps a copy */
+                snprintf(p->param_buf, sizeof p->param_buf, "%s", key);
+                return bad(p, p->param_buf, "'%.60s' is not supported by rebound serve (it is "
+                           "refused, not ignored)", key);
+            }
+        }
+    }
+    r->parallel_tool_calls = 1;
     json_t *j = json_object_get(root, "model");
     if (j && !json_is_string(j) && !json_is_null(j))
         return bad(p, "model", "'model' must be a string, not %s", json_type_name(j));
@@ -231,12 +501,27 @@ static int parse_fields(const sv_config *cfg, uint32_t n_ctx, sv_kind kind, json
             const char *rs = json_string_value(role);
             if (!strcmp(rs, "developer"))
                 rs = "system";
-            if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
-                return bad(p, "messages", "messages[%zu].role '%.40s' is not system, user or "
-                           "assistant", i, rs);
+            if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
+                strcmp(rs, "tool"))
+                return bad(p, "messages", "messages[%zu].role '%.40s' is not system, user, "
+                           "assistant or tool", i, rs);
             char *content = content_text(json_object_get(msg, "content"), i, p);
             if (!content)
                 return -1;
+            if (!strcmp(rs, "tool")) {
+                /* a tool's result goes back as the Hermes/Qwen templates
+                   carry it: a user turn of <tool_response> */
+                rs = "user";
+                char *w = wrap_text("<tool_response>\n", content, "\n</tool_response>");
+                free(content);
+                if (!(content = w))
+                    return bad(p, NULL, "out of memory");
+            } else if (!strcmp(rs, "assistant") && json_object_get(msg, "tool_calls")) {
+                char *w = assistant_calls(json_object_get(msg, "tool_calls"), content, i, p);
+                free(content);
+                if (!(content = w))
+                    return -1;
+            }
             r->msgs[i].role = strdup(rs);
             r->msgs[i].content = content;
             r->n_msgs = i + 1;
@@ -281,9 +566,10 @@ static int parse_fields(const sv_config *cfg, uint32_t n_ctx, sv_kind kind, json
         get_num(root, "min_p", 0, 1, &r->sp.min_p, p) ||
         get_num(root, "repeat_penalty", 1e-3, 100, &r->sp.repeat_penalty, p))
         return -1;
-    float ignored = 0;
-    if (get_num(root, "presence_penalty", -2, 2, &ignored, p) ||
-        get_num(root, "frequency_penalty", -2, 2, &ignored, p))
+    if (get_num(root, "presence_penalty", -2, 2, &r->sp.presence_penalty, p) ||
+        get_num(root, "frequency_penalty", -2, 2, &r->sp.frequency_penalty, p))
+        return -1;
+    if (parse_logprobs_bias(root, r, p) || parse_format(root, r, p) || parse_tools(root, r, p))
         return -1;
     v = r->sp.top_k;
     if (get_int(root, "top_k", 0, 1 << 30, &v, NULL, p))
@@ -353,9 +639,196 @@ static json_t *base_object(const sv_request *r, const sv_oai_meta *m, const char
     return o;
 }
 
+/*
+ * The tool calls in a reply: each <tool_call>{"name": ..., "arguments":
+ * {...}}</tool_call> whose JSON parses with a string name and an object of
+ * arguments becomes {"id", "type": "function", "function": {"name",
+ * "arguments": the arguments as a JSON string}}; *content gets the text
+ * outside the calls (NULL when only whitespace). Returns the calls (an
+ * array, maybe empty). Pure: the same text gives the same calls.
+ */
+static void add_call(json_t *calls, json_t *name, json_t *args)
+{
+    char id[32];
+    snprintf(id, sizeof id, "call_%zu", json_array_size(calls));
+    char *as = json_dumps(args, JSON_COMPACT);
+    json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type",
+                                           "function", "function", "name", name, "arguments",
+                                           as ? as : "{}"));
+    free(as);
+}
+
+/*
+ * The other formats models answer in when they do not follow the Hermes
+ * tags: mistral's "[TOOL_CALLS] [{"name", "arguments"}, ...]" and llama
+ * 3.1's whole reply as {"name", "parameters"} (after an optional
+ * "<|python_tag|>"). Returns the calls found (the whole text is a call
+ * list, so nothing else is content), or 0.
+ */
+static size_t other_formats(const char *t, size_t n, json_t *calls)
+{
+    while (n && strchr(" \t\r\n", *t))
+        t++, n--;
+    static const char mistral[] = "[TOOL_CALLS]", python[] = "<|python_tag|>";
+    int is_mistral = n >= sizeof mistral - 1 && !memcmp(t, mistral, sizeof mistral - 1);
+    if (is_mistral)
+        t += sizeof mistral - 1, n -= sizeof mistral - 1;
+    else if (n >= sizeof python - 1 && !memcmp(t, python, sizeof python - 1))
+        t += sizeof python - 1, n -= sizeof python - 1;
+    json_error_t je;
+    json_t *j = json_loadb(t, n, 0, &je);
+    if (!j)
+        return 0;
+    json_t *list = json_is_array(j) ? j : NULL;
+    size_t k, found = 0;
+    json_t *c;
+    if (!list && json_is_object(j) && !is_mistral) {
+        json_t *name = json_object_get(j, "name");
+        json_t *args = json_object_get(j, "parameters");
+        if (!args)
+            args = json_object_get(j, "arguments");
+        if (json_is_string(name) && json_is_object(args)) {
+            add_call(calls, name, args);
+            found = 1;
+        }
+    }
+    json_array_foreach(list, k, c) {
+        json_t *name = json_object_get(c, "name"), *args = json_object_get(c, "arguments");
+        if (!json_is_string(name) || !json_is_object(args)) {
+            json_array_clear(calls);
+            found = 0;
+            break;
+        }
+        add_call(calls, name, args);
+        found++;
+    }
+    json_decref(j);
+    return found;
+}
+
+static json_t *tool_calls(const sv_request *r, json_t **content)
+{
+    json_t *calls = json_array();
+    const char *t = r->out ? r->out : "";
+    size_t n = r->out_len;
+    char *rest = malloc(n + 1);
+    size_t m = 0;
+    static const char open[] = "<tool_call>", close[] = "</tool_call>";
+    size_t i = 0;
+    while (rest && i < n) {
+        const char *a = strstr(t + i, open);
+        if (!a) {
+            memcpy(rest + m, t + i, n - i);
+            m += n - i;
+            break;
+        }
+        const char *b = strstr(a, close);
+        if (!b) {
+            memcpy(rest + m, t + i, n - i);
+            m += n - i;
+            break;
+        }
+        json_error_t je;
+        const char *body = a + sizeof open - 1;
+        json_t *j = json_loadb(body, (size_t)(b - body), 0, &je);
+        json_t *name = json_object_get(j, "name"), *args = json_object_get(j, "arguments");
+        if (json_is_string(name) && json_is_object(args)) {
+            memcpy(rest + m, t + i, (size_t)(a - (t + i)));
+            m += (size_t)(a - (t + i));
+            add_call(calls, name, args);
+        } else {
+            size_t k = (size_t)(b + sizeof close - 1 - (t + i));
+            memcpy(rest + m, t + i, k);
+            m += k;
+        }
+        json_decref(j);
+        i = (size_t)(b + sizeof close - 1 - t);
+    }
+    if (json_array_size(calls) == 0 && other_formats(t, n, calls))
+        m = 0; /* the whole reply was the calls */
+    if (content) {
+        size_t lo = 0, hi = m;
+        while (rest && lo < hi && strchr(" \t\r\n", rest[lo]))
+            lo++;
+        while (rest && hi > lo && strchr(" \t\r\n", rest[hi - 1]))
+            hi--;
+        *content = rest && hi > lo ? json_text(rest + lo, hi - lo) : json_null();
+    }
+    free(rest);
+    return calls;
+}
+
+static int has_tool_calls(const sv_request *r)
+{
+    if (r->kind != SV_CHAT || r->tools == SV_TOOLS_NONE)
+        return 0;
+    json_t *c = tool_calls(r, NULL);
+    int n = (int)json_array_size(c);
+    json_decref(c);
+    return n > 0;
+}
+
 const char *sv_oai_finish_name(const sv_request *r)
 {
+    if (r->finish_reason && !strcmp(r->finish_reason, "stop") && has_tool_calls(r))
+        return "tool_calls";
     return r->finish_reason && strcmp(r->finish_reason, "cancelled") ? r->finish_reason : "stop";
+}
+
+static json_t *lp_token(const sv_lp_token *t, int with_bytes)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "token", json_text(t->text, t->n_text));
+    json_object_set_new(o, "logprob", json_real(t->logprob));
+    if (with_bytes) {
+        json_t *b = json_array();
+        for (size_t i = 0; i < t->n_text; i++)
+            json_array_append_new(b, json_integer((unsigned char)t->text[i]));
+        json_object_set_new(o, "bytes", b);
+    }
+    return o;
+}
+
+/* logprobs of r->lps[lp0..lp1): the chat shape ({"content": [...]}) or the
+ * completions' legacy one; call with r->mu held while the request runs. */
+static json_t *logprobs_object(const sv_request *r, size_t lp0, size_t lp1)
+{
+    if (!r->sp.is_logprobs)
+        return json_null();
+    if (r->kind == SV_CHAT) {
+        json_t *arr = json_array();
+        for (size_t i = lp0; i < lp1 && i < r->n_lps; i++) {
+            json_t *e = lp_token(&r->lps[i].tok, 1), *top = json_array();
+            for (size_t k = 0; k < r->lps[i].n_top; k++)
+                json_array_append_new(top, lp_token(&r->lps[i].top[k], 1));
+            json_object_set_new(e, "top_logprobs", top);
+            json_array_append_new(arr, e);
+        }
+        json_t *o = json_object();
+        json_object_set_new(o, "content", arr);
+        return o;
+    }
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = 0;
+    for (size_t i = lp0; i < lp1 && i < r->n_lps; i++) {
+        json_array_append_new(toks, json_text(r->lps[i].tok.text, r->lps[i].tok.n_text));
+        json_array_append_new(lps, json_real(r->lps[i].tok.logprob));
+        json_t *t = json_object();
+        for (size_t k = 0; k < r->lps[i].n_top; k++) {
+            json_t *key = json_text(r->lps[i].top[k].text, r->lps[i].top[k].n_text);
+            json_object_set_new(t, json_string_value(key), json_real(r->lps[i].top[k].logprob));
+            json_decref(key);
+        }
+        json_array_append_new(tops, t);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += r->lps[i].tok.n_text;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "tokens", toks);
+    json_object_set_new(o, "token_logprobs", lps);
+    json_object_set_new(o, "top_logprobs", tops);
+    json_object_set_new(o, "text_offset", offs);
+    return o;
 }
 
 /* The whole reply, once done. Called with the request done. */
@@ -369,12 +842,21 @@ static json_t *full_response(const sv_request *r, const sv_oai_meta *meta)
     if (chat) {
         json_t *m = json_object();
         json_object_set_new(m, "role", json_string("assistant"));
-        json_object_set_new(m, "content", text);
+        json_t *content = NULL, *calls = r->tools != SV_TOOLS_NONE ? tool_calls(r, &content) : NULL;
+        if (calls && json_array_size(calls)) {
+            json_decref(text);
+            json_object_set_new(m, "content", content);
+            json_object_set_new(m, "tool_calls", calls);
+        } else {
+            json_decref(calls);
+            json_decref(content);
+            json_object_set_new(m, "content", text);
+        }
         json_object_set_new(choice, "message", m);
     } else {
         json_object_set_new(choice, "text", text);
-        json_object_set_new(choice, "logprobs", json_null());
     }
+    json_object_set_new(choice, "logprobs", logprobs_object(r, 0, r->n_lps));
     json_object_set_new(choice, "finish_reason", json_string(sv_oai_finish_name(r)));
     json_t *arr = json_array();
     json_array_append_new(arr, choice);
@@ -385,7 +867,7 @@ static json_t *full_response(const sv_request *r, const sv_oai_meta *meta)
 
 /* One chunk event: delta text (NULL: none), finish reason (NULL: none). */
 static json_t *chunk(const sv_request *r, const sv_oai_meta *m, const char *text, size_t n,
-                     const char *finish, int role)
+                     const char *finish, int role, size_t lp0, size_t lp1, int calls)
 {
     int chat = r->kind == SV_CHAT;
     json_t *o = base_object(r, m, chat ? "chat.completion.chunk" : "text_completion");
@@ -395,12 +877,33 @@ static json_t *chunk(const sv_request *r, const sv_oai_meta *m, const char *text
         json_t *d = json_object();
         if (role)
             json_object_set_new(d, "role", json_string("assistant"));
-        if (text)
+        if (calls) {
+            /* the whole reply at once: its calls (with their index), or its text */
+            json_t *content = NULL, *tc = tool_calls(r, &content);
+            if (json_array_size(tc)) {
+                size_t k;
+                json_t *c;
+                json_array_foreach(tc, k, c)
+                    json_object_set_new(c, "index", json_integer((json_int_t)k));
+                json_object_set_new(d, "tool_calls", tc);
+                if (!json_is_null(content))
+                    json_object_set_new(d, "content", content);
+                else
+                    json_decref(content);
+            } else {
+                json_decref(tc);
+                json_decref(content);
+                json_object_set_new(d, "content", json_text(r->out ? r->out : "", r->out_len));
+            }
+        } else if (text) {
             json_object_set_new(d, "content", json_text(text, n));
+        }
         json_object_set_new(choice, "delta", d);
     } else {
         json_object_set_new(choice, "text", json_text(text ? text : "", text ? n : 0));
     }
+    if (lp1 > lp0)
+        json_object_set_new(choice, "logprobs", logprobs_object(r, lp0, lp1));
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
     json_t *arr = json_array();
     json_array_append_new(arr, choice);
@@ -446,7 +949,13 @@ char *sv_oai_response(const sv_request *r, const sv_oai_meta *m)
 char *sv_oai_chunk(const sv_request *r, const sv_oai_meta *m, const char *text, size_t n,
                    const char *finish, int role)
 {
-    return dump(chunk(r, m, text, n, finish, role));
+    return dump(chunk(r, m, text, n, finish, role, 0, 0, 0));
+}
+
+char *sv_oai_chunk_ex(const sv_request *r, const sv_oai_meta *m, const char *text, size_t n,
+                      size_t lp0, size_t lp1, int calls)
+{
+    return dump(chunk(r, m, text, n, NULL, 0, lp0, lp1, calls));
 }
 
 char *sv_oai_usage_chunk(const sv_request *r, const sv_oai_meta *m)
@@ -469,4 +978,238 @@ char *sv_oai_models(const char *model, uint32_t n_ctx, int64_t created)
     json_object_set_new(l, "object", json_string("list"));
     json_object_set_new(l, "data", a);
     return dump(l);
+}
+
+/* ---- the utilities ---------------------------------------------------------- */
+
+static int token_list(json_t *j, const char *param, sv_input *in, perr *p)
+{
+    size_t n = json_array_size(j);
+    in->toks = malloc((n ? n : 1) * sizeof *in->toks);
+    if (!in->toks)
+        return bad(p, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(j, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+            return bad(p, param, "'%s'[%zu] must be a token id (an integer >= 0)", param, i);
+        in->toks[i] = (int32_t)json_integer_value(t);
+    }
+    in->n_toks = n;
+    return 0;
+}
+
+int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request *r,
+                         sv_oai_error *err)
+{
+    memset(err, 0, sizeof *err);
+    json_error_t jerr;
+    json_t *root = json_loadb(body ? body : "", len, 0, &jerr);
+    if (!root)
+        return bad(err, NULL, "the body is not valid JSON: %s (line %d, column %d)", jerr.text,
+                   jerr.line, jerr.column);
+    int rc = 0;
+    r->kind = kind;
+    static const char *const known[][6] = {
+        {"content", "add_special", "with_pieces", "parse_special", NULL},
+        {"tokens", NULL},
+        {"messages", "model", NULL},
+        {"input", "model", "encoding_format", "user", "dimensions", NULL},
+    };
+    const char *const *kn = known[kind - SV_TOKENIZE];
+    const char *key;
+    json_t *val;
+    if (!json_is_object(root)) {
+        rc = bad(err, NULL, "the body must be a JSON object, not %s", json_type_name(root));
+        goto out;
+    }
+    json_object_foreach(root, key, val) {
+        int ok = 0;
+        for (const char *const *k = kn; *k && !ok; k++)
+            ok = !strcmp(*k, key);
+        if (!ok) {
+            snprintf(err->param_buf, sizeof err->param_buf, "%s", key);
+            rc = bad(err, err->param_buf, "'%.60s' is not supported here (it is refused, not "
+                     "ignored)", key);
+            goto out;
+        }
+    }
+    if (!(r->inputs = calloc(1, sizeof *r->inputs))) {
+        rc = bad(err, NULL, "out of memory");
+        goto out;
+    }
+    if (kind == SV_TOKENIZE) {
+        json_t *c = json_object_get(root, "content");
+        if (!json_is_string(c)) {
+            rc = bad(err, "content", "'content' must be a string");
+            goto out;
+        }
+        r->n_inputs = 1;
+        if (!(r->inputs[0].text = strdup(json_string_value(c)))) {
+            rc = bad(err, NULL, "out of memory");
+            goto out;
+        }
+        if (get_bool(root, "add_special", &r->add_special, err) ||
+            get_bool(root, "with_pieces", &r->with_pieces, err)) {
+            rc = -1;
+            goto out;
+        }
+    } else if (kind == SV_DETOKENIZE) {
+        json_t *t = json_object_get(root, "tokens");
+        if (!json_is_array(t)) {
+            rc = bad(err, "tokens", "'tokens' must be an array of token ids");
+            goto out;
+        }
+        r->n_inputs = 1;
+        rc = token_list(t, "tokens", &r->inputs[0], err);
+    } else if (kind == SV_APPLY_TEMPLATE) {
+        sv_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        json_t *m = json_object_get(root, "messages");
+        json_t *only = json_pack("{s:O}", "messages", m ? m : json_null());
+        rc = parse_fields(&cfg, 1, SV_CHAT, only, r, err);
+        json_decref(only);
+        r->kind = SV_APPLY_TEMPLATE;
+    } else {
+        json_t *in = json_object_get(root, "input"), *ef = json_object_get(root, "encoding_format");
+        json_t *dim = json_object_get(root, "dimensions");
+        if (dim && !json_is_null(dim)) {
+            rc = bad(err, "dimensions", "'dimensions' is not supported (the model's width is "
+                     "fixed)");
+            goto out;
+        }
+        if (ef && !json_is_null(ef)) {
+            if (!json_is_string(ef) || (strcmp(json_string_value(ef), "float") &&
+                                        strcmp(json_string_value(ef), "base64"))) {
+                rc = bad(err, "encoding_format", "'encoding_format' must be float or base64");
+                goto out;
+            }
+            r->is_base64 = !strcmp(json_string_value(ef), "base64");
+        }
+        /* a string, an array of strings, of token ids, or of arrays of ids */
+        size_t n = json_is_array(in) ? json_array_size(in) : 1;
+        int is_ids = json_is_array(in) && n && json_is_integer(json_array_get(in, 0));
+        if (!in || (!json_is_string(in) && !json_is_array(in)) || n == 0 || n > 2048) {
+            rc = bad(err, "input", "'input' must be a string, an array of 1 to 2048 strings, "
+                     "an array of token ids or an array of such arrays");
+            goto out;
+        }
+        if (is_ids || json_is_string(in))
+            n = 1;
+        free(r->inputs);
+        if (!(r->inputs = calloc(n, sizeof *r->inputs))) {
+            rc = bad(err, NULL, "out of memory");
+            goto out;
+        }
+        r->n_inputs = n;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            json_t *x = json_is_string(in) ? in : is_ids ? in : json_array_get(in, i);
+            if (json_is_string(x)) {
+                if (json_string_length(x) == 0)
+                    rc = bad(err, "input", "input[%zu] is empty", i);
+                else if (!(r->inputs[i].text = strdup(json_string_value(x))))
+                    rc = bad(err, NULL, "out of memory");
+            } else if (json_is_array(x)) {
+                rc = token_list(x, "input", &r->inputs[i], err);
+                if (rc == 0 && r->inputs[i].n_toks == 0)
+                    rc = bad(err, "input", "input[%zu] has no tokens", i);
+            } else {
+                rc = bad(err, "input", "input[%zu] must be a string or an array of token ids", i);
+            }
+        }
+    }
+out:
+    json_decref(root);
+    return rc;
+}
+
+static char *tokens_json(const int32_t *toks, size_t n, char *const *pieces, const size_t *lens)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (pieces) {
+            json_t *o = json_object();
+            json_object_set_new(o, "id", json_integer(toks[i]));
+            json_object_set_new(o, "piece", json_text(pieces[i] ? pieces[i] : "",
+                                                      pieces[i] ? lens[i] : 0));
+            json_array_append_new(a, o);
+        } else {
+            json_array_append_new(a, json_integer(toks[i]));
+        }
+    }
+    return dump(json_pack("{s:o}", "tokens", a));
+}
+
+static char *content_json(const char *text, size_t n)
+{
+    return dump(json_pack("{s:o}", "content", json_text(text, n)));
+}
+
+static char *prompt_json(const char *text, size_t n)
+{
+    return dump(json_pack("{s:o}", "prompt", json_text(text, n)));
+}
+
+static char *base64(const unsigned char *p, size_t n)
+{
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc(4 * ((n + 2) / 3) + 1), *q = o;
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                     (i + 2 < n ? p[i + 2] : 0);
+        *q++ = tab[v >> 18 & 63];
+        *q++ = tab[v >> 12 & 63];
+        *q++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        *q++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *q = 0;
+    return o;
+}
+
+static char *embeddings_json(const float *vecs, size_t n, uint32_t dim, int is_base64,
+                             const char *model, size_t n_tokens)
+{
+    json_t *data = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_object();
+        json_object_set_new(e, "object", json_string("embedding"));
+        json_object_set_new(e, "index", json_integer((json_int_t)i));
+        if (is_base64) {
+            /* little-endian float32, as the OpenAI SDKs decode it */
+            unsigned char *b = malloc((size_t)dim * 4);
+            for (uint32_t k = 0; b && k < dim; k++) {
+                uint32_t u;
+                memcpy(&u, &vecs[i * dim + k], 4);
+                for (int z = 0; z < 4; z++)
+                    b[4 * k + (uint32_t)z] = (unsigned char)(u >> (8 * z));
+            }
+            char *s = b ? base64(b, (size_t)dim * 4) : NULL;
+            json_object_set_new(e, "embedding", s ? json_string(s) : json_null());
+            free(s);
+            free(b);
+        } else {
+            json_t *v = json_array();
+            for (uint32_t k = 0; k < dim; k++)
+                json_array_append_new(v, json_real(vecs[i * dim + k]));
+            json_object_set_new(e, "embedding", v);
+        }
+        json_array_append_new(data, e);
+    }
+    return dump(json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data, "model",
+                          model, "usage", "prompt_tokens", (json_int_t)n_tokens, "total_tokens",
+                          (json_int_t)n_tokens));
+}
+
+char *sv_oai_utility_response(const sv_request *r, const char *model)
+{
+    switch (r->kind) {
+    case SV_TOKENIZE: return tokens_json(r->res_toks, r->n_res_toks, r->res_pieces, r->res_lens);
+    case SV_DETOKENIZE: return content_json(r->out ? r->out : "", r->out_len);
+    case SV_APPLY_TEMPLATE: return prompt_json(r->out ? r->out : "", r->out_len);
+    case SV_EMBED:
+        return embeddings_json(r->res_vecs, r->n_inputs, r->res_dim, r->is_base64, model,
+                               r->res_n_tokens);
+    default: return NULL;
+    }
 }

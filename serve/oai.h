@@ -4,12 +4,14 @@
  * and error objects. Pure functions over their arguments (jansson inside),
  * no I/O, no state: any thread.
  *
- * A field the service does not know is ignored; a known field of a wrong
+ * A field the service does not know is refused by name (never silently
+ * ignored: the KNOWN list in oai.c); a known field of a wrong
  * type or value is refused with a message that names it (and its index in
  * an array). Every string returned is compact JSON, malloc'ed: the caller
  * frees it; NULL means out of memory.
  *
- * To add a request field: parse it in parse_fields (oai.c) into a field
+ * To add a request field: name it in KNOWN and parse it in parse_fields
+ * (oai.c) into a field
  * of sv_request above its `mu` (scheduler.h), and use it in the scheduler.
  * To add a response field: full_response / chunk in oai.c.
  */
@@ -26,7 +28,8 @@
  * a whole), the message. */
 typedef struct sv_oai_error {
     sv_err e;
-    const char *param;            /* static */
+    const char *param;            /* static, or param_buf */
+    char param_buf[64];           /* an unknown field's name */
     char msg[400];
 } sv_oai_error;
 
@@ -52,12 +55,29 @@ char *sv_oai_response(const sv_request *r, const sv_oai_meta *m);
  * reason (NULL: none), the assistant role (role != 0; chat only). */
 char *sv_oai_chunk(const sv_request *r, const sv_oai_meta *m, const char *text, size_t n,
                    const char *finish, int role);
+/* A text chunk with the logprobs of r->lps[lp0..lp1) (call with r->mu
+ * held), or with calls: the whole reply as tool calls (or its text when it
+ * has none), once the request is done. */
+char *sv_oai_chunk_ex(const sv_request *r, const sv_oai_meta *m, const char *text, size_t n,
+                      size_t lp0, size_t lp1, int calls);
 /* The last chunk of a stream with stream_options.include_usage. */
 char *sv_oai_usage_chunk(const sv_request *r, const sv_oai_meta *m);
 /* GET /v1/models: the one model. */
 char *sv_oai_models(const char *model, uint32_t n_ctx, int64_t created);
-/* The finish_reason a client sees ("cancelled" is reported as "stop"). */
+/* The finish_reason a client sees ("cancelled" is reported as "stop";
+ * "tool_calls" when a reply with tools holds parsed calls). */
 const char *sv_oai_finish_name(const sv_request *r);
+
+/* A utility's body (POST /tokenize {"content", "add_special",
+ * "with_pieces"}, /detokenize {"tokens"}, /apply-template {"messages"},
+ * /v1/embeddings {"input": string | [string] | [int] | [[int]],
+ * "encoding_format": "float" | "base64", "model"}) into r (kind set). As
+ * sv_oai_parse. */
+int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request *r,
+                         sv_oai_error *err);
+/* A done utility's reply: llama-server's shapes ({"tokens"}, {"content"},
+ * {"prompt"}); OpenAI's list of embeddings (model: its id). */
+char *sv_oai_utility_response(const sv_request *r, const char *model);
 
 /* Valid UTF-8 of s[0..n): invalid bytes become U+FFFD; malloc'ed, NUL
  * ended, its length in *out_n. */

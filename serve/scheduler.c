@@ -45,6 +45,7 @@ typedef struct sv_active {
     int32_t *todo;            /* prompt tokens still to feed: todo[i_todo..n_todo) */
     size_t n_todo, i_todo;
     rb_sampler *sampler;
+    rb_grammar *grammar;      /* response_format or a required tool call; NULL: free text */
     rb_detokenizer *detok;
     char *text;               /* the whole reply so far */
     size_t len, cap, published;
@@ -87,6 +88,7 @@ struct sv_sched {
     char *piece;              /* one detokenizer push */
     size_t max_piece;
     uint64_t rng;             /* unseeded requests' seeds */
+    rb_session *embed_session; /* /v1/embeddings' (created at the first) */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -231,6 +233,7 @@ static void active_free(sv_active *a)
     free(a->todo);
     free(a->text);
     rb_sampler_destroy(a->sampler);
+    rb_grammar_destroy(a->grammar);
     rb_detokenizer_destroy(a->detok);
     memset(a, 0, sizeof *a);
 }
@@ -313,6 +316,53 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         sp.seed = next_rand(s) & 0xffffffffu;
     if (rb_sampler_create(&sp, rb_session_n_vocab(c->session), &a->sampler, &e) != RB_OK) {
         req_fail(r, SV_ERR_INVALID, "%s", e.message);
+        c->is_busy = 0;
+        active_free(a);
+        return -1;
+    }
+    /* the reply's grammar: a JSON Schema, any object, or tool calls under
+       the call schema (each inside <tool_call> tags) */
+    if (r->format != SV_FMT_TEXT || r->tools == SV_TOOLS_REQUIRED) {
+        rb_status gst;
+        if (r->tools == SV_TOOLS_REQUIRED) {
+            char *g = NULL;
+            size_t gn = 0;
+            gst = rb_json_schema_to_grammar(r->tool_schema, strlen(r->tool_schema), &g, &gn, &e);
+            if (gst == RB_OK) {
+                /* the converter's root is the call; tcroot the tagged calls
+                   around it */
+                const char *more = r->parallel_tool_calls ? "{0,3}" : "{0,0}";
+                size_t cap = gn + 256;
+                char *t = malloc(cap);
+                if (!t) {
+                    gst = RB_E_NOMEM;
+                    snprintf(e.message, sizeof e.message, "out of memory");
+                } else {
+                    snprintf(t, cap, "%s\ntcroot ::= tc (\"\\n\" tc)%s\n"
+                             "tc ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n", g, more);
+                    gst = rb_grammar_create(s->model, t, strlen(t), "tcroot", &a->grammar, &e);
+                }
+                free(t);
+            }
+            free(g);
+        } else {
+            gst = rb_grammar_from_json_schema(s->model, r->format == SV_FMT_JSON_SCHEMA ? r->schema
+                                              : NULL, r->format == SV_FMT_JSON_SCHEMA
+                                              ? strlen(r->schema) : 0, &a->grammar, &e);
+        }
+        if (gst == RB_OK)
+            gst = rb_sampler_set_grammar(a->sampler, a->grammar);
+        if (gst != RB_OK) {
+            req_fail(r, gst == RB_E_NOMEM ? SV_ERR_UNAVAILABLE : SV_ERR_INVALID, "%s%s",
+                     r->tools == SV_TOOLS_REQUIRED ? "tools: " : "response_format: ", e.message);
+            c->is_busy = 0;
+            active_free(a);
+            return -1;
+        }
+    }
+    if (r->n_bias &&
+        rb_sampler_set_logit_bias(a->sampler, r->bias_ids, r->bias_vals, r->n_bias) != RB_OK) {
+        req_fail(r, SV_ERR_INVALID, "logit_bias: %s", rb_sampler_errmsg(a->sampler));
         c->is_busy = 0;
         active_free(a);
         return -1;
@@ -469,6 +519,52 @@ static void step_prefill(sv_sched *s, sv_active *a)
     }
 }
 
+static void lp_text(sv_sched *s, int32_t id, sv_lp_token *t)
+{
+    size_t k = 0;
+    char buf[256];
+    t->n_text = 0;
+    if (rb_model_token_to_piece(s->model, id, 0, buf, sizeof buf, &k) == RB_OK) {
+        if (k > SV_LP_TOKEN_MAX)
+            k = SV_LP_TOKEN_MAX;
+        memcpy(t->text, buf, k);
+        t->n_text = (uint8_t)k;
+    }
+}
+
+/* The sampled token's log-probability and alternatives into r->lps. */
+static int record_logprob(sv_sched *s, sv_active *a, int32_t id)
+{
+    rb_sampler_logprob chosen, top[RB_SAMPLER_MAX_LOGPROBS];
+    size_t n_top = 0;
+    if (rb_sampler_get_logprobs(a->sampler, &chosen, top, RB_SAMPLER_MAX_LOGPROBS, &n_top) != RB_OK)
+        return 0; /* nothing drawn from a finite row: no entry */
+    sv_logprob lp;
+    memset(&lp, 0, sizeof lp);
+    lp_text(s, id, &lp.tok);
+    lp.tok.logprob = chosen.logprob;
+    lp.n_top = (uint8_t)n_top;
+    for (size_t i = 0; i < n_top; i++) {
+        lp_text(s, top[i].id, &lp.top[i]);
+        lp.top[i].logprob = top[i].logprob;
+    }
+    sv_request *r = a->req;
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    if (r->n_lps == r->cap_lps) {
+        size_t cap = r->cap_lps ? 2 * r->cap_lps : 64;
+        sv_logprob *q = realloc(r->lps, cap * sizeof *q);
+        if (q)
+            r->lps = q, r->cap_lps = cap;
+        else
+            rc = -1;
+    }
+    if (rc == 0)
+        r->lps[r->n_lps++] = lp;
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
 /* A decode step's first half: the request's next token sampled from its
  * session's logits and published. Returns 1 with *next when that token is
  * to be computed (the request goes on), 0 when the request has ended. */
@@ -491,6 +587,10 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
         a->has_ttft = 1;
         sv_metrics_record_ttft(s->metrics, sv_now_s() - r->t_arrival);
     }
+    if (r->sp.is_logprobs && record_logprob(s, a, *next) != 0) {
+        finish(s, a, NULL, SV_ERR_SERVER, "out of memory");
+        return 0;
+    }
     if (rb_model_token_is_eog(s->model, *next)) {
         finish(s, a, "stop", SV_ERR_NONE, NULL);
         return 0;
@@ -504,7 +604,8 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
         finish(s, a, NULL, SV_ERR_SERVER, "out of memory");
         return 0;
     }
-    if (stop) {
+    if (stop || (a->grammar && !rb_grammar_can_continue(a->grammar))) {
+        /* a stop string, or the grammar is complete and nothing can follow */
         finish(s, a, "stop", SV_ERR_NONE, NULL);
         return 0;
     }
@@ -578,6 +679,164 @@ static int id_busy(sv_sched *s, const char *id, sv_request **taken, int n_taken)
     return 0;
 }
 
+/* ---- the utilities: tokenize, detokenize, apply-template, embeddings ---- */
+
+/* Ends r: its result is in place (the text, if any, in text[0..n)). */
+static void utility_done(sv_request *r, const char *text, size_t n)
+{
+    pthread_mutex_lock(&r->mu);
+    if (text) {
+        free(r->out);
+        r->out = malloc(n + 1);
+        if (r->out) {
+            memcpy(r->out, text, n);
+            r->out[n] = 0;
+            r->out_len = n;
+            r->out_cap = n + 1;
+        } else {
+            r->err = SV_ERR_UNAVAILABLE;
+            snprintf(r->errmsg, sizeof r->errmsg, "out of memory");
+        }
+    }
+    r->is_started = 1;
+    r->is_done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/*
+ * A utility request, answered at once: the tokens of a text (with their
+ * pieces), the text of tokens, the chat template's rendering, or the
+ * embeddings of each input (on a session of their own, rewound for each).
+ * The results go into r; oai.c writes them as JSON.
+ */
+static void run_utility(sv_sched *s, sv_request *r)
+{
+    rb_model_info mi;
+    if (rb_model_get_info(s->model, &mi) != RB_OK) {
+        req_fail(r, SV_ERR_SERVER, "the model's info cannot be read");
+        return;
+    }
+    /* token ids given by the client are checked against the vocabulary */
+    for (size_t i = 0; i < r->n_inputs; i++)
+        for (size_t k = 0; k < r->inputs[i].n_toks; k++)
+            if (r->inputs[i].toks[k] < 0 || (uint32_t)r->inputs[i].toks[k] >= mi.n_vocab) {
+                req_fail(r, SV_ERR_INVALID, "token %d (input %zu, position %zu) is outside the "
+                         "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, mi.n_vocab);
+                return;
+            }
+    if (r->kind == SV_TOKENIZE) {
+        int32_t *toks = NULL;
+        size_t n = 0;
+        const char *t = r->inputs[0].text;
+        if (tokenize(s, t, strlen(t), r->add_special, &toks, &n, 0) != 0) {
+            req_fail(r, SV_ERR_INVALID, "the text cannot be tokenized: %s",
+                     rb_model_errmsg(s->model));
+            return;
+        }
+        if (r->with_pieces) {
+            r->res_pieces = calloc(n ? n : 1, sizeof *r->res_pieces);
+            r->res_lens = calloc(n ? n : 1, sizeof *r->res_lens);
+            for (size_t i = 0; r->res_pieces && r->res_lens && i < n; i++) {
+                size_t k = 0;
+                rb_model_token_to_piece(s->model, toks[i], 1, NULL, 0, &k);
+                if ((r->res_pieces[i] = malloc(k + 1)))
+                    rb_model_token_to_piece(s->model, toks[i], 1, r->res_pieces[i], k + 1,
+                                            &r->res_lens[i]);
+            }
+        }
+        r->res_toks = toks;
+        r->n_res_toks = n;
+        utility_done(r, NULL, 0);
+        return;
+    }
+    if (r->kind == SV_DETOKENIZE) {
+        size_t cap = 64, len = 0;
+        char *text = malloc(cap);
+        for (size_t i = 0; text && i < r->inputs[0].n_toks; i++) {
+            size_t k = 0;
+            rb_model_token_to_piece(s->model, r->inputs[0].toks[i], 0, NULL, 0, &k);
+            if (len + k + 1 > cap) {
+                while (len + k + 1 > cap)
+                    cap *= 2;
+                char *q = realloc(text, cap);
+                if (!q) {
+                    free(text);
+                    text = NULL;
+                    break;
+                }
+                text = q;
+            }
+            rb_model_token_to_piece(s->model, r->inputs[0].toks[i], 0, text + len, cap - len, &k);
+            len += k;
+        }
+        if (!text)
+            req_fail(r, SV_ERR_UNAVAILABLE, "out of memory");
+        else
+            utility_done(r, text, len);
+        free(text);
+        return;
+    }
+    if (r->kind == SV_APPLY_TEMPLATE) {
+        size_t len = 0;
+        char *text = NULL;
+        if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &len) == RB_OK &&
+            (text = malloc(len + 1)) &&
+            rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, text, len + 1, &len) == RB_OK)
+            utility_done(r, text, len);
+        else
+            req_fail(r, SV_ERR_INVALID, "the messages cannot be rendered");
+        free(text);
+        return;
+    }
+    /* SV_EMBED */
+    rb_error e;
+    if (!s->embed_session) {
+        rb_session_params p = s->store.sp;
+        if (rb_session_create(s->model, &p, &s->embed_session, &e) != RB_OK) {
+            req_fail(r, SV_ERR_UNAVAILABLE, "embeddings: %s", e.message);
+            return;
+        }
+        rb_session_set_priority(s->embed_session, RB_PRIORITY_BACKGROUND);
+    }
+    float *vecs = malloc(sizeof *vecs * mi.n_embd * (r->n_inputs ? r->n_inputs : 1));
+    if (!vecs) {
+        req_fail(r, SV_ERR_UNAVAILABLE, "out of memory");
+        return;
+    }
+    size_t n_tokens = 0;
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        int32_t *toks = NULL;
+        size_t n = r->inputs[i].n_toks;
+        if (r->inputs[i].text &&
+            tokenize(s, r->inputs[i].text, strlen(r->inputs[i].text), 1, &toks, &n, 0) != 0) {
+            req_fail(r, SV_ERR_INVALID, "input %zu cannot be tokenized", i);
+            free(vecs);
+            return;
+        }
+        const int32_t *use = toks ? toks : r->inputs[i].toks;
+        if (n == 0 || n > s->n_ctx) {
+            free(toks);
+            free(vecs);
+            req_fail(r, SV_ERR_INVALID, "input %zu has %zu tokens; it must have 1 to %u", i, n,
+                     s->n_ctx);
+            return;
+        }
+        rb_status st = rb_session_embed(s->embed_session, use, n, vecs + i * mi.n_embd, mi.n_embd);
+        free(toks);
+        if (st != RB_OK) {
+            req_fail(r, SV_ERR_SERVER, "embeddings: %s", rb_session_errmsg(s->embed_session));
+            free(vecs);
+            return;
+        }
+        n_tokens += n;
+    }
+    r->res_vecs = vecs;
+    r->res_dim = mi.n_embd;
+    r->res_n_tokens = n_tokens;
+    utility_done(r, NULL, 0);
+}
+
 static void *sched_main(void *arg)
 {
     sv_sched *s = arg;
@@ -619,6 +878,11 @@ static void *sched_main(void *arg)
                     a = &s->active[j];
             if (req_is_cancelled(taken[i])) {
                 req_fail(taken[i], SV_ERR_INVALID, "the client closed the connection");
+                sched_release(s, taken[i]);
+                continue;
+            }
+            if (taken[i]->kind >= SV_TOKENIZE) {
+                run_utility(s, taken[i]);
                 sched_release(s, taken[i]);
                 continue;
             }
@@ -712,6 +976,23 @@ void sv_request_release(sv_request *r)
     }
     free(r->msgs);
     free(r->prompt);
+    free(r->schema);
+    free(r->tools_text);
+    free(r->tool_schema);
+    free(r->bias_ids);
+    free(r->bias_vals);
+    free(r->lps);
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        free(r->inputs[i].text);
+        free(r->inputs[i].toks);
+    }
+    free(r->inputs);
+    for (size_t i = 0; r->res_pieces && i < r->n_res_toks; i++)
+        free(r->res_pieces[i]);
+    free(r->res_pieces);
+    free(r->res_lens);
+    free(r->res_toks);
+    free(r->res_vecs);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->out);
@@ -850,6 +1131,7 @@ void sv_sched_free(sv_sched *s)
         return;
     sv_sched_stop(s);
     sv_store_deinit(&s->store);
+    rb_session_destroy(s->embed_session);
     rb_pool_destroy(s->pool);
     free(s->active);
     free(s->step_act);

@@ -33,7 +33,18 @@
 #define SV_STOP_MAX 4     /* OpenAI's limit of stop sequences */
 #define SV_STOP_LEN_MAX 256
 
-typedef enum sv_kind { SV_CHAT = 0, SV_COMPLETION = 1 } sv_kind;
+/* A generation (chat, completion), or one of the model's utilities: the
+ * scheduler answers those at once, their JSON in out. */
+typedef enum sv_kind {
+    SV_CHAT = 0, SV_COMPLETION = 1, SV_TOKENIZE, SV_DETOKENIZE, SV_APPLY_TEMPLATE, SV_EMBED
+} sv_kind;
+
+/* One input of a utility: a text, or token ids. */
+typedef struct sv_input {
+    char *text;                   /* NULL: toks */
+    int32_t *toks;
+    size_t n_toks;
+} sv_input;
 
 /* OpenAI-style error classes and their HTTP statuses. */
 typedef enum sv_err {
@@ -47,6 +58,28 @@ typedef enum sv_err {
     SV_ERR_SERVER = 500,
     SV_ERR_UNAVAILABLE = 503
 } sv_err;
+
+/* One generated token's log-probability and its best alternatives (the
+ * token texts as bytes, cut at SV_LP_TOKEN_MAX). */
+#define SV_LP_TOKEN_MAX 48
+typedef struct sv_lp_token {
+    char text[SV_LP_TOKEN_MAX];
+    uint8_t n_text;
+    float logprob;
+} sv_lp_token;
+typedef struct sv_logprob {
+    sv_lp_token tok;
+    uint8_t n_top;
+    sv_lp_token top[RB_SAMPLER_MAX_LOGPROBS];
+} sv_logprob;
+
+/* What the reply must be (response_format, tool_choice). */
+typedef enum sv_format { SV_FMT_TEXT = 0, SV_FMT_JSON_OBJECT = 1, SV_FMT_JSON_SCHEMA = 2 } sv_format;
+typedef enum sv_tools {
+    SV_TOOLS_NONE = 0,       /* no tools, or tool_choice "none" */
+    SV_TOOLS_AUTO = 1,       /* rendered; the reply may call them */
+    SV_TOOLS_REQUIRED = 2    /* rendered; the reply is tool calls, under tool_schema */
+} sv_tools;
 
 typedef struct sv_request {
     /* ---- written by the connection thread before it is queued ---- */
@@ -62,6 +95,19 @@ typedef struct sv_request {
     int has_seed;                 /* sp.seed is the request's */
     char *stop[SV_STOP_MAX];
     int n_stop;
+    sv_format format;
+    char *schema;                 /* SV_FMT_JSON_SCHEMA: the schema as JSON text, owned */
+    sv_tools tools;
+    char *tools_text;             /* the tool list as the system prompt tells it, owned */
+    char *tool_schema;            /* SV_TOOLS_REQUIRED: a call's JSON Schema, owned */
+    int parallel_tool_calls;      /* more than one call allowed (default 1) */
+    int32_t *bias_ids;            /* logit_bias, owned */
+    float *bias_vals;
+    size_t n_bias;
+    int completion_logprobs;      /* SV_COMPLETION: the legacy shape */
+    sv_input *inputs;             /* utilities: the texts or token lists, owned */
+    size_t n_inputs;
+    int add_special, with_pieces, is_base64;
     double t_arrival;
     struct sv_request *next;      /* the scheduler's queue (under its mu) */
 
@@ -81,6 +127,17 @@ typedef struct sv_request {
     char conv_out[SV_ID_MAX + 1]; /* the conversation that served it */
     const char *restore;          /* where its KV was when admitted (static
                                      string): sv_restore_name */
+    sv_logprob *lps;              /* is_logprobs: one per generated token */
+    size_t n_lps, cap_lps;
+    /* a utility's result (out holds a text result: detokenize's content,
+       apply-template's prompt), set before is_done */
+    int32_t *res_toks;            /* tokenize */
+    char **res_pieces;            /* tokenize with_pieces: [n_res_toks] */
+    size_t *res_lens;
+    size_t n_res_toks;
+    float *res_vecs;              /* embeddings: [n_inputs][res_dim] */
+    uint32_t res_dim;
+    size_t res_n_tokens;          /* embeddings: tokens read */
 } sv_request;
 
 /* A new request with one reference (the caller's), arrival now; NULL: no

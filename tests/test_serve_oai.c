@@ -49,7 +49,7 @@ static void test_parse_chat(void)
         "{\"type\":\"text\",\"text\":\"lo\"}]}],\"stream\":true,"
         "\"stream_options\":{\"include_usage\":true},\"max_tokens\":7,\"temperature\":0.5,"
         "\"top_p\":0.9,\"top_k\":3,\"seed\":42,\"stop\":[\"a\",\"bc\"],"
-        "\"conversation_id\":\"conv-1\",\"unknown_field\":{}}", &e, &rc);
+        "\"conversation_id\":\"conv-1\"}", &e, &rc);
     CHECK_EQ_INT(rc, 0);
     CHECK_EQ_INT(r->kind, SV_CHAT);
     CHECK_EQ_U64(r->n_msgs, 2);
@@ -95,6 +95,92 @@ static void test_parse_completion(void)
     sv_request_release(r);
 }
 
+static void test_parse_tools_format(void)
+{
+    sv_oai_error e;
+    int rc;
+    sv_request *r = parse(SV_CHAT,
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":"
+        "\"function\",\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"12C\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":"
+        "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"
+        "\"required\":[\"city\"]}}}],\"tool_choice\":\"required\",\"parallel_tool_calls\":false,"
+        "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\","
+        "\"strict\":true,\"schema\":{\"type\":\"object\"}}},\"logprobs\":true,\"top_logprobs\":2,"
+        "\"presence_penalty\":0.5,\"frequency_penalty\":-1,\"logit_bias\":{\"7\":-100}}", &e, &rc);
+    if (rc)
+        fprintf(stderr, "tools: %s\n", e.msg);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(r->tools, SV_TOOLS_REQUIRED);
+    CHECK_EQ_INT(r->parallel_tool_calls, 0);
+    CHECK_EQ_INT(r->format, SV_FMT_JSON_SCHEMA);
+    CHECK(r->schema && !strcmp(r->schema, "{\"type\":\"object\"}"));
+    CHECK(r->tool_schema && strstr(r->tool_schema, "\"const\":\"get\""));
+    CHECK_EQ_U64(r->n_msgs, 4); /* a system message with the tools first */
+    CHECK(!strcmp(r->msgs[0].role, "system") && strstr(r->msgs[0].content, "<tools>"));
+    CHECK(strstr(r->msgs[2].content, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\":"));
+    CHECK(!strcmp(r->msgs[3].role, "user") &&
+          !strcmp(r->msgs[3].content, "<tool_response>\n12C\n</tool_response>"));
+    CHECK_EQ_INT(r->sp.is_logprobs, 1);
+    CHECK_EQ_INT(r->sp.n_top_logprobs, 2);
+    CHECK_NEAR(r->sp.presence_penalty, 0.5, 0);
+    CHECK_NEAR(r->sp.frequency_penalty, -1, 0);
+    CHECK_EQ_U64(r->n_bias, 1);
+    CHECK(r->bias_ids[0] == 7 && r->bias_vals[0] == -100.0f);
+    sv_request_release(r);
+
+    /* a reply with calls: message.tool_calls, finish_reason tool_calls */
+    r = sv_request_new();
+    r->kind = SV_CHAT;
+    r->tools = SV_TOOLS_AUTO;
+    const char *out = "Let me check.\n<tool_call>\n{\"name\": \"get\", \"arguments\": "
+                      "{\"city\": \"Oslo\"}}\n</tool_call>";
+    r->out = strdup(out);
+    r->out_len = strlen(out);
+    r->finish_reason = "stop";
+    sv_oai_meta m = {"chatcmpl-1", 1, "model"};
+    char *js = sv_oai_response(r, &m);
+    CHECK(js && strstr(js, "\"tool_calls\":[{\"id\":\"call_0\",\"type\":\"function\","
+                           "\"function\":{\"name\":\"get\",\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]"));
+    CHECK(js && strstr(js, "\"content\":\"Let me check.\""));
+    CHECK(js && strstr(js, "\"finish_reason\":\"tool_calls\""));
+    if (js && !strstr(js, "tool_calls\":[{"))
+        fprintf(stderr, "%s\n", js);
+    free(js);
+    sv_request_release(r);
+
+    /* mistral's and llama 3.1's own formats are read too; a plain text is not a call */
+    static const struct {
+        const char *out;
+        int has_call;
+    } others[] = {
+        {"[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": {\"city\": \"Oslo\"}}]", 1},
+        {"<|python_tag|>{\"name\": \"get\", \"parameters\": {\"city\": \"Oslo\"}}", 1},
+        {" {\"name\": \"get\", \"parameters\": {\"city\": \"Oslo\"}}", 1},
+        {"[TOOL_CALLS] [{\"name\": \"get\"}]", 0},
+        {"{\"answer\": 42}", 0},
+        {"It is 12C in Oslo.", 0},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        r = sv_request_new();
+        r->kind = SV_CHAT;
+        r->tools = SV_TOOLS_AUTO;
+        r->out = strdup(others[i].out);
+        r->out_len = strlen(others[i].out);
+        r->finish_reason = "stop";
+        js = sv_oai_response(r, &m);
+        int has = js && strstr(js, "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"") &&
+                  strstr(js, "\"finish_reason\":\"tool_calls\"");
+        if (has != others[i].has_call)
+            fprintf(stderr, "reply %zu: %s\n", i, js ? js : "NULL");
+        CHECK_EQ_INT(has, others[i].has_call);
+        free(js);
+        sv_request_release(r);
+    }
+}
+
 static void test_parse_refused(void)
 {
     check_refused(SV_CHAT, "{\"messages\": [", NULL, "not valid JSON");
@@ -102,8 +188,8 @@ static void test_parse_refused(void)
     check_refused(SV_CHAT, "{}", "messages", "'messages' is required");
     check_refused(SV_CHAT, "{\"messages\":\"hi\"}", "messages", "must be an array, not a string");
     check_refused(SV_CHAT, "{\"messages\":[]}", "messages", "1 to 65536");
-    check_refused(SV_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages",
-                  "messages[0].role 'tool'");
+    check_refused(SV_CHAT, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "messages",
+                  "messages[0].role 'robot'");
     check_refused(SV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
                   "{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages",
                   "messages[1].content[0]");
@@ -123,6 +209,20 @@ static void test_parse_refused(void)
     check_refused(SV_CHAT, body, "stop", "at most 4");
     snprintf(body, sizeof body, "%s\"conversation_id\":\"../etc\"}", ok);
     check_refused(SV_CHAT, body, "conversation_id", "must be 1 to 64 characters");
+    snprintf(body, sizeof body, "%s\"unknown_field\":{}}", ok);
+    check_refused(SV_CHAT, body, "unknown_field", "'unknown_field' is not supported");
+    snprintf(body, sizeof body, "%s\"response_format\":{\"type\":\"xml\"}}", ok);
+    check_refused(SV_CHAT, body, "response_format", "'xml' is not text, json_object or json_schema");
+    snprintf(body, sizeof body, "%s\"top_logprobs\":3}", ok);
+    check_refused(SV_CHAT, body, "top_logprobs", "needs 'logprobs': true");
+    snprintf(body, sizeof body, "%s\"logit_bias\":{\"12\":101}}", ok);
+    check_refused(SV_CHAT, body, "logit_bias", "from -100 to 100");
+    snprintf(body, sizeof body, "%s\"tool_choice\":\"required\"}", ok);
+    check_refused(SV_CHAT, body, "tool_choice", "needs 'tools'");
+    snprintf(body, sizeof body, "%s\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+             "\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", ok);
+    check_refused(SV_CHAT, body, "tool_choice", "names 'g', which is not in 'tools'");
+    check_refused(SV_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo", "not supported");
     check_refused(SV_COMPLETION, "{\"prompt\":\"\"}", "prompt", "'prompt' is empty");
     check_refused(SV_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "must be a string");
 }
@@ -259,6 +359,7 @@ int main(void)
     test_parse_chat();
     test_parse_completion();
     test_parse_refused();
+    test_parse_tools_format();
     test_responses();
     test_utf8();
     return check_report();

@@ -708,6 +708,16 @@ int rb_forward_multi(rb_forward *f, rb_forward_seq *seqs, uint32_t n_seqs, float
         if (l + 1 == hp->n_layers && obs && obs->on_forward_end)
             obs->on_forward_end(obs->ctx);
     }
+    /* embeddings: the normed rows of the positions asked for */
+    if (f->embd_rows && n_seqs == 1) {
+        for (uint32_t t = 0; t < seqs[0].n; t++) {
+            uint32_t p = seqs[0].pos0 + t;
+            if (p >= f->embd_pos0 && p - f->embd_pos0 < f->embd_n)
+                rb_rmsnorm(f->embd_rows + (size_t)(p - f->embd_pos0) * E,
+                           f->x + (size_t)(seqs[0].row0 + t) * E, f->output_norm, E,
+                           hp->rms_eps);
+        }
+    }
     /* the rows that give logits, packed: a sequence's all or its last */
     uint32_t m = 0;
     for (uint32_t i = 0; i < n_seqs; i++) {

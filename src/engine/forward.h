@@ -71,6 +71,12 @@ typedef struct rb_forward {
     void *rows_gate_ctx;
     size_t mem_bytes;        /* run state bytes (the scratch account) */
     const rb_model_observer *obs; /* the model's; NULL: not observed */
+    /* embeddings (rb_session_embed): when embd_rows is set, a pass of one
+       sequence writes the output-normed hidden state of each position p in
+       [embd_pos0, embd_pos0 + embd_n) to row p - embd_pos0 (a recomputed
+       position overwrites its row: idempotent). NULL: off. */
+    float *embd_rows;        /* [embd_n][n_embd] */
+    uint32_t embd_pos0, embd_n;
 
     /* run state, one allocation; shapes per batch row t < n_batch */
     float *x;       /* [B][n_embd] residual stream */

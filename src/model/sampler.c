@@ -61,6 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar.h"
 #include "sampler.h"
 #include "status.h"
 
@@ -85,6 +86,17 @@ struct rb_sampler {
     rb_sampler_candidate *tmp;   /* [n_vocab] */
     uint8_t *seen;               /* [(n_vocab + 7) / 8], zero between calls */
     uint32_t hist[RB_RADIX_PASSES][RB_RADIX_BUCKETS];
+    /* The extras, each off (NULL / 0) unless asked for; with all off the
+     * chain runs its original pass, bit for bit. */
+    rb_grammar *grammar;         /* borrowed (rb_sampler_set_grammar) */
+    float *bias;                 /* [n_vocab] logit_bias, or NULL */
+    uint32_t *counts;            /* [n_vocab] window counts, zero between calls */
+    float *row;                  /* [n_vocab] the adjusted row, for logprobs */
+    int is_lp_valid;
+    float lp_lse;                /* log-sum-exp of row */
+    rb_sampler_logprob lp_chosen;
+    rb_sampler_candidate lp_top[RB_SAMPLER_MAX_LOGPROBS];
+    size_t n_lp_top;
     char message[RB_ERROR_MESSAGE_MAX];
 };
 
@@ -170,6 +182,18 @@ static rb_status check_params(const rb_sampler_params *p, uint32_t n_vocab, rb_e
         return rb_error_set(err, RB_E_INVALID_ARG,
                             "sampler: repeat_penalty = %g is not a finite number > 0 "
                             "(1 turns the penalty off)", (double)p->repeat_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return rb_error_set(err, RB_E_INVALID_ARG,
+                            "sampler: presence_penalty = %g or frequency_penalty = %g is not "
+                            "a finite number (0 turns it off)", (double)p->presence_penalty,
+                            (double)p->frequency_penalty);
+    if (p->is_logprobs != 0 && p->is_logprobs != 1)
+        return rb_error_set(err, RB_E_INVALID_ARG, "sampler: is_logprobs = %d is not 0 or 1",
+                            (int)p->is_logprobs);
+    if (p->n_top_logprobs < 0 || p->n_top_logprobs > RB_SAMPLER_MAX_LOGPROBS)
+        return rb_error_set(err, RB_E_INVALID_ARG,
+                            "sampler: n_top_logprobs = %d is outside [0, %d]",
+                            (int)p->n_top_logprobs, RB_SAMPLER_MAX_LOGPROBS);
     if (p->repeat_last_n < -1)
         return rb_error_set(err, RB_E_INVALID_ARG,
                             "sampler: repeat_last_n = %d is below -1 (-1: whole history)",
@@ -210,11 +234,111 @@ rb_status rb_sampler_create(const rb_sampler_params *params, uint32_t n_vocab,
     s->seen = (uint8_t *)(void *)(s->tmp + n_vocab);
     memset(s->seen, 0, ((size_t)n_vocab + 7) / 8);
     rng_seed(&s->state, p.seed);
+    if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
+        s->counts = calloc(n_vocab, sizeof *s->counts);
+    if (p.is_logprobs)
+        s->row = malloc(sizeof *s->row * n_vocab);
+    if (((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && !s->counts) ||
+        (p.is_logprobs && !s->row)) {
+        free(s->counts);
+        free(s->row);
+        free(s);
+        return rb_error_set(err, RB_E_NOMEM, "sampler: cannot allocate the penalty counts or "
+                                             "the logprobs row for %u tokens", n_vocab);
+    }
     *out = s;
     return RB_OK;
 }
 
-void rb_sampler_destroy(rb_sampler *s) { free(s); }
+void rb_sampler_destroy(rb_sampler *s)
+{
+    if (!s)
+        return;
+    free(s->bias);
+    free(s->counts);
+    free(s->row);
+    free(s);
+}
+
+rb_status rb_sampler_set_grammar(rb_sampler *s, rb_grammar *g)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (g && rb_grammar_n_vocab(g) != s->n_vocab) {
+        snprintf(s->message, sizeof s->message,
+                 "sampler: the grammar's vocabulary has %u tokens, the sampler's %u",
+                 rb_grammar_n_vocab(g), s->n_vocab);
+        return RB_E_INVALID_ARG;
+    }
+    s->grammar = g;
+    return RB_OK;
+}
+
+rb_status rb_sampler_set_logit_bias(rb_sampler *s, const int32_t *ids, const float *bias,
+                                    size_t n)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (n && (!ids || !bias)) {
+        snprintf(s->message, sizeof s->message, "sampler: logit_bias ids or values are NULL");
+        return RB_E_INVALID_ARG;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || (uint32_t)ids[i] >= s->n_vocab) {
+            snprintf(s->message, sizeof s->message,
+                     "sampler: logit_bias token %d is outside the vocabulary of %u",
+                     (int)ids[i], s->n_vocab);
+            return RB_E_INVALID_ARG;
+        }
+        if (!isfinite(bias[i])) {
+            snprintf(s->message, sizeof s->message,
+                     "sampler: logit_bias of token %d is %g, not a finite number", (int)ids[i],
+                     (double)bias[i]);
+            return RB_E_INVALID_ARG;
+        }
+    }
+    if (n == 0) {
+        free(s->bias);
+        s->bias = NULL;
+        return RB_OK;
+    }
+    if (!s->bias) {
+        s->bias = malloc(sizeof *s->bias * s->n_vocab);
+        if (!s->bias) {
+            snprintf(s->message, sizeof s->message,
+                     "sampler: cannot allocate logit_bias for %u tokens", s->n_vocab);
+            return RB_E_NOMEM;
+        }
+    }
+    memset(s->bias, 0, sizeof *s->bias * s->n_vocab);
+    for (size_t i = 0; i < n; i++)
+        s->bias[ids[i]] += bias[i];
+    return RB_OK;
+}
+
+rb_status rb_sampler_get_logprobs(rb_sampler *s, rb_sampler_logprob *chosen,
+                                  rb_sampler_logprob *top, size_t n_top_max, size_t *n_top)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    if (!s->params.is_logprobs || !s->is_lp_valid) {
+        snprintf(s->message, sizeof s->message, "sampler: %s",
+                 s->params.is_logprobs ? "no token was sampled yet"
+                                       : "logprobs are off (rb_sampler_params.is_logprobs)");
+        return RB_E_INVALID_ARG;
+    }
+    if ((!top && n_top_max) || !n_top) {
+        snprintf(s->message, sizeof s->message, "sampler: top or n_top is NULL");
+        return RB_E_INVALID_ARG;
+    }
+    if (chosen)
+        *chosen = s->lp_chosen;
+    size_t n = s->n_lp_top < n_top_max ? s->n_lp_top : n_top_max;
+    for (size_t i = 0; i < n; i++)
+        top[i] = (rb_sampler_logprob){s->lp_top[i].id, s->lp_top[i].logit - s->lp_lse};
+    *n_top = n;
+    return RB_OK;
+}
 
 rb_sampler_params rb_sampler_get_params(const rb_sampler *s) { return s->params; }
 
@@ -361,8 +485,84 @@ static size_t top_p_cut(const rb_sampler_candidate *c, size_t n, float max, doub
 
 /* ---- the chain --------------------------------------------------------- */
 
+/*
+ * 1-3 with the extras: the grammar's mask (a token it forbids is dropped as
+ * a -inf would be), logit_bias, repeat_penalty, then OpenAI's frequency and
+ * presence penalties; the adjusted row kept for logprobs. A separate loop
+ * so that the plain pass stays as it was.
+ */
+static size_t pass_extras(rb_sampler *s, const float *logits, const uint8_t *mask,
+                          const int32_t *win, size_t n_win, size_t *arg_out, float *max_out)
+{
+    const rb_sampler_params *p = &s->params;
+    rb_sampler_candidate *cand = s->cand;
+    size_t n_vocab = s->n_vocab, n = 0, arg = 0;
+    float max = -INFINITY;
+    int is_rep = n_win && p->repeat_penalty != 1.0f;
+    int is_cnt = n_win && s->counts;
+    float *row = s->row;
+    if (is_cnt)
+        for (size_t i = 0; i < n_win; i++)
+            if (win[i] >= 0 && (uint32_t)win[i] < s->n_vocab)
+                s->counts[win[i]]++;
+    for (size_t i = 0; i < n_vocab; i++) {
+        float l = logits[i];
+        if (isnan(l) || (mask && !(mask[i >> 3] >> (i & 7) & 1))) {
+            if (row)
+                row[i] = -INFINITY;
+            continue;
+        }
+        if (s->bias)
+            l += s->bias[i];
+        if (is_rep && (s->seen[i >> 3] & (1u << (i & 7))))
+            l = l <= 0.0f ? l * p->repeat_penalty : l / p->repeat_penalty;
+        if (is_cnt && s->counts[i])
+            l -= (float)s->counts[i] * p->frequency_penalty + p->presence_penalty;
+        if (isnan(l))
+            l = -INFINITY;
+        if (row)
+            row[i] = l + 0.0f;
+        if (l > -INFINITY) {
+            cand[n].id = (int32_t)i;
+            cand[n].logit = l + 0.0f;
+            if (l > max) {
+                max = l;
+                arg = n;
+            }
+            n++;
+        }
+    }
+    if (is_cnt)
+        for (size_t i = 0; i < n_win; i++)
+            if (win[i] >= 0 && (uint32_t)win[i] < s->n_vocab)
+                s->counts[win[i]] = 0;
+    *arg_out = arg;
+    *max_out = max;
+    return n;
+}
+
+/* logprobs: the log-sum-exp of the candidates (the finite row) and its
+ * best n_top_logprobs, before the chain cuts anything. */
+static void note_logprobs(rb_sampler *s, size_t n, float max)
+{
+    s->is_lp_valid = 0;
+    if (!s->params.is_logprobs || n == 0)
+        return;
+    double z = 0.0;
+    if (isfinite(max))
+        for (size_t i = 0; i < n; i++)
+            z += exp((double)s->cand[i].logit - (double)max);
+    s->lp_lse = isfinite(max) ? (float)((double)max + log(z)) : max;
+    size_t k = (size_t)s->params.n_top_logprobs < n ? (size_t)s->params.n_top_logprobs : n;
+    if (k)
+        select_top(s->cand, n, k, s->lp_top);
+    s->n_lp_top = k;
+    s->is_lp_valid = 1;
+}
+
 static size_t run_chain(rb_sampler *s, const float *logits, const int32_t *history,
-                        size_t n_history, rb_sampler_candidate **out, float *out_max)
+                        size_t n_history, const uint8_t *mask, rb_sampler_candidate **out,
+                        float *out_max)
 {
     const rb_sampler_params *p = &s->params;
     rb_sampler_candidate *cand = s->cand;
@@ -371,13 +571,15 @@ static size_t run_chain(rb_sampler *s, const float *logits, const int32_t *histo
     /* 2 (set up). Mark the penalty window's distinct ids in `seen`. */
     const int32_t *win = history;
     size_t n_win = 0;
-    if (p->repeat_penalty != 1.0f && p->repeat_last_n != 0 && n_history > 0) {
+    int is_extras = mask || s->bias || s->counts || s->row;
+    if ((p->repeat_penalty != 1.0f || s->counts) && p->repeat_last_n != 0 && n_history > 0) {
         n_win = p->repeat_last_n < 0 || (size_t)p->repeat_last_n > n_history
                     ? n_history : (size_t)p->repeat_last_n;
         win = history + (n_history - n_win);
-        for (size_t i = 0; i < n_win; i++)
-            if (win[i] >= 0 && (uint32_t)win[i] < s->n_vocab)
-                s->seen[win[i] >> 3] |= (uint8_t)(1u << (win[i] & 7));
+        if (p->repeat_penalty != 1.0f)
+            for (size_t i = 0; i < n_win; i++)
+                if (win[i] >= 0 && (uint32_t)win[i] < s->n_vocab)
+                    s->seen[win[i] >> 3] |= (uint8_t)(1u << (win[i] & 7));
     }
 
     /* 1, 2, 3 in one pass over the row: sanitize, penalize (llama.cpp's
@@ -385,7 +587,9 @@ static size_t run_chain(rb_sampler *s, const float *logits, const int32_t *histo
      * max. One pass instead of three: the row is 600 KB at 150k tokens. */
     size_t n = 0, arg = 0;
     float max = -INFINITY;
-    for (size_t i = 0; i < n_vocab; i++) {
+    if (is_extras)
+        n = pass_extras(s, logits, mask, win, n_win, &arg, &max);
+    for (size_t i = 0; !is_extras && i < n_vocab; i++) {
         float l = logits[i];
         if (isnan(l))
             continue;
@@ -404,6 +608,7 @@ static size_t run_chain(rb_sampler *s, const float *logits, const int32_t *histo
     for (size_t i = 0; i < n_win; i++)
         if (win[i] >= 0 && (uint32_t)win[i] < s->n_vocab)
             s->seen[win[i] >> 3] = 0;
+    note_logprobs(s, n, max);
 
     if (n == 0) {
         /* Nothing finite: the raw row's argmax, lowest id, NaN skipped. */
@@ -511,6 +716,30 @@ static size_t run_chain(rb_sampler *s, const float *logits, const int32_t *histo
     return n;
 }
 
+/* The grammar's mask, or NULL without a grammar; an error when the grammar
+ * allows no token at all. */
+static rb_status grammar_mask(rb_sampler *s, const uint8_t **mask)
+{
+    *mask = NULL;
+    if (!s->grammar)
+        return RB_OK;
+    size_t n_allowed = 0;
+    rb_status st = rb_grammar_mask(s->grammar, mask, &n_allowed);
+    if (st != RB_OK) {
+        snprintf(s->message, sizeof s->message, "sampler: %s", rb_grammar_errmsg(s->grammar));
+        return st;
+    }
+    if (n_allowed == 0) {
+        snprintf(s->message, sizeof s->message,
+                 "sampler: the grammar allows no token of the vocabulary here (%s)",
+                 rb_grammar_is_complete(s->grammar)
+                     ? "it is complete and the model has no end-of-generation token"
+                     : "the vocabulary lacks the bytes it needs");
+        return RB_E_INVALID_ARG;
+    }
+    return RB_OK;
+}
+
 static int check_args(rb_sampler *s, const float *logits, const int32_t *history,
                       size_t n_history)
 {
@@ -538,20 +767,25 @@ rb_status rb_sampler_get_candidates(rb_sampler *s, const float *logits, const in
         snprintf(s->message, sizeof s->message, "sampler: out and n_out are required");
         return RB_E_INVALID_ARG;
     }
+    const uint8_t *mask = NULL;
+    rb_status st = grammar_mask(s, &mask);
+    if (st != RB_OK)
+        return st;
     rb_sampler_candidate *c;
     float max;
-    size_t n = run_chain(s, logits, history, n_history, &c, &max);
+    size_t n = run_chain(s, logits, history, n_history, mask, &c, &max);
     *out = c;
     *n_out = n;
     return RB_OK;
 }
 
 /* The chain, then 7. the draw. */
-static int32_t sample(rb_sampler *s, const float *logits, const int32_t *history, size_t n_history)
+static int32_t sample(rb_sampler *s, const float *logits, const int32_t *history, size_t n_history,
+                      const uint8_t *mask)
 {
     rb_sampler_candidate *c;
     float max;
-    size_t n = run_chain(s, logits, history, n_history, &c, &max);
+    size_t n = run_chain(s, logits, history, n_history, mask, &c, &max);
     if (s->params.temp <= 0.0f)
         return c[0].id;
 
@@ -588,6 +822,20 @@ rb_status rb_sampler_sample(rb_sampler *s, const float *logits, const int32_t *h
         snprintf(s->message, sizeof s->message, "sampler: token is NULL");
         return RB_E_INVALID_ARG;
     }
-    *token = sample(s, logits, history, n_history);
+    const uint8_t *mask = NULL;
+    rb_status st = grammar_mask(s, &mask);
+    if (st != RB_OK)
+        return st;
+    int32_t t = sample(s, logits, history, n_history, mask);
+    if (s->is_lp_valid)
+        s->lp_chosen = (rb_sampler_logprob){t, s->row[t] - s->lp_lse};
+    if (s->grammar) {
+        st = rb_grammar_accept(s->grammar, t);
+        if (st != RB_OK) {
+            snprintf(s->message, sizeof s->message, "sampler: %s", rb_grammar_errmsg(s->grammar));
+            return st;
+        }
+    }
+    *token = t;
     return RB_OK;
 }

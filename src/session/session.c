@@ -16,6 +16,7 @@
  * before anything reads it.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "forward.h"
+#include "gguf.h"
 #include "kvcache.h"
 #include "model.h"
 #include "rebound.h"
@@ -571,6 +573,81 @@ rb_status rb_session_feed_continue(rb_session *s, rb_feed *fd)
 }
 
 static rb_status rewind_locked(rb_session *s, size_t n_tokens);
+
+/*
+ * Embeddings: rewind to nothing, feed the tokens with the forward pass
+ * writing each position's output-normed hidden state into a scratch
+ * [n][n_embd], pool as the GGUF says, L2-normalize.
+ */
+rb_status rb_session_embed(rb_session *s, const int32_t *tokens, size_t n, float *out,
+                           size_t n_out)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    const uint32_t E = s->fwd.hp.n_embd;
+    if (!tokens || n == 0 || !out)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG,
+                            "session: embed needs tokens (n >= 1) and an output");
+    if (n_out != E)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG,
+                            "session: embed writes n_embd = %u floats, not %zu", E, n_out);
+    if (n > s->fwd.n_ctx)
+        return rb_error_set(&s->err, RB_E_INVALID_ARG,
+                            "session: %zu tokens to embed exceed the context of %u", n,
+                            s->fwd.n_ctx);
+    /* <arch>.pooling_type as llama.cpp numbers it: 1 mean (also the default
+       when absent or 0), 2 cls (the first token), 3 last */
+    uint32_t pooling = 1;
+    const char *arch = NULL;
+    size_t arch_len = 0;
+    if (rb_model_get_meta_str(s->model, "general.architecture", &arch, &arch_len) == RB_OK &&
+        arch_len < 64) {
+        char key[96];
+        snprintf(key, sizeof key, "%.*s.pooling_type", (int)arch_len, arch);
+        uint32_t v = 0;
+        if (rb_gguf_get_u32(rb_model_gguf(s->model), key, &v) == RB_OK && v >= 1 && v <= 3)
+            pooling = v;
+    }
+    float *rows = malloc(sizeof *rows * (size_t)E * n);
+    if (!rows)
+        return rb_error_set(&s->err, RB_E_NOMEM, "session: out of memory for %zu embedding rows",
+                            n);
+    rb_session_enter(s);
+    rb_status st = rewind_locked(s, 0);
+    if (st == RB_OK) {
+        s->fwd.embd_rows = rows;
+        s->fwd.embd_pos0 = 0;
+        s->fwd.embd_n = (uint32_t)n;
+        st = feed_locked(s, tokens, n, NULL);
+        s->fwd.embd_rows = NULL;
+        s->fwd.embd_n = 0;
+    }
+    rb_session_leave(s);
+    if (st == RB_OK) {
+        double norm = 0.0;
+        for (uint32_t j = 0; j < E; j++) {
+            double v;
+            if (pooling == 2) {
+                v = rows[j];
+            } else if (pooling == 3) {
+                v = rows[(n - 1) * E + j];
+            } else {
+                v = 0.0;
+                for (size_t t = 0; t < n; t++)
+                    v += rows[t * E + j];
+                v /= (double)n;
+            }
+            out[j] = (float)v;
+            norm += v * v;
+        }
+        norm = sqrt(norm);
+        if (norm > 0.0)
+            for (uint32_t j = 0; j < E; j++)
+                out[j] = (float)(out[j] / norm);
+    }
+    free(rows);
+    return st;
+}
 
 rb_status rb_session_rewind(rb_session *s, size_t n_tokens)
 {
