@@ -106,6 +106,8 @@ typedef enum rb_opt_kind {
     RB_OPT_CALL,      /* fn(dest, value): value is NULL when arg is NULL */
     RB_OPT_IGNORED,   /* accepted, not honoured: one line on stderr says so and
                          why (help holds the reason); takes a value if arg */
+    RB_OPT_REFUSED,   /* a llama.cpp flag rebound does not take: a usage error
+                         whose hint is help (the nearest rebound option) */
 } rb_opt_kind;
 
 #define RB_CLI_LIST_MAX 16
@@ -223,6 +225,62 @@ int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n);
      &(sp)->frequency_penalty, 0, 0, NULL, NULL},                                             \
     {"-s|--seed", RB_OPT_CALL, "S", "sampling seed (default -1: a random one, printed on stderr)", \
      &(sp)->seed, 0, 0, rb_cli_opt_seed, (seed_given)}
+/* llama.cpp's flags that run and chat share (besides the rows above):
+ * RB_CLI_LLAMA_OPTS(stops, ignore_eos, color, no_display, quiet):
+ * -r/--reverse-prompt into *stops, --ignore-eos, --color/-co,
+ * --no-display-prompt and --log-disable as int flags, and -ub refused
+ * (rebound's one batch size is -b). */
+#define RB_CLI_STOPS_MAX 8
+typedef struct rb_cli_stops {
+    const char *s[RB_CLI_STOPS_MAX]; /* point into argv */
+    int n;
+    char tail[512];                  /* the end of the text so far */
+    size_t len;
+} rb_cli_stops;
+int rb_cli_opt_reverse_prompt(void *dest, const char *v, char *why, size_t why_n);
+/* Appends k bytes of generated text; 1 when the text now contains one of
+ * the stop strings (ending inside these k bytes), else 0. */
+int rb_cli_stops_push(rb_cli_stops *st, const char *text, size_t k);
+/* Forgets the text so far (a new reply). */
+void rb_cli_stops_reset(rb_cli_stops *st);
+
+/* --ignore-eos: a copy of the logits with every end-of-generation token at
+ * -inf, as llama.cpp's logit bias does. rb_cli_eog_init lists them (NULL
+ * buffers and 0 on success; -1 out of memory). */
+typedef struct rb_cli_eog {
+    int32_t *ids;
+    size_t n_ids;
+    float *logits; /* n_vocab floats */
+    size_t n_vocab;
+} rb_cli_eog;
+int rb_cli_eog_init(rb_cli_eog *e, rb_model *model, size_t n_vocab);
+const float *rb_cli_eog_mask(rb_cli_eog *e, const float *logits);
+void rb_cli_eog_free(rb_cli_eog *e);
+
+/* --log-disable: rb_cli_seed and the commands' informational stderr lines
+ * stay silent (errors and warnings are still printed). */
+extern int rb_cli_quiet;
+
+#define RB_CLI_LLAMA_OPTS(stops, ignore_eos, color, no_display, quiet)                        \
+    {NULL, RB_OPT_SECTION, NULL, "llama.cpp's generation flags:", NULL, 0, 0, NULL, NULL},    \
+    {"-r|--reverse-prompt", RB_OPT_CALL, "TEXT",                                              \
+     "stop generating when the text produced contains TEXT (it is printed);\n"                \
+     "up to 8 of them", (stops), 0, 0, rb_cli_opt_reverse_prompt, NULL},                      \
+    {"--ignore-eos", RB_OPT_FLAG, NULL,                                                       \
+     "never sample an end-of-generation token: go on until -n or the context", (ignore_eos),  \
+     0, 0, NULL, NULL},                                                                       \
+    {"-co|--color", RB_OPT_FLAG, NULL,                                                        \
+     "colours on a terminal: the prompt or your input apart from the generated text",         \
+     (color), 0, 0, NULL, NULL},                                                              \
+    {"--no-display-prompt", RB_OPT_FLAG, NULL, "do not print the prompt, only what follows",  \
+     (no_display), 0, 0, NULL, NULL},                                                         \
+    {"--log-disable", RB_OPT_FLAG, NULL,                                                      \
+     "no informational lines on stderr (seed, load, speed); errors still are", (quiet), 0, 0, \
+     NULL, NULL},                                                                             \
+    {"-ub|--ubatch-size", RB_OPT_REFUSED, "N",                                                \
+     "rebound computes a prefill in one batch size: -b N sets it (llama.cpp's -ub)", NULL, 0, \
+     0, NULL, NULL}
+
 #define RB_CLI_GPU_OPTS                                                                       \
     {NULL, RB_OPT_SECTION, NULL, "llama.cpp flags accepted and ignored (a note says so):", NULL, \
      0, 0, NULL, NULL},                                                                       \

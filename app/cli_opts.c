@@ -141,6 +141,88 @@ int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n)
     return 0;
 }
 
+int rb_cli_quiet;
+
+int rb_cli_opt_reverse_prompt(void *dest, const char *v, char *why, size_t why_n)
+{
+    rb_cli_stops *st = dest;
+    if (!*v || strlen(v) >= sizeof st->tail / 2) {
+        snprintf(why, why_n, "a non-empty text of at most %zu bytes", sizeof st->tail / 2 - 1);
+        return -1;
+    }
+    if (st->n == RB_CLI_STOPS_MAX) {
+        snprintf(why, why_n, "one more: at most %d -r are taken", RB_CLI_STOPS_MAX);
+        return -1;
+    }
+    st->s[st->n++] = v;
+    return 0;
+}
+
+void rb_cli_stops_reset(rb_cli_stops *st) { st->len = 0; }
+
+int rb_cli_stops_push(rb_cli_stops *st, const char *text, size_t k)
+{
+    if (st->n == 0 || k == 0)
+        return 0;
+    const size_t cap = sizeof st->tail;
+    if (k >= cap) { /* a piece longer than the window: its end only */
+        text += k - (cap - 1), k = cap - 1;
+        st->len = 0;
+    }
+    if (st->len + k > cap) { /* keep the newest bytes */
+        size_t drop = st->len + k - cap;
+        memmove(st->tail, st->tail + drop, st->len - drop);
+        st->len -= drop;
+    }
+    memcpy(st->tail + st->len, text, k);
+    st->len += k;
+    for (int i = 0; i < st->n; i++) {
+        size_t n = strlen(st->s[i]);
+        if (n > st->len)
+            continue;
+        /* an occurrence that ends inside the new bytes (earlier ones were
+           seen by an earlier push) */
+        size_t from = st->len - k + 1 > n ? st->len - k + 1 - n : 0;
+        if (memmem(st->tail + from, st->len - from, st->s[i], n))
+            return 1;
+    }
+    return 0;
+}
+
+int rb_cli_eog_init(rb_cli_eog *e, rb_model *model, size_t n_vocab)
+{
+    memset(e, 0, sizeof *e);
+    e->n_vocab = n_vocab;
+    e->logits = malloc(n_vocab * sizeof *e->logits);
+    if (!e->logits)
+        return -1;
+    for (size_t i = 0; i < n_vocab; i++) {
+        if (!rb_model_token_is_eog(model, (int32_t)i))
+            continue;
+        int32_t *t = realloc(e->ids, (e->n_ids + 1) * sizeof *t);
+        if (!t)
+            return -1;
+        e->ids = t;
+        e->ids[e->n_ids++] = (int32_t)i;
+    }
+    return 0;
+}
+
+const float *rb_cli_eog_mask(rb_cli_eog *e, const float *logits)
+{
+    memcpy(e->logits, logits, e->n_vocab * sizeof *e->logits);
+    for (size_t i = 0; i < e->n_ids; i++)
+        e->logits[e->ids[i]] = -INFINITY;
+    return e->logits;
+}
+
+void rb_cli_eog_free(rb_cli_eog *e)
+{
+    free(e->ids);
+    free(e->logits);
+    memset(e, 0, sizeof *e);
+}
+
 void rb_cli_seed(const char *cmd, uint64_t *seed, int seed_given)
 {
     if (!seed_given) {
@@ -156,6 +238,8 @@ void rb_cli_seed(const char *cmd, uint64_t *seed, int seed_given)
             fclose(f);
         *seed = x & 0xffffffffu;
     }
+    if (rb_cli_quiet)
+        return;
     fprintf(stderr, "rebound %s: seed %llu%s\n", cmd, (unsigned long long)*seed,
             seed_given ? "" : " (random; -s with it repeats this run)");
 }
@@ -268,6 +352,7 @@ static int takes_value(const rb_opt *o)
         return 0;
     case RB_OPT_CALL:
     case RB_OPT_IGNORED:
+    case RB_OPT_REFUSED:
         return o->arg != NULL;
     default:
         return 1;
@@ -514,6 +599,12 @@ int rb_cli_parse(const rb_cli_cmd *c, int argc, char **argv)
             return rb_cli_usage_error(c->name, msg, NULL);
         }
         switch (o->kind) {
+        case RB_OPT_REFUSED: {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s is a llama.cpp option rebound %s does not take", a,
+                     c->name);
+            return rb_cli_usage_error(c->name, msg, o->help);
+        }
         case RB_OPT_FLAG:
             *(int *)o->dest = 1;
             break;

@@ -14,9 +14,18 @@
  * shift; for llama2, mistral and gemma the first kept turn loses its
  * opening, which the system block opened).
  * --session FILE: the conversation (tokens, KV pages, turn boundaries,
- * sampler state) is saved after every turn and resumed on the next start.
- * Does not: stop on text such
- * as "\nUser:" for the plain template, or handle Ctrl-C mid-reply.
+ * sampler state) is saved after every turn and resumed on the next start;
+ * the stored system prompt stays through /reset, and a different -sys
+ * given on resume is said (the next /reset applies it).
+ * Ctrl-C (SIGINT): during a reply, stops it there and keeps the turn (the
+ * reply so far is closed and saved); while the message is read in, drops
+ * the message; at the prompt, or a second time before the prompt, quits
+ * (the saved turns stay). -r TEXT stops a reply at TEXT (e.g. "\nUser:"
+ * for the plain template).
+ * On a terminal (stderr): a line while the model loads and a percentage
+ * while a long message is read in; nothing of it when stderr is piped.
+ * Line editing and history with libedit when the build found it
+ * (REBOUND_HAVE_LIBEDIT) and stdin is a terminal; plain lines otherwise.
  *
  * Output contract: stdout holds the replies, each followed by one newline,
  * and nothing else; everything else (template choice, command answers,
@@ -33,16 +42,36 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifdef REBOUND_HAVE_LIBEDIT
+#include <editline/readline.h>
+#endif
 
 #include "cli.h"
 #include "rebound.h"
 
 #define CMD "chat"
+
+/* SIGINTs since the last prompt: 1 stops the reply (or the message's
+ * prefill), 2 quits. Written by the handler, read by the loops; the
+ * prompt sets it back to 0. */
+static volatile sig_atomic_t g_interrupts;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    if (++g_interrupts >= 2) { /* the second: quit as SIGINT does */
+        signal(SIGINT, SIG_DFL);
+        raise(SIGINT);
+    }
+}
 
 /*
  * Where the turns lie in the session's tokens: what a context shift needs
@@ -82,7 +111,37 @@ struct chat {
     size_t cap_tokens;
     char *piece;              /* one detokenizer push */
     size_t n_turns_total;     /* turns since start, for --verbose */
+    int keep_stored_system;   /* resumed: /reset keeps the file's system block */
+    int is_tty;               /* stderr is a terminal: progress lines */
+    int in_prefill;           /* the message is being fed: Ctrl-C aborts it */
+    int progress_shown;       /* a progress line is open on stderr */
+    rb_cli_stops stops;       /* -r */
+    int ignore_eos;           /* --ignore-eos */
+    rb_cli_eog eog;
+    int color;                /* --color: the user's input in green */
 };
+
+/* The session's progress callback: a percentage while a long message is
+ * read in (terminal only), and Ctrl-C stops that feed. */
+static int chat_progress(void *ctx, rb_progress_phase phase, uint64_t done, uint64_t total)
+{
+    struct chat *c = ctx;
+    if (!c->in_prefill)
+        return 0;
+    if (c->is_tty && phase == RB_PROGRESS_FEED && total > 0 && c->in_prefill > 1) {
+        fprintf(stderr, "\rrebound chat: reading the message: %3d%%",
+                (int)(done * 100 / total));
+        c->progress_shown = 1;
+    }
+    return g_interrupts != 0;
+}
+
+static void progress_clear(struct chat *c)
+{
+    if (c->progress_shown)
+        fputs("\r\033[K", stderr);
+    c->progress_shown = 0;
+}
 
 static int save_chat(struct chat *c);
 
@@ -370,10 +429,24 @@ static int chat_turn(struct chat *c, const char *message)
     n_in = tokenize_piece(c, c->text.ptr, c->text.len, 0);
     if (n_in < 0)
         return 1;
-    if (push_turn_start(&c->hist, rb_session_n_tokens(c->session)))
+    size_t turn_start = rb_session_n_tokens(c->session);
+    if (push_turn_start(&c->hist, turn_start))
         return rb_cli_fail(CMD, "out of memory", NULL);
-    if (feed(c, (size_t)n_in))
-        return 1;
+    /* 2: show the percentage (a long message), 1: only listen for Ctrl-C */
+    c->in_prefill = n_in >= 64 ? 2 : 1;
+    rb_status fst = rb_session_feed(c->session, c->tokens, (size_t)n_in, NULL);
+    c->in_prefill = 0;
+    progress_clear(c);
+    if (fst == RB_E_ABORTED) { /* Ctrl-C while it was read in: forget it */
+        c->hist.n_turns--;
+        if (rb_session_rewind(c->session, turn_start) != RB_OK)
+            return rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
+        fprintf(stderr, "rebound chat: interrupted while reading the message: it was "
+                "dropped (Ctrl-C again quits)\n");
+        return 0;
+    }
+    if (fst != RB_OK)
+        return rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
     c->n_turns_total++;
 
     rb_error err;
@@ -385,10 +458,17 @@ static int chat_turn(struct chat *c, const char *message)
     int64_t n_out = 0;
     double t0 = rb_cli_now_s();
     int rc = 0;
+    rb_cli_stops_reset(&c->stops);
     while (c->n_predict < 0 || n_out < c->n_predict) {
+        if (g_interrupts) {
+            stop = "interrupted";
+            break;
+        }
         int32_t next;
-        if (rb_sampler_sample(c->sampler, rb_session_get_logits(c->session),
-                              rb_session_get_tokens(c->session),
+        const float *logits = rb_session_get_logits(c->session);
+        if (c->ignore_eos)
+            logits = rb_cli_eog_mask(&c->eog, logits);
+        if (rb_sampler_sample(c->sampler, logits, rb_session_get_tokens(c->session),
                               rb_session_n_tokens(c->session), &next) != RB_OK) {
             rc = rb_cli_fail(CMD, rb_sampler_errmsg(c->sampler), NULL);
             break;
@@ -415,6 +495,10 @@ static int chat_turn(struct chat *c, const char *message)
             rc = rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
             break;
         }
+        if (rb_cli_stops_push(&c->stops, c->piece, k)) {
+            stop = "reverse prompt";
+            break;
+        }
     }
     size_t k = 0;
     if (rb_detokenizer_flush(detok, c->piece, cap, &k) != RB_OK)
@@ -428,6 +512,9 @@ static int chat_turn(struct chat *c, const char *message)
         return rc;
     if (!strcmp(stop, "context full"))
         explain_full(c, "the reply was cut");
+    if (!strcmp(stop, "interrupted"))
+        fprintf(stderr, "rebound chat: reply stopped (Ctrl-C); the turn is kept (Ctrl-C again "
+                "quits)\n");
     if (close_reply(c))
         return 1;
     rb_cli_warn_pressure("chat", c->session, &c->warned_pressure);
@@ -500,8 +587,20 @@ static int command(struct chat *c, char *line)
     } else if (!strcmp(line, "/trim")) {
         trim(c, *arg ? arg : "moderate");
     } else if (!strcmp(line, "/reset")) {
-        if (chat_begin(c) || save_chat(c))
+        if (c->keep_stored_system) {
+            /* a resumed chat: its system block (BOS + system prompt, never
+               shifted out) stays where it is; the turns go */
+            if (rb_session_rewind(c->session, c->hist.n_system_tokens) != RB_OK) {
+                rb_cli_fail(CMD, rb_session_errmsg(c->session), NULL);
+                return -1;
+            }
+            c->hist.n_turns = 0;
+            if (save_chat(c))
+                return -1;
+        } else if (chat_begin(c) || save_chat(c)) {
             return -1;
+        }
+
         fprintf(stderr, "conversation reset (context %zu tokens)\n", rb_session_n_tokens(c->session));
     } else if (!strcmp(line, "/help")) {
         fprintf(stderr, "/stats, /trim background|moderate|complete|BYTES, /reset, /quit\n");
@@ -619,12 +718,31 @@ static int open_session(struct chat *c, const char *session_path, const rb_sessi
         if (load_chat(c, &c->saved_state, &c->has_saved_state) != 0)
             return rb_cli_fail(CMD, "the session file holds no usable chat record (was it "
                                "saved by `rebound run`?)", session_path);
-        fprintf(stderr, "rebound chat: resumed %s: %zu tokens, %zu turns\n", session_path,
-                rb_session_n_tokens(c->session), c->hist.n_turns);
+        if (!rb_cli_quiet)
+            fprintf(stderr, "rebound chat: resumed %s: %zu tokens, %zu turns\n", session_path,
+                    rb_session_n_tokens(c->session), c->hist.n_turns);
+        c->keep_stored_system = 1;
+        if (c->system) { /* -sys given again: the same as the stored one? */
+            if (render(c, RB_CHAT_PIECE_SYSTEM, c->system, 0))
+                return 1;
+            long n = tokenize_piece(c, c->text.ptr ? c->text.ptr : "", c->text.len, 1);
+            if (n < 0)
+                return 1;
+            if ((size_t)n != c->hist.n_system_tokens ||
+                memcmp(c->tokens, rb_session_get_tokens(c->session),
+                       (size_t)n * sizeof *c->tokens) != 0) {
+                fprintf(stderr, "rebound chat: note: -sys differs from the system prompt stored "
+                        "in %s (%zu tokens); the conversation goes on with the stored one, "
+                        "/reset starts over with the new one\n", session_path,
+                        c->hist.n_system_tokens);
+                c->keep_stored_system = 0;
+            }
+        }
         return 0;
     }
     if (rb_session_create(c->model, p, &c->session, &err) != RB_OK)
         return rb_cli_fail(CMD, err.message, NULL);
+    c->keep_stored_system = 0;
     if (chat_begin(c))
         return 1;
     return save_chat(c);
@@ -637,6 +755,8 @@ static int choose_template(struct chat *c, const char *name)
     if (rb_chat_template_choose(c->model, name, &info) != RB_OK)
         return rb_cli_fail(CMD, "cannot choose a chat template", NULL);
     c->tmpl = info.tmpl;
+    if (rb_cli_quiet)
+        return 0;
     fprintf(stderr, "rebound chat: template %s (%s)", info.name, name ? "--template" : info.reason);
     if (info.first_line[0])
         fprintf(stderr, "; tokenizer.chat_template not recognised, its first line: '%s'",
@@ -650,10 +770,43 @@ static int choose_template(struct chat *c, const char *name)
     return 0;
 }
 
-/* One line of stdin without its line end into *line; -1 at end of input. */
-static long read_line(char **line, size_t *cap)
+/* One line of stdin without its line end into *line; -1 at end of input
+ * (or a Ctrl-C: g_interrupts says). edit: through libedit (a terminal),
+ * with the prompt and history. */
+static long read_line(char **line, size_t *cap, int edit, int color)
 {
-    ssize_t n = getline(line, cap, stdin);
+    ssize_t n;
+#ifdef REBOUND_HAVE_LIBEDIT
+    if (edit) {
+        /* \001 \002: readline's marks around what takes no columns */
+        char *r = readline(color ? "\001\033[32m\002> " : "> ");
+        if (!r || g_interrupts) {
+            free(r);
+            return -1;
+        }
+        n = (ssize_t)strlen(r);
+        if ((size_t)n + 1 > *cap) {
+            char *b = realloc(*line, (size_t)n + 1);
+            if (!b) {
+                free(r);
+                return -1;
+            }
+            *line = b, *cap = (size_t)n + 1;
+        }
+        memcpy(*line, r, (size_t)n + 1);
+        free(r);
+        if (color)
+            fputs("\033[0m", stderr);
+        if (n > 0)
+            add_history(*line);
+        return (long)n;
+    }
+#else
+    (void)edit;
+#endif
+    n = getline(line, cap, stdin);
+    if (color)
+        fputs("\033[0m", stderr);
     if (n < 0)
         return -1;
     while (n > 0 && ((*line)[n - 1] == '\n' || (*line)[n - 1] == '\r'))
@@ -669,6 +822,8 @@ int rb_cmd_chat(int argc, char **argv)
     rb_sampler_params sp = rb_sampler_default_params();
     rb_session_params p = rb_session_default_params();
     int use_mmap = 0, ctx_shift = 0, verbose = 0, cnv = 1, seed_given = 0, wait = 0, do_fsync = 0;
+    int ignore_eos = 0, color = 0, no_display = 0, interactive_flag = 0;
+    rb_cli_stops stops = {0};
     char template_help[256];
     snprintf(template_help, sizeof template_help,
              "chat format: %s\n(default: from the file's tokenizer.chat_template, else from its\n"
@@ -710,8 +865,12 @@ int rb_cmd_chat(int argc, char **argv)
         {"-v|--verbose", RB_OPT_FLAG, NULL,
          "one line per turn on stderr: tokens in and out, speed, context", &verbose, 0, 0, NULL,
          NULL},
+        {"-i|--interactive|-if|--interactive-first", RB_OPT_FLAG, NULL,
+         "interactive: what chat always is (llama.cpp's -i)", &interactive_flag, 0, 0, NULL,
+         NULL},
         RB_CLI_SESSION_OPTS(&p),
         RB_CLI_SAMPLER_OPTS(&sp, &seed_given),
+        RB_CLI_LLAMA_OPTS(&stops, &ignore_eos, &color, &no_display, &rb_cli_quiet),
         RB_CLI_GPU_OPTS,
         {0},
     };
@@ -726,13 +885,14 @@ int rb_cmd_chat(int argc, char **argv)
         "  /trim [LEVEL]           give memory back: background, moderate (default),\n"
         "                          complete, or BYTES (K/M/G); the next turn restores it\n"
         "  /reset                  forget the conversation (the system prompt stays)\n"
-        "  /quit                   end (so does end of input)\n",
+        "  /quit                   end (so does end of input)\n"
+        "Ctrl-C stops a reply (the turn is kept); at the prompt, or twice, it quits.\n",
         NULL, 0, NULL, NULL,
     };
     int rc0 = rb_cli_parse(&cmd, argc, argv);
     if (rc0 >= 0)
         return rc0;
-    (void)cnv;
+    (void)cnv, (void)interactive_flag, (void)no_display; /* chat never prints the prompt */
     if (!model_path)
         return rb_cli_usage_error(CMD, "no model given (-m MODEL)",
                                   "rebound make-model --shape stories260k -o m.gguf");
@@ -762,10 +922,31 @@ int rb_cmd_chat(int argc, char **argv)
     c.verbose = verbose;
     c.n_predict = n_predict;
     c.bos = -1;
+    c.stops = stops;
+    c.ignore_eos = ignore_eos;
+    c.is_tty = isatty(STDERR_FILENO) && !rb_cli_quiet;
+    c.color = color && isatty(STDIN_FILENO) && isatty(STDERR_FILENO);
+    p.progress = chat_progress;
+    p.progress_ctx = &c;
+    /* Ctrl-C: no SA_RESTART, so that a read at the prompt returns */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    double t_load = rb_cli_now_s();
+    if (c.is_tty) { /* the weights are read when the session is made */
+        struct stat stt;
+        if (stat(model_path, &stt) == 0)
+            fprintf(stderr, "rebound chat: loading %s (%.0f MiB)...", model_path,
+                    (double)stt.st_size / (1 << 20));
+        c.progress_shown = 1;
+    }
     rb_error err;
     rb_model_params mp = rb_model_default_params();
     mp.use_mmap = use_mmap;
     if (rb_model_open(model_path, &mp, &c.model, &err) != RB_OK) {
+        progress_clear(&c);
         free(system_buf);
         return rb_cli_fail(CMD, err.message, NULL);
     }
@@ -792,8 +973,18 @@ int rb_cmd_chat(int argc, char **argv)
             goto done;
         c.n_reply_end_tokens = (size_t)n_end;
     }
-    if (open_session(&c, session_path, &p))
+    if (open_session(&c, session_path, &p)) {
+        progress_clear(&c);
         goto done;
+    }
+    if (c.is_tty) {
+        progress_clear(&c);
+        fprintf(stderr, "rebound chat: loaded in %.1f s\n", rb_cli_now_s() - t_load);
+    }
+    if (ignore_eos && rb_cli_eog_init(&c.eog, c.model, rb_session_n_vocab(c.session))) {
+        rb_cli_fail(CMD, "out of memory", NULL);
+        goto done;
+    }
     if (rb_sampler_create(&sp, rb_session_n_vocab(c.session), &c.sampler, &err) != RB_OK) {
         rb_cli_fail(CMD, err.message, NULL);
         goto done;
@@ -813,19 +1004,31 @@ int rb_cmd_chat(int argc, char **argv)
             goto done;
         }
     }
-    int interactive = isatty(STDIN_FILENO);
+    int interactive = isatty(STDIN_FILENO), edit = 0;
+#ifdef REBOUND_HAVE_LIBEDIT
+    if (interactive) {
+        edit = 1;
+        rl_readline_name = "rebound";
+        rl_outstream = stderr; /* stdout holds the replies only */
+    }
+#endif
     if (interactive)
         fprintf(stderr, "rebound chat: context %" PRIu32 " tokens; /help lists the commands, "
                 "/quit or end of input ends\n", rb_session_n_ctx(c.session));
     for (;;) {
-        if (interactive) {
-            fputs("> ", stderr);
+        g_interrupts = 0;
+        if (interactive && !edit) {
+            fputs(c.color ? "\033[32m> " : "> ", stderr);
             fflush(stderr);
         }
-        long n = read_line(&line, &line_cap);
+        long n = read_line(&line, &line_cap, edit, c.color);
         if (n < 0) {
+            if (c.color) /* the terminal's colours back */
+                fputs("\033[0m", stderr);
             if (interactive) /* so the shell's prompt starts on its own line */
                 fputc('\n', stderr);
+            if (g_interrupts) /* Ctrl-C at the prompt: quit, as /quit does */
+                clearerr(stdin);
             break;
         }
         if (n == 0)
@@ -855,6 +1058,7 @@ int rb_cmd_chat(int argc, char **argv)
     }
     rc = 0;
 done:
+    rb_cli_eog_free(&c.eog);
     free(system_buf);
     free(line);
     free(c.tokens);

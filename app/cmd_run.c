@@ -65,17 +65,25 @@ static int32_t *read_token_file(const char *path, size_t *n, char *bad, size_t b
 }
 
 /* Writes the pieces of tokens through the streaming detokenizer; buf holds
- * rb_detokenizer_max_bytes(d) bytes. */
-static void emit(rb_detokenizer *d, char *buf, const int32_t *tokens, size_t n)
+ * rb_detokenizer_max_bytes(d) bytes. show 0: the detokenizer sees them (so
+ * that what follows is spaced right), stdout does not (--no-display-prompt).
+ * stops: --reverse-prompt's matcher, or NULL; returns 1 when it matched. */
+static int emit(rb_detokenizer *d, char *buf, const int32_t *tokens, size_t n, int show,
+                rb_cli_stops *stops)
 {
     size_t cap = rb_detokenizer_max_bytes(d);
+    int hit = 0;
     for (size_t i = 0; i < n; i++) {
         size_t k = 0;
         if (rb_detokenizer_push(d, tokens[i], buf, cap, &k) != RB_OK)
             fprintf(stderr, "rebound run: %s\n", rb_detokenizer_errmsg(d));
-        fwrite(buf, 1, k, stdout);
+        if (show)
+            fwrite(buf, 1, k, stdout);
+        if (stops && rb_cli_stops_push(stops, buf, k))
+            hit = 1;
     }
     fflush(stdout);
+    return hit;
 }
 
 int rb_cmd_run(int argc, char **argv)
@@ -90,6 +98,9 @@ int rb_cmd_run(int argc, char **argv)
     int ctx_shift = 0;
     uint64_t n_keep_opt = 0;
     const char *session_path = NULL;
+    rb_cli_stops stops = {0};
+    rb_cli_eog eog = {0};
+    int ignore_eos = 0, color = 0, no_display = 0;
     const char *grammar_text = NULL, *grammar_file = NULL, *schema_text = NULL;
     const char *schema_file = NULL;
     const rb_opt opts[] = {
@@ -158,6 +169,10 @@ int rb_cmd_run(int argc, char **argv)
          &schema_text, 0, 0, NULL, NULL},
         {"-jf|--json-schema-file", RB_OPT_STR, "FILE", "the JSON Schema from a file",
          &schema_file, 0, 0, NULL, NULL},
+        RB_CLI_LLAMA_OPTS(&stops, &ignore_eos, &color, &no_display, &rb_cli_quiet),
+        {"-i|--interactive|-if|--interactive-first", RB_OPT_REFUSED, NULL,
+         "run is one prompt in, one text out; `rebound chat -m MODEL` is the\n"
+         "interactive conversation (llama.cpp's -i and -cnv)", NULL, 0, 0, NULL, NULL},
         RB_CLI_GPU_OPTS,
         {"-sys|--system-prompt", RB_OPT_IGNORED, "TEXT",
          "run is plain completion (llama.cpp's -no-cnv); `rebound chat` applies\n"
@@ -355,7 +370,20 @@ int rb_cmd_run(int argc, char **argv)
             goto done;
         }
     }
-    emit(detok, piece, tokens, n_prompt);
+    /* --color: the prompt in yellow, as llama.cpp's (on a terminal only:
+       stdout in a file or a pipe is exactly the text) */
+    color = color && isatty(STDOUT_FILENO);
+    if (color && !no_display)
+        fputs("\033[33m", stdout);
+    emit(detok, piece, tokens, n_prompt, !no_display, NULL);
+    if (color && !no_display) {
+        fputs("\033[0m", stdout);
+        fflush(stdout);
+    }
+    if (ignore_eos && rb_cli_eog_init(&eog, model, rb_session_n_vocab(s))) {
+        rb_cli_fail("run", "out of memory", NULL);
+        goto done;
+    }
     double t_pp0 = rb_cli_now_s();
     if (rb_session_feed(s, fed, n_fed, dump) != RB_OK) {
         rb_cli_fail("run", rb_session_errmsg(s), NULL);
@@ -392,8 +420,11 @@ int rb_cmd_run(int argc, char **argv)
             break; /* the grammar is complete and nothing can follow */
         int32_t next;
         double t_s0 = rb_cli_now_s();
-        if (rb_sampler_sample(sampler, rb_session_get_logits(s), rb_session_get_tokens(s),
-                              rb_session_n_tokens(s), &next) != RB_OK) {
+        const float *logits = rb_session_get_logits(s);
+        if (ignore_eos)
+            logits = rb_cli_eog_mask(&eog, logits);
+        if (rb_sampler_sample(sampler, logits, rb_session_get_tokens(s), rb_session_n_tokens(s),
+                              &next) != RB_OK) {
             rb_cli_fail("run", rb_sampler_errmsg(sampler), NULL);
             goto done;
         }
@@ -407,8 +438,10 @@ int rb_cmd_run(int argc, char **argv)
             fprintf(stderr, "rebound run: first token at monotonic %.6f\n",
                     (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
         }
-        emit(detok, piece, &next, 1);
+        int stop_hit = emit(detok, piece, &next, 1, 1, &stops);
         n_gen++;
+        if (stop_hit && !session_path) /* -r: the text is out; nothing more */
+            break;
         /* the last token is fed only when a session keeps it (a later
            run continues after it) */
         if (n_gen == n_predict && !session_path)
@@ -417,6 +450,8 @@ int rb_cmd_run(int argc, char **argv)
             rb_cli_fail("run", rb_session_errmsg(s), NULL);
             goto done;
         }
+        if (stop_hit) /* -r with --session: the last token is kept first */
+            break;
     }
     {
         size_t k = 0;
@@ -449,12 +484,13 @@ int rb_cmd_run(int argc, char **argv)
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    fprintf(stderr, "rebound run: load %.3f s | prefill %zu tokens %.2f tok/s | decode %" PRIu64
-            " tokens %.2f tok/s | peak RSS %.1f MiB\n", t_loaded - t0, n_prompt,
-            (double)n_prompt / (t_pp1 - t_pp0), n_gen,
-            n_gen > 1 ? (double)(n_gen - 1) / (t_end - t_pp1) : 0.0,
-            (double)ru.ru_maxrss / 1024.0);
-    if (grammar && n_sampled)
+    if (!rb_cli_quiet)
+        fprintf(stderr, "rebound run: load %.3f s | prefill %zu tokens %.2f tok/s | decode %" PRIu64
+                " tokens %.2f tok/s | peak RSS %.1f MiB\n", t_loaded - t0, n_prompt,
+                (double)n_prompt / (t_pp1 - t_pp0), n_gen,
+                n_gen > 1 ? (double)(n_gen - 1) / (t_end - t_pp1) : 0.0,
+                (double)ru.ru_maxrss / 1024.0);
+    if (grammar && n_sampled && !rb_cli_quiet)
         fprintf(stderr, "rebound run: sampling under the grammar %.3f ms/token (mask, draw, "
                 "advance), decode %.1f ms/token\n", 1e3 * t_sample / (double)n_sampled,
                 n_gen > 1 ? 1e3 * (t_end - t_pp1) / (double)(n_gen - 1) : 0.0);
@@ -467,6 +503,7 @@ int rb_cmd_run(int argc, char **argv)
     }
     rc = 0;
 done:
+    rb_cli_eog_free(&eog);
     free(prompt_buf);
     free(constraint_buf);
     free(tokens);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rebound.h - the whole public API of librebound.
  *

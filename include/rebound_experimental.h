@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rebound_experimental.h - research and benchmark knobs of librebound.
  *

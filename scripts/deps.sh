@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # scripts/deps.sh - installs what rebound's build and tests use, when it is
 # missing, on Debian or Ubuntu (apt-get; as root, or with password-less
 # sudo). Nothing is installed when everything is present, so the README's
@@ -10,6 +11,11 @@
 #              links them)
 #   bench-serve  libcurl4-openssl-dev (HTTP client), libjansson-dev:
 #              `rebound bench-serve` is built only with them
+#   demo       liblz4-dev, libzstd-dev: the zram baseline's codecs, the
+#              `rebound demo` table's zram rows (the library links them when
+#              found; without them those rows say "not part of this build")
+#   chat       libedit-dev: line editing and history in `rebound chat`
+#              (without it chat reads plain lines)
 #   tests      curl and python3: the serve test's HTTP client and its JSON
 #              reader; nodejs and npm: the SDK test (cli_serve_sdk) installs
 #              the openai and Vercel AI npm packages under build/ with them
@@ -34,6 +40,15 @@ if ! have pkg-config || ! pkg-config --exists jansson 2>/dev/null; then
 fi
 if ! have pkg-config || ! pkg-config --exists libcurl 2>/dev/null; then
     want="$want libcurl4-openssl-dev"
+fi
+if ! have pkg-config || ! pkg-config --exists liblz4 2>/dev/null; then
+    want="$want liblz4-dev"
+fi
+if ! have pkg-config || ! pkg-config --exists libzstd 2>/dev/null; then
+    want="$want libzstd-dev"
+fi
+if ! have pkg-config || ! pkg-config --exists libedit 2>/dev/null; then
+    want="$want libedit-dev"
 fi
 have curl || want="$want curl"
 have python3 || want="$want python3"

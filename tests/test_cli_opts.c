@@ -46,6 +46,7 @@ static const rb_opt OPTS[] = {
     {"--flag", RB_OPT_FLAG, NULL, "a flag", &o.flag, 0, 0, NULL, NULL},
     {"--no-flag", RB_OPT_FLAG_OFF, NULL, "its opposite", &o.flag, 0, 0, NULL, NULL},
     {"-ngl", RB_OPT_IGNORED, "N", "not here", NULL, 0, 0, NULL, NULL},
+    {"-ub", RB_OPT_REFUSED, "N", "use -b", NULL, 0, 0, NULL, NULL},
     {0},
 };
 
@@ -242,6 +243,33 @@ static void test_text_helpers(void)
     CHECK(rb_cli_read_text(path) == NULL);
 }
 
+/* -r's matcher: an occurrence ending in the new bytes, across pieces,
+ * never twice for the same one; the window keeps the newest bytes */
+static void test_stops(void)
+{
+    rb_cli_stops st = {0};
+    char why[96];
+    CHECK(rb_cli_stops_push(&st, "abc", 3) == 0); /* no stop strings: never */
+    CHECK(rb_cli_opt_reverse_prompt(&st, "", why, sizeof why) == -1);
+    CHECK(rb_cli_opt_reverse_prompt(&st, "User:", why, sizeof why) == 0);
+    CHECK(rb_cli_stops_push(&st, "Hello ", 6) == 0);
+    CHECK(rb_cli_stops_push(&st, "Us", 2) == 0);
+    CHECK(rb_cli_stops_push(&st, "er", 2) == 0);
+    CHECK(rb_cli_stops_push(&st, ": x", 3) == 1); /* "User:" across three pieces */
+    CHECK(rb_cli_stops_push(&st, "yz", 2) == 0);  /* the same one is not seen again */
+    rb_cli_stops_reset(&st);
+    CHECK(rb_cli_stops_push(&st, "r:", 2) == 0);  /* a new reply: no old bytes */
+    for (int i = 0; i < 1000; i++)                /* the window slides */
+        CHECK(rb_cli_stops_push(&st, "ab", 2) == 0);
+    CHECK(rb_cli_stops_push(&st, "User", 4) == 0);
+    CHECK(rb_cli_stops_push(&st, ":", 1) == 1);
+    for (int i = 1; i < RB_CLI_STOPS_MAX; i++)
+        CHECK(rb_cli_opt_reverse_prompt(&st, "x", why, sizeof why) == 0);
+    CHECK(rb_cli_opt_reverse_prompt(&st, "y", why, sizeof why) == -1); /* the ninth */
+    /* a llama.cpp flag rebound refuses: a usage error, never a silent skip */
+    CHECK_EQ_INT(P("-ub", "512"), RB_CLI_EXIT_USAGE);
+}
+
 int main(void)
 {
     test_names_and_values();
@@ -250,5 +278,6 @@ int main(void)
     test_positionals();
     test_help();
     test_text_helpers();
+    test_stops();
     return check_report();
 }

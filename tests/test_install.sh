@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test_install.sh - the installed rebound works for a user: `cmake --install`
-# into a temporary prefix puts the library, header, pkg-config file and CLI
-# in place; examples/minimal.c builds against them with pkg-config (plain cc
-# and through examples/CMakeLists.txt) and runs on a model made by the
+# into a temporary prefix puts the shared and static library, header,
+# pkg-config file, CMake package and CLI in place; examples/minimal.c builds
+# against them with pkg-config (plain cc, shared and --static) and through
+# examples/CMakeLists.txt (find_package(rebound CONFIG): rebound::rebound and
+# rebound::rebound_static), and each binary runs on a model made by the
 # installed `rebound make-model`.
 #
 # usage: test_install.sh CMAKE BUILD_DIR SOURCE_DIR SCRATCH_DIR CC ["EXTRA_CFLAGS"]
@@ -37,21 +39,24 @@ cd "$SCRATCH"
 step "cmake --install $BUILD --prefix $PREFIX"
 "$CMAKE" --install "$BUILD" --prefix "$PREFIX" > install.log 2>&1 || { cat install.log >&2; fail "cmake --install failed"; }
 
-step "installed files: lib*/librebound.so*, include/rebound.h and rebound_experimental.h, lib*/pkgconfig/rebound.pc, bin/rebound"
+step "installed files: lib*/librebound.so* and librebound.a, include/rebound.h and rebound_experimental.h, lib*/pkgconfig/rebound.pc, lib*/cmake/rebound, bin/rebound, share/doc/rebound/LICENSE"
 PC=$(find "$PREFIX" -path '*/pkgconfig/rebound.pc' | head -n 1)
 [ -n "$PC" ] || { find "$PREFIX" >&2; fail "no pkgconfig/rebound.pc under the prefix"; }
 LIBDIR=$(dirname "$(dirname "$PC")")
 case "$LIBDIR" in "$PREFIX"/lib|"$PREFIX"/lib64|"$PREFIX"/lib/*) ;; *) fail "unexpected libdir $LIBDIR" ;; esac
-for f in "$LIBDIR/librebound.so" "$LIBDIR/librebound.so.1" "$PREFIX/include/rebound.h" \
-         "$PREFIX/include/rebound_experimental.h"; do
+for f in "$LIBDIR/librebound.so" "$LIBDIR/librebound.a" "$PREFIX/include/rebound.h" \
+         "$PREFIX/include/rebound_experimental.h" "$LIBDIR/cmake/rebound/reboundConfig.cmake" \
+         "$LIBDIR/cmake/rebound/reboundConfigVersion.cmake" "$PREFIX/share/doc/rebound/LICENSE"; do
     [ -e "$f" ] || fail "$f is not installed"
 done
 [ -x "$PREFIX/bin/rebound" ] || fail "$PREFIX/bin/rebound is not installed"
-# the file is named by the project's version, its SONAME by the ABI's (SOVERSION)
-ls "$LIBDIR"/librebound.so.[0-9]*.[0-9]*.[0-9]* >/dev/null 2>&1 ||
-    fail "no versioned librebound.so.X.Y.Z in $LIBDIR"
-SONAME=$(objdump -p "$LIBDIR/librebound.so" 2>/dev/null | awk '$1 == "SONAME" { print $2 }')
-[ -z "$SONAME" ] || [ "$SONAME" = librebound.so.1 ] || fail "SONAME $SONAME, expected librebound.so.1"
+# librebound.so -> librebound.so.N (the SONAME, N = SOVERSION) -> librebound.so.VERSION
+SONAME=$(readelf -d "$LIBDIR/librebound.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+case "$SONAME" in librebound.so.[0-9]*) ;; *) fail "librebound.so has SONAME '$SONAME', expected librebound.so.N" ;; esac
+# the ABI of this tree: SOVERSION 1 (API 0.3: the versioned params)
+[ "$SONAME" = librebound.so.1 ] || fail "SONAME $SONAME, expected librebound.so.1"
+[ -e "$LIBDIR/$SONAME" ] || fail "$LIBDIR/$SONAME (the SONAME) is not installed"
+ls "$LIBDIR/$SONAME".* >/dev/null 2>&1 || fail "no versioned $SONAME.* in $LIBDIR"
 # Captured first, never piped into grep -q: under pipefail, grep -q leaving
 # early kills the writer with SIGPIPE and fails a pipeline that matched.
 INTERNAL_HEADERS=$(find "$PREFIX" -name '*.h' ! -name rebound.h ! -name rebound_experimental.h)
@@ -69,6 +74,16 @@ pkg-config --exists rebound || fail "pkg-config does not find rebound in $PKG_CO
 [ "$(pkg-config --variable=libdir rebound)" = "$LIBDIR" ] || fail "rebound.pc libdir is not $LIBDIR"
 [ "$(pkg-config --variable=includedir rebound)" = "$PREFIX/include" ] || fail "rebound.pc includedir is not $PREFIX/include"
 VERSION=$(pkg-config --modversion rebound)
+[ -e "$LIBDIR/librebound.so.$VERSION" ] || fail "librebound.so.$VERSION (the .pc's version) is not installed"
+grep -q '^Description: .*MIT license' "$PC" || { cat "$PC" >&2; fail "rebound.pc does not name the license"; }
+# the static link's extras: threads and libm, and lz4/zstd when the library has them
+STATIC_LIBS=$(pkg-config --static --libs rebound)
+for l in -lpthread -lm; do
+    grep -qe "$l" <<< "$STATIC_LIBS" || fail "pkg-config --static --libs rebound lacks $l: $STATIC_LIBS"
+done
+if nm "$LIBDIR/librebound.a" 2>/dev/null | grep -q ' U LZ4_'; then
+    grep -qe -llz4 <<< "$STATIC_LIBS" || fail "librebound.a calls lz4 but the .pc's static libs lack -llz4: $STATIC_LIBS"
+fi
 grep -Eq "^rebound $VERSION\$" <("$PREFIX/bin/rebound" --version) ||
     fail "rebound.pc version $VERSION differs from \`rebound --version\`: $("$PREFIX/bin/rebound" --version)"
 
@@ -110,16 +125,50 @@ step "cc examples/minimal.c \$(pkg-config --cflags --libs rebound), strict C11"
 step "run it (LD_LIBRARY_PATH=$LIBDIR)"
 LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} check_minimal ./minimal-cc
 LDD_OUT=$(LD_LIBRARY_PATH=$LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} ldd ./minimal-cc)
-grep -q "$LIBDIR/librebound.so.1" <<< "$LDD_OUT" ||
-    { echo "$LDD_OUT" >&2; fail "minimal-cc does not load librebound.so.1 from the prefix"; }
+grep -q "$LIBDIR/$SONAME" <<< "$LDD_OUT" ||
+    { echo "$LDD_OUT" >&2; fail "minimal-cc does not load $SONAME from the prefix"; }
 
-step "examples/CMakeLists.txt (pkg_check_modules) against the prefix"
+# is_static BINARY: it does not load librebound.so at all
+is_static() {
+    local out
+    out=$(ldd "$1" 2>&1 || true)
+    if grep -q librebound <<< "$out"; then
+        echo "$out" >&2
+        fail "$1 loads librebound.so; it should have librebound.a linked in"
+    fi
+}
+
+step "cc examples/minimal.c against librebound.a (pkg-config --static)"
+# -l:librebound.a: the archive even where librebound.so sits beside it
+# shellcheck disable=SC2046,SC2086
+"$CC" -std=c11 -Wall -Wextra -Wpedantic -Werror $EXTRA "$SRC/examples/minimal.c" -o minimal-static-cc \
+    $(pkg-config --cflags rebound) $(sed 's/-lrebound\b/-l:librebound.a/' <<< "$STATIC_LIBS") ||
+    fail "examples/minimal.c does not link statically with pkg-config --static --libs rebound"
+is_static ./minimal-static-cc
+check_minimal ./minimal-static-cc
+
+step "examples/CMakeLists.txt (find_package(rebound CONFIG)) against the prefix"
 "$CMAKE" -S "$SRC/examples" -B examples-build -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_C_COMPILER="$CC" \
     -DCMAKE_C_FLAGS="$EXTRA" -DCMAKE_EXE_LINKER_FLAGS="$EXTRA" > examples-configure.log 2>&1 ||
     { cat examples-configure.log >&2; fail "configuring examples/ failed"; }
 "$CMAKE" --build examples-build > examples-build.log 2>&1 ||
     { cat examples-build.log >&2; fail "building examples/ failed"; }
-step "run it (CMake's build RPATH finds the library)"
+step "run rebound::rebound (CMake's build RPATH finds the library)"
 check_minimal examples-build/minimal
+LDD_OUT=$(ldd examples-build/minimal)
+grep -q "$LIBDIR/$SONAME" <<< "$LDD_OUT" ||
+    { echo "$LDD_OUT" >&2; fail "examples-build/minimal does not load $SONAME from the prefix"; }
+step "run rebound::rebound_static"
+is_static examples-build/minimal_static
+check_minimal examples-build/minimal_static
+
+step "find_package(rebound 99.0) is refused (reboundConfigVersion.cmake)"
+mkdir -p version-probe
+printf 'cmake_minimum_required(VERSION 3.16)\nproject(p LANGUAGES C)\nfind_package(rebound 99.0 CONFIG REQUIRED)\n' \
+    > version-probe/CMakeLists.txt
+if "$CMAKE" -S version-probe -B version-probe/build -DCMAKE_PREFIX_PATH="$PREFIX" > version-probe.log 2>&1; then
+    fail "find_package(rebound 99.0) succeeded against rebound $VERSION"
+fi
+grep -q "rebound" version-probe.log || { cat version-probe.log >&2; fail "no message naming rebound"; }
 
 echo "PASS [test_install]"

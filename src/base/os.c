@@ -259,6 +259,14 @@ void rb_os_guard_remove(int id)
     atomic_store(&guards[id].used, 0);
 }
 
+void *rb_os_aligned_alloc(size_t align, size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, align, n ? n : 1) != 0)
+        return NULL;
+    return p;
+}
+
 void rb_os_trim_heap(void)
 {
 #ifdef __GLIBC__

@@ -79,6 +79,13 @@ void rb_os_trim_heap(void);
  * neighbour would fill the given-back part and overshoot the budget). */
 void rb_os_advise_huge(void *p, size_t n, int on);
 
+/* align-aligned memory of n bytes, freed with free(); NULL when out of
+ * memory or align is not a power of two times sizeof(void *). n need not
+ * be a multiple of align. posix_memalign, not C11's aligned_alloc: bionic
+ * declares aligned_alloc only from Android API 28, and the library builds
+ * for API 24 (README, "Android"). */
+void *rb_os_aligned_alloc(size_t align, size_t n);
+
 /*
  * Guarded file mappings. A file cut under a mapping of it raises SIGBUS
  * when a page past the new end is touched, in whatever code touches it.

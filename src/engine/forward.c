@@ -35,6 +35,7 @@
 #include "forward.h"
 #include "matmul.h"
 #include "quant.h"
+#include "os.h"
 #include "status.h"
 
 /* ---- binding weights ----------------------------------------------------- */
@@ -240,7 +241,7 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         total += (sizes[i] + 63) / 64 * 64;
-    f->mem = aligned_alloc(64, total);
+    f->mem = rb_os_aligned_alloc(64, total);
     f->mem_bytes = total;
     if (!f->mem) {
         rb_forward_deinit(f);

@@ -18,7 +18,7 @@
  *   line 2: fn, ctx  the job, written by the caller before n_job is bumped
  *   then   : mutex / condvar / n_sleeping for the slow path; thread ids
  *
- * Memory: one malloc for the pool (aligned_alloc, 64 B) and one for the
+ * Memory: one malloc for the pool (rb_os_aligned_alloc, 64 B) and one for the
  * pthread_t array, both freed by rb_threadpool_destroy.
  *
  * Protocol (each worker sees every generation exactly once, because the
@@ -60,6 +60,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "os.h"
 #include "status.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -182,7 +183,7 @@ rb_status rb_threadpool_create(int n_threads, rb_threadpool **out, rb_error *err
         return rb_error_set(err, RB_E_INVALID_ARG, "threadpool: n_threads %d not in 1..1024",
                             n_threads);
     size_t size = (sizeof(rb_threadpool) + RB_CACHE_LINE - 1) / RB_CACHE_LINE * RB_CACHE_LINE;
-    rb_threadpool *pool = aligned_alloc(RB_CACHE_LINE, size);
+    rb_threadpool *pool = rb_os_aligned_alloc(RB_CACHE_LINE, size);
     if (!pool)
         return rb_error_set(err, RB_E_NOMEM, "threadpool: out of memory");
     memset(pool, 0, size);
@@ -263,7 +264,7 @@ void *rb_threadpool_scratch(rb_threadpool *pool, int slot, size_t bytes)
         /* grown by half again, so that a run of growing requests reallocates
          * a few times only */
         size_t size = (bytes + bytes / 2 + RB_CACHE_LINE - 1) / RB_CACHE_LINE * RB_CACHE_LINE;
-        void *p = aligned_alloc(RB_CACHE_LINE, size);
+        void *p = rb_os_aligned_alloc(RB_CACHE_LINE, size);
         if (!p)
             return NULL;
         free(pool->scratch[slot]);

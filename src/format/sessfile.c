@@ -23,6 +23,7 @@
 
 #include "kvcodec.h"
 #include "sessfile.h"
+#include "os.h"
 #include "status.h"
 
 #define SF_A 4096u
@@ -174,7 +175,7 @@ static rb_sessfile *alloc_handle(const char *path, const rb_sessfile_geom *g, co
     f->blob_cap = 64; /* both grow on use: the room (a 256 KiB blob) is rarely used */
     f->blob = malloc(f->blob_cap);
     f->buf_cap = SF_A;
-    f->buf = aligned_alloc(SF_A, f->buf_cap);
+    f->buf = rb_os_aligned_alloc(SF_A, f->buf_cap);
     f->path = strdup(path);
     if (!f->tokens || !f->pages || !f->blob || !f->buf || !f->path) {
         rb_sessfile_close(f);
@@ -190,7 +191,7 @@ static int reserve_buf(rb_sessfile *f, uint64_t n)
     if (n <= f->buf_cap)
         return 0;
     size_t cap = (size_t)((n + SF_A - 1) / SF_A * SF_A);
-    uint8_t *b = aligned_alloc(SF_A, cap);
+    uint8_t *b = rb_os_aligned_alloc(SF_A, cap);
     if (!b)
         return -1;
     free(f->buf);
@@ -1097,7 +1098,7 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
     size_t tn = strlen(f->path) + 32;
     char *tmp = malloc(tn);
     sf_entry *pages = malloc(n_entries(f) * sizeof *pages + 1);
-    uint8_t *page = aligned_alloc(SF_A, f->g.page_alloc);
+    uint8_t *page = rb_os_aligned_alloc(SF_A, f->g.page_alloc);
     int fd = -1;
     rb_status st = RB_OK;
     if (!tmp || !pages || !page) {

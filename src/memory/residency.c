@@ -524,7 +524,7 @@ static void measure_decode(rb_residency *r, const void *page)
     if (encode_page(r, r->p.ram_codec, page, &n, NULL) != RB_OK)
         return;
     r->frame_frac = (double)n / (double)r->kv.page_bytes;
-    void *probe = aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
+    void *probe = rb_os_aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
     if (!probe)
         return;
     double best = 0;
@@ -547,7 +547,7 @@ static void measure_storage(rb_residency *r, const void *page)
 {
     if (rb_store_put(r->store, PROBE_ID, page, r->kv.page_bytes, NULL) != RB_OK)
         return;
-    void *probe = aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
+    void *probe = rb_os_aligned_alloc(RB_PAGE_ALIGN, page_alloc_bytes(r));
     double best = 0;
     for (int i = 0; probe && i < 4; i++) {
         double t0 = rb_throttle_now_s();

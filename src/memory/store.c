@@ -338,7 +338,8 @@ static rb_status xfer_raw(rb_store *s, int is_write, uint64_t id, void *buf, siz
 static rb_status drop_cached(rb_store *s, int is_write, uint64_t id, uint64_t off,
                              uint64_t n, rb_error *err)
 {
-#if defined(__linux__)
+#if defined(__linux__) && (!defined(__ANDROID__) || __ANDROID_API__ >= 26)
+    /* (bionic has sync_file_range from API 26; below it, fsync) */
     if (is_write &&
         sync_file_range(s->fd, (off_t)off, (off_t)n,
                         SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
@@ -450,7 +451,8 @@ static const char *fs_name(int fd, int *is_ram)
 static size_t dio_align(int fd)
 {
     size_t a = STORE_MIN_ALIGN;
-#if defined(__linux__) && defined(STATX_DIOALIGN)
+#if defined(__linux__) && defined(STATX_DIOALIGN) && \
+    (!defined(__ANDROID__) || __ANDROID_API__ >= 30) /* bionic's statx: API 30 */
     struct statx sx;
     if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 &&
         (sx.stx_mask & STATX_DIOALIGN)) {

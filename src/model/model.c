@@ -723,7 +723,7 @@ static rb_status rb_model_load_weights_impl(rb_model *m, int skip_layers, int as
        RAM page then holds one file block, which lets the weight cache give
        a layer's pages back and re-read them with O_DIRECT in place */
     const uint64_t page = 4096, shift = start % page;
-    m->data_alloc = aligned_alloc(page, (shift + n + page - 1) / page * page);
+    m->data_alloc = rb_os_aligned_alloc(page, (shift + n + page - 1) / page * page);
     if (!m->data_alloc)
         return rb_error_set(&m->err, RB_E_NOMEM,
                             "model: out of memory for %" PRIu64 " bytes of weights", n);

@@ -5,8 +5,11 @@
 # SentencePiece llama, chatml with <|im_start|> as one special token for a
 # qwen3 with a BPE vocab), /stats /trim /reset /quit and unknown commands,
 # a full context with and without --ctx-shift, and the errors a user can
-# cause (bad --template, a session file of another model). On the reference
-# parity-qwen3 model (when present): chatml chosen from the architecture.
+# cause (bad --template, a session file of another model); /reset in a
+# resumed chat keeps the stored system prompt, a different -sys on resume
+# is said; Ctrl-C (SIGINT) stops a reply and keeps the turn, at the prompt
+# or twice it quits; -r and --ignore-eos. On the reference parity-qwen3
+# model (when present): chatml chosen from the architecture.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 MODELS=${3:-}
@@ -128,6 +131,172 @@ chat_ok part2 $'third\n' "$REBOUND" chat -m tiny.gguf -n 12 --temp 0.9 --seed 5 
 expect_line part2.err 'resumed conv.rbs: [0-9]+ tokens, 2 turns'
 [ "$(sed -n 3p whole.out)" = "$(sed -n 1p part2.out)" ] && ok ||
     fail "resumed turn 3 '$(sed -n 1p part2.out)' differs from '$(sed -n 3p whole.out)'"
+
+check "/reset in a resumed chat keeps the system prompt stored in the file; a new -sys is said"
+chat_ok rs1 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -t 2 \
+    -sys "You are a helpful assistant who answers briefly." --session rs.rbs
+chat_ok rs2 $'/stats\n/reset\n/stats\n' "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -t 2 --session rs.rbs
+sys=$(sed -n 's/^context: .*(system \([0-9]*\),.*/\1/p' rs2.err | head -n 1)
+[ "${sys:-0}" -gt 5 ] || { cat rs2.err >&2; fail "the resumed chat has no stored system prompt ($sys tokens)"; }
+expect_line rs2.err "^conversation reset \(context $sys tokens\)"
+expect_line rs2.err "^context: $sys of [0-9]+ tokens \(system $sys, turns kept 0\)"
+chat_ok rs3 $'/stats\n' "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -t 2 --session rs.rbs \
+    -sys "You are a helpful assistant who answers briefly."
+grep -q 'differs from the system prompt' rs3.err && fail "the same -sys on resume was called different"
+chat_ok rs4 $'/reset\n/stats\n' "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -t 2 --session rs.rbs -sys "Other."
+expect_line rs4.err "note: -sys differs from the system prompt stored in rs.rbs \($sys tokens\)"
+sys4=$(sed -n 's/^context: .*(system \([0-9]*\),.*/\1/p' rs4.err)
+[ "$sys4" -lt "$sys" ] || fail "/reset after a new -sys kept the stored system prompt ($sys4 tokens)"
+
+check "-r stops a reply at its text; --ignore-eos goes on past the end of text"
+chat_ok rp0 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 30 --temp 0 -t 2 -v
+word=$(head -n 1 rp0.out | cut -c 3-4)
+chat_ok rp1 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 30 --temp 0 -t 2 -v -r "$word"
+expect_line rp1.err 'out \(reverse prompt\)'
+r1=$(head -n 1 rp1.out)
+[[ "$r1" == *"$word" ]] || fail "the reply '$r1' does not end at -r '$word'"
+[ "${#r1}" -lt "$(head -n 1 rp0.out | wc -c)" ] || fail "-r did not shorten the reply"
+chat_ok ie1 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 200 --temp 1.5 -s 5 -t 2 -v
+chat_ok ie2 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 200 --temp 1.5 -s 5 -t 2 -v --ignore-eos
+grep -q " out (end)" ie1.err || fail "seed 5 no longer ends the reply early: pick another for this check"
+[ "$(turn_out ie2.err 1)" = 200 ] && ! grep -q " out (end)" ie2.err ||
+    fail "--ignore-eos: $(turn_out ie2.err 1) tokens, without it $(turn_out ie1.err 1)"
+
+# start_chat NAME ARGS...: the chat in the background, its stdin a FIFO
+# held open on fd 3 (so that it waits for lines); pid in CHAT_PID
+start_chat() {
+    local n=$1
+    shift
+    rm -f "$n.fifo"
+    mkfifo "$n.fifo"
+    "$REBOUND" chat "$@" < "$n.fifo" > "$n.out" 2> "$n.err" &
+    CHAT_PID=$!
+    exec 3> "$n.fifo"
+}
+# wait_for FILE REGEX: up to 60 s
+wait_for() {
+    local i
+    for i in $(seq 1 600); do
+        grep -Eq "$2" "$1" 2>/dev/null && return 0
+        kill -0 "$CHAT_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    cat "$1" >&2
+    fail "no '$2' in $1"
+}
+wait_rc() { # wait_rc: the chat's exit status into RC (killed after 60 s)
+    local i
+    for i in $(seq 1 600); do kill -0 "$CHAT_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$CHAT_PID" 2>/dev/null && { kill -KILL "$CHAT_PID"; fail "the chat did not end"; }
+    RC=0
+    wait "$CHAT_PID" || RC=$?
+}
+# a model slow enough (about 150 tokens/s) that a long reply is still
+# running when the signal comes; --ignore-eos -n -1: it would go on to 4096
+run_ok mks "$REBOUND" make-model --shape tiny --dim 512 --layers 8 --heads 8 --kv-heads 8 \
+    --ffn 2048 --vocab 512 --ctx 4096 --type q8_0 -o slow.gguf
+SLOW=(-m slow.gguf -c 4096 -n -1 --ignore-eos --temp 0 -t 1 -v)
+
+check "Ctrl-C (SIGINT) during a reply stops it, keeps the turn, and the chat goes on"
+start_chat si "${SLOW[@]}" --session si.rbs
+printf 'Hello\n' >&3
+wait_for si.out '.'
+kill -INT "$CHAT_PID"
+wait_for si.err 'reply stopped \(Ctrl-C\); the turn is kept'
+printf '/stats\n' >&3
+exec 3>&-
+wait_rc
+rc=$RC
+[ "$rc" = 0 ] || { cat si.err >&2; fail "exit status $rc after Ctrl-C and end of input, expected 0"; }
+n=$(sed -n 's/^rebound chat: turn 1: [0-9]* tokens in, \([0-9]*\) out (interrupted).*/\1/p' si.err)
+[ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 4000 ] || { cat si.err >&2; fail "turn 1 was not interrupted mid-reply"; }
+expect_line si.err '^context: [0-9]+ of 4096 tokens \(system 1, turns kept 1\)'
+chat_ok si2 $'/stats\n' "$REBOUND" chat -m slow.gguf -c 4096 -t 1 --session si.rbs
+expect_line si2.err 'resumed si.rbs: [0-9]+ tokens, 1 turns'
+
+check "a second Ctrl-C quits; Ctrl-C at the prompt quits as /quit does"
+start_chat sq "${SLOW[@]}"
+printf 'Hello\n' >&3
+wait_for sq.out '.'
+kill -INT "$CHAT_PID"
+# (two signals sent at once may arrive as one: the second waits for the first)
+wait_for sq.err 'reply stopped \(Ctrl-C\)'
+kill -INT "$CHAT_PID"
+wait_rc
+rc=$RC
+exec 3>&-
+# 0: it came at the prompt, the chat quit as /quit does; 130: it came
+# while the reply was being closed (SIGINT's own exit)
+case $rc in 0|130) ;; *) cat sq.err >&2; fail "exit status $rc after two Ctrl-C" ;; esac
+start_chat sp -m tiny.gguf -n 4 --temp 0 -t 2
+wait_for sp.err '^rebound chat: template'
+sleep 0.5
+kill -INT "$CHAT_PID"
+wait_rc
+rc=$RC
+exec 3>&-
+[ "$rc" = 0 ] || { cat sp.err >&2; fail "Ctrl-C at the prompt: exit status $rc, expected 0"; }
+
+check "on a terminal: a loading line, a percentage while a long message is read in; none piped"
+long_msg=$(printf 'hello %.0s' $(seq 1 150))
+chat_ok pl "$long_msg"$'\n' "$REBOUND" chat -m slow.gguf -c 4096 -n 2 --temp 0 -t 1
+grep -qE 'loading|reading the message' pl.err && { cat pl.err >&2; fail "progress lines on a piped stderr"; }
+if command -v python3 >/dev/null 2>&1; then
+    # chat under a pseudo-terminal: the long message, Ctrl-C, the up arrow
+    # (libedit's history recalls it), /stats, then Ctrl-C at the prompt
+    python3 - "$REBOUND" slow.gguf > pty.out 2>&1 <<'PYEOF2' || { cat pty.out >&2; fail "the chat under a terminal failed"; }
+import os, pty, select, sys, time
+rebound, model = sys.argv[1], sys.argv[2]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(rebound, [rebound, "chat", "-m", model, "-c", "4096", "-n", "-1", "--ignore-eos",
+                       "--temp", "0", "-t", "1"])
+out = b""
+def read_until(pattern, timeout=60):
+    global out
+    end = time.time() + timeout
+    while time.time() < end:
+        if pattern in out:
+            return True
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                break
+    return pattern in out
+ok = read_until(b"/help lists the commands")
+os.write(fd, b"hello " * 150 + b"\n")
+ok = ok and read_until(b"reading the message")
+ok = ok and read_until(b"reading the message: 100%")
+time.sleep(1.0)                              # the reply runs (about 150 tokens/s)
+os.write(fd, b"\x03")                        # Ctrl-C: the reply stops
+ok = ok and read_until(b"reply stopped")
+os.write(fd, b"\x1b[A")                      # up: the last line again (history)
+time.sleep(0.5)
+os.write(fd, b"\x15/stats\n")                # ^U clears it; /stats
+ok = ok and read_until(b"turns kept 1")
+os.write(fd, b"\x03")                        # Ctrl-C at the prompt: quit
+read_until(b"never", 3)
+_, status = os.waitpid(pid, 0)
+text = out.decode("utf-8", "replace")
+for want in ("rebound chat: loading", "loaded in", "reading the message:", "reply stopped"):
+    if want not in text:
+        print("missing:", want); ok = False
+history = "hello hello" in text.split("reply stopped", 1)[-1]
+print("status", status, "history recalled", history)
+sys.exit(0 if ok and status == 0 else 1)
+PYEOF2
+    # with libedit linked, the up arrow brought the long message back
+    LDD=$(ldd "$REBOUND" 2>/dev/null || true)
+    if grep -q libedit <<< "$LDD"; then
+        grep -q 'history recalled True' pty.out || { cat pty.out >&2; fail "libedit: the up arrow did not recall the message"; }
+    else
+        echo "note: rebound is built without libedit: history not checked"
+    fi
+else
+    echo "note: python3 is absent: the terminal check is skipped"
+fi
 
 check "errors: bad --template, a session of another model or context, no model, bad -n"
 run_fails e1 2 "unknown --chat-template 'foo'" "$REBOUND" chat -m tiny.gguf --template foo

@@ -5,7 +5,9 @@
 # option"); usage errors exit 2 and name the option and the value; and
 # llama.cpp's flags in run / chat / bench (-f, -e, -n -1, -s and the
 # printed random seed, -no-cnv, -sys, -sysf, --chat-template, the ignored
-# -ngl / -fa / --mlock, bench's comma lists and -o json|jsonl|csv).
+# -ngl / -fa / --mlock, -r, --ignore-eos, --color, --no-display-prompt,
+# --log-disable, the refused -ub and run's -i, bench's comma lists and
+# -o json|jsonl|csv).
 #
 # usage: cli_options.sh REBOUND_BIN SCRATCH_DIR
 set -euo pipefail
@@ -46,7 +48,8 @@ check "every spelling of every option in each command's help is accepted"
 base_args() {
     case $1 in
         run) echo "-m nope.gguf -p hi" ;;
-        chat|bench|demo|switch|serve) echo "-m nope.gguf" ;;
+        chat|bench|bench-pool|demo|switch|serve) echo "-m nope.gguf" ;;
+        bench-serve) echo "http://127.0.0.1:1 --timeout 2" ;;
         kvquality) echo "-m nope.gguf --codec q8" ;;
         info) echo "nope.gguf" ;;
         make-model) echo "--vocab 100 -o x.gguf" ;;
@@ -152,6 +155,35 @@ for o in '-ngl 99' '-fa on' '--mlock' '-sys Be brief.' '--chat-template chatml';
     [ "$(grep -c -- "^rebound run: note: $o is ignored: " c1.err)" -eq 1 ] && ok ||
         { cat c1.err >&2; fail "no one-line note for $o"; }
 done
+
+chat() { local p=$1 in=$2; shift 2; printf '%s' "$in" | "$@" >"$p.out" 2>"$p.err" || { cat "$p.err" >&2; fail "$p: exit status $?"; }; }
+check "run: -r stops at its text, --ignore-eos past the end, --no-display-prompt, --log-disable, --color"
+run_ok g0 "$REBOUND" run -m tiny.gguf -p "Hello" -n 30 --temp 0 -t 2
+word=$(cut -c 6-7 g0.out)
+run_ok g1 "$REBOUND" run -m tiny.gguf -p "Hello" -n 30 --temp 0 -t 2 -r "$word"
+g1=$(cat g1.out)
+[[ "$g1" == *"$word" ]] || fail "-r '$word': the text '$g1' does not end with it"
+[ "${#g1}" -lt "$(wc -c < g0.out)" ] || fail "-r did not stop the text early"
+[[ "$(cat g0.out)" == "$g1"* ]] || fail "-r changed the text before the stop"
+# seed 2 at temperature 1.5 ends with an end-of-text token after 29 tokens
+run_ok g2 "$REBOUND" run -m tiny.gguf -p "Hello" -n 200 --temp 1.5 -s 2 -t 2
+run_ok g3 "$REBOUND" run -m tiny.gguf -p "Hello" -n 200 --temp 1.5 -s 2 -t 2 --ignore-eos
+expect_line g3.err 'decode 200 tokens'
+grep -q 'decode 200 tokens' g2.err && fail "seed 2 no longer ends early: pick another for the --ignore-eos check"
+run_ok g4 "$REBOUND" run -m tiny.gguf -p "Hello" -n 30 --temp 0 -t 2 --no-display-prompt --log-disable
+[ "Hello$(cat g4.out)" = "$(cat g0.out)" ] || fail "--no-display-prompt: '$(cat g4.out)' is not run's text without the prompt"
+[ -s g4.err ] && { cat g4.err >&2; fail "--log-disable: stderr is not empty"; }
+run_ok g5 "$REBOUND" run -m tiny.gguf -p "Hello" -n 30 --temp 0 -t 2 --color
+cmp -s g5.out g0.out || fail "--color into a file changed the text (colours are for a terminal)"
+run_fails g6 2 "-ub is a llama.cpp option rebound run does not take" "$REBOUND" run -m tiny.gguf -p Hi -ub 512
+expect_line g6.err 'hint: .*-b N sets it'
+run_fails g7 2 "-i is a llama.cpp option rebound run does not take" "$REBOUND" run -m tiny.gguf -p Hi -i
+expect_line g7.err 'rebound chat -m MODEL'
+run_fails g8 2 "option -r needs a valid value: '' is not a non-empty text" "$REBOUND" run -m tiny.gguf -p Hi -r ""
+chat g9 $'Hi\n' "$REBOUND" chat -m tiny.gguf -n 6 --temp 0 -i --no-display-prompt --color --log-disable
+[ -s g9.err ] && { cat g9.err >&2; fail "chat --log-disable: stderr is not empty"; }
+[ -s g9.out ] || fail "chat -i gave no reply"
+run_fails g10 2 "-ub is a llama.cpp option rebound chat does not take" "$REBOUND" chat -m tiny.gguf -ub 512
 
 check "chat: -sys = --system, -sysf FILE, --chat-template = --template, -cnv, seed printed"
 chat() { local p=$1 in=$2; shift 2; printf '%s' "$in" | "$@" >"$p.out" 2>"$p.err" && ok || { cat "$p.err" >&2; fail "$p: exit status $?"; }; }
