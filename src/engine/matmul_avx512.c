@@ -736,6 +736,147 @@ static void rb_gemm_q6_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     }
 }
 
+/* Q5_K panel (ggml_vec_dot_q5_K_q8_K's order, matmul_avx2.c's rb_tile_q5_K):
+ * Q6_K's two rows per zmm with the 5-bit codes as bytes and one scale per
+ * 32-element chunk; per super-block and row pair 8 zmm of codes, one of the
+ * rows' scales and mins as int16 (row 2p: words 0..7 scales, 8..15 mins;
+ * row 2p + 1 the same in the high half), one of their d and one of their
+ * dmin (8 x each). The mins: vpmaddwd of that zmm with the token's 8
+ * sub-block sums in words 8..15 of each half, the four dwords of the upper
+ * 128 bits of each half summed in place (exact), then the tile's scalar
+ * chain summs = fma(-da * dmin, float(imin), summs), one lane per row;
+ * y = hsum8(acc) + summs. */
+#define RB_G5_ZMM 11
+
+static void rb_gemm_pack_q5_K(int64_t nb, const char *w, size_t wrb, int n_rows, __m512i *pw)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    for (int p = 0; p < RB_GEMM_ROWS / 2; p++) {
+        const rb_block_q5_K *xr[2];
+        for (int h = 0; h < 2; h++)
+            xr[h] = 2 * p + h < n_rows ? (const rb_block_q5_K *)(w + (size_t)(2 * p + h) * wrb) : NULL;
+        for (int64_t b = 0; b < nb; b++) {
+            __m512i *o = pw + (b * (RB_GEMM_ROWS / 2) + p) * RB_G5_ZMM;
+            __m256i q[2][8], sm[2];
+            float d[2], dm[2];
+            for (int h = 0; h < 2; h++) {
+                const rb_block_q5_K *x = xr[h] ? xr[h] + b : NULL;
+                if (!x) {
+                    for (int c = 0; c < 8; c++)
+                        q[h][c] = _mm256_setzero_si256();
+                    sm[h] = _mm256_setzero_si256();
+                    d[h] = dm[h] = 0.0f;
+                    continue;
+                }
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)x->qh);
+                for (int g = 0; g < 4; g++) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
+                    const int j0 = 2 * g, j1 = 2 * g + 1;
+                    const __m256i h0 = _mm256_and_si256(_mm256_srlv_epi16(hb, _mm256_set1_epi16((short)j0)), _mm256_set1_epi8(1));
+                    const __m256i h1 = _mm256_and_si256(_mm256_srlv_epi16(hb, _mm256_set1_epi16((short)j1)), _mm256_set1_epi8(1));
+                    q[h][j0] = _mm256_or_si256(_mm256_and_si256(raw, m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(h0, 4), m16));
+                    q[h][j1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(h1, 4), m16));
+                }
+                uint8_t s8[8], m8[8];
+                rb_k4_scales_mins(x->scales, s8, m8);
+                sm[h] = _mm256_setr_epi16(s8[0], s8[1], s8[2], s8[3], s8[4], s8[5], s8[6], s8[7],
+                                          m8[0], m8[1], m8[2], m8[3], m8[4], m8[5], m8[6], m8[7]);
+                d[h] = rb_h2f(x->d);
+                dm[h] = rb_h2f(x->dmin);
+            }
+            for (int c = 0; c < 8; c++)
+                o[c] = _mm512_inserti64x4(_mm512_castsi256_si512(q[0][c]), q[1][c], 1);
+            o[8] = _mm512_inserti64x4(_mm512_castsi256_si512(sm[0]), sm[1], 1);
+            o[9] = _mm512_castps_si512(
+                _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0])), _mm256_set1_ps(d[1]), 1));
+            o[10] = _mm512_castps_si512(
+                _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(dm[0])), _mm256_set1_ps(dm[1]), 1));
+        }
+    }
+}
+
+RB_INLINE void rb_gemm_q5_K_tile(int64_t nb, const __m512i *pw, int p0, const char *a, size_t arb,
+                                 const float *sd, float *y, int64_t ys, int n_rows, const int T)
+{
+    enum { P = RB_G6_PAIRS };
+    __m512 acc[P][RB_G6_TOK], summs[P][RB_G6_TOK];
+    RB_FOR8(p, P) RB_FOR8(t, T) acc[p][t] = summs[p][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i pz[RB_G6_TOK];
+        RB_FOR8(t, T) {
+            const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+            const __m128i ps = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                              _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+            pz[t] = _mm512_broadcast_i64x4(_mm256_inserti128_si256(_mm256_setzero_si256(), ps, 1));
+        }
+        RB_FOR8(p, P) {
+            const __m512i *o = pw + (b * (RB_GEMM_ROWS / 2) + p0 + p) * RB_G5_ZMM;
+            const __m512i scm = _mm512_load_si512(o + 8);
+            __m512i sumi[RB_G6_TOK];
+            RB_FOR8(t, T) sumi[t] = _mm512_setzero_si512();
+            RB_FOR8(c, 8) {
+                const __m512i scv = _mm512_permutexvar_epi16(
+                    _mm512_inserti64x4(_mm512_set1_epi16((short)c), _mm256_set1_epi16((short)(16 + c)), 1), scm);
+                const __m512i wv = _mm512_load_si512(o + c);
+                RB_FOR8(t, T) {
+                    const int8_t *aq = ((const rb_block_q8_K *)(a + t * arb) + b)->qs + 32 * c;
+                    const __m512i av = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)aq));
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(wv, av), scv);
+                }
+            }
+            const __m512 dw = _mm512_castsi512_ps(_mm512_load_si512(o + 9));
+            const __m512 dwm = _mm512_castsi512_ps(_mm512_load_si512(o + 10));
+            RB_FOR8(t, T) {
+                const float da = sd[t * nb + b];
+                __m512i im = _mm512_madd_epi16(scm, pz[t]);
+                im = _mm512_add_epi32(im, _mm512_shuffle_epi32(im, _MM_PERM_CDAB));
+                im = _mm512_add_epi32(im, _mm512_shuffle_epi32(im, _MM_PERM_BADC));
+                summs[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-da), dwm), _mm512_cvtepi32_ps(im),
+                                              summs[p][t]);
+                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da)), _mm512_cvtepi32_ps(sumi[t]),
+                                            acc[p][t]);
+            }
+        }
+    }
+    RB_FOR8(p, P) RB_FOR8(t, T) {
+        const int r = 2 * (p0 + p);
+        float sv[16];
+        _mm512_storeu_ps(sv, summs[p][t]);
+        if (r < n_rows)
+            y[t * ys + r] = rb_hsum8(_mm512_castps512_ps256(acc[p][t])) + sv[4];
+        if (r + 1 < n_rows)
+            y[t * ys + r + 1] = rb_hsum8(_mm512_extractf32x8_ps(acc[p][t], 1)) + sv[12];
+    }
+}
+
+static void rb_gemm_q5_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int64_t n_tok, const float *sd, const int32_t *sc,
+                                float *y, int64_t ys, void *scratch)
+{
+    (void)sc;
+    const int64_t nb = n / RB_QK_K;
+    __m512i *pw = scratch;
+    rb_gemm_pack_q5_K(nb, w, wrb, n_rows, pw);
+    const char *ac = a;
+    for (int pp = 0; pp < RB_GEMM_ROWS / 2 && 2 * pp < n_rows; pp += RB_G6_PAIRS) {
+        int64_t t = 0;
+        for (; t + RB_G6_TOK <= n_tok; t += RB_G6_TOK)
+            rb_gemm_q5_K_tile(nb, pw, pp, ac + t * arb, arb, sd + t * nb, y + t * ys, ys, n_rows,
+                              RB_G6_TOK);
+        switch (n_tok - t) {
+#define RB_GQ5(T) rb_gemm_q5_K_tile(nb, pw, pp, ac + t * arb, arb, sd + t * nb, y + t * ys, ys, \
+                                    n_rows, T)
+        case 1: RB_GQ5(1); break;
+        case 2: RB_GQ5(2); break;
+        case 3: RB_GQ5(3); break;
+        default: break;
+#undef RB_GQ5
+        }
+    }
+}
+
 /* ---- decode and steps of several sequences: Q4_0, 16 rows x T tokens -----------
  * Four rows per zmm (one 128-bit lane each: a block's 16 bytes of codes),
  * their low and high nibbles against the block's activation codes 0..15 and
@@ -954,18 +1095,21 @@ const rb_matmul_isa rb_matmul_isa_avx512_own = {
         [RB_TYPE_Q8_0] = rb_gemm_q8_0_avx512,
         [RB_TYPE_Q4_K] = rb_gemm_q4_K_avx512,
         [RB_TYPE_Q6_K] = rb_gemm_q6_K_avx512,
+        [RB_TYPE_Q5_K] = rb_gemm_q5_K_avx512,
     },
     .gemm_side = {
         [RB_TYPE_Q4_0] = rb_gemm_side_q4_0,
         [RB_TYPE_Q8_0] = rb_gemm_side_q8_0,
         [RB_TYPE_Q4_K] = rb_gemm_side_q4_K,
         [RB_TYPE_Q6_K] = rb_gemm_side_q6_K,
+        [RB_TYPE_Q5_K] = rb_gemm_side_q6_K,
     },
     .gemm_corr_lanes = {
         [RB_TYPE_Q4_0] = 1,
         [RB_TYPE_Q8_0] = 8,
         [RB_TYPE_Q4_K] = 4,
         [RB_TYPE_Q6_K] = 0,
+        [RB_TYPE_Q5_K] = 0,
     },
 };
 
