@@ -12,12 +12,13 @@
 #   REBOUND      path of the rebound binary (build/rebound)
 #   BENCH_ARGS   the tests, passed to both tools as they are (default:
 #                -p 512 -n 128 -t 2 -r 1); both accept -p -n -pg -d -t -r
-#   ROUNDS=3     rounds (environment)
+#   ROUNDS=3     rounds (environment); REBOUND_COMMIT names the commit of a
+#                rebound binary that is not in its git checkout
 # Each run's results are read from -o jsonl (llama-bench's field names,
 # which rebound bench writes too): n_prompt, n_gen, n_depth, avg_ts.
 # Needs python3 for the table.
 set -euo pipefail
-[ $# -ge 3 ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//' >&2; exit 2; }
 llama_bench=$1
 rebound=$2
 shift 2
@@ -52,7 +53,8 @@ done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') (family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), model $(grep -m1 '^model[[:space:]]' /proc/cpuinfo | cut -d: -f2 | tr -d ' '); $(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo no AVX-512))"
-rb_commit=$(git -C "$(dirname "$(readlink -f "$rebound")")" rev-parse --short HEAD 2>/dev/null || echo unknown)
+# REBOUND_COMMIT names a binary copied out of its checkout
+rb_commit=${REBOUND_COMMIT:-$(git -C "$(dirname "$(readlink -f "$rebound")")" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 lc_commit=$(git -C "$(dirname "$(readlink -f "$llama_bench")")" rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "Command: \`bench/vs_llamacpp.sh $llama_bench $rebound ${models[*]} -- ${args[*]}\` (ROUNDS=$rounds)"
 echo
