@@ -12,8 +12,8 @@
  * closed or deleted; a conversation without a file and without a session
  * exists only between sv_store_add and its first sv_store_open; the files
  * change only in sv_store_commit (RB_SAVE_ON_REQUEST), so a kill -9 leaves
- * the previous turn or this one; the folder is locked (flock) for the
- * process's life.
+ * the previous turn or this one; the folder is locked (flock on the
+ * folder itself) for the process's life.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -492,6 +492,9 @@ void sv_store_commit(sv_store *st, sv_conv *c)
 
 /* ---- the folder ----------------------------------------------------------- */
 
+/* The folder is locked for the process's life by a lock on the folder
+ * itself (flock on its descriptor): deleting or replacing a file inside
+ * cannot let a second server in. DIR/.lock only says who holds it. */
 static int lock_dir(sv_store *st)
 {
     const char *dir = st->cfg->sessions_dir;
@@ -499,16 +502,19 @@ static int lock_dir(sv_store *st)
         sv_log("error: cannot create --sessions %s: %s", dir, strerror(errno));
         return 1;
     }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/.lock", dir);
-    st->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    st->lock_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (st->lock_fd < 0) {
-        sv_log("error: cannot open %s: %s", path, strerror(errno));
+        sv_log("error: cannot open --sessions %s: %s", dir, strerror(errno));
         return 1;
     }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.lock", dir);
     if (flock(st->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         char pid[32] = "";
-        ssize_t n = pread(st->lock_fd, pid, sizeof pid - 1, 0);
+        int pf = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = pf >= 0 ? read(pf, pid, sizeof pid - 1) : -1;
+        if (pf >= 0)
+            close(pf);
         pid[n > 0 ? n : 0] = 0;
         pid[strcspn(pid, "\n")] = 0;
         sv_log("error: another rebound serve%s%s%s uses --sessions %s", pid[0] ? " (pid " : "",
@@ -519,8 +525,11 @@ static int lock_dir(sv_store *st)
     }
     char pid[32];
     int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    if (ftruncate(st->lock_fd, 0) != 0 || pwrite(st->lock_fd, pid, (size_t)n, 0) != n)
+    int pf = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (pf < 0 || write(pf, pid, (size_t)n) != n)
         sv_log("warning: cannot write the pid into %s", path);
+    if (pf >= 0)
+        close(pf);
     return 0;
 }
 

@@ -477,6 +477,19 @@ static enum MHD_Result generate(conn *c)
     return ok;
 }
 
+/* Sets *(int *)cls when a header's name or value holds a NUL byte (the C
+ * strings libmicrohttpd hands out would end there). */
+static enum MHD_Result header_has_nul(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      size_t key_size, const char *value, size_t value_size)
+{
+    (void)kind;
+    if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+        *(int *)cls = 1;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
 /* The caller's namespace into c->ns: its key's name (with --api-key),
  * its uid on a Unix socket, else "". 0, or -1 when the key is missing or
  * wrong (every key compared, each in time that depends on its length). */
@@ -531,12 +544,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             return respond_error(c, SV_ERR_UNAVAILABLE, NULL, "too many connections (%" PRIu32
                                  " open, --max-connections %" PRIu32 "); retry later", n_conn,
                                  h->cfg->max_conn);
-        if (h->cfg->n_cors && !strcmp(method, MHD_HTTP_METHOD_OPTIONS))
-            return MHD_YES; /* a preflight: answered below */
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         const char *te = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        int has_nul = 0;
+        MHD_get_connection_values_n(mc, MHD_HEADER_KIND, header_has_nul, &has_nul);
+        if (has_nul)
+            return respond_error(c, SV_ERR_INVALID, NULL, "a header holds a NUL byte");
         if (cl && te) /* which one ends the body? a smuggling attempt, or a broken client */
             return respond_error(c, SV_ERR_INVALID, NULL, "the request has both Content-Length "
                                  "and Transfer-Encoding");
@@ -553,8 +568,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                 return respond_error(c, SV_ERR_UNAVAILABLE, NULL, "too many request bytes in "
                                      "flight (--max-inflight %" PRIu64 "); retry later",
                                      h->cfg->max_inflight_bytes);
-            return MHD_YES;
         }
+        /* every request is answered once it is all in (libmicrohttpd's
+           last call): an answer queued earlier closes the connection, and
+           a kept-alive GET must not */
+        return MHD_YES;
     }
     if (c->is_post && *upload_size) {
         if (!c->too_large && c->len + *upload_size > h->max_body)
@@ -708,7 +726,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
     if (p) {
         uint32_t same = 0;
         for (sv_peer *q = h->peers; q; q = q->next)
-            same += !strcmp(q->who, p->who);
+            same += !strcmp(q->who, p->who) && !q->is_refused;
         p->is_refused = same >= h->cfg->max_conn_per_peer;
         if (p->is_refused) {
             h->n_refused++;
@@ -875,7 +893,11 @@ sv_http *sv_http_start(const sv_config *cfg, sv_sched *sched, sv_metrics *metric
                                  MHD_OPTION_CONNECTION_TIMEOUT, 60u,
                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+#if MHD_VERSION >= 0x00097700
+                                 MHD_OPTION_CLIENT_DISCIPLINE_LVL, 1,
+#else
                                  MHD_OPTION_STRICT_FOR_CLIENT, 1,
+#endif
                                  MHD_OPTION_END);
     if (!h->daemon) {
         if (cfg->unix_path)
@@ -891,6 +913,11 @@ sv_http *sv_http_start(const sv_config *cfg, sv_sched *sched, sv_metrics *metric
         goto fail;
     }
     h->has_watchdog = 1;
+#if MHD_VERSION < 0x00097700
+    sv_log("http: strict client discipline of libmicrohttpd %s: HTTP/1.1 without Host and "
+           "Content-Length with Transfer-Encoding refused; a NUL in a header cuts its value "
+           "there (0.9.77 refuses it)", MHD_get_version());
+#endif
     if (cfg->n_keys)
         sv_log("namespaces: one per API key (%zu)", cfg->n_keys);
     else if (cfg->unix_path)

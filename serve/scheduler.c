@@ -438,10 +438,10 @@ static void active_free(sv_active *a)
  * whether or not another namespace has it, starts a new one of that id);
  * else the stored one whose tokens share the longest prefix with r's when
  * that prefix covers at least half of them. r continues it when r holds
- * all of its tokens, or differs from them only inside its last reply (past
- * n_prompt_end: the client re-rendered the server's reply); when r differs
- * before (another chat with the same start, the same prompt again, a
- * guess at the stored text), r forks: a new
+ * all of its tokens, or goes on past its last prompt (n_prompt_end) and
+ * differs only inside the last reply (the client re-rendered the server's
+ * reply); when r differs before (another chat with the same start, a guess
+ * at the stored text) or is the same prompt again, r forks: a new
  * conversation takes the stored one's session (its KV up to the prefix)
  * and the stored one keeps its tokens and its file, as they were (it is
  * reopened from the file, or computed again from its tokens, when it
@@ -462,10 +462,11 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         if (!c && !(c = sv_store_add(&s->store, r->ns, r->conv_id)))
             goto nomem;
     } else if ((from = sv_store_match(&s->store, r->ns, toks, n, &shared)) &&
-               (shared == from->n_tokens || shared > from->n_prompt_end)) {
-        /* r holds all of it, or differs only inside the reply the server
-           gave last (a client sends that reply back re-rendered): the
-           same chat */
+               (shared == from->n_tokens ||
+                (shared >= from->n_prompt_end && n > from->n_prompt_end))) {
+        /* r holds all of it, or goes on past its last prompt and differs
+           only inside the reply the server gave last (a client sends that
+           reply back re-rendered): the same chat */
         c = from, from = NULL;
     }
     if (!c) {
