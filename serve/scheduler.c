@@ -138,15 +138,19 @@ static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, 
  * special-token text is a control token; 0: text). 0, or -1. Any thread:
  * rb_model_tokenize may run on several at once (rebound.h). */
 static int tok_append(rb_model *model, const char *text, size_t len, int add_special,
-                      int parse_special, int32_t **v, size_t *n, size_t *cap)
+                      int parse_special, int32_t **v, size_t *n, size_t *cap, size_t limit)
 {
     if (!len && !add_special)
         return 0;
-    size_t room = 4 * len + 16, got = 0;
+    /* room for what fits the context at most: a longer text is refused
+       without holding an array for all of it */
+    size_t room = 4 * len + 16 < limit + 16 ? 4 * len + 16 : limit + 16, got = 0;
     if (grow((void **)v, cap, *n + room, sizeof **v))
         return -1;
     rb_status st = rb_model_tokenize(model, text, len, add_special, parse_special, *v + *n,
                                      *cap - *n, &got);
+    if (st == RB_E_INVALID_ARG && got > *cap - *n && got > limit)
+        return -2;
     if (st == RB_E_INVALID_ARG && got > *cap - *n) {
         if (grow((void **)v, cap, *n + got, sizeof **v))
             return -1;
@@ -173,7 +177,7 @@ static int template_controls(rb_model *model, const char *R, size_t off, size_t 
 {
     int32_t *t = NULL;
     size_t nt = 0, ct = 0, at = off;
-    if (tok_append(model, R + off, len, 0, 1, &t, &nt, &ct)) {
+    if (tok_append(model, R + off, len, 0, 1, &t, &nt, &ct, (size_t)-1 / 8)) {
         free(t);
         return -1;
     }
@@ -298,7 +302,14 @@ static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, si
     size_t at = 0;
     for (size_t j = 0; j <= n_sp; j++) {
         size_t stop = j < n_sp ? spans[j].off : lr;
-        if (tok_append(s->model, R + at, stop - at, 0, 0, &v, &n, &cap))
+        int rt = tok_append(s->model, R + at, stop - at, 0, 0, &v, &n, &cap, s->n_ctx);
+        if (rt == -2 || n > s->n_ctx) {
+            *out = v, *n_out = s->n_ctx + 1; /* too long: the caller says so */
+            v = NULL;
+            rc = 0;
+            goto done;
+        }
+        if (rt)
             goto nomem;
         if (j == n_sp)
             break;
@@ -327,9 +338,23 @@ sv_err sv_sched_prepare(const sv_sched *s, sv_request *r, char *msg, size_t msg_
 {
     int32_t *toks = NULL;
     size_t n = 0, cap = 0;
+    /* a text longer than the context's tokens can hold is refused before
+       it is tokenized */
+    size_t bytes = r->prompt ? strlen(r->prompt) : 0;
+    for (size_t i = 0; i < r->n_msgs; i++)
+        bytes += strlen(r->msgs[i].content);
+    size_t most = (size_t)s->n_ctx * (s->max_piece ? s->max_piece : 64);
+    if (bytes > most) {
+        snprintf(msg, msg_n, "the prompt has %zu bytes of text; the context holds %" PRIu32
+                 " tokens, at most %zu bytes", bytes, s->n_ctx, most);
+        return SV_ERR_INVALID;
+    }
     if (r->kind == SV_COMPLETION) {
-        if (tok_append(s->model, r->prompt, strlen(r->prompt), 1, s->cfg->completions_special,
-                       &toks, &n, &cap)) {
+        int rt = tok_append(s->model, r->prompt, strlen(r->prompt), 1,
+                            s->cfg->completions_special, &toks, &n, &cap, s->n_ctx);
+        if (rt == -2) {
+            n = s->n_ctx + 1; /* too long: said below */
+        } else if (rt) {
             free(toks);
             snprintf(msg, msg_n, "the prompt cannot be tokenized");
             return SV_ERR_INVALID;
@@ -340,9 +365,14 @@ sv_err sv_sched_prepare(const sv_sched *s, sv_request *r, char *msg, size_t msg_
     size_t reserve = 1 + (r->kind == SV_CHAT ? s->n_reply_end : 0);
     if (n == 0 || n + reserve > s->n_ctx) {
         free(toks);
-        snprintf(msg, msg_n, "the prompt has %zu tokens; the context holds %" PRIu32
-                 " (with room for one reply token%s)", n, s->n_ctx,
-                 r->kind == SV_CHAT ? " and the reply's end" : "");
+        if (n > s->n_ctx)
+            snprintf(msg, msg_n, "the prompt has more than %" PRIu32 " tokens; the context holds "
+                     "%" PRIu32 " (with room for one reply token%s)", s->n_ctx, s->n_ctx,
+                     r->kind == SV_CHAT ? " and the reply's end" : "");
+        else
+            snprintf(msg, msg_n, "the prompt has %zu tokens; the context holds %" PRIu32
+                     " (with room for one reply token%s)", n, s->n_ctx,
+                     r->kind == SV_CHAT ? " and the reply's end" : "");
         return SV_ERR_INVALID;
     }
     r->toks = toks;
