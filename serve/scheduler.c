@@ -39,6 +39,7 @@
 #include "scheduler.h"
 
 enum { PHASE_PREFILL = 0, PHASE_DECODE = 1 };
+#define SV_TURNS_MAX 64
 typedef struct sv_active {
     sv_request *req;
     sv_conv *conv;
@@ -86,6 +87,8 @@ struct sv_sched {
     uint32_t n_ctx, n_batch;
     char *piece;              /* one detokenizer push */
     size_t max_piece;
+    struct { char ns[SV_NS_MAX + 1]; uint64_t turn; } turns[SV_TURNS_MAX];
+    uint64_t n_turns;         /* the fair turns' clock (under mu, in sched_main) */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
@@ -825,6 +828,32 @@ static int id_busy(sv_sched *s, const sv_request *r, sv_request **taken, int n_t
     return 0;
 }
 
+/* When namespace ns last got a slot (the scheduler's turn counter; 0:
+ * never). A small table: namespaces beyond its size share the oldest
+ * entry's place. */
+static uint64_t ns_last_turn(const sv_sched *s, const char *ns)
+{
+    for (size_t i = 0; i < SV_TURNS_MAX; i++)
+        if (s->turns[i].turn && !strcmp(s->turns[i].ns, ns))
+            return s->turns[i].turn;
+    return 0;
+}
+
+static void ns_take_turn(sv_sched *s, const char *ns)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < SV_TURNS_MAX; i++) {
+        if (s->turns[i].turn && !strcmp(s->turns[i].ns, ns)) {
+            at = i;
+            break;
+        }
+        if (s->turns[i].turn < s->turns[at].turn)
+            at = i;
+    }
+    snprintf(s->turns[at].ns, sizeof s->turns[at].ns, "%s", ns);
+    s->turns[at].turn = ++s->n_turns;
+}
+
 /* Requests of namespace ns active now or taken in this round. */
 static int ns_load(const sv_sched *s, const char *ns, sv_request **taken, int n_taken)
 {
@@ -852,19 +881,20 @@ static void *sched_main(void *arg)
         }
         /* fair turns between namespaces: each free slot goes to the
            oldest request of the namespace with the fewest requests
-           running (ties: the oldest request); a conversation serves one
-           request at a time, so one for a busy id waits */
+           running, then of the one that got a slot least recently; a
+           conversation serves one request at a time, so one for a busy id
+           waits */
         while (taken && s->n_active + (uint32_t)n_taken < P) {
             sv_request *best = NULL, *best_prev = NULL, *prev = NULL;
             int best_load = 0;
+            uint64_t best_turn = 0;
             for (sv_request *r = s->head; r; prev = r, r = r->next) {
                 if (r->conv_id[0] && id_busy(s, r, taken, n_taken))
                     continue;
                 int load = ns_load(s, r->ns, taken, n_taken);
-                if (!best || load < best_load)
-                    best = r, best_prev = prev, best_load = load;
-                if (load == 0)
-                    break;
+                uint64_t turn = ns_last_turn(s, r->ns);
+                if (!best || load < best_load || (load == best_load && turn < best_turn))
+                    best = r, best_prev = prev, best_load = load, best_turn = turn;
             }
             if (!best)
                 break;
@@ -875,6 +905,7 @@ static void *sched_main(void *arg)
             if (s->tail == best)
                 s->tail = best_prev;
             best->next = NULL;
+            ns_take_turn(s, best->ns);
             taken[n_taken++] = best;
         }
         pthread_mutex_unlock(&s->mu);

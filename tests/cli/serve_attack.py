@@ -444,6 +444,32 @@ def t_inflight():
         s.stop()
 
 
+def t_fair():
+    s = Server("fair", "--api-key", "ka", "--api-key", "kb", "--parallel", "1", model=SLOW)
+    try:
+        check("fair turns: with one slot, bob's request is served before alice's backlog")
+        done = []
+
+        def one(key, i):
+            s.post("/v1/completions", {"prompt": "turn %s %d" % (key, i), "max_tokens": 800,
+                                       "temperature": 0}, key, timeout=120)
+            done.append((key, i))
+
+        ts = [threading.Thread(target=one, args=("ka", i)) for i in range(8)]
+        for t in ts:
+            t.start()
+            time.sleep(0.05)
+        time.sleep(0.1)
+        tb = threading.Thread(target=one, args=("kb", 0))
+        tb.start()
+        for t in ts + [tb]:
+            t.join()
+        pos = done.index(("kb", 0))
+        expect(pos <= 3, "bob's request finished %d-th of 9: %s" % (pos + 1, done))
+    finally:
+        s.stop()
+
+
 def t_busy():
     s = Server("busy", model=SLOW)
     try:
@@ -616,7 +642,7 @@ def t_http():
 
 
 TESTS = [("namespaces", t_namespaces), ("fork", t_fork), ("text", t_text), ("http", t_http),
-         ("damage", t_damage), ("busy", t_busy), ("bodies", t_bodies), ("inflight", t_inflight),
+         ("damage", t_damage), ("fair", t_fair), ("busy", t_busy), ("bodies", t_bodies), ("inflight", t_inflight),
          ("slow", t_slow)]
 
 
