@@ -5,19 +5,30 @@
  * per connection, so a handler may block while its request waits for the
  * scheduler. The JSON is oai.c's; the request's compute is scheduler.c's.
  *
- * A connection's life: headers (Content-Length over --max-body: 413 at
- * once), the body gathered up to --max-body (413), the API key checked in
- * constant time (401), the JSON checked field by field (sv_oai_parse: 400
- * naming the field), the request queued (429 when --max-queue wait
- * already), then the handler waits for the scheduler: for a stream until
- * the prompt is accepted (so an error still gets its status), then events
- * as the text comes; else until the reply is complete. While it waits it
- * checks every 100 ms whether the client closed the connection; if so the
- * request is cancelled and the scheduler stops it at its next step (the
- * conversation keeps what was computed, consistent).
+ * A connection's life: accepted (on_connection: its peer, an address or a
+ * Unix uid; over --max-connections-per-peer it is shut down at once; its
+ * request's deadline set), the headers (a NUL in one, Content-Length with
+ * Transfer-Encoding: 400; a Content-Length over --max-body or over what a
+ * prompt that fits the context can take: 413 before any byte is kept; its
+ * bytes counted against --max-inflight: 503 + Retry-After), the body, the
+ * namespace (the API key's, compared in constant time with every key:
+ * 401; or the Unix peer's uid), the JSON checked field by field
+ * (sv_oai_parse: 400 naming the field), the body freed, the prompt
+ * tokenized here (sv_sched_prepare: never on the scheduler), the request
+ * queued (429 + Retry-After when --max-queue wait already), then the
+ * handler waits for the scheduler: for a stream until the prompt is
+ * accepted (so an error still gets its status), then events as the text
+ * comes; else until the reply is complete. While it waits it checks every
+ * 100 ms whether the client left (peer_closed: a half-closed client is
+ * still answered); if so the request is cancelled and the scheduler stops
+ * it at its next step (the conversation keeps what was computed).
+ * The watchdog thread shuts down a connection whose request's head and
+ * body have not arrived within --request-timeout of its start (or of the
+ * previous answer on a kept-alive connection).
  *
- * State: the server's sv_http (the closure of every callback: no global)
- * and one conn per connection (libmicrohttpd's request context pointer),
+ * State: the server's sv_http (the closure of every callback: no global),
+ * one sv_peer per connection (libmicrohttpd's socket context, in the
+ * watchdog's list) and one conn per request (the request context pointer),
  * freed when libmicrohttpd says the request completed.
  */
 #include <arpa/inet.h>

@@ -3,10 +3,15 @@
  * owns the model and the conversation store, and runs the requests the
  * connection threads queue.
  *
- * Does: map a request to a conversation (an explicit id, else the stored
- * conversation whose tokens share the longest prefix with the request's
- * tokens, when that prefix covers at least half of them: sv_store_match),
- * rewind the conversation to the shared prefix and feed only the rest; run
+ * Does: on the connection threads, before a request is queued
+ * (sv_sched_prepare), its tokens: a chat rendered with the template and
+ * tokenized so that only the template's own markers are control tokens,
+ * checked against the context; on its own thread: map a request to a
+ * conversation of its namespace (admit: an explicit id, else the stored
+ * conversation it extends, else a fork of the one it shares the longest
+ * prefix with), rewind the conversation to the shared prefix and feed
+ * only the rest; give each free slot to the namespace with the fewest
+ * requests running, then the one served least recently; run
  * the active requests in rounds (sched_main): a prefill chunk of n_batch
  * tokens of each request still in its prompt (step_prefill; so a long
  * prompt does not stall the others' streams for more than a chunk), then
