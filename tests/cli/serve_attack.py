@@ -479,7 +479,8 @@ def t_busy():
         def one(i):
             try:
                 st, h, _ = s.request("POST", "/v1/completions",
-                                     {"prompt": "count %d" % i, "max_tokens": 48, "temperature": 0}, timeout=120)
+                                     {"prompt": "count %d" % i, "max_tokens": 400, "temperature": 0},
+                                     timeout=120)
                 res.append((st, h.get("retry-after")))
             except OSError as e:
                 res.append((str(e), None))
