@@ -236,9 +236,11 @@ int rb_cmd_serve(int argc, char **argv)
         "An OpenAI-compatible HTTP service on one model: POST /v1/chat/completions\n"
         "and /v1/completions (stream as server-sent events), GET /v1/models,\n"
         "/health and /metrics (Prometheus). A request continues the stored\n"
-        "conversation that shares the longest token prefix with it (or the one its\n"
-        "\"conversation_id\" names): only new tokens are computed. The sampling\n"
-        "options are the defaults of requests that do not set them.",
+        "conversation it extends (or the one its \"conversation_id\" names): only\n"
+        "new tokens are computed; one that differs earlier forks a new conversation\n"
+        "from the shared prefix. Each API key (or Unix peer uid) is a namespace of\n"
+        "its own. The sampling options are the defaults of requests that do not\n"
+        "set them.",
         opts,
         "example:\n"
         "  rebound serve -m model.gguf --sessions convs &\n"
