@@ -494,8 +494,11 @@ static enum MHD_Result generate(conn *c)
     return ok;
 }
 
-/* A utility: parsed here, answered by the scheduler (the only thread that
- * touches the model), its JSON sent as it is. */
+/* A utility, in the caller's namespace (behind the API key as any
+ * request; fair turns and --max-queue as a generation): parsed and
+ * tokenized here (sv_sched_prepare_utility), answered by the scheduler
+ * (the only thread that computes with the model: embeddings on a session
+ * of their own, never a conversation), its JSON sent as it is. */
 static enum MHD_Result utility(conn *c)
 {
     sv_http *h = c->h;
@@ -515,7 +518,13 @@ static enum MHD_Result utility(conn *c)
     free(c->body);
     c->body = NULL, c->len = c->cap = 0;
     release_bytes(c);
-    sv_err e = sv_sched_submit(h->sched, r);
+    char msg[400];
+    sv_err e = sv_sched_prepare_utility(h->sched, r, msg, sizeof msg);
+    if (e != SV_ERR_NONE) {
+        sv_request_release(r);
+        return respond_error(c, e, NULL, "%s", msg);
+    }
+    e = sv_sched_submit(h->sched, r);
     if (e != SV_ERR_NONE) {
         sv_request_release(r);
         return respond_error(c, e, NULL, e == SV_ERR_BUSY ? "too many requests in flight; retry "

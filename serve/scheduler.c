@@ -114,7 +114,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, int32_t **out,
+static int tokenize(const sv_sched *s, const char *text, size_t len, int add_special, int32_t **out,
                     size_t *n_out, size_t lead)
 {
     size_t cap = len + lead + 8, n = 0;
@@ -400,6 +400,87 @@ size_t sv_sched_max_body(const sv_sched *s)
     /* a token of text is at most max_piece bytes, each at most 6 bytes of
        JSON (\u0000); the rest of a request is small */
     return (size_t)s->n_ctx * (s->max_piece ? s->max_piece : 64) * 6 + 65536;
+}
+
+sv_err sv_sched_prepare_utility(const sv_sched *s, sv_request *r, char *msg, size_t msg_n)
+{
+    rb_model_info mi;
+    if (rb_model_get_info(s->model, &mi) != RB_OK) {
+        snprintf(msg, msg_n, "the model's info cannot be read");
+        return SV_ERR_SERVER;
+    }
+    /* token ids given by the client are checked against the vocabulary */
+    for (size_t i = 0; i < r->n_inputs; i++)
+        for (size_t k = 0; k < r->inputs[i].n_toks; k++)
+            if (r->inputs[i].toks[k] < 0 || (uint32_t)r->inputs[i].toks[k] >= mi.n_vocab) {
+                snprintf(msg, msg_n, "token %d (input %zu, position %zu) is outside the "
+                         "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, mi.n_vocab);
+                return SV_ERR_INVALID;
+            }
+    if (r->kind == SV_TOKENIZE) {
+        int32_t *toks = NULL;
+        size_t n = 0;
+        const char *t = r->inputs[0].text;
+        if (tokenize(s, t, strlen(t), r->add_special, &toks, &n, 0) != 0) {
+            snprintf(msg, msg_n, "the text cannot be tokenized");
+            return SV_ERR_INVALID;
+        }
+        r->res_toks = toks;
+        r->n_res_toks = n;
+        if (r->with_pieces) {
+            r->res_pieces = calloc(n ? n : 1, sizeof *r->res_pieces);
+            r->res_lens = calloc(n ? n : 1, sizeof *r->res_lens);
+            if (!r->res_pieces || !r->res_lens) {
+                snprintf(msg, msg_n, "out of memory");
+                return SV_ERR_UNAVAILABLE;
+            }
+            for (size_t i = 0; i < n; i++) {
+                size_t k = 0;
+                rb_model_token_to_piece(s->model, toks[i], 1, NULL, 0, &k);
+                if (!(r->res_pieces[i] = malloc(k + 1))) {
+                    snprintf(msg, msg_n, "out of memory");
+                    return SV_ERR_UNAVAILABLE;
+                }
+                rb_model_token_to_piece(s->model, toks[i], 1, r->res_pieces[i], k + 1,
+                                        &r->res_lens[i]);
+            }
+        }
+        return SV_ERR_NONE;
+    }
+    if (r->kind != SV_EMBED)
+        return SV_ERR_NONE;
+    /* each text input into its tokens (BOS first), 1 to n_ctx of them; a
+       longer text is refused without an array for all of it */
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        sv_input *in = &r->inputs[i];
+        if (in->text) {
+            int32_t *v = NULL;
+            size_t n = 0, cap = 0;
+            int rt = tok_append(s->model, in->text, strlen(in->text), 1, 1, &v, &n, &cap,
+                                s->n_ctx);
+            if (rt == -1) {
+                free(v);
+                snprintf(msg, msg_n, "input %zu cannot be tokenized", i);
+                return SV_ERR_INVALID;
+            }
+            if (rt == -2)
+                n = s->n_ctx + 1;
+            free(in->toks);
+            in->toks = v;
+            in->n_toks = n > s->n_ctx ? 0 : n;
+            if (n > s->n_ctx) {
+                snprintf(msg, msg_n, "input %zu has more than %" PRIu32 " tokens; it must have "
+                         "1 to %" PRIu32, i, s->n_ctx, s->n_ctx);
+                return SV_ERR_INVALID;
+            }
+        }
+        if (in->n_toks == 0 || in->n_toks > s->n_ctx) {
+            snprintf(msg, msg_n, "input %zu has %zu tokens; it must have 1 to %" PRIu32, i,
+                     in->n_toks, s->n_ctx);
+            return SV_ERR_INVALID;
+        }
+    }
+    return SV_ERR_NONE;
 }
 
 /* The scheduler lets go of a request it took from the queue. */
@@ -960,9 +1041,12 @@ static void utility_done(sv_request *r, const char *text, size_t n)
 }
 
 /*
- * A utility request, answered at once: the tokens of a text (with their
- * pieces), the text of tokens, the chat template's rendering, or the
- * embeddings of each input (on a session of their own, rewound for each).
+ * A utility request, answered at once: the tokens of a text (made on the
+ * connection thread already: sv_sched_prepare_utility), the text of
+ * tokens, the chat template's rendering, or the embeddings of each input
+ * (on a session of their own, rewound for each: no conversation of any
+ * namespace is read or evicted by it; the inputs' tokens made on the
+ * connection thread).
  * The results go into r; oai.c writes them as JSON.
  */
 static void run_utility(sv_sched *s, sv_request *r)
@@ -972,36 +1056,7 @@ static void run_utility(sv_sched *s, sv_request *r)
         req_fail(r, SV_ERR_SERVER, "the model's info cannot be read");
         return;
     }
-    /* token ids given by the client are checked against the vocabulary */
-    for (size_t i = 0; i < r->n_inputs; i++)
-        for (size_t k = 0; k < r->inputs[i].n_toks; k++)
-            if (r->inputs[i].toks[k] < 0 || (uint32_t)r->inputs[i].toks[k] >= mi.n_vocab) {
-                req_fail(r, SV_ERR_INVALID, "token %d (input %zu, position %zu) is outside the "
-                         "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, mi.n_vocab);
-                return;
-            }
-    if (r->kind == SV_TOKENIZE) {
-        int32_t *toks = NULL;
-        size_t n = 0;
-        const char *t = r->inputs[0].text;
-        if (tokenize(s, t, strlen(t), r->add_special, &toks, &n, 0) != 0) {
-            req_fail(r, SV_ERR_INVALID, "the text cannot be tokenized: %s",
-                     rb_model_errmsg(s->model));
-            return;
-        }
-        if (r->with_pieces) {
-            r->res_pieces = calloc(n ? n : 1, sizeof *r->res_pieces);
-            r->res_lens = calloc(n ? n : 1, sizeof *r->res_lens);
-            for (size_t i = 0; r->res_pieces && r->res_lens && i < n; i++) {
-                size_t k = 0;
-                rb_model_token_to_piece(s->model, toks[i], 1, NULL, 0, &k);
-                if ((r->res_pieces[i] = malloc(k + 1)))
-                    rb_model_token_to_piece(s->model, toks[i], 1, r->res_pieces[i], k + 1,
-                                            &r->res_lens[i]);
-            }
-        }
-        r->res_toks = toks;
-        r->n_res_toks = n;
+    if (r->kind == SV_TOKENIZE) { /* done by sv_sched_prepare_utility */
         utility_done(r, NULL, 0);
         return;
     }
@@ -1061,24 +1116,9 @@ static void run_utility(sv_sched *s, sv_request *r)
     }
     size_t n_tokens = 0;
     for (size_t i = 0; i < r->n_inputs; i++) {
-        int32_t *toks = NULL;
-        size_t n = r->inputs[i].n_toks;
-        if (r->inputs[i].text &&
-            tokenize(s, r->inputs[i].text, strlen(r->inputs[i].text), 1, &toks, &n, 0) != 0) {
-            req_fail(r, SV_ERR_INVALID, "input %zu cannot be tokenized", i);
-            free(vecs);
-            return;
-        }
-        const int32_t *use = toks ? toks : r->inputs[i].toks;
-        if (n == 0 || n > s->n_ctx) {
-            free(toks);
-            free(vecs);
-            req_fail(r, SV_ERR_INVALID, "input %zu has %zu tokens; it must have 1 to %u", i, n,
-                     s->n_ctx);
-            return;
-        }
-        rb_status st = rb_session_embed(s->embed_session, use, n, vecs + i * mi.n_embd, mi.n_embd);
-        free(toks);
+        size_t n = r->inputs[i].n_toks; /* 1..n_ctx: sv_sched_prepare_utility */
+        rb_status st = rb_session_embed(s->embed_session, r->inputs[i].toks, n,
+                                        vecs + i * mi.n_embd, mi.n_embd);
         if (st != RB_OK) {
             req_fail(r, SV_ERR_SERVER, "embeddings: %s", rb_session_errmsg(s->embed_session));
             free(vecs);

@@ -171,6 +171,12 @@ size_t sv_sched_max_body(const sv_sched *s);
  * with msg. Any thread: uses only what is immutable after the start and
  * the model's tokenizer (rb_model_tokenize may run on several threads). */
 sv_err sv_sched_prepare(const sv_sched *s, sv_request *r, char *msg, size_t msg_n);
+/* The same for a utility, on the connection thread: client token ids
+ * checked against the vocabulary; /tokenize's tokens (and pieces) made
+ * (r->res_toks); each embedding input's tokens (inputs[i].toks, 1 to
+ * n_ctx). The scheduler then only computes embeddings, detokenizes or
+ * renders. SV_ERR_NONE, or the error with msg. Any thread, as above. */
+sv_err sv_sched_prepare_utility(const sv_sched *s, sv_request *r, char *msg, size_t msg_n);
 /* Queues r (the scheduler takes a reference). SV_ERR_BUSY when parallel +
  * max_queue requests are in flight (queued or active) already,
  * SV_ERR_UNAVAILABLE while stopping; else SV_ERR_NONE. Any thread. */

@@ -245,6 +245,20 @@ expect_error 401 authentication k2.json "$got"
 got=$(echo "$HELLO" | "${U[@]}" -o k3.json -w '%{http_code}' -H 'Authorization: Bearer sekrit' --data-binary @- http://localhost/v1/chat/completions)
 [ "$got" = 200 ] || { cat k3.json; fail "the right key: status $got"; }
 [ "$(jget k3.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] || fail "reply over the unix socket differs"
+# the utilities are behind the key as any request
+for ep in /tokenize /detokenize /apply-template /v1/embeddings; do
+    case $ep in
+        /tokenize) body='{"content": "hello"}' ;;
+        /detokenize) body='{"tokens": [1, 2]}' ;;
+        /apply-template) body='{"messages": [{"role": "user", "content": "hi"}]}' ;;
+        *) body='{"input": "hello"}' ;;
+    esac
+    got=$(echo "$body" | "${U[@]}" -o ku.json -w '%{http_code}' --data-binary @- "http://localhost$ep")
+    expect_error 401 authentication ku.json "$got"
+    got=$(echo "$body" | "${U[@]}" -o ku.json -w '%{http_code}' -H 'Authorization: Bearer sekrit' --data-binary @- "http://localhost$ep")
+    [ "$got" = 200 ] || { cat ku.json; fail "$ep with the right key: status $got"; }
+done
+[ "$(jget ku.json 'len(d["data"][0]["embedding"]) > 0')" = True ] || fail "no embedding with the key"
 stop_server
 [ ! -e "$SCRATCH/s.sock" ] || fail "the socket file was left behind"
 
