@@ -6,7 +6,11 @@
  * run first, then -r repeats; the median and the spread are reported, one
  * machine-readable line per result and a table (or, with -o, llama-bench's
  * json / jsonl / csv fields). Lists (-p 16,32 -n 64 -t 1,2) run every
- * combination, in llama-bench's order. Uses only the public API.
+ * combination, in llama-bench's order. -d N (llama-bench's depth) first
+ * feeds N tokens, untimed, so that each test runs with N positions already
+ * in the KV cache; -pg P,G (llama-bench's pp+tg test) times P tokens fed at
+ * once and then G one by one, tok/s = (P + G) / time. Uses only the public
+ * API.
  * With tg it also measures the machine's read bandwidth (one thread and
  * the tg test's threads, a buffer 8x a large L3) and states decode's weight
  * reads against it: decode reads every weight once per token, so that is
@@ -85,22 +89,23 @@ static double read_gbps(const uint64_t *buf, int n_threads)
     return best;
 }
 
-/* tok/s of one run: pp (n tokens at once) or tg (n tokens one by one). */
+/* tok/s of one run after `depth` untimed tokens (fed in batches): n_pp
+ * tokens at once, then n_tg one by one (pp: n_tg = 0; tg: n_pp = 0). */
 static int run_once(rb_model *model, const rb_session_params *p, const int32_t *tokens,
-                    uint32_t n, int is_tg, double *tok_s)
+                    uint32_t depth, uint32_t n_pp, uint32_t n_tg, double *tok_s)
 {
     rb_session *s = NULL;
     rb_error err;
     if (rb_session_create(model, p, &s, &err) != RB_OK)
         return rb_cli_fail("bench", err.message, NULL);
-    double t0 = rb_cli_now_s();
     rb_status st = RB_OK;
-    if (is_tg) {
-        for (uint32_t i = 0; i < n && st == RB_OK; i++)
-            st = rb_session_feed(s, &tokens[i], 1, NULL);
-    } else {
-        st = rb_session_feed(s, tokens, n, NULL);
-    }
+    if (depth)
+        st = rb_session_feed(s, tokens, depth, NULL);
+    double t0 = rb_cli_now_s();
+    if (st == RB_OK && n_pp)
+        st = rb_session_feed(s, tokens + depth, n_pp, NULL);
+    for (uint32_t i = 0; i < n_tg && st == RB_OK; i++)
+        st = rb_session_feed(s, &tokens[depth + n_pp + i], 1, NULL);
     double t1 = rb_cli_now_s();
     if (st != RB_OK) {
         rb_cli_fail("bench", rb_session_errmsg(s), NULL);
@@ -108,13 +113,24 @@ static int run_once(rb_model *model, const rb_session_params *p, const int32_t *
         return 1;
     }
     rb_session_destroy(s);
-    *tok_s = (double)n / (t1 - t0);
+    *tok_s = (double)(n_pp + n_tg) / (t1 - t0);
     return 0;
+}
+
+/* a test's name as llama-bench prints it: pp512, tg128, pp512+tg128, then
+ * " @ d4096" at a depth */
+static void test_name(uint32_t n_pp, uint32_t n_tg, uint32_t depth, char *buf, size_t n)
+{
+    int k = n_pp && n_tg ? snprintf(buf, n, "pp%" PRIu32 "+tg%" PRIu32, n_pp, n_tg)
+            : n_tg      ? snprintf(buf, n, "tg%" PRIu32, n_tg)
+                        : snprintf(buf, n, "pp%" PRIu32, n_pp);
+    if (depth && k > 0 && (size_t)k < n)
+        snprintf(buf + k, n - (size_t)k, " @ d%" PRIu32, depth);
 }
 
 /* One test of the run: pp (n_prompt) or tg (n_gen), its shape and samples. */
 typedef struct bench_test {
-    uint32_t n_prompt, n_gen, n_threads, n_batch;
+    uint32_t n_prompt, n_gen, n_threads, n_batch, n_depth;
     double *tok_s; /* reps samples, in run order (reps <= 100) */
     char time[32]; /* when it started, ISO 8601 UTC as llama-bench's test_time */
 } bench_test;
@@ -157,7 +173,7 @@ static void put_quoted(FILE *f, const char *s, int csv)
 
 /* Fields of llama-bench's json/csv output that apply to rebound, under the
  * same names (CPU only: no GPU layers; one batch size, so n_ubatch =
- * n_batch; an f16 KV cache; no depth). */
+ * n_batch; an f16 KV cache; n_depth as -d). */
 static const char *const FIELDS[] = {
     "cpu_info", "model_filename", "model_type", "model_size", "model_n_params", "n_batch",
     "n_ubatch", "n_threads", "type_k", "type_v", "n_gpu_layers", "n_prompt", "n_gen", "n_depth",
@@ -190,7 +206,7 @@ static void field(const bench_model *m, const bench_test *t, uint64_t reps, int 
     case 10: snprintf(buf, n, "0"); break;
     case 11: snprintf(buf, n, "%" PRIu32, t->n_prompt); break;
     case 12: snprintf(buf, n, "%" PRIu32, t->n_gen); break;
-    case 13: snprintf(buf, n, "0"); break;
+    case 13: snprintf(buf, n, "%" PRIu32, t->n_depth); break;
     case 14: *is_str = 1, snprintf(buf, n, "%s", t->time); break;
     case 15: snprintf(buf, n, "%.0f", mean(ns, reps)); break;
     case 16: snprintf(buf, n, "%.0f", stdev(ns, reps)); break;
@@ -264,6 +280,7 @@ int rb_cmd_bench(int argc, char **argv)
     const char *model_path = NULL, *trace_path = NULL, *output = "md";
     const char *weights_budget = NULL, *policy = NULL, *device = NULL;
     rb_cli_list n_pp = {{512}, 1}, n_tg = {{128}, 1}, threads = {{0}, 1}, batch = {{0}, 1};
+    rb_cli_list depths = {{0}, 1}, pg = {{0}, 0};
     uint64_t reps = 3;
     int use_mmap = 0, no_cgroup = 0;
     const rb_opt opts[] = {
@@ -274,6 +291,12 @@ int rb_cmd_bench(int argc, char **argv)
         {"-n|--n-gen", RB_OPT_LIST, "N[,N..]",
          "generation tests: N tokens fed one by one (default 128; 0: none)", &n_tg, 0, 65536,
          NULL, NULL},
+        {"-pg", RB_OPT_LIST, "P,G",
+         "a pp+tg test: P tokens at once, then G one by one, timed together", &pg, 0, 65536, NULL,
+         NULL},
+        {"-d|--n-depth", RB_OPT_LIST, "N[,N..]",
+         "depth: N tokens already in the KV cache (fed untimed) before each test (default 0)",
+         &depths, 0, 1 << 20, NULL, NULL},
         {"-t|--threads", RB_OPT_LIST, "N[,N..]", "threads (default: all cores)", &threads, 0, 256,
          NULL, NULL},
         {"-b|--batch-size", RB_OPT_LIST, "N[,N..]",
@@ -306,7 +329,8 @@ int rb_cmd_bench(int argc, char **argv)
     };
     const rb_cli_cmd cmd = {
         "bench",
-        "-m MODEL [-p 512[,N..]] [-n 128[,N..]] [-t N[,N..]] [-r 3] [-o md|json|csv] [options]\n"
+        "-m MODEL [-p 512[,N..]] [-n 128[,N..]] [-pg P,G] [-d N[,N..]] [-t N[,N..]] [-r 3]\n"
+        "      [-o md|json|csv] [options]\n"
         "-m MODEL --weights-budget 25%,50%,75% [--policy class,lru] [--device D] [-n 16]",
         "Prompt processing (pp) and text generation (tg) speed the way llama-bench\n"
         "measures them: every test (each -p and -n value, for each -t and -b value)\n"
@@ -320,6 +344,9 @@ int rb_cmd_bench(int argc, char **argv)
         return rb_cmd_bench_stream(argc, argv);
     if (!model_path)
         return rb_cli_usage_error("bench", "no model given (-m MODEL)", NULL);
+    if (pg.n && (pg.n != 2 || !pg.v[0] || !pg.v[1]))
+        return rb_cli_usage_error("bench", "-pg takes two positive counts, P,G (e.g. -pg 512,128)",
+                                  NULL);
     for (int i = 0; i < threads.n; i++)
         if (threads.v[i] == 0) {
             long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -348,8 +375,10 @@ int rb_cmd_bench(int argc, char **argv)
             e *= ti.dims[d];
         n_params += e;
     }
-    uint32_t n_max = 0;
-    int n_tests = 0;
+    uint32_t n_max = pg.n ? (uint32_t)(pg.v[0] + pg.v[1]) : 0, d_max = 0;
+    int n_tests = pg.n ? 1 : 0;
+    for (int i = 0; i < depths.n; i++)
+        d_max = depths.v[i] > d_max ? (uint32_t)depths.v[i] : d_max;
     for (int i = 0; i < n_pp.n; i++) {
         n_max = n_pp.v[i] > n_max ? (uint32_t)n_pp.v[i] : n_max;
         n_tests += n_pp.v[i] > 0;
@@ -358,8 +387,8 @@ int rb_cmd_bench(int argc, char **argv)
         n_max = n_tg.v[i] > n_max ? (uint32_t)n_tg.v[i] : n_max;
         n_tests += n_tg.v[i] > 0;
     }
-    n_tests *= threads.n * batch.n;
-    int32_t *tokens = malloc((n_max + 1) * sizeof *tokens);
+    n_tests *= threads.n * batch.n * depths.n;
+    int32_t *tokens = malloc(((size_t)d_max + n_max + 1) * sizeof *tokens);
     bench_test *tests = calloc((size_t)n_tests + 1, sizeof *tests);
     double *samples = calloc((size_t)n_tests * reps + 1, sizeof *samples);
     int rc = 1, k = 0;
@@ -368,7 +397,7 @@ int rb_cmd_bench(int argc, char **argv)
         goto done;
     }
     /* token ids spread over the vocabulary, fixed: speed does not depend on them */
-    for (uint32_t i = 0; i <= n_max; i++)
+    for (uint32_t i = 0; i <= d_max + n_max; i++)
         tokens[i] = (int32_t)(((uint64_t)i * 2654435761u + 1) % mi.n_vocab);
     /* llama-bench's order: per shape (batch, then threads), its pp tests,
        then its tg tests; each test with its own session shape and all its
@@ -376,38 +405,44 @@ int rb_cmd_bench(int argc, char **argv)
        seconds of full load, nor inherits its batch */
     for (int bi = 0; bi < batch.n; bi++)
         for (int ti = 0; ti < threads.n; ti++)
-            for (int which = 0; which < 2; which++) {
-                const rb_cli_list *l = which ? &n_tg : &n_pp;
-                for (int li = 0; li < l->n; li++) {
-                    uint32_t n = (uint32_t)l->v[li];
-                    if (n == 0)
+            for (int which = 0; which < 3; which++) {
+                /* which: 0 pp, 1 tg, 2 pp+tg */
+                const rb_cli_list *l = which == 1 ? &n_tg : &n_pp;
+                for (int li = 0; li < (which == 2 ? (pg.n ? 1 : 0) : l->n); li++)
+                    for (int di = 0; di < depths.n; di++) {
+                    const uint32_t n_p = which == 0 ? (uint32_t)l->v[li] : which == 2 ? (uint32_t)pg.v[0] : 0;
+                    const uint32_t n_g = which == 1 ? (uint32_t)l->v[li] : which == 2 ? (uint32_t)pg.v[1] : 0;
+                    const uint32_t depth = (uint32_t)depths.v[di];
+                    if (n_p + n_g == 0)
                         continue;
                     bench_test *t = &tests[k];
                     t->tok_s = samples + (size_t)k * reps;
                     k++;
                     rb_session_params p = rb_session_default_params();
                     p.n_threads = (int)threads.v[ti];
-                    p.n_ctx = n + 16;
+                    p.n_ctx = depth + n_p + n_g + 16;
                     if (batch.v[bi])
                         p.n_batch = (uint32_t)batch.v[bi];
-                    else if (!which)
-                        p.n_batch = n < 512 ? n : 512;
-                    t->n_prompt = which ? 0 : n;
-                    t->n_gen = which ? n : 0;
+                    else if (n_p || depth)
+                        p.n_batch = n_p + depth < 512 ? n_p + depth : 512;
+                    t->n_prompt = n_p;
+                    t->n_gen = n_g;
+                    t->n_depth = depth;
                     t->n_threads = (uint32_t)p.n_threads;
                     t->n_batch = p.n_batch;
                     time_t now = time(NULL);
                     struct tm tmv;
                     strftime(t->time, sizeof t->time, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+                    /* the warm-up: a short run of the same kind, no depth */
                     double warm;
-                    uint32_t n_warm = which ? (n < 4 ? n : 4) : (n < 32 ? n : 32);
-                    if (run_once(model, &p, tokens, n_warm, which, &warm))
+                    if (run_once(model, &p, tokens, 0, n_p < 32 ? n_p : 32, n_g < 4 ? n_g : 4, &warm))
                         goto done;
                     for (uint64_t r = 0; r < reps; r++)
-                        if (run_once(model, &p, tokens, n, which, &t->tok_s[r]))
+                        if (run_once(model, &p, tokens, depth, n_p, n_g, &t->tok_s[r]))
                             goto done;
                 }
             }
+    n_tests = k;
     char cpu[128];
     rb_cli_cpu_name(cpu, sizeof cpu);
     const char *name = strrchr(model_path, '/') ? strrchr(model_path, '/') + 1 : model_path;
@@ -420,8 +455,10 @@ int rb_cmd_bench(int argc, char **argv)
     }
     for (int i = 0; i < n_tests; i++) {
         bench_test *t = &tests[i];
-        int is_tg = t->n_gen > 0;
-        uint32_t n = is_tg ? t->n_gen : t->n_prompt;
+        int is_tg = t->n_gen > 0 && t->n_prompt == 0;
+        char tname[64], tkey[64];
+        test_name(t->n_prompt, t->n_gen, t->n_depth, tname, sizeof tname);
+        test_name(t->n_prompt, t->n_gen, 0, tkey, sizeof tkey);
         double *x = t->tok_s;
         double sorted[128];
         uint64_t m = reps < 128 ? reps : 128;
@@ -429,14 +466,14 @@ int rb_cmd_bench(int argc, char **argv)
         qsort(sorted, m, sizeof *sorted, cmp_double);
         double med = m % 2 ? sorted[m / 2] : 0.5 * (sorted[m / 2 - 1] + sorted[m / 2]);
         if (is_md)
-            printf("| %s | %.1f | %" PRIu32 " | %s%" PRIu32 " | %.2f | %.2f - %.2f |\n", name,
-                   (double)mi.tensor_data_bytes / (1 << 20), t->n_threads, is_tg ? "tg" : "pp",
-                   n, med, sorted[0], sorted[m - 1]);
-        fprintf(stderr, "result bench=%s%" PRIu32 " model=%s arch=%s size_bytes=%" PRIu64
+            printf("| %s | %.1f | %" PRIu32 " | %s | %.2f | %.2f - %.2f |\n", name,
+                   (double)mi.tensor_data_bytes / (1 << 20), t->n_threads, tname, med, sorted[0],
+                   sorted[m - 1]);
+        fprintf(stderr, "result bench=%s depth=%" PRIu32 " model=%s arch=%s size_bytes=%" PRIu64
                 " threads=%" PRIu32 " reps=%" PRIu64 " tok_s_median=%.3f tok_s_min=%.3f "
-                "tok_s_max=%.3f cpu=\"%s\"\n", is_tg ? "tg" : "pp", n, name, mi.architecture,
+                "tok_s_max=%.3f cpu=\"%s\"\n", tkey, t->n_depth, name, mi.architecture,
                 mi.tensor_data_bytes, t->n_threads, reps, med, sorted[0], sorted[m - 1], cpu);
-        if (is_tg) {
+        if (is_tg && !t->n_depth) { /* at a depth tg reads the KV too */
             tg_gbps = med * (double)mi.tensor_data_bytes / 1e9;
             tg_threads = t->n_threads;
         }

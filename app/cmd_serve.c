@@ -6,7 +6,9 @@
 #include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -14,13 +16,105 @@
 
 #define CMD "serve"
 
-static int opt_api_key(void *dest, const char *v, char *why, size_t why_n)
+/* --api-key, --api-keys, --cors: given several times, kept in order */
+typedef struct serve_lists {
+    sv_key keys[SV_KEYS_MAX];
+    size_t n_keys;
+    char key_names[SV_KEYS_MAX][16];   /* "key1", ... for --api-key */
+    const char *cors[16];
+    size_t n_cors;
+    char *file_text;                   /* --api-keys' text (keys point into it) */
+} serve_lists;
+
+static int add_key(serve_lists *l, const char *key, const char *name, char *why, size_t why_n)
 {
-    if (!*v || strlen(v) > 1024) {
+    if (!*key || strlen(key) > 1024) {
         snprintf(why, why_n, "a key of 1 to 1024 characters");
         return -1;
     }
-    *(const char **)dest = v;
+    if (!sv_ns_is_valid(name) || !*name) {
+        snprintf(why, why_n, "a name of 1 to %d characters of A-Z, a-z, 0-9, '-', '_' ('%.40s')",
+                 SV_NS_MAX, name);
+        return -1;
+    }
+    for (size_t i = 0; i < l->n_keys; i++)
+        if (!strcmp(l->keys[i].key, key) || !strcmp(l->keys[i].name, name)) {
+            snprintf(why, why_n, "the key or the name '%s' is given twice", name);
+            return -1;
+        }
+    if (l->n_keys == SV_KEYS_MAX) {
+        snprintf(why, why_n, "at most %d keys", SV_KEYS_MAX);
+        return -1;
+    }
+    l->keys[l->n_keys++] = (sv_key){key, name};
+    return 0;
+}
+
+static int opt_api_key(void *dest, const char *v, char *why, size_t why_n)
+{
+    serve_lists *l = dest;
+    snprintf(l->key_names[l->n_keys % SV_KEYS_MAX], sizeof l->key_names[0], "key%zu",
+             l->n_keys + 1);
+    return add_key(l, v, l->key_names[l->n_keys % SV_KEYS_MAX], why, why_n);
+}
+
+/* --api-keys FILE: "KEY NAME" lines; blank lines and '#' comments skipped */
+static int opt_api_keys(void *dest, const char *v, char *why, size_t why_n)
+{
+    serve_lists *l = dest;
+    FILE *f = fopen(v, "rb");
+    if (!f) {
+        snprintf(why, why_n, "a readable file of KEY NAME lines (%s)", strerror(errno));
+        return -1;
+    }
+    char *text = NULL;
+    size_t n = 0;
+    FILE *m = open_memstream(&text, &n);
+    char buf[4096];
+    size_t k;
+    while (m && (k = fread(buf, 1, sizeof buf, f)) > 0)
+        fwrite(buf, 1, k, m);
+    fclose(f);
+    if (!m || fclose(m) != 0) {
+        free(text);
+        snprintf(why, why_n, "a file that fits in memory");
+        return -1;
+    }
+    free(l->file_text);
+    l->file_text = text;
+    int line = 0;
+    for (char *save = NULL, *ln = strtok_r(text, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+        line++;
+        ln[strcspn(ln, "\r")] = 0;
+        char *key = ln + strspn(ln, " \t");
+        if (!*key || *key == '#')
+            continue;
+        char *sp = key + strcspn(key, " \t");
+        char *name = sp + strspn(sp, " \t");
+        *sp = 0;
+        name[strcspn(name, " \t")] = 0;
+        char w[160];
+        if (!*name) {
+            snprintf(why, why_n, "KEY NAME lines: line %d has no NAME", line);
+            return -1;
+        }
+        if (add_key(l, key, name, w, sizeof w)) {
+            snprintf(why, why_n, "KEY NAME lines: line %d: %s", line, w);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int opt_cors(void *dest, const char *v, char *why, size_t why_n)
+{
+    serve_lists *l = dest;
+    if (!*v || l->n_cors == sizeof l->cors / sizeof l->cors[0]) {
+        snprintf(why, why_n, "an origin such as https://app.example or *; at most %zu",
+                 sizeof l->cors / sizeof l->cors[0]);
+        return -1;
+    }
+    l->cors[l->n_cors++] = v;
     return 0;
 }
 
@@ -41,12 +135,14 @@ int rb_cmd_serve(int argc, char **argv)
     sv_config *cfg = &cfg0;
     const char *host = "127.0.0.1", *unix_path = NULL, *alias = NULL;
     int port = 8080, use_mmap = 0, seed_given = 0;
-    uint64_t max_body = 4u << 20, mem_budget = 0, max_disk = 0;
-    uint32_t max_conv = 64, max_open = 4, parallel = 4, max_queue = 64, max_conn = 64;
+    uint64_t max_body = 1u << 20, mem_budget = 0, max_disk = 0, max_inflight = 32u << 20;
+    uint32_t max_conv = 64, max_open = 4, parallel = 4, max_queue = 8, max_conn = 64;
+    uint32_t max_per_peer = 16;
+    double request_timeout = 10;
+    static serve_lists lists; /* the keys stay valid while the service runs */
     int64_t n_predict = -1;
     cfg->sp = rb_session_default_params();
     cfg->sampler = rb_sampler_default_params();
-    const char *api_key = NULL;
     const rb_opt opts[] = {
         {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &cfg->model_path, 0, 0, NULL, NULL},
         {"--alias", RB_OPT_STR, "NAME", "the model's id in /v1/models (default: the file's name)",
@@ -58,15 +154,32 @@ int rb_cmd_serve(int argc, char **argv)
          0, 65535, NULL, NULL},
         {"--unix", RB_OPT_STR, "PATH", "listen on a Unix socket instead (mode 0600)", &unix_path,
          0, 0, NULL, NULL},
-        {"--api-key", RB_OPT_CALL, "KEY", "require Authorization: Bearer KEY on /v1/* (compared "
-         "in constant time)", &api_key, 0, 0, opt_api_key, NULL},
-        {"--max-body", RB_OPT_SIZE, "BYTES", "largest request body (K/M/G; default 4M): 413 beyond",
-         &max_body, 1, 1e12, NULL, NULL},
+        {"--api-key", RB_OPT_CALL, "KEY", "require Authorization: Bearer KEY on /v1/* and "
+         "/metrics; each key (repeat\nthe option) is its own namespace, key1, key2, ...: "
+         "conversations,\nprefix matching, quotas and /metrics apart (compared in constant "
+         "time)", &lists, 0, 0, opt_api_key, NULL},
+        {"--api-keys", RB_OPT_CALL, "FILE", "keys from FILE, one 'KEY NAME' a line: the "
+         "namespace NAME (in logs\nand /metrics)", &lists, 0, 0, opt_api_keys, NULL},
+        {"--cors", RB_OPT_CALL, "ORIGIN", "allow browser pages of ORIGIN (repeat it; * for "
+         "any): preflights\nanswered, Access-Control-Allow-Origin sent", &lists, 0, 0, opt_cors,
+         NULL},
+        {"--max-body", RB_OPT_SIZE, "BYTES", "largest request body (K/M/G; default 1M, and no "
+         "more than a prompt\nthat fits the context takes): 413 beyond", &max_body, 1, 1e12,
+         NULL, NULL},
+        {"--max-inflight", RB_OPT_SIZE, "BYTES", "request bodies held at once (default 32M): "
+         "503 + Retry-After beyond", &max_inflight, 1, 1e12, NULL, NULL},
         {"--max-connections", RB_OPT_U32, "N", "connections served at once (default 64); a few "
          "more hear 503,\nthe rest are refused", &max_conn, 1, 4096, NULL, NULL},
+        {"--max-connections-per-peer", RB_OPT_U32, "N", "connections of one address (or uid "
+         "on --unix) at once (default 16);\nmore are closed at once", &max_per_peer, 1, 4096,
+         NULL, NULL},
+        {"--request-timeout", RB_OPT_DOUBLE, "S", "a request's head and body must arrive "
+         "within S seconds (default 10;\nnot an idle timeout: a trickle is cut too)",
+         &request_timeout, 0.1, 3600, NULL, NULL},
         {"-np|--parallel", RB_OPT_U32, "N", "requests computed at once (default 4): their decode "
          "steps run\nas one forward pass, their prompts in chunks between the steps", &parallel, 1, 256, NULL, NULL},
-        {"--max-queue", RB_OPT_U32, "N", "requests waiting beyond those (default 64): 429 beyond",
+        {"--max-queue", RB_OPT_U32, "N", "requests waiting beyond those (default 8): 429 + "
+         "Retry-After beyond",
          &max_queue, 0, 1e6, NULL, NULL},
         {NULL, RB_OPT_SECTION, NULL, "conversations:", NULL, 0, 0, NULL, NULL},
         {"--sessions", RB_OPT_STR, "DIR", "keep every conversation in DIR as a session file: "
@@ -90,6 +203,9 @@ int rb_cmd_serve(int argc, char **argv)
          "returning one is\ncomputed again from its tokens (what a server without tiers "
          "pays;\nbench-serve compares the two); none (default)", &cfg->baseline_recompute, 0,
          0, opt_baseline, NULL},
+        {"--completions-special", RB_OPT_FLAG, NULL, "/v1/completions prompts may hold "
+         "special tokens written out (<|im_end|>,\n...): by default a prompt is text, as "
+         "chat messages always are", &cfg->completions_special, 0, 0, NULL, NULL},
         {"--chat-template|--template", RB_OPT_STR, "NAME", "chat format (default: the model's)",
          &cfg->chat_template, 0, 0, NULL, NULL},
         {"-n|--n-predict", RB_OPT_I64, "N", "default max_tokens (default -1: until the model "
@@ -120,9 +236,11 @@ int rb_cmd_serve(int argc, char **argv)
         "An OpenAI-compatible HTTP service on one model: POST /v1/chat/completions\n"
         "and /v1/completions (stream as server-sent events), GET /v1/models,\n"
         "/health and /metrics (Prometheus). A request continues the stored\n"
-        "conversation that shares the longest token prefix with it (or the one its\n"
-        "\"conversation_id\" names): only new tokens are computed. The sampling\n"
-        "options are the defaults of requests that do not set them.",
+        "conversation it extends (or the one its \"conversation_id\" names): only\n"
+        "new tokens are computed; one that differs earlier forks a new conversation\n"
+        "from the shared prefix. Each API key (or Unix peer uid) is a namespace of\n"
+        "its own. The sampling options are the defaults of requests that do not\n"
+        "set them.",
         opts,
         "example:\n"
         "  rebound serve -m model.gguf --sessions convs &\n"
@@ -162,9 +280,15 @@ int rb_cmd_serve(int argc, char **argv)
     cfg->host = host;
     cfg->port = port;
     cfg->unix_path = unix_path;
-    cfg->api_key = api_key;
+    cfg->keys = lists.keys;
+    cfg->n_keys = lists.n_keys;
+    cfg->cors = lists.cors;
+    cfg->n_cors = lists.n_cors;
     cfg->max_body = max_body;
     cfg->max_conn = max_conn;
+    cfg->max_conn_per_peer = max_per_peer;
+    cfg->request_timeout_s = request_timeout;
+    cfg->max_inflight_bytes = max_inflight;
     cfg->use_mmap = use_mmap;
     if (!unix_path) {
         unsigned char addr[sizeof(struct in6_addr)];

@@ -999,6 +999,12 @@ RB_API size_t rb_session_restore_events(const rb_session *session, rb_restore_ev
  * tokenizer's load errors (RB_E_FORMAT, RB_E_UNSUPPORTED naming the key).
  * Message on the model.
  * Cost: the first call builds the tokenizer (allocates its tables).
+ * Threads: an exception to the one-thread rule: any number of threads may
+ * tokenize with one model at once, and at the same time as sessions of
+ * the model feed (the tokenizer is read-only once built; the first call
+ * builds it under the model's lock). A failure's message is set under
+ * that lock too, so with several threads it is the last failing call's:
+ * read it only when no other thread may fail meanwhile.
  */
 RB_API rb_status rb_model_tokenize(rb_model *model, const char *text, size_t len,
                                    int add_special, int parse_special, int32_t *tokens,

@@ -1,5 +1,5 @@
 /*
- * config.c - serve's log line and clock (config.h). No state: a line is
+ * config.c - serve's log line, clock and namespace names (config.h). No state: a line is
  * formatted into a local buffer and written with one fputs, which stdio
  * locks, so that concurrent lines never interleave.
  */
@@ -30,4 +30,16 @@ double sv_now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int sv_ns_is_valid(const char *ns)
+{
+    size_t n = 0;
+    for (; ns[n]; n++) {
+        char ch = ns[n];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_') || n >= SV_NS_MAX)
+            return 0;
+    }
+    return 1;
 }

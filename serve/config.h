@@ -30,6 +30,18 @@
 
 #include "rebound.h"
 
+#define SV_NS_MAX 40          /* namespace names: [A-Za-z0-9_-]{1,40}; "" the one of no keys */
+#define SV_KEYS_MAX 64
+
+/* 1 when ns is "" or 1..SV_NS_MAX characters of [A-Za-z0-9_-]. */
+int sv_ns_is_valid(const char *ns);
+
+/* An API key and the namespace it opens (its name: [A-Za-z0-9_-]{1,40}). */
+typedef struct sv_key {
+    const char *key;
+    const char *name;
+} sv_key;
+
 typedef struct sv_config {
     const char *model_path;
     const char *model_name;       /* /v1/models id: the file's base name */
@@ -56,13 +68,21 @@ typedef struct sv_config {
                                      request, never reopened from its file); a
                                      returning one is computed again from its
                                      tokens: the baseline bench-serve compares */
+    int completions_special;      /* --completions-special: /v1/completions
+                                     prompts may hold special tokens as text */
     /* HTTP */
     const char *host;             /* IPv4 or IPv6 address */
     int port;                     /* 0: any free port */
     const char *unix_path;        /* a Unix socket instead of TCP */
-    const char *api_key;          /* NULL: none */
+    const sv_key *keys;           /* --api-key / --api-keys: each its namespace */
+    size_t n_keys;                /* 0: none (a Unix peer's uid, or one namespace) */
     uint64_t max_body;            /* bytes of a request body */
     uint32_t max_conn;            /* connections served at once */
+    uint32_t max_conn_per_peer;   /* of one address (TCP) or uid (Unix) */
+    double request_timeout_s;     /* a request's head and body must arrive within */
+    uint64_t max_inflight_bytes;  /* bodies held at once; 503 beyond */
+    const char *const *cors;      /* --cors origins ("*": any) */
+    size_t n_cors;
 } sv_config;
 
 /* Logs one line on stderr, "rebound serve: ...", written by one stdio call

@@ -12,8 +12,8 @@
  * closed or deleted; a conversation without a file and without a session
  * exists only between sv_store_add and its first sv_store_open; the files
  * change only in sv_store_commit (RB_SAVE_ON_REQUEST), so a kill -9 leaves
- * the previous turn or this one; the folder is locked (flock) for the
- * process's life.
+ * the previous turn or this one; the folder is locked (flock on the
+ * folder itself) for the process's life.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,12 +44,24 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static uint64_t next_rand(sv_store *st)
+int sv_random(void *buf, size_t n)
 {
-    uint64_t x = st->rng += 0x9e3779b97f4a7c15ull; /* splitmix64 */
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
+    unsigned char *p = buf;
+    while (n) {
+        ssize_t k = getrandom(p, n, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        p += k, n -= (size_t)k;
+    }
+    if (!n)
+        return 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got = f ? fread(p, 1, n, f) : 0;
+    if (f)
+        fclose(f);
+    return got == n ? 0 : -1;
 }
 
 void sv_store_init(sv_store *st, const sv_config *cfg, const rb_session_params *sp,
@@ -61,11 +74,6 @@ void sv_store_init(sv_store *st, const sv_config *cfg, const rb_session_params *
     st->pool = pool;
     st->metrics = metrics;
     st->lock_fd = -1;
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (!f || fread(&st->rng, sizeof st->rng, 1, f) != 1)
-        st->rng = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    if (f)
-        fclose(f);
 }
 
 void sv_store_deinit(sv_store *st)
@@ -96,29 +104,35 @@ int sv_id_is_valid(const char *id)
     return n > 0;
 }
 
-void sv_store_new_id(sv_store *st, char *id)
+void sv_store_new_id(char *id)
 {
-    do
-        snprintf(id, SV_ID_MAX + 1, "c%016" PRIx64, next_rand(st));
-    while (sv_store_find(st, id));
+    uint64_t r[2] = {0, 0};
+    if (sv_random(r, sizeof r) != 0) { /* no random source at all: still unique here */
+        static const uint64_t k = 0x9e3779b97f4a7c15ull;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        r[0] = (uint64_t)ts.tv_nsec * k ^ (uint64_t)ts.tv_sec;
+        r[1] = (uint64_t)getpid() * k ^ (uint64_t)(uintptr_t)id;
+    }
+    snprintf(id, SV_ID_MAX + 1, "c%016" PRIx64 "%016" PRIx64, r[0], r[1]);
 }
 
-void sv_store_path(const sv_store *st, const char *id, char *buf, size_t n)
+void sv_store_path(const sv_store *st, const char *ns, const char *id, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s/%s.rbs", st->cfg->sessions_dir, id);
+    snprintf(buf, n, "%s/%s%s%s.rbs", st->cfg->sessions_dir, ns, ns[0] ? "/" : "", id);
 }
 
 /* ---- lookup --------------------------------------------------------------- */
 
-sv_conv *sv_store_find(sv_store *st, const char *id)
+sv_conv *sv_store_find(sv_store *st, const char *ns, const char *id)
 {
     for (size_t i = 0; i < st->n_convs; i++)
-        if (!strcmp(st->convs[i]->id, id))
+        if (!strcmp(st->convs[i]->id, id) && !strcmp(st->convs[i]->ns, ns))
             return st->convs[i];
     return NULL;
 }
 
-sv_conv *sv_store_add(sv_store *st, const char *id)
+sv_conv *sv_store_add(sv_store *st, const char *ns, const char *id)
 {
     if (grow((void **)&st->convs, &st->cap_convs, st->n_convs + 1, sizeof *st->convs))
         return NULL;
@@ -126,6 +140,7 @@ sv_conv *sv_store_add(sv_store *st, const char *id)
     if (!c)
         return NULL;
     snprintf(c->id, sizeof c->id, "%s", id);
+    snprintf(c->ns, sizeof c->ns, "%s", ns);
     c->last_used = ++st->clock;
     st->convs[st->n_convs++] = c;
     return c;
@@ -151,19 +166,26 @@ size_t sv_common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb
     return i;
 }
 
-sv_conv *sv_store_match(sv_store *st, const int32_t *toks, size_t n)
+sv_conv *sv_store_match(sv_store *st, const char *ns, const int32_t *toks, size_t n,
+                        size_t *shared)
 {
     sv_conv *c = NULL;
     size_t best = 0;
     for (size_t i = 0; i < st->n_convs; i++) {
         sv_conv *x = st->convs[i];
-        if (x->is_busy || x->n_tokens == 0)
+        if (x->is_busy || x->n_tokens == 0 || strcmp(x->ns, ns))
             continue;
         size_t k = sv_common_prefix(x->tokens, x->n_tokens, toks, n);
         if (k > best && 2 * k >= x->n_tokens)
             best = k, c = x;
     }
+    *shared = best;
     return c;
+}
+
+void sv_store_forget(sv_store *st, sv_conv *c)
+{
+    sv_store_remove(st, c);
 }
 
 void sv_store_touch(sv_store *st, sv_conv *c)
@@ -200,12 +222,12 @@ static size_t n_open(const sv_store *st)
 
 /* The least recently used conversation that no request uses; with
  * open_only, among those with a session in RAM. */
-static sv_conv *lru_idle(sv_store *st, int open_only, const sv_conv *except)
+static sv_conv *lru_idle(sv_store *st, int open_only, const sv_conv *except, const char *ns)
 {
     sv_conv *best = NULL;
     for (size_t i = 0; i < st->n_convs; i++) {
         sv_conv *c = st->convs[i];
-        if (c->is_busy || c == except || (open_only && !c->session))
+        if (c->is_busy || c == except || (open_only && !c->session) || (ns && strcmp(c->ns, ns)))
             continue;
         if (!best || c->last_used < best->last_used)
             best = c;
@@ -218,41 +240,58 @@ static sv_conv *lru_idle(sv_store *st, int open_only, const sv_conv *except)
 static void conv_close(sv_store *st, sv_conv *c, const char *why)
 {
     if (!c->has_file) {
-        sv_log("conversation %s forgotten (%s; no --sessions folder)", c->id, why);
+        sv_log("conversation %s%s%s forgotten (%s; no --sessions folder)", c->ns,
+               c->ns[0] ? "/" : "", c->id, why);
+        char ns[SV_NS_MAX + 1];
+        snprintf(ns, sizeof ns, "%s", c->ns);
         sv_store_remove(st, c);
-        sv_metrics_add(st->metrics, &st->metrics->v.conv_evicted, 1);
+        sv_metrics_add(st->metrics, ns, conv_evicted, 1);
         return;
     }
     rb_session_destroy(c->session);
     c->session = NULL;
-    sv_metrics_add(st->metrics, &st->metrics->v.conv_closed, 1);
+    sv_metrics_add(st->metrics, NULL, conv_closed, 1);
 }
 
 /* Deletes a conversation and its file. */
 static void conv_delete(sv_store *st, sv_conv *c, const char *why)
 {
-    char path[4096];
-    sv_log("conversation %s deleted (%s)", c->id, why);
+    char path[4096], ns[SV_NS_MAX + 1];
+    sv_log("conversation %s%s%s deleted (%s)", c->ns, c->ns[0] ? "/" : "", c->id, why);
     rb_session_destroy(c->session);
     c->session = NULL;
     if (c->has_file) {
-        sv_store_path(st, c->id, path, sizeof path);
+        sv_store_path(st, c->ns, c->id, path, sizeof path);
         if (unlink(path) != 0 && errno != ENOENT)
             sv_log("warning: cannot delete %s: %s", path, strerror(errno));
     }
+    snprintf(ns, sizeof ns, "%s", c->ns);
     sv_store_remove(st, c);
-    sv_metrics_add(st->metrics, &st->metrics->v.conv_evicted, 1);
+    sv_metrics_add(st->metrics, ns, conv_evicted, 1);
 }
 
 /* Publishes the memory and conversation gauges for /metrics. */
 static void snapshot(sv_store *st)
 {
     sv_mem_snapshot m = {0};
+    sv_ns_counts *per = calloc(st->n_convs ? st->n_convs : 1, sizeof *per);
+    size_t n_per = 0;
     for (size_t i = 0; i < st->n_convs; i++) {
         sv_conv *c = st->convs[i];
         m.n_conv_total++;
         m.n_conv_stored += c->has_file;
         m.disk_bytes += c->file_bytes;
+        if (per) {
+            size_t k = 0;
+            while (k < n_per && strcmp(per[k].name, c->ns))
+                k++;
+            if (k == n_per)
+                snprintf(per[n_per++].name, sizeof per[k].name, "%s", c->ns);
+            per[k].v.mem.n_conv_total++;
+            per[k].v.mem.n_conv_stored += c->has_file;
+            per[k].v.mem.n_conv_open += c->session != NULL;
+            per[k].v.mem.disk_bytes += c->file_bytes;
+        }
         if (!c->session)
             continue;
         m.n_conv_open++;
@@ -274,38 +313,40 @@ static void snapshot(sv_store *st)
         m.pool_trimmed_bytes = ps.trimmed_bytes;
         m.pool_weights_released_bytes = ps.weights_released_bytes;
     }
-    sv_metrics_set_mem(st->metrics, &m);
+    sv_metrics_set_mem(st->metrics, &m, per, n_per);
+    free(per);
 }
 
 void sv_store_enforce(sv_store *st)
 {
     const sv_config *cfg = st->cfg;
     sv_conv *c;
-    while (n_open(st) > cfg->max_open && (c = lru_idle(st, 1, NULL)))
+    while (n_open(st) > cfg->max_open && (c = lru_idle(st, 1, NULL, NULL)))
         conv_close(st, c, "more than --max-open sessions");
     /* the pool trims KV (background sessions first, least recently used
        first) and then weights after every feed; what it cannot take (an
        idle session's run state and tables) goes by closing idle sessions */
     rb_pool_stats ps;
     while (cfg->mem_budget_bytes && st->pool && rb_pool_get_stats(st->pool, &ps) == RB_OK &&
-           ps.total_bytes > cfg->mem_budget_bytes && (c = lru_idle(st, 1, NULL)))
+           ps.total_bytes > cfg->mem_budget_bytes && (c = lru_idle(st, 1, NULL, NULL)))
         conv_close(st, c, "over --mem-budget");
-    if (cfg->sessions_dir) {
+    /* the count and disk limits: per namespace, each over its own */
+    for (size_t i = 0; i < st->n_convs; i++) {
+        char ns[SV_NS_MAX + 1];
+        snprintf(ns, sizeof ns, "%s", st->convs[i]->ns);
         for (;;) {
             uint64_t n = 0, bytes = 0;
-            for (size_t i = 0; i < st->n_convs; i++)
-                n++, bytes += st->convs[i]->file_bytes;
+            for (size_t j = 0; j < st->n_convs; j++)
+                if (!strcmp(st->convs[j]->ns, ns))
+                    n++, bytes += st->convs[j]->file_bytes;
             int over_n = n > cfg->max_conversations;
-            int over_b = cfg->max_disk_bytes && bytes > cfg->max_disk_bytes;
+            int over_b = cfg->sessions_dir && cfg->max_disk_bytes && bytes > cfg->max_disk_bytes;
             if (!over_n && !over_b)
                 break;
-            if (!(c = lru_idle(st, 0, NULL)))
+            if (!(c = lru_idle(st, 0, NULL, ns)))
                 break;
             conv_delete(st, c, over_n ? "more than --max-conversations" : "over --max-disk");
         }
-    } else {
-        while (st->n_convs > cfg->max_conversations && (c = lru_idle(st, 0, NULL)))
-            conv_delete(st, c, "more than --max-conversations");
     }
     snapshot(st);
 }
@@ -340,28 +381,35 @@ rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, s
 {
     const sv_config *cfg = st->cfg;
     if (c->session) {
-        *kind = c->is_dropped ? SV_RESTORE_RECOMPUTED : kv_place(c->session);
-        sv_metrics_add(st->metrics, &st->metrics->v.restores[*kind], 1);
+        *kind = c->is_from_file ? SV_RESTORE_FILE
+                : c->is_dropped ? SV_RESTORE_RECOMPUTED : kv_place(c->session);
+        c->is_from_file = 0;
+        sv_metrics_add(st->metrics, c->ns, restores[*kind], 1);
         return RB_OK;
     }
     /* room first: at most max_open sessions */
     sv_conv *old;
-    while (n_open(st) >= cfg->max_open && (old = lru_idle(st, 1, c)))
+    while (n_open(st) >= cfg->max_open && (old = lru_idle(st, 1, c, NULL)))
         conv_close(st, old, "more than --max-open sessions");
     rb_error e;
     if (c->has_file && !cfg->baseline_recompute) {
         char path[4096];
-        sv_store_path(st, c->id, path, sizeof path);
+        sv_store_path(st, c->ns, c->id, path, sizeof path);
         rb_session_params p = st->sp;
         p.file_flags = RB_SAVE_ON_REQUEST;
         rb_status s = rb_session_open_saved(st->model, &p, path, &c->session, &e);
         if (s != RB_OK) {
-            snprintf(err, err_n, "conversation %s: %s", c->id, e.message);
+            /* the log has the path; the client's message never does */
+            sv_log("warning: conversation %s%s%s: its session file %s cannot be opened (%s); "
+                   "the conversation starts again from the request", c->ns, c->ns[0] ? "/" : "",
+                   c->id, path, e.message);
+            snprintf(err, err_n, "conversation %s: its session file cannot be opened", c->id);
+            c->session = NULL;
             return s;
         }
         warn_recovery(c->session);
         *kind = SV_RESTORE_FILE;
-        sv_metrics_add(st->metrics, &st->metrics->v.restores[*kind], 1);
+        sv_metrics_add(st->metrics, c->ns, restores[*kind], 1);
         return RB_OK;
     }
     if (st->spare) {
@@ -372,8 +420,47 @@ rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, s
         return e.status;
     }
     *kind = c->n_tokens ? SV_RESTORE_RECOMPUTED : SV_RESTORE_NEW;
-    sv_metrics_add(st->metrics, &st->metrics->v.restores[*kind], 1);
+    sv_metrics_add(st->metrics, c->ns, restores[*kind], 1);
     return RB_OK;
+}
+
+/* DIR/NS, created when missing (mode 0700). */
+static int mkdir_ns(const sv_store *st, const char *ns)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", st->cfg->sessions_dir, ns);
+    return mkdir(dir, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+rb_session *sv_store_take(sv_store *st, sv_conv *from, int *from_file)
+{
+    rb_session *ss = NULL;
+    *from_file = 0;
+    if (from->session && !from->is_dropped) {
+        ss = from->session;
+        from->session = NULL;
+    } else if (from->has_file && !st->cfg->baseline_recompute) {
+        char path[4096];
+        sv_store_path(st, from->ns, from->id, path, sizeof path);
+        rb_session_params p = st->sp;
+        p.file_flags = RB_SAVE_ON_REQUEST;
+        rb_error e;
+        if (rb_session_open_saved(st->model, &p, path, &ss, &e) != RB_OK) {
+            sv_log("warning: conversation %s%s%s: its session file %s cannot be opened (%s); "
+                   "a fork of it computes its prefix again", from->ns, from->ns[0] ? "/" : "",
+                   from->id, path, e.message);
+            return NULL;
+        }
+        *from_file = 1;
+    }
+    /* from's file must not change: the fork's saves go to its own */
+    if (ss && rb_session_unbind(ss) != RB_OK) {
+        sv_log("warning: conversation %s: %s; a fork of it computes its prefix again", from->id,
+               rb_session_errmsg(ss));
+        rb_session_destroy(ss);
+        return NULL;
+    }
+    return ss;
 }
 
 void sv_store_commit(sv_store *st, sv_conv *c)
@@ -381,7 +468,13 @@ void sv_store_commit(sv_store *st, sv_conv *c)
     rb_session *ss = c->session;
     if (st->cfg->sessions_dir) {
         char path[4096];
-        sv_store_path(st, c->id, path, sizeof path);
+        sv_store_path(st, c->ns, c->id, path, sizeof path);
+        struct stat sb;
+        if (c->has_file && stat(path, &sb) != 0 && errno == ENOENT)
+            sv_log("warning: conversation %s%s%s: its session file %s was deleted; a new one "
+                   "is written", c->ns, c->ns[0] ? "/" : "", c->id, path);
+        if (c->ns[0] && mkdir_ns(st, c->ns) != 0)
+            sv_log("warning: cannot create the folder of namespace %s: %s", c->ns, strerror(errno));
         if (rb_session_save(ss, path, RB_SAVE_ON_REQUEST) == RB_OK) {
             c->has_file = 1;
             c->file_bytes = file_size(path);
@@ -399,6 +492,9 @@ void sv_store_commit(sv_store *st, sv_conv *c)
 
 /* ---- the folder ----------------------------------------------------------- */
 
+/* The folder is locked for the process's life by a lock on the folder
+ * itself (flock on its descriptor): deleting or replacing a file inside
+ * cannot let a second server in. DIR/.lock only says who holds it. */
 static int lock_dir(sv_store *st)
 {
     const char *dir = st->cfg->sessions_dir;
@@ -406,16 +502,19 @@ static int lock_dir(sv_store *st)
         sv_log("error: cannot create --sessions %s: %s", dir, strerror(errno));
         return 1;
     }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/.lock", dir);
-    st->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    st->lock_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (st->lock_fd < 0) {
-        sv_log("error: cannot open %s: %s", path, strerror(errno));
+        sv_log("error: cannot open --sessions %s: %s", dir, strerror(errno));
         return 1;
     }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.lock", dir);
     if (flock(st->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         char pid[32] = "";
-        ssize_t n = pread(st->lock_fd, pid, sizeof pid - 1, 0);
+        int pf = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t n = pf >= 0 ? read(pf, pid, sizeof pid - 1) : -1;
+        if (pf >= 0)
+            close(pf);
         pid[n > 0 ? n : 0] = 0;
         pid[strcspn(pid, "\n")] = 0;
         sv_log("error: another rebound serve%s%s%s uses --sessions %s", pid[0] ? " (pid " : "",
@@ -426,28 +525,43 @@ static int lock_dir(sv_store *st)
     }
     char pid[32];
     int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    if (ftruncate(st->lock_fd, 0) != 0 || pwrite(st->lock_fd, pid, (size_t)n, 0) != n)
+    int pf = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (pf < 0 || write(pf, pid, (size_t)n) != n)
         sv_log("warning: cannot write the pid into %s", path);
+    if (pf >= 0)
+        close(pf);
     return 0;
 }
 
-/* Each valid file of the folder becomes a closed conversation (its tokens
- * read by opening it; closed again), oldest first so that the clock
- * orders them by last use. */
-static int scan(sv_store *st)
+typedef struct found_file {
+    char ns[SV_NS_MAX + 1];
+    char id[SV_ID_MAX + 1];
+    time_t mtime;
+} found_file;
+
+/* The session files of namespace ns (DIR, or DIR/NS) appended to *found;
+ * with ns "", the namespaces' folders too. 0, or -1 out of memory. */
+static int list_files(sv_store *st, const char *ns, found_file **found, size_t *n_found,
+                      size_t *cap)
 {
-    const char *dir = st->cfg->sessions_dir;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s%s%s", st->cfg->sessions_dir, ns[0] ? "/" : "", ns);
     DIR *d = opendir(dir);
-    if (!d) {
-        sv_log("error: cannot open --sessions %s: %s", dir, strerror(errno));
-        return 1;
-    }
+    if (!d)
+        return 0;
     struct dirent *de;
-    size_t n_ok = 0, n_bad = 0;
-    struct { char id[SV_ID_MAX + 1]; time_t mtime; } *found = NULL;
-    size_t n_found = 0, cap = 0;
-    while ((de = readdir(d))) {
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
         size_t len = strlen(de->d_name);
+        if (!ns[0] && de->d_name[0] != '.' && sv_ns_is_valid(de->d_name)) {
+            char sub[4400];
+            struct stat s;
+            snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
+            if (lstat(sub, &s) == 0 && S_ISDIR(s.st_mode)) {
+                rc = list_files(st, de->d_name, found, n_found, cap);
+                continue;
+            }
+        }
         if (len < 5 || len - 4 > SV_ID_MAX || strcmp(de->d_name + len - 4, ".rbs") != 0)
             continue;
         char id[SV_ID_MAX + 1];
@@ -456,27 +570,50 @@ static int scan(sv_store *st)
         if (!sv_id_is_valid(id))
             continue;
         char path[4096];
-        sv_store_path(st, id, path, sizeof path);
+        sv_store_path(st, ns, id, path, sizeof path);
         struct stat s;
         if (lstat(path, &s) != 0 || !S_ISREG(s.st_mode))
             continue;
-        if (grow((void **)&found, &cap, n_found + 1, sizeof *found)) {
-            closedir(d);
-            free(found);
-            return 1;
+        if (grow((void **)found, cap, *n_found + 1, sizeof **found)) {
+            rc = -1;
+            break;
         }
-        snprintf(found[n_found].id, sizeof found[n_found].id, "%s", id);
-        found[n_found++].mtime = s.st_mtime;
+        found_file *f = &(*found)[(*n_found)++];
+        snprintf(f->ns, sizeof f->ns, "%s", ns);
+        snprintf(f->id, sizeof f->id, "%s", id);
+        f->mtime = s.st_mtime;
     }
     closedir(d);
+    return rc;
+}
+
+/* Each valid file of the folder (and of its namespaces' folders) becomes
+ * a closed conversation (its tokens read by opening it; closed again),
+ * oldest first so that the clock orders them by last use. */
+static int scan(sv_store *st)
+{
+    const char *dir = st->cfg->sessions_dir;
+    DIR *d = opendir(dir);
+    if (!d) {
+        sv_log("error: cannot open --sessions %s: %s", dir, strerror(errno));
+        return 1;
+    }
+    closedir(d);
+    size_t n_ok = 0, n_bad = 0;
+    found_file *found = NULL;
+    size_t n_found = 0, cap = 0;
+    if (list_files(st, "", &found, &n_found, &cap)) {
+        free(found);
+        return 1;
+    }
     for (size_t i = 1; i < n_found; i++)
         for (size_t j = i; j > 0 && found[j - 1].mtime > found[j].mtime; j--) {
-            __typeof__(*found) t = found[j];
+            found_file t = found[j];
             found[j] = found[j - 1], found[j - 1] = t;
         }
     for (size_t i = 0; i < n_found; i++) {
         char path[4096];
-        sv_store_path(st, found[i].id, path, sizeof path);
+        sv_store_path(st, found[i].ns, found[i].id, path, sizeof path);
         rb_session_params p = st->sp;
         p.file_flags = RB_SAVE_ON_REQUEST;
         rb_session *ss = NULL;
@@ -486,7 +623,7 @@ static int scan(sv_store *st)
             n_bad++;
             continue;
         }
-        sv_conv *c = sv_store_add(st, found[i].id);
+        sv_conv *c = sv_store_add(st, found[i].ns, found[i].id);
         if (!c) {
             rb_session_destroy(ss);
             free(found);
@@ -496,6 +633,7 @@ static int scan(sv_store *st)
         c->file_bytes = file_size(path);
         c->session = ss;
         int rc = copy_tokens(c);
+        c->n_prompt_end = c->n_tokens;
         c->session = NULL;
         rb_session_destroy(ss);
         if (rc) {

@@ -4,6 +4,14 @@
  * closed into their session files in the --sessions folder) and the
  * limits on them (open sessions, --mem-budget, count, disk bytes).
  *
+ * Namespaces: every conversation belongs to one (an API key's name, a
+ * Unix peer's "uid<N>", or "" when there are neither). Lookups by id and
+ * by prefix see only the caller's namespace, so an id of another
+ * namespace is an unknown id; the count and disk limits hold per
+ * namespace and evict only inside it; files live in DIR/NS/ID.rbs
+ * (DIR/ID.rbs for ""), so two namespaces' files cannot collide.
+ * Ids are 128 random bits (getrandom).
+ *
  * Threads: a store belongs to the scheduler thread alone (after
  * sv_store_init on the starting thread); it calls the library (sessions,
  * the pool) and touches the folder. The metrics it counts into are locked.
@@ -24,9 +32,12 @@
 #define SV_ID_MAX 64      /* conversation ids: [A-Za-z0-9_-]{1,64} */
 
 typedef struct sv_conv {
+    char ns[SV_NS_MAX + 1];   /* its namespace */
     char id[SV_ID_MAX + 1];
     int32_t *tokens;          /* the conversation's tokens as last saved */
     size_t n_tokens, cap;
+    size_t n_prompt_end;      /* tokens before its last reply (the last request's
+                                 prompt); a file's whole length after a restart */
     rb_session *session;      /* NULL: closed (its file holds it) */
     int is_busy;              /* an active request uses it */
     int has_file;
@@ -34,6 +45,8 @@ typedef struct sv_conv {
     uint64_t last_used;       /* the store's clock: larger is newer */
     int is_dropped;           /* --baseline recompute: its session was
                                  rewound to nothing after its last request */
+    int is_from_file;         /* its session was just read from a file
+                                 (sv_store_take): the next open says "file" */
 } sv_conv;
 
 typedef struct sv_store {
@@ -47,7 +60,6 @@ typedef struct sv_store {
     uint64_t clock;
     rb_session *spare;        /* a fresh session for the next new conversation */
     int lock_fd;              /* the --sessions folder's lock; -1: none */
-    uint64_t rng;             /* new ids */
 } sv_store;
 
 /* Caller storage: cfg, model, pool and metrics are borrowed for the
@@ -67,22 +79,28 @@ int sv_store_load(sv_store *st);
 
 /* 1 when id is 1..SV_ID_MAX characters of [A-Za-z0-9_-]. */
 int sv_id_is_valid(const char *id);
-/* A new id not in use ("c" and 16 hex digits) into id[SV_ID_MAX + 1]. */
-void sv_store_new_id(sv_store *st, char *id);
-/* The conversation's file, DIR/ID.rbs, into buf. */
-void sv_store_path(const sv_store *st, const char *id, char *buf, size_t n);
+/* n bytes from the OS's random source (getrandom; /dev/urandom when it
+ * is missing). 0, or -1 when neither answers. */
+int sv_random(void *buf, size_t n);
+/* A new id ("c" and 32 hex digits: 128 random bits) into
+ * id[SV_ID_MAX + 1]. */
+void sv_store_new_id(char *id);
+/* The conversation's file, DIR/NS/ID.rbs (DIR/ID.rbs for ns ""), into buf. */
+void sv_store_path(const sv_store *st, const char *ns, const char *id, char *buf, size_t n);
 
 /* ---- lookup ---- */
 
-sv_conv *sv_store_find(sv_store *st, const char *id);
-/* A new closed conversation named id (not in the store); NULL: no memory. */
-sv_conv *sv_store_add(sv_store *st, const char *id);
+/* The conversation ns/id, or NULL. */
+sv_conv *sv_store_find(sv_store *st, const char *ns, const char *id);
+/* A new closed conversation ns/id (not in the store); NULL: no memory. */
+sv_conv *sv_store_add(sv_store *st, const char *ns, const char *id);
 /* Forgets c (closes its session; its file stays). */
 void sv_store_remove(sv_store *st, sv_conv *c);
-/* The idle conversation whose tokens share the longest prefix with
+/* The idle conversation of ns whose tokens share the longest prefix with
  * toks[0..n), when that prefix covers at least half of its tokens; NULL
- * when none does. */
-sv_conv *sv_store_match(sv_store *st, const int32_t *toks, size_t n);
+ * when none does. *shared: the prefix's length. */
+sv_conv *sv_store_match(sv_store *st, const char *ns, const int32_t *toks, size_t n,
+                        size_t *shared);
 /* Length of the common prefix of a and b. */
 size_t sv_common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb);
 
@@ -91,16 +109,28 @@ size_t sv_common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb
 /* Opens c's session: the open one, reopened from its file, or a new one;
  * *kind says which (and where the open one's KV is). Makes room first
  * (--max-open). With the recompute baseline a file is not reopened. On
- * failure err says why and c stays closed. */
+ * failure err says why (no path: it goes to the client) and c stays
+ * closed; RB_E_IO/RB_E_FORMAT/RB_E_CORRUPT... from a file that is missing
+ * or damaged (the server's log has the path, once). */
 rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, size_t err_n);
+/* For a fork of from: a session with from's state, bound to no file (its
+ * open session taken, from then closed; or its file read into a new one),
+ * *from_file set when read from the file; NULL when from has neither (or
+ * the file cannot be read: the fork computes the prefix again). from keeps
+ * its tokens and its file as they are. */
+rb_session *sv_store_take(sv_store *st, sv_conv *from, int *from_file);
 /* After a request: c's session saved to its file (with --sessions) and
  * its tokens copied for the prefix lookup; the baseline rewinds it. */
 void sv_store_commit(sv_store *st, sv_conv *c);
+/* Forgets c and leaves its file as it is (a damaged file: the next start
+ * says so again and skips it). */
+void sv_store_forget(sv_store *st, sv_conv *c);
 /* Marks c used now (the least recently used goes first). */
 void sv_store_touch(sv_store *st, sv_conv *c);
 
-/* Keeps the limits: open sessions (max_open, --mem-budget) and stored
- * conversations (count, bytes), least recently used first; only idle
+/* Keeps the limits: open sessions (max_open, --mem-budget: closing keeps
+ * the file, any namespace's) and stored conversations (count, bytes: per
+ * namespace, deleting inside it), least recently used first; only idle
  * conversations are closed or deleted. Publishes the memory gauges. */
 void sv_store_enforce(sv_store *st);
 

@@ -2,6 +2,13 @@
  * metrics.h - the counters and gauges of `rebound serve` (what /metrics
  * shows) and the Prometheus text of them.
  *
+ * Namespaces: every count of a request or a conversation is kept twice,
+ * for the process (sv_metrics.v) and for the request's namespace (an entry
+ * of sv_metrics.ns, created on first use, at most SV_NS_COUNT_MAX; later
+ * namespaces share the last entry, named "~other"). /metrics shows a
+ * caller its namespace's entry when there are namespaces, else the
+ * process's (sv_metrics_get).
+ *
  * Threads: one sv_metrics per server, written by the connection threads
  * (requests by endpoint and status, in flight) and the scheduler (tokens,
  * restores, TTFT, the memory gauges); every access holds its mu. Readers
@@ -11,10 +18,13 @@
 #define RB_SERVE_METRICS_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "config.h"
+
+#define SV_NS_COUNT_MAX 256
 
 /* The HTTP endpoints, as /metrics counts them. */
 typedef enum sv_endpoint {
@@ -65,22 +75,39 @@ typedef struct sv_counts {
     sv_mem_snapshot mem;
 } sv_counts;
 
+typedef struct sv_ns_counts {
+    char name[SV_NS_MAX + 1];
+    sv_counts v;
+} sv_ns_counts;
+
 typedef struct sv_metrics {
     pthread_mutex_t mu;
-    sv_counts v;                    /* under mu */
+    sv_counts v;                    /* the process's; under mu */
+    sv_ns_counts *ns;               /* per namespace; under mu */
+    size_t n_ns;
 } sv_metrics;
 
 void sv_metrics_init(sv_metrics *m);
 void sv_metrics_deinit(sv_metrics *m);
-/* *field += v under m->mu; field points into m->v. */
-void sv_metrics_add(sv_metrics *m, uint64_t *field, uint64_t v);
-/* One request answered with status at endpoint ep. */
-void sv_metrics_count_request(sv_metrics *m, sv_endpoint ep, unsigned status);
-void sv_metrics_record_ttft(sv_metrics *m, double ttft_s);
-void sv_metrics_set_mem(sv_metrics *m, const sv_mem_snapshot *mem);
-/* A copy of the counts, taken under mu. */
-void sv_metrics_get(sv_metrics *m, sv_counts *out);
-/* The Prometheus text exposition of c into f (mem_budget: --mem-budget). */
-void sv_metrics_write(const sv_counts *c, uint64_t mem_budget_bytes, FILE *f);
+/* The counter `field` of sv_counts += v, for the process and for the
+ * namespace ns (NULL: the process only), under m->mu. */
+#define sv_metrics_add(m, ns, field, v) \
+    sv_metrics_add_at((m), (ns), offsetof(sv_counts, field), (v))
+void sv_metrics_add_at(sv_metrics *m, const char *ns, size_t offset, uint64_t v);
+/* One request of ns (NULL: none known yet) answered with status at ep. */
+void sv_metrics_count_request(sv_metrics *m, const char *ns, sv_endpoint ep, unsigned status);
+void sv_metrics_record_ttft(sv_metrics *m, const char *ns, double ttft_s);
+/* The process's memory gauges, and per namespace its conversations
+ * (n_conv_open, n_conv_stored, n_conv_total, disk_bytes of each entry of
+ * per_ns, n of them). */
+void sv_metrics_set_mem(sv_metrics *m, const sv_mem_snapshot *mem, const sv_ns_counts *per_ns,
+                        size_t n);
+/* A copy of the counts, taken under mu: the process's (ns NULL) or the
+ * namespace's (all zero when it has none yet). */
+void sv_metrics_get(sv_metrics *m, const char *ns, sv_counts *out);
+/* The Prometheus text exposition of c into f (mem_budget: --mem-budget).
+ * with_process 0 leaves out what is the process's, not a namespace's: in
+ * flight, decode passes, memory and pool gauges. */
+void sv_metrics_write(const sv_counts *c, int with_process, uint64_t mem_budget_bytes, FILE *f);
 
 #endif

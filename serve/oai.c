@@ -553,10 +553,12 @@ static int parse_fields(const sv_config *cfg, uint32_t n_ctx, sv_kind kind, json
     }
     long long v = -1;
     int given = 0;
+    (void)n_ctx; /* max_tokens over the room left is not refused: the reply
+                    ends at the context's end with finish_reason "length" */
     r->max_tokens = cfg->n_predict;
     const char *mt = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens"
                                                                     : "max_tokens";
-    if (get_int(root, mt, 1, n_ctx, &v, &given, p))
+    if (get_int(root, mt, 1, INT64_MAX, &v, &given, p))
         return -1;
     if (given)
         r->max_tokens = v;

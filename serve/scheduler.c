@@ -3,10 +3,15 @@
  * owns the model and the conversation store, and runs the requests the
  * connection threads queue.
  *
- * Does: map a request to a conversation (an explicit id, else the stored
- * conversation whose tokens share the longest prefix with the request's
- * tokens, when that prefix covers at least half of them: sv_store_match),
- * rewind the conversation to the shared prefix and feed only the rest; run
+ * Does: on the connection threads, before a request is queued
+ * (sv_sched_prepare), its tokens: a chat rendered with the template and
+ * tokenized so that only the template's own markers are control tokens,
+ * checked against the context; on its own thread: map a request to a
+ * conversation of its namespace (admit: an explicit id, else the stored
+ * conversation it extends, else a fork of the one it shares the longest
+ * prefix with), rewind the conversation to the shared prefix and feed
+ * only the rest; give each free slot to the namespace with the fewest
+ * requests running, then the one served least recently; run
  * the active requests in rounds (sched_main): a prefill chunk of n_batch
  * tokens of each request still in its prompt (step_prefill; so a long
  * prompt does not stall the others' streams for more than a chunk), then
@@ -39,6 +44,7 @@
 #include "scheduler.h"
 
 enum { PHASE_PREFILL = 0, PHASE_DECODE = 1 };
+#define SV_TURNS_MAX 64
 typedef struct sv_active {
     sv_request *req;
     sv_conv *conv;
@@ -87,19 +93,12 @@ struct sv_sched {
     uint32_t n_ctx, n_batch;
     char *piece;              /* one detokenizer push */
     size_t max_piece;
-    uint64_t rng;             /* unseeded requests' seeds */
     rb_session *embed_session; /* /v1/embeddings' (created at the first) */
+    struct { char ns[SV_NS_MAX + 1]; uint64_t turn; } turns[SV_TURNS_MAX];
+    uint64_t n_turns;         /* the fair turns' clock (under mu, in sched_main) */
 };
 
 /* ---- small helpers -------------------------------------------------------- */
-
-static uint64_t next_rand(sv_sched *s)
-{
-    uint64_t x = s->rng += 0x9e3779b97f4a7c15ull; /* splitmix64 */
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
 {
@@ -115,7 +114,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, int32_t **out,
+static int tokenize(const sv_sched *s, const char *text, size_t len, int add_special, int32_t **out,
                     size_t *n_out, size_t lead)
 {
     size_t cap = len + lead + 8, n = 0;
@@ -145,6 +144,345 @@ static int tokenize(sv_sched *s, const char *text, size_t len, int add_special, 
     return 0;
 }
 
+/* text[0..len) into tokens appended to *v (parse_special: the tokenizer's
+ * special-token text is a control token; 0: text). 0, or -1. Any thread:
+ * rb_model_tokenize may run on several at once (rebound.h). */
+static int tok_append(rb_model *model, const char *text, size_t len, int add_special,
+                      int parse_special, int32_t **v, size_t *n, size_t *cap, size_t limit)
+{
+    if (!len && !add_special)
+        return 0;
+    /* room for what fits the context at most: a longer text is refused
+       without holding an array for all of it */
+    size_t room = 4 * len + 16 < limit + 16 ? 4 * len + 16 : limit + 16, got = 0;
+    if (grow((void **)v, cap, *n + room, sizeof **v))
+        return -1;
+    rb_status st = rb_model_tokenize(model, text, len, add_special, parse_special, *v + *n,
+                                     *cap - *n, &got);
+    if (st == RB_E_INVALID_ARG && got > *cap - *n && got > limit)
+        return -2;
+    if (st == RB_E_INVALID_ARG && got > *cap - *n) {
+        if (grow((void **)v, cap, *n + got, sizeof **v))
+            return -1;
+        st = rb_model_tokenize(model, text, len, add_special, parse_special, *v + *n, *cap - *n,
+                               &got);
+    }
+    if (st != RB_OK)
+        return -1;
+    *n += got;
+    return 0;
+}
+
+/* A control token's place in the rendered text: bytes [off, off + len). */
+typedef struct ctl_span {
+    size_t off, len;
+    int32_t id;
+} ctl_span;
+
+/* The control tokens the template's own text [off, off + len) of R
+ * holds, appended to *spans (found by tokenizing it with special parsing
+ * and locating each control token's text). 0, or -1. */
+static int template_controls(rb_model *model, const char *R, size_t off, size_t len,
+                             ctl_span **spans, size_t *n, size_t *cap)
+{
+    int32_t *t = NULL;
+    size_t nt = 0, ct = 0, at = off;
+    if (tok_append(model, R + off, len, 0, 1, &t, &nt, &ct, (size_t)-1 / 8)) {
+        free(t);
+        return -1;
+    }
+    for (size_t i = 0; i < nt; i++) {
+        char piece[256];
+        size_t plain = 0, special = 0;
+        if (rb_model_token_to_piece(model, t[i], 0, NULL, 0, &plain) != RB_OK ||
+            rb_model_token_to_piece(model, t[i], 1, piece, sizeof piece, &special) != RB_OK ||
+            plain != 0 || special == 0 || special >= sizeof piece)
+            continue;
+        const char *p = memmem(R + at, off + len - at, piece, special);
+        if (!p)
+            continue;
+        if (grow((void **)spans, cap, *n + 1, sizeof **spans)) {
+            free(t);
+            return -1;
+        }
+        (*spans)[(*n)++] = (ctl_span){(size_t)(p - R), special, t[i]};
+        at = (size_t)(p - R) + special;
+    }
+    free(t);
+    return 0;
+}
+
+static int is_ws(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
+/*
+ * A chat's tokens with its messages' content as text: the template's own
+ * markers are control tokens, the same text inside a message is not.
+ *
+ * The conversation is rendered twice: as it is (R), and with each
+ * non-empty content replaced by a placeholder "\x01<i>\x02" (P). P's text
+ * between placeholders is the template's; walking P and R together places
+ * each content in R (as given, or trimmed where the template trims it:
+ * the candidate whose end is followed by the template's next text). The
+ * control tokens of the template's text (template_controls) split R into
+ * runs, each tokenized as text: the same fragments the tokenizer makes of
+ * R with special parsing when the content holds no special-token text, so
+ * ordinary requests keep the tokens (and the stored conversations' prefixes)
+ * they always had. -1 (msg) when the two renderings cannot be aligned.
+ */
+static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, size_t *n_out,
+                       char *msg, size_t msg_n)
+{
+    rb_chat_message *pm = calloc(r->n_msgs ? r->n_msgs : 1, sizeof *pm);
+    char (*ph)[24] = calloc(r->n_msgs ? r->n_msgs : 1, sizeof *ph);
+    char *R = NULL, *P = NULL;
+    int32_t *v = NULL;
+    ctl_span *spans = NULL;
+    size_t n = 0, cap = 0, n_sp = 0, cap_sp = 0, lr = 0, lp = 0;
+    int rc = -1;
+    if (!pm || !ph)
+        goto done;
+    for (size_t i = 0; i < r->n_msgs; i++) {
+        snprintf(ph[i], sizeof ph[i], "\x01%zu\x02", i);
+        pm[i].role = r->msgs[i].role;
+        pm[i].content = r->msgs[i].content[0] ? ph[i] : "";
+    }
+    if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &lr) != RB_OK ||
+        rb_chat_render(s->tmpl, pm, r->n_msgs, 1, NULL, 0, &lp) != RB_OK ||
+        !(R = malloc(lr + 1)) || !(P = malloc(lp + 1)) ||
+        rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, R, lr + 1, &lr) != RB_OK ||
+        rb_chat_render(s->tmpl, pm, r->n_msgs, 1, P, lp + 1, &lp) != RB_OK) {
+        snprintf(msg, msg_n, "the messages cannot be rendered with the chat template");
+        goto done;
+    }
+    /* walk P: template text (controls allowed) and placeholders (content) */
+    size_t ip = 0, ir = 0;
+    while (ip <= lp) {
+        const char *q = memchr(P + ip, '\x01', lp - ip);
+        size_t seg = q ? (size_t)(q - P) - ip : lp - ip;
+        if (ir + seg > lr || memcmp(R + ir, P + ip, seg)) {
+            snprintf(msg, msg_n, "the chat template's rendering cannot be aligned");
+            goto done;
+        }
+        if (template_controls(s->model, R, ir, seg, &spans, &n_sp, &cap_sp))
+            goto nomem;
+        ip += seg, ir += seg;
+        if (!q)
+            break;
+        char *end = NULL;
+        size_t i = strtoul(P + ip + 1, &end, 10);
+        if (!end || *end != '\x02' || i >= r->n_msgs) {
+            snprintf(msg, msg_n, "the chat template's rendering cannot be aligned");
+            goto done;
+        }
+        ip = (size_t)(end - P) + 1;
+        /* the template's text after this content, up to the next placeholder */
+        const char *q2 = memchr(P + ip, '\x01', lp - ip);
+        size_t next = q2 ? (size_t)(q2 - P) - ip : lp - ip;
+        const char *c = r->msgs[i].content;
+        size_t cl = strlen(c), b = 0, e = cl, k;
+        while (b < e && is_ws(c[b]))
+            b++;
+        while (e > b && is_ws(c[e - 1]))
+            e--;
+        const size_t cand[2][2] = {{0, cl}, {b, e}};
+        for (k = 0; k < 2; k++) {
+            size_t len = cand[k][1] - cand[k][0];
+            if (ir + len + next <= lr && !memcmp(R + ir, c + cand[k][0], len) &&
+                !memcmp(R + ir + len, P + ip, next))
+                break;
+        }
+        if (k == 2) {
+            snprintf(msg, msg_n, "the chat template's rendering cannot be aligned");
+            goto done;
+        }
+        ir += cand[k][1] - cand[k][0];
+    }
+    if (ir != lr) {
+        snprintf(msg, msg_n, "the chat template's rendering cannot be aligned");
+        goto done;
+    }
+    if (s->bos >= 0) {
+        if (grow((void **)&v, &cap, 1, sizeof *v))
+            goto nomem;
+        v[n++] = s->bos;
+    }
+    size_t at = 0;
+    for (size_t j = 0; j <= n_sp; j++) {
+        size_t stop = j < n_sp ? spans[j].off : lr;
+        int rt = tok_append(s->model, R + at, stop - at, 0, 0, &v, &n, &cap, s->n_ctx);
+        if (rt == -2 || n > s->n_ctx) {
+            *out = v, *n_out = s->n_ctx + 1; /* too long: the caller says so */
+            v = NULL;
+            rc = 0;
+            goto done;
+        }
+        if (rt)
+            goto nomem;
+        if (j == n_sp)
+            break;
+        if (grow((void **)&v, &cap, n + 1, sizeof *v))
+            goto nomem;
+        v[n++] = spans[j].id;
+        at = spans[j].off + spans[j].len;
+    }
+    *out = v, *n_out = n;
+    v = NULL;
+    rc = 0;
+    goto done;
+nomem:
+    snprintf(msg, msg_n, "out of memory while tokenizing");
+done:
+    free(v);
+    free(spans);
+    free(R);
+    free(P);
+    free(pm);
+    free(ph);
+    return rc;
+}
+
+sv_err sv_sched_prepare(const sv_sched *s, sv_request *r, char *msg, size_t msg_n)
+{
+    int32_t *toks = NULL;
+    size_t n = 0, cap = 0;
+    /* a text longer than the context's tokens can hold is refused before
+       it is tokenized */
+    size_t bytes = r->prompt ? strlen(r->prompt) : 0;
+    for (size_t i = 0; i < r->n_msgs; i++)
+        bytes += strlen(r->msgs[i].content);
+    size_t most = (size_t)s->n_ctx * (s->max_piece ? s->max_piece : 64);
+    if (bytes > most) {
+        snprintf(msg, msg_n, "the prompt has %zu bytes of text; the context holds %" PRIu32
+                 " tokens, at most %zu bytes", bytes, s->n_ctx, most);
+        return SV_ERR_INVALID;
+    }
+    if (r->kind == SV_COMPLETION) {
+        int rt = tok_append(s->model, r->prompt, strlen(r->prompt), 1,
+                            s->cfg->completions_special, &toks, &n, &cap, s->n_ctx);
+        if (rt == -2) {
+            n = s->n_ctx + 1; /* too long: said below */
+        } else if (rt) {
+            free(toks);
+            snprintf(msg, msg_n, "the prompt cannot be tokenized");
+            return SV_ERR_INVALID;
+        }
+    } else if (chat_tokens(s, r, &toks, &n, msg, msg_n)) {
+        return SV_ERR_INVALID;
+    }
+    size_t reserve = 1 + (r->kind == SV_CHAT ? s->n_reply_end : 0);
+    if (n == 0 || n + reserve > s->n_ctx) {
+        free(toks);
+        if (n > s->n_ctx)
+            snprintf(msg, msg_n, "the prompt has more than %" PRIu32 " tokens; the context holds "
+                     "%" PRIu32 " (with room for one reply token%s)", s->n_ctx, s->n_ctx,
+                     r->kind == SV_CHAT ? " and the reply's end" : "");
+        else
+            snprintf(msg, msg_n, "the prompt has %zu tokens; the context holds %" PRIu32
+                     " (with room for one reply token%s)", n, s->n_ctx,
+                     r->kind == SV_CHAT ? " and the reply's end" : "");
+        return SV_ERR_INVALID;
+    }
+    r->toks = toks;
+    r->n_toks = n;
+    if (!r->has_seed && !s->cfg->has_seed) {
+        uint64_t seed = 0;
+        sv_random(&seed, sizeof seed);
+        r->sp.seed = seed & 0xffffffffu;
+    }
+    return SV_ERR_NONE;
+}
+
+size_t sv_sched_max_body(const sv_sched *s)
+{
+    /* a token of text is at most max_piece bytes, each at most 6 bytes of
+       JSON (\u0000); the rest of a request is small */
+    return (size_t)s->n_ctx * (s->max_piece ? s->max_piece : 64) * 6 + 65536;
+}
+
+sv_err sv_sched_prepare_utility(const sv_sched *s, sv_request *r, char *msg, size_t msg_n)
+{
+    rb_model_info mi;
+    if (rb_model_get_info(s->model, &mi) != RB_OK) {
+        snprintf(msg, msg_n, "the model's info cannot be read");
+        return SV_ERR_SERVER;
+    }
+    /* token ids given by the client are checked against the vocabulary */
+    for (size_t i = 0; i < r->n_inputs; i++)
+        for (size_t k = 0; k < r->inputs[i].n_toks; k++)
+            if (r->inputs[i].toks[k] < 0 || (uint32_t)r->inputs[i].toks[k] >= mi.n_vocab) {
+                snprintf(msg, msg_n, "token %d (input %zu, position %zu) is outside the "
+                         "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, mi.n_vocab);
+                return SV_ERR_INVALID;
+            }
+    if (r->kind == SV_TOKENIZE) {
+        int32_t *toks = NULL;
+        size_t n = 0;
+        const char *t = r->inputs[0].text;
+        if (tokenize(s, t, strlen(t), r->add_special, &toks, &n, 0) != 0) {
+            snprintf(msg, msg_n, "the text cannot be tokenized");
+            return SV_ERR_INVALID;
+        }
+        r->res_toks = toks;
+        r->n_res_toks = n;
+        if (r->with_pieces) {
+            r->res_pieces = calloc(n ? n : 1, sizeof *r->res_pieces);
+            r->res_lens = calloc(n ? n : 1, sizeof *r->res_lens);
+            if (!r->res_pieces || !r->res_lens) {
+                snprintf(msg, msg_n, "out of memory");
+                return SV_ERR_UNAVAILABLE;
+            }
+            for (size_t i = 0; i < n; i++) {
+                size_t k = 0;
+                rb_model_token_to_piece(s->model, toks[i], 1, NULL, 0, &k);
+                if (!(r->res_pieces[i] = malloc(k + 1))) {
+                    snprintf(msg, msg_n, "out of memory");
+                    return SV_ERR_UNAVAILABLE;
+                }
+                rb_model_token_to_piece(s->model, toks[i], 1, r->res_pieces[i], k + 1,
+                                        &r->res_lens[i]);
+            }
+        }
+        return SV_ERR_NONE;
+    }
+    if (r->kind != SV_EMBED)
+        return SV_ERR_NONE;
+    /* each text input into its tokens (BOS first), 1 to n_ctx of them; a
+       longer text is refused without an array for all of it */
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        sv_input *in = &r->inputs[i];
+        if (in->text) {
+            int32_t *v = NULL;
+            size_t n = 0, cap = 0;
+            int rt = tok_append(s->model, in->text, strlen(in->text), 1, 1, &v, &n, &cap,
+                                s->n_ctx);
+            if (rt == -1) {
+                free(v);
+                snprintf(msg, msg_n, "input %zu cannot be tokenized", i);
+                return SV_ERR_INVALID;
+            }
+            if (rt == -2)
+                n = s->n_ctx + 1;
+            free(in->toks);
+            in->toks = v;
+            in->n_toks = n > s->n_ctx ? 0 : n;
+            if (n > s->n_ctx) {
+                snprintf(msg, msg_n, "input %zu has more than %" PRIu32 " tokens; it must have "
+                         "1 to %" PRIu32, i, s->n_ctx, s->n_ctx);
+                return SV_ERR_INVALID;
+            }
+        }
+        if (in->n_toks == 0 || in->n_toks > s->n_ctx) {
+            snprintf(msg, msg_n, "input %zu has %zu tokens; it must have 1 to %" PRIu32, i,
+                     in->n_toks, s->n_ctx);
+            return SV_ERR_INVALID;
+        }
+    }
+    return SV_ERR_NONE;
+}
+
 /* The scheduler lets go of a request it took from the queue. */
 static void sched_release(sv_sched *s, sv_request *r)
 {
@@ -154,10 +492,6 @@ static void sched_release(sv_sched *s, sv_request *r)
     sv_request_release(r);
 }
 
-static void metrics_add(sv_sched *s, uint64_t *field, uint64_t v)
-{
-    sv_metrics_add(s->metrics, field, v);
-}
 
 /* ---- the request's shared side ------------------------------------------- */
 
@@ -207,27 +541,6 @@ static void req_fail(sv_request *r, sv_err e, const char *fmt, ...)
 
 /* ---- one request --------------------------------------------------------- */
 
-/* The request's tokens: BOS + the rendered chat, or the prompt. */
-static int request_tokens(sv_sched *s, sv_request *r, int32_t **out, size_t *n)
-{
-    if (r->kind == SV_COMPLETION)
-        return tokenize(s, r->prompt, strlen(r->prompt), 1, out, n, 0);
-    size_t len = 0;
-    if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &len) != RB_OK)
-        return -1;
-    char *text = malloc(len + 1);
-    if (!text || rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, text, len + 1, &len) != RB_OK) {
-        free(text);
-        return -1;
-    }
-    size_t lead = s->bos >= 0 ? 1 : 0;
-    int rc = tokenize(s, text, len, 0, out, n, lead);
-    free(text);
-    if (rc == 0 && lead)
-        (*out)[0] = s->bos;
-    return rc;
-}
-
 static void active_free(sv_active *a)
 {
     free(a->todo);
@@ -239,52 +552,75 @@ static void active_free(sv_active *a)
 }
 
 /*
- * Admits r into slot a: tokens, conversation, rewind to the shared prefix,
- * sampler. Returns 0, or -1 after ending r with its error.
+ * Admits r into slot a: its conversation (in r's namespace only), the
+ * rewind to the shared prefix, the sampler. Returns 0, or -1 after ending
+ * r with its error.
+ *
+ * The conversation: the one r names (an id unknown in r's namespace,
+ * whether or not another namespace has it, starts a new one of that id);
+ * else the stored one whose tokens share the longest prefix with r's when
+ * that prefix covers at least half of them. r continues it when r holds
+ * all of its tokens, or goes on past its last prompt (n_prompt_end) and
+ * differs only inside the last reply (the client re-rendered the server's
+ * reply); when r differs before (another chat with the same start, a guess
+ * at the stored text) or is the same prompt again, r forks: a new
+ * conversation takes the stored one's session (its KV up to the prefix)
+ * and the stored one keeps its tokens and its file, as they were (it is
+ * reopened from the file, or computed again from its tokens, when it
+ * returns). A conversation whose file is missing or damaged is forgotten
+ * (logged once) and r starts a new one from its full text.
  */
 static int admit(sv_sched *s, sv_request *r, sv_active *a)
 {
-    int32_t *toks = NULL;
-    size_t n = 0;
+    int32_t *toks = r->toks;
+    size_t n = r->n_toks;
+    r->toks = NULL; /* the slot owns them now */
     memset(a, 0, sizeof *a);
     a->req = r;
-    if (request_tokens(s, r, &toks, &n) != 0) {
-        req_fail(r, SV_ERR_INVALID, "the prompt cannot be tokenized: %s",
-                 rb_model_errmsg(s->model));
-        return -1;
-    }
-    uint32_t n_ctx = s->n_ctx;
-    size_t reserve = 1 + (r->kind == SV_CHAT ? s->n_reply_end : 0);
-    if (n == 0 || n + reserve > n_ctx) {
-        free(toks);
-        req_fail(r, SV_ERR_INVALID, "the prompt has %zu tokens; the context holds %" PRIu32
-                 " (with room for one reply token%s)", n, n_ctx,
-                 r->kind == SV_CHAT ? " and the reply's end" : "");
-        return -1;
-    }
-    /* the conversation: by id, else the longest shared prefix that covers
-       at least half of a stored conversation, else a new one */
-    sv_conv *c = NULL;
+    sv_conv *c = NULL, *from = NULL;
+    size_t shared = 0;
     if (r->conv_id[0]) {
-        c = sv_store_find(&s->store, r->conv_id);
-        if (!c && !(c = sv_store_add(&s->store, r->conv_id)))
+        c = sv_store_find(&s->store, r->ns, r->conv_id);
+        if (!c && !(c = sv_store_add(&s->store, r->ns, r->conv_id)))
             goto nomem;
-    } else {
-        c = sv_store_match(&s->store, toks, n);
-        if (!c) {
-            char id[SV_ID_MAX + 1];
-            sv_store_new_id(&s->store, id);
-            if (!(c = sv_store_add(&s->store, id)))
-                goto nomem;
+    } else if ((from = sv_store_match(&s->store, r->ns, toks, n, &shared)) &&
+               (shared == from->n_tokens ||
+                (shared >= from->n_prompt_end && n > from->n_prompt_end))) {
+        /* r holds all of it, or goes on past its last prompt and differs
+           only inside the reply the server gave last (a client sends that
+           reply back re-rendered): the same chat */
+        c = from, from = NULL;
+    }
+    if (!c) {
+        char id[SV_ID_MAX + 1];
+        sv_store_new_id(id);
+        if (!(c = sv_store_add(&s->store, r->ns, id)))
+            goto nomem;
+        if (from) {
+            /* the fork starts from the stored one's state: its KV up to
+               the shared prefix is reused (the rewind below) */
+            c->session = sv_store_take(&s->store, from, &c->is_from_file);
+            sv_log("conversation %s forked from %s at token %zu of %zu", id, from->id, shared,
+                   from->n_tokens);
         }
     }
     char err[600];
     sv_restore kind = SV_RESTORE_NEW;
     rb_status st = sv_store_open(&s->store, c, &kind, err, sizeof err);
+    if (st != RB_OK && st != RB_E_NOMEM && c->has_file) {
+        /* its file is missing or damaged: the conversation starts again
+           from this request's text, as a new one of the same id */
+        char id[SV_ID_MAX + 1];
+        snprintf(id, sizeof id, "%s", c->id);
+        sv_store_forget(&s->store, c);
+        if (!(c = sv_store_add(&s->store, r->ns, id)))
+            goto nomem;
+        st = sv_store_open(&s->store, c, &kind, err, sizeof err);
+    }
     if (st != RB_OK) {
         free(toks);
         req_fail(r, st == RB_E_NOMEM ? SV_ERR_UNAVAILABLE : SV_ERR_SERVER, "%s", err);
-        if (!c->has_file && !c->session)
+        if (!c->has_file && !c->session && !c->n_tokens)
             sv_store_remove(&s->store, c);
         return -1;
     }
@@ -310,11 +646,9 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     a->todo = toks;
     a->n_todo = n;
     a->i_todo = k;
+    c->n_prompt_end = n;
     rb_error e;
-    rb_sampler_params sp = r->sp;
-    if (!r->has_seed && !s->cfg->has_seed)
-        sp.seed = next_rand(s) & 0xffffffffu;
-    if (rb_sampler_create(&sp, rb_session_n_vocab(c->session), &a->sampler, &e) != RB_OK) {
+    if (rb_sampler_create(&r->sp, rb_session_n_vocab(c->session), &a->sampler, &e) != RB_OK) {
         req_fail(r, SV_ERR_INVALID, "%s", e.message);
         c->is_busy = 0;
         active_free(a);
@@ -382,8 +716,8 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     r->is_started = 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    metrics_add(s, &s->metrics->v.tokens_prompt, n);
-    metrics_add(s, &s->metrics->v.tokens_cached, k);
+    sv_metrics_add(s->metrics, r->ns, tokens_prompt, n);
+    sv_metrics_add(s->metrics, r->ns, tokens_cached, k);
     return 0;
 nomem:
     free(toks);
@@ -482,9 +816,9 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     r->is_done = 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
-    metrics_add(s, &s->metrics->v.tokens_completion, (uint64_t)a->n_gen);
+    sv_metrics_add(s->metrics, r->ns, tokens_completion, (uint64_t)a->n_gen);
     if (reason && !strcmp(reason, "cancelled"))
-        metrics_add(s, &s->metrics->v.cancelled, 1);
+        sv_metrics_add(s->metrics, r->ns, cancelled, 1);
     sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s",
            r->kind == SV_CHAT ? "chat" : "completion", r->conv_out, r->n_prompt, r->n_cached, a->n_gen,
            reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "");
@@ -585,7 +919,7 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
     }
     if (!a->has_ttft) {
         a->has_ttft = 1;
-        sv_metrics_record_ttft(s->metrics, sv_now_s() - r->t_arrival);
+        sv_metrics_record_ttft(s->metrics, r->ns, sv_now_s() - r->t_arrival);
     }
     if (r->sp.is_logprobs && record_logprob(s, a, *next) != 0) {
         finish(s, a, NULL, SV_ERR_SERVER, "out of memory");
@@ -650,8 +984,10 @@ static void decode_all(sv_sched *s)
                    "alone (said once)", n, e.message);
         }
     }
-    metrics_add(s, n > 1 && st == RB_OK ? &s->metrics->v.decode_passes_multi
-                                        : &s->metrics->v.decode_passes_single, 1);
+    if (n > 1 && st == RB_OK)
+        sv_metrics_add(s->metrics, NULL, decode_passes_multi, 1);
+    else
+        sv_metrics_add(s->metrics, NULL, decode_passes_single, 1);
     for (size_t i = 0; i < n; i++) {
         sv_active *a = s->step_act[i];
         rb_session *ss = s->step_sess[i];
@@ -668,13 +1004,13 @@ static void decode_all(sv_sched *s)
 }
 
 /* 1 when a request for this id is active (or about to be, in taken) */
-static int id_busy(sv_sched *s, const char *id, sv_request **taken, int n_taken)
+static int id_busy(sv_sched *s, const sv_request *r, sv_request **taken, int n_taken)
 {
-    sv_conv *c = sv_store_find(&s->store, id);
+    sv_conv *c = sv_store_find(&s->store, r->ns, r->conv_id);
     if (c && c->is_busy)
         return 1;
     for (int i = 0; i < n_taken; i++)
-        if (!strcmp(taken[i]->conv_id, id))
+        if (!strcmp(taken[i]->conv_id, r->conv_id) && !strcmp(taken[i]->ns, r->ns))
             return 1;
     return 0;
 }
@@ -705,9 +1041,12 @@ static void utility_done(sv_request *r, const char *text, size_t n)
 }
 
 /*
- * A utility request, answered at once: the tokens of a text (with their
- * pieces), the text of tokens, the chat template's rendering, or the
- * embeddings of each input (on a session of their own, rewound for each).
+ * A utility request, answered at once: the tokens of a text (made on the
+ * connection thread already: sv_sched_prepare_utility), the text of
+ * tokens, the chat template's rendering, or the embeddings of each input
+ * (on a session of their own, rewound for each: no conversation of any
+ * namespace is read or evicted by it; the inputs' tokens made on the
+ * connection thread).
  * The results go into r; oai.c writes them as JSON.
  */
 static void run_utility(sv_sched *s, sv_request *r)
@@ -717,36 +1056,7 @@ static void run_utility(sv_sched *s, sv_request *r)
         req_fail(r, SV_ERR_SERVER, "the model's info cannot be read");
         return;
     }
-    /* token ids given by the client are checked against the vocabulary */
-    for (size_t i = 0; i < r->n_inputs; i++)
-        for (size_t k = 0; k < r->inputs[i].n_toks; k++)
-            if (r->inputs[i].toks[k] < 0 || (uint32_t)r->inputs[i].toks[k] >= mi.n_vocab) {
-                req_fail(r, SV_ERR_INVALID, "token %d (input %zu, position %zu) is outside the "
-                         "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, mi.n_vocab);
-                return;
-            }
-    if (r->kind == SV_TOKENIZE) {
-        int32_t *toks = NULL;
-        size_t n = 0;
-        const char *t = r->inputs[0].text;
-        if (tokenize(s, t, strlen(t), r->add_special, &toks, &n, 0) != 0) {
-            req_fail(r, SV_ERR_INVALID, "the text cannot be tokenized: %s",
-                     rb_model_errmsg(s->model));
-            return;
-        }
-        if (r->with_pieces) {
-            r->res_pieces = calloc(n ? n : 1, sizeof *r->res_pieces);
-            r->res_lens = calloc(n ? n : 1, sizeof *r->res_lens);
-            for (size_t i = 0; r->res_pieces && r->res_lens && i < n; i++) {
-                size_t k = 0;
-                rb_model_token_to_piece(s->model, toks[i], 1, NULL, 0, &k);
-                if ((r->res_pieces[i] = malloc(k + 1)))
-                    rb_model_token_to_piece(s->model, toks[i], 1, r->res_pieces[i], k + 1,
-                                            &r->res_lens[i]);
-            }
-        }
-        r->res_toks = toks;
-        r->n_res_toks = n;
+    if (r->kind == SV_TOKENIZE) { /* done by sv_sched_prepare_utility */
         utility_done(r, NULL, 0);
         return;
     }
@@ -806,24 +1116,9 @@ static void run_utility(sv_sched *s, sv_request *r)
     }
     size_t n_tokens = 0;
     for (size_t i = 0; i < r->n_inputs; i++) {
-        int32_t *toks = NULL;
-        size_t n = r->inputs[i].n_toks;
-        if (r->inputs[i].text &&
-            tokenize(s, r->inputs[i].text, strlen(r->inputs[i].text), 1, &toks, &n, 0) != 0) {
-            req_fail(r, SV_ERR_INVALID, "input %zu cannot be tokenized", i);
-            free(vecs);
-            return;
-        }
-        const int32_t *use = toks ? toks : r->inputs[i].toks;
-        if (n == 0 || n > s->n_ctx) {
-            free(toks);
-            free(vecs);
-            req_fail(r, SV_ERR_INVALID, "input %zu has %zu tokens; it must have 1 to %u", i, n,
-                     s->n_ctx);
-            return;
-        }
-        rb_status st = rb_session_embed(s->embed_session, use, n, vecs + i * mi.n_embd, mi.n_embd);
-        free(toks);
+        size_t n = r->inputs[i].n_toks; /* 1..n_ctx: sv_sched_prepare_utility */
+        rb_status st = rb_session_embed(s->embed_session, r->inputs[i].toks, n,
+                                        vecs + i * mi.n_embd, mi.n_embd);
         if (st != RB_OK) {
             req_fail(r, SV_ERR_SERVER, "embeddings: %s", rb_session_errmsg(s->embed_session));
             free(vecs);
@@ -835,6 +1130,43 @@ static void run_utility(sv_sched *s, sv_request *r)
     r->res_dim = mi.n_embd;
     r->res_n_tokens = n_tokens;
     utility_done(r, NULL, 0);
+}
+
+/* When namespace ns last got a slot (the scheduler's turn counter; 0:
+ * never). A small table: namespaces beyond its size share the oldest
+ * entry's place. */
+static uint64_t ns_last_turn(const sv_sched *s, const char *ns)
+{
+    for (size_t i = 0; i < SV_TURNS_MAX; i++)
+        if (s->turns[i].turn && !strcmp(s->turns[i].ns, ns))
+            return s->turns[i].turn;
+    return 0;
+}
+
+static void ns_take_turn(sv_sched *s, const char *ns)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < SV_TURNS_MAX; i++) {
+        if (s->turns[i].turn && !strcmp(s->turns[i].ns, ns)) {
+            at = i;
+            break;
+        }
+        if (s->turns[i].turn < s->turns[at].turn)
+            at = i;
+    }
+    snprintf(s->turns[at].ns, sizeof s->turns[at].ns, "%s", ns);
+    s->turns[at].turn = ++s->n_turns;
+}
+
+/* Requests of namespace ns active now or taken in this round. */
+static int ns_load(const sv_sched *s, const char *ns, sv_request **taken, int n_taken)
+{
+    int k = 0;
+    for (uint32_t j = 0; j < s->cfg->parallel; j++)
+        k += s->active[j].req && !strcmp(s->active[j].req->ns, ns);
+    for (int i = 0; i < n_taken; i++)
+        k += !strcmp(taken[i]->ns, ns);
+    return k;
 }
 
 static void *sched_main(void *arg)
@@ -851,24 +1183,34 @@ static void *sched_main(void *arg)
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        /* first come first served, except that a conversation serves one
-           request at a time: one for a busy id waits */
-        sv_request *prev = NULL, *r = s->head;
-        while (r && taken && s->n_active + (uint32_t)n_taken < P) {
-            sv_request *nx = r->next;
-            if (r->conv_id[0] && id_busy(s, r->conv_id, taken, n_taken)) {
-                prev = r;
-            } else {
-                if (prev)
-                    prev->next = nx;
-                else
-                    s->head = nx;
-                if (s->tail == r)
-                    s->tail = prev;
-                r->next = NULL;
-                taken[n_taken++] = r;
+        /* fair turns between namespaces: each free slot goes to the
+           oldest request of the namespace with the fewest requests
+           running, then of the one that got a slot least recently; a
+           conversation serves one request at a time, so one for a busy id
+           waits */
+        while (taken && s->n_active + (uint32_t)n_taken < P) {
+            sv_request *best = NULL, *best_prev = NULL, *prev = NULL;
+            int best_load = 0;
+            uint64_t best_turn = 0;
+            for (sv_request *r = s->head; r; prev = r, r = r->next) {
+                if (r->conv_id[0] && id_busy(s, r, taken, n_taken))
+                    continue;
+                int load = ns_load(s, r->ns, taken, n_taken);
+                uint64_t turn = ns_last_turn(s, r->ns);
+                if (!best || load < best_load || (load == best_load && turn < best_turn))
+                    best = r, best_prev = prev, best_load = load, best_turn = turn;
             }
-            r = nx;
+            if (!best)
+                break;
+            if (best_prev)
+                best_prev->next = best->next;
+            else
+                s->head = best->next;
+            if (s->tail == best)
+                s->tail = best_prev;
+            best->next = NULL;
+            ns_take_turn(s, best->ns);
+            taken[n_taken++] = best;
         }
         pthread_mutex_unlock(&s->mu);
         for (int i = 0; i < n_taken; i++) {
@@ -993,6 +1335,7 @@ void sv_request_release(sv_request *r)
     free(r->res_lens);
     free(r->res_toks);
     free(r->res_vecs);
+    free(r->toks);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->out);
@@ -1086,7 +1429,6 @@ sv_sched *sv_sched_start(const sv_config *cfg, rb_model *model, sv_metrics *metr
         if (!(s->piece = malloc(s->max_piece)))
             return start_fail(s, "out of memory", NULL);
     }
-    s->rng = s->store.rng ^ 0x5851f42d4c957f2dull;
     if (cfg->baseline_recompute)
         sv_log("baseline: an idle conversation keeps no KV; a returning one is computed again");
     if (sv_store_load(&s->store)) {

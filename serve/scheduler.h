@@ -83,6 +83,7 @@ typedef enum sv_tools {
 
 typedef struct sv_request {
     /* ---- written by the connection thread before it is queued ---- */
+    char ns[SV_NS_MAX + 1];       /* its namespace ("": the one of no keys) */
     sv_kind kind;
     int stream;
     int include_usage;            /* stream_options.include_usage */
@@ -92,7 +93,11 @@ typedef struct sv_request {
     char conv_id[SV_ID_MAX + 1];  /* "": map by longest token prefix */
     int64_t max_tokens;           /* -1: until end of generation or full context */
     rb_sampler_params sp;
-    int has_seed;                 /* sp.seed is the request's */
+    int has_seed;                 /* sp.seed is the request's (else a random
+                                     one, or -s, from sv_sched_prepare) */
+    int32_t *toks;                /* the prompt's tokens (sv_sched_prepare);
+                                     the scheduler takes them */
+    size_t n_toks;
     char *stop[SV_STOP_MAX];
     int n_stop;
     sv_format format;
@@ -155,6 +160,23 @@ typedef struct sv_sched sv_sched;
 sv_sched *sv_sched_start(const sv_config *cfg, rb_model *model, sv_metrics *metrics);
 /* The sessions' context length (after the start). */
 uint32_t sv_sched_n_ctx(const sv_sched *s);
+/* The largest body a request whose prompt fits the context can have
+ * (its text at the longest token's bytes, each escaped in JSON). */
+size_t sv_sched_max_body(const sv_sched *s);
+/* On the connection thread, before sv_sched_submit: r's prompt tokens
+ * (r->toks): a chat rendered with the template, its markers control
+ * tokens and the messages' content text; a completion's prompt as text
+ * (or with special tokens: cfg->completions_special); checked against the
+ * context; an unseeded request's random seed. SV_ERR_NONE, or the error
+ * with msg. Any thread: uses only what is immutable after the start and
+ * the model's tokenizer (rb_model_tokenize may run on several threads). */
+sv_err sv_sched_prepare(const sv_sched *s, sv_request *r, char *msg, size_t msg_n);
+/* The same for a utility, on the connection thread: client token ids
+ * checked against the vocabulary; /tokenize's tokens (and pieces) made
+ * (r->res_toks); each embedding input's tokens (inputs[i].toks, 1 to
+ * n_ctx). The scheduler then only computes embeddings, detokenizes or
+ * renders. SV_ERR_NONE, or the error with msg. Any thread, as above. */
+sv_err sv_sched_prepare_utility(const sv_sched *s, sv_request *r, char *msg, size_t msg_n);
 /* Queues r (the scheduler takes a reference). SV_ERR_BUSY when parallel +
  * max_queue requests are in flight (queued or active) already,
  * SV_ERR_UNAVAILABLE while stopping; else SV_ERR_NONE. Any thread. */

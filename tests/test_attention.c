@@ -152,6 +152,49 @@ static void check_tier(rb_test_rng *rng)
         }
         CHECK(memcmp(acc, ref, (size_t)n * sizeof *acc) == 0);
     }
+    /* a block of 8 positions == the same steps one call at a time (the
+       avx512 tier's block runs its own kernel for dims 64, 128, 256) */
+    {
+        static const int bdims[] = {8, 32, 64, 96, 128, 256};
+        for (size_t d = 0; d < sizeof bdims / sizeof bdims[0]; d++) {
+            const int n = bdims[d];
+            const int64_t stride = n + 8;
+            static rb_f16 q[256], k[8 * 264], v[8 * 264], acc[256], ref[256];
+            for (int i = 0; i < n; i++)
+                q[i] = rb_fp32_to_fp16(frand(&seed) * 0.02f); /* scores of order 1 */
+            for (int i = 0; i < 8 * 264; i++) {
+                k[i] = rb_fp32_to_fp16(frand(&seed));
+                v[i] = rb_fp32_to_fp16(frand(&seed));
+            }
+            for (int i = 0; i < n; i++)
+                acc[i] = ref[i] = 0;
+            float m = -INFINITY, sum = 0.0f, rm = -INFINITY, rsum = 0.0f;
+            const float kq = 0.125f;
+            for (int blk = 0; blk < 4; blk++) {
+                rb_attn_block8_f16(q, k, v, stride, n, kq, acc, &m, &sum);
+                for (int l = 0; l < 8; l++) {
+                    const float s = rb_attn_dot_f16(q, k + l * stride, n) * kq;
+                    float ms = 1.0f, vs = 1.0f;
+                    if (s > rm) {
+                        const float old = rm;
+                        rm = s;
+                        ms = expf(old - rm);
+                        rb_attn_scale_f16(ref, ms, n);
+                    } else {
+                        vs = expf(s - rm);
+                    }
+                    rb_attn_mad_f16(ref, v + l * stride, vs, n);
+                    rsum = fmaf(rsum, ms, vs);
+                }
+                /* the next block's K rows: some scores above the max */
+                for (int i = 0; i < 8 * 264; i++)
+                    k[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(k[i]) * (blk % 2 ? 0.5f : 1.7f));
+            }
+            CHECK(memcmp(acc, ref, (size_t)n * sizeof *acc) == 0);
+            CHECK(memcmp(&m, &rm, sizeof m) == 0);
+            CHECK(memcmp(&sum, &rsum, sizeof sum) == 0);
+        }
+    }
     /* quantized K: dispatched == _ref, and near the float dot */
     for (int n = 32; n <= 256; n *= 2) {
         float x[256], y[256];

@@ -93,6 +93,12 @@ static void test_parse_completion(void)
     CHECK_EQ_INT(r->max_tokens, 3);
     CHECK_EQ_U64(r->n_msgs, 0);
     sv_request_release(r);
+    /* max_tokens above the context is taken: the reply ends at the
+       context's end with finish_reason "length" */
+    r = parse(SV_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":4096}", &e, &rc);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_EQ_INT(r->max_tokens, 4096);
+    sv_request_release(r);
 }
 
 static void test_parse_tools_format(void)
@@ -195,8 +201,8 @@ static void test_parse_refused(void)
                   "messages[1].content[0]");
     const char *ok = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],";
     char body[512];
-    snprintf(body, sizeof body, "%s\"max_tokens\":513}", ok);
-    check_refused(SV_CHAT, body, "max_tokens", "from 1 to 512");
+    snprintf(body, sizeof body, "%s\"max_tokens\":0}", ok);
+    check_refused(SV_CHAT, body, "max_tokens", "it must be from 1");
     snprintf(body, sizeof body, "%s\"max_tokens\":1.5}", ok);
     check_refused(SV_CHAT, body, "max_tokens", "must be an integer, not a number");
     snprintf(body, sizeof body, "%s\"temperature\":3}", ok);

@@ -23,7 +23,7 @@ static sv_config base_cfg(void)
 
 static sv_conv *add_tokens(sv_store *st, const char *id, const int32_t *t, size_t n)
 {
-    sv_conv *c = sv_store_add(st, id);
+    sv_conv *c = sv_store_add(st, "", id);
     CHECK(c != NULL);
     c->tokens = malloc(n * sizeof *t);
     memcpy(c->tokens, t, n * sizeof *t);
@@ -57,19 +57,20 @@ static void test_ids(void)
     int n_dup = 0, n_bad = 0;
     for (int i = 0; i < 200; i++) {
         char nid[SV_ID_MAX + 1];
-        sv_store_new_id(&st, nid);
+        sv_store_new_id(nid);
+        n_bad += strlen(nid) != 33; /* "c" and 128 bits in hex */
         n_bad += !sv_id_is_valid(nid);
-        n_dup += sv_store_find(&st, nid) != NULL || !strcmp(nid, prev);
-        CHECK(sv_store_add(&st, nid) != NULL);
+        n_dup += sv_store_find(&st, "", nid) != NULL || !strcmp(nid, prev);
+        CHECK(sv_store_add(&st, "", nid) != NULL);
         snprintf(prev, sizeof prev, "%s", nid);
     }
     CHECK_EQ_INT(n_bad, 0);
     CHECK_EQ_INT(n_dup, 0);
     CHECK_EQ_U64(st.n_convs, 200);
-    sv_conv *c = sv_store_find(&st, prev);
+    sv_conv *c = sv_store_find(&st, "", prev);
     CHECK(c != NULL && !strcmp(c->id, prev));
     sv_store_remove(&st, c);
-    CHECK(sv_store_find(&st, prev) == NULL);
+    CHECK(sv_store_find(&st, "", prev) == NULL);
     CHECK_EQ_U64(st.n_convs, 199);
     sv_store_deinit(&st);
     sv_metrics_deinit(&m);
@@ -86,20 +87,23 @@ static void test_match(void)
     const int32_t a[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     const int32_t b[] = {1, 2, 3, 4, 50, 51, 52, 53};
     sv_conv *ca = add_tokens(&st, "a", a, 10), *cb = add_tokens(&st, "b", b, 8);
+    size_t k = 0;
     const int32_t qa[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
     const int32_t qb[] = {1, 2, 3, 4, 50, 51, 99};
     const int32_t qhalf[] = {1, 2, 3, 4, 5, 99};     /* 5 of a's 10: exactly half */
     const int32_t qless[] = {1, 2, 3, 4, 98};        /* 4 of 10 and 4 of 8 */
-    CHECK(sv_store_match(&st, qa, 11) == ca);
-    CHECK(sv_store_match(&st, qb, 7) == cb);
-    CHECK(sv_store_match(&st, qhalf, 6) == ca);
-    CHECK(sv_store_match(&st, qless, 5) == cb); /* 4 of 8 is half of b */
+    CHECK(sv_store_match(&st, "", qa, 11, &k) == ca);
+    CHECK_EQ_U64(k, 10);
+    CHECK(sv_store_match(&st, "", qb, 7, &k) == cb);
+    CHECK_EQ_U64(k, 6);
+    CHECK(sv_store_match(&st, "", qhalf, 6, &k) == ca);
+    CHECK(sv_store_match(&st, "", qless, 5, &k) == cb); /* 4 of 8 is half of b */
     cb->n_tokens = 9; /* 4 of 9: less than half */
     cb->tokens = realloc(cb->tokens, 9 * sizeof *cb->tokens);
     cb->tokens[8] = 54;
-    CHECK(sv_store_match(&st, qless, 5) == NULL);
+    CHECK(sv_store_match(&st, "", qless, 5, &k) == NULL);
     ca->is_busy = 1; /* a conversation a request uses is not matched */
-    CHECK(sv_store_match(&st, qa, 11) == NULL);
+    CHECK(sv_store_match(&st, "", qa, 11, &k) == NULL);
     CHECK_EQ_U64(sv_common_prefix(a, 10, qa, 11), 10);
     CHECK_EQ_U64(sv_common_prefix(a, 10, b, 8), 4);
     CHECK_EQ_U64(sv_common_prefix(a, 0, b, 8), 0);
@@ -119,16 +123,16 @@ static void test_limit_count(void)
     sv_store_init(&st, &cfg, &sp, NULL, NULL, &m);
     const char *ids[] = {"c0", "c1", "c2", "c3", "c4"};
     for (int i = 0; i < 5; i++)
-        CHECK(sv_store_add(&st, ids[i]) != NULL);
-    sv_store_touch(&st, sv_store_find(&st, "c0")); /* c0 now the newest */
-    sv_store_find(&st, "c1")->is_busy = 1;          /* never goes */
+        CHECK(sv_store_add(&st, "", ids[i]) != NULL);
+    sv_store_touch(&st, sv_store_find(&st, "", "c0")); /* c0 now the newest */
+    sv_store_find(&st, "", "c1")->is_busy = 1;          /* never goes */
     sv_store_enforce(&st);
     CHECK_EQ_U64(st.n_convs, 3);
-    CHECK(sv_store_find(&st, "c0") != NULL);
-    CHECK(sv_store_find(&st, "c1") != NULL);
-    CHECK(sv_store_find(&st, "c2") == NULL);
-    CHECK(sv_store_find(&st, "c3") == NULL);
-    CHECK(sv_store_find(&st, "c4") != NULL);
+    CHECK(sv_store_find(&st, "", "c0") != NULL);
+    CHECK(sv_store_find(&st, "", "c1") != NULL);
+    CHECK(sv_store_find(&st, "", "c2") == NULL);
+    CHECK(sv_store_find(&st, "", "c3") == NULL);
+    CHECK(sv_store_find(&st, "", "c4") != NULL);
     CHECK_EQ_U64(m.v.conv_evicted, 2);
     CHECK_EQ_U64(m.v.mem.n_conv_total, 3);
     sv_store_deinit(&st);
@@ -152,8 +156,8 @@ static void test_limit_disk(void)
     char path[4096];
     const char *ids[] = {"d0", "d1", "d2", "d3"};
     for (int i = 0; i < 4; i++) {
-        sv_conv *c = sv_store_add(&st, ids[i]);
-        sv_store_path(&st, ids[i], path, sizeof path);
+        sv_conv *c = sv_store_add(&st, "", ids[i]);
+        sv_store_path(&st, "", ids[i], path, sizeof path);
         FILE *f = fopen(path, "wb");
         CHECK(f != NULL);
         fputs("x", f);
@@ -161,18 +165,18 @@ static void test_limit_disk(void)
         c->has_file = 1;
         c->file_bytes = 100;
     }
-    sv_store_path(&st, "d0", path, sizeof path);
+    sv_store_path(&st, "", "d0", path, sizeof path);
     CHECK(!strcmp(path + strlen(dir), "/d0.rbs"));
     sv_store_enforce(&st); /* 400 bytes > 250: d0 and d1 go */
     CHECK_EQ_U64(st.n_convs, 2);
-    CHECK(sv_store_find(&st, "d0") == NULL && sv_store_find(&st, "d1") == NULL);
+    CHECK(sv_store_find(&st, "", "d0") == NULL && sv_store_find(&st, "", "d1") == NULL);
     CHECK(access(path, F_OK) != 0);
-    sv_store_path(&st, "d2", path, sizeof path);
+    sv_store_path(&st, "", "d2", path, sizeof path);
     CHECK(access(path, F_OK) == 0);
     CHECK_EQ_U64(m.v.mem.disk_bytes, 200);
     CHECK_EQ_U64(m.v.mem.n_conv_stored, 2);
     for (int i = 2; i < 4; i++) {
-        sv_store_path(&st, ids[i], path, sizeof path);
+        sv_store_path(&st, "", ids[i], path, sizeof path);
         unlink(path);
     }
     sv_store_deinit(&st);
@@ -180,8 +184,62 @@ static void test_limit_disk(void)
     rmdir(dir);
 }
 
+/* namespaces: an id or a prefix of another namespace is unknown; the
+ * count limit evicts inside the namespace only; paths apart */
+static void test_namespaces(void)
+{
+    sv_config cfg = base_cfg();
+    cfg.max_conversations = 2;
+    cfg.sessions_dir = "/srv";
+    rb_session_params sp = rb_session_default_params();
+    sv_metrics m;
+    sv_metrics_init(&m);
+    sv_store st;
+    sv_store_init(&st, &cfg, &sp, NULL, NULL, &m);
+    const int32_t secret[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    sv_conv *a = sv_store_add(&st, "alice", "shared-id");
+    a->tokens = malloc(sizeof secret);
+    memcpy(a->tokens, secret, sizeof secret);
+    a->n_tokens = a->cap = 8;
+    size_t k = 99;
+    CHECK(sv_store_find(&st, "alice", "shared-id") == a);
+    CHECK(sv_store_find(&st, "bob", "shared-id") == NULL);
+    CHECK(sv_store_match(&st, "bob", secret, 8, &k) == NULL);
+    CHECK_EQ_U64(k, 0);
+    CHECK(sv_store_match(&st, "alice", secret, 8, &k) == a);
+    char pa[256], pb[256], p0[256];
+    sv_store_path(&st, "alice", "x", pa, sizeof pa);
+    sv_store_path(&st, "bob", "x", pb, sizeof pb);
+    sv_store_path(&st, "", "x", p0, sizeof p0);
+    CHECK(!strcmp(pa, "/srv/alice/x.rbs"));
+    CHECK(!strcmp(pb, "/srv/bob/x.rbs"));
+    CHECK(!strcmp(p0, "/srv/x.rbs"));
+    /* bob fills his quota many times over: alice's conversation stays */
+    for (int i = 0; i < 10; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "b%d", i);
+        CHECK(sv_store_add(&st, "bob", id) != NULL);
+        sv_store_enforce(&st);
+    }
+    CHECK(sv_store_find(&st, "alice", "shared-id") == a);
+    CHECK(sv_store_find(&st, "bob", "b9") != NULL && sv_store_find(&st, "bob", "b8") != NULL);
+    CHECK(sv_store_find(&st, "bob", "b7") == NULL);
+    CHECK_EQ_U64(st.n_convs, 3);
+    sv_counts ca, cb;
+    sv_metrics_get(&m, "alice", &ca);
+    sv_metrics_get(&m, "bob", &cb);
+    CHECK_EQ_U64(ca.conv_evicted, 0);
+    CHECK_EQ_U64(cb.conv_evicted, 8);
+    CHECK_EQ_U64(ca.mem.n_conv_total, 1);
+    CHECK_EQ_U64(cb.mem.n_conv_total, 2);
+    CHECK(sv_ns_is_valid("") && sv_ns_is_valid("uid1000") && !sv_ns_is_valid("a/b"));
+    sv_store_deinit(&st);
+    sv_metrics_deinit(&m);
+}
+
 int main(void)
 {
+    test_namespaces();
     test_ids();
     test_match();
     test_limit_count();

@@ -79,6 +79,11 @@ void rb_attn_scale_f16(rb_f16 *acc, float s, int n)
 void rb_attn_block8_f16(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
                         float kq_scale, rb_f16 *acc, float *m, float *sum)
 {
+#if defined(__x86_64__)
+    if (rb_cpu_tier() == RB_CPU_TIER_AVX512 &&
+        rb_attn_block8_f16_avx512(q, k, v, stride, n, kq_scale, acc, m, sum))
+        return;
+#endif
     RB_ATTN_VEC(RB_ATTN_K(rb_attn_block8_f16)(q, k, v, stride, n, kq_scale, acc, m, sum); return);
     float sc[8];
     rb_attn_dot8_f16(q, k, stride, n, sc);

@@ -370,8 +370,9 @@ RB_API size_t rb_cpu_describe(char *buf, size_t size)
     for (size_t i = 0; i < sizeof types / sizeof types[0] && at < sizeof kern; i++) {
         const char *who = isa->name;
 #ifdef RB_MATMUL_HAVE_X86
+        /* avx512 prefill panels with the vnni tiles for decode: "avx512/vnni" */
         if (tier == RB_CPU_TIER_AVX512 && !rb_matmul_isa_avx512_own.tile[types[i]])
-            who = rb_matmul_isa_vnni.name;
+            who = rb_matmul_isa_avx512_own.gemm[types[i]] ? "avx512/vnni" : rb_matmul_isa_vnni.name;
 #endif
 #ifdef RB_MATMUL_HAVE_ARM64
         /* i8mm has its own Q4_0 / Q8_0 prefill tiles, dotprod's kernels elsewhere */
@@ -390,7 +391,8 @@ RB_API size_t rb_cpu_describe(char *buf, size_t size)
                      ci->brand[0] ? ci->brand : "unknown", feat[0] ? feat : "(none)",
                      rb_cpu_tier_name(tier), rb_cpu_tier_name(ci->best_tier), kern,
 #ifdef RB_MATMUL_HAVE_X86
-                     tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512 ? "avx2" : "ref",
+                     tier == RB_CPU_TIER_AVX512 ? "avx512 (f16 blocks of head dim 64/128/256), avx2"
+                     : tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_VNNI ? "avx2" : "ref",
 #elif defined(RB_MATMUL_HAVE_ARM64)
                      tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_I8MM ? "neon" : "ref",
 #else

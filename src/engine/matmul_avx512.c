@@ -22,6 +22,7 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
+#include <stdalign.h>
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -445,6 +446,437 @@ static void rb_gemm_q8_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     }
 }
 
+/* ---- K-quant prefill panels ------------------------------------------------
+ * Q4_K (llama.cpp's repacked q4_K gemv chains, matmul_avx2.c's rb_tile_q4_K):
+ * one output row per int32 lane, as Q4_0's panel. Per super-block and
+ * 16-row group the repack holds 64 zmm of codes (chunk j, quad q: dword i =
+ * row i's four codes 32j + 4q..+3 as bytes), 8 zmm of the rows' 6-bit
+ * scales (int32), 4 of their mins as int16 pairs (m[2p], m[2p + 1]) and
+ * the rows' d and dmin as floats. Per token: for each chunk, eight vpdpbusd
+ * with the token's four activation codes broadcast give each row's chunk
+ * sum, one vpmulld by the chunk's scale adds it to the row's super-block
+ * integer; four vpdpwssd against the token's sub-block sum pairs (the side
+ * table) give sum(min * bsum). Both are the tile's exact integers, then
+ * the tile's two chains acc = fma(float(isum), dw * da, acc) and
+ * accm = fma(float(imin), dmin * da, accm), y = acc - accm, lane by lane.
+ * Q6_K (ggml_vec_dot_q6_K_q8_K's 8 lanes, matmul_avx2.c's rb_tile_q6_K):
+ * two rows per zmm (row 2p low 256 bits, 2p + 1 high), each half the AVX2
+ * kernel's ymm: per 32-element chunk vpmaddubsw of the unsigned 6-bit codes
+ * (repacked as bytes) with the token's codes broadcast to both halves, and
+ * vpdpwssd with the chunk's two sub-block scales (vpermw from the rows' 16
+ * int16 scales), from the start value -32 * (scale * bsum) of each lane
+ * pair; per super-block fma(dw * da, float(lanes), acc), hsum8 per row at
+ * the end: the AVX2 lanes' integers and floats in their order. */
+
+#define RB_GK_ZMM 78 /* zmm per (super-block, 16-row group) of the Q4_K panel */
+#define RB_GK_TOK 4  /* tokens per Q4_K tile */
+
+static void rb_gemm_side_q4_K(const void *act, size_t arb, int64_t n, int64_t t0, int64_t t1,
+                              float *d, int32_t *corr)
+{
+    const int64_t nb = n / RB_QK_K;
+    for (int64_t t = t0; t < t1; t++) {
+        const rb_block_q8_K *ab = (const rb_block_q8_K *)((const char *)act + t * arb);
+        for (int64_t b = 0; b < nb; b++) {
+            /* the 8 sub-block sums of 32, as int16 pairs (2p, 2p + 1) */
+            const __m128i ps = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab[b].bsums),
+                                              _mm_loadu_si128((const __m128i *)(ab[b].bsums + 8)));
+            _mm_storeu_si128((__m128i *)(corr + (t * nb + b) * 4), ps);
+            d[t * nb + b] = ab[b].d;
+        }
+    }
+}
+
+static void rb_gemm_pack_q4_K(int64_t nb, const char *w, size_t wrb, int n_rows, __m512i *pw)
+{
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)wrb));
+    const __m512i k0f = _mm512_set1_epi8(0x0f);
+    for (int g = 0; g < RB_GEMM_ROWS / 16; g++) {
+        const int left = n_rows - 16 * g;
+        const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        const char *wg = w + (size_t)(16 * g) * wrb;
+        for (int64_t b = 0; b < nb; b++) {
+            __m512i *o = pw + (b * (RB_GEMM_ROWS / 16) + g) * RB_GK_ZMM;
+            const char *bb = wg + b * sizeof(rb_block_q4_K) + offsetof(rb_block_q4_K, qs);
+            for (int k = 0; k < 32; k++) {
+                const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, idx, bb + 4 * k, 1);
+                o[(2 * (k / 8)) * 8 + k % 8] = _mm512_and_si512(v, k0f);
+                o[(2 * (k / 8) + 1) * 8 + k % 8] = _mm512_and_si512(_mm512_srli_epi16(v, 4), k0f);
+            }
+            alignas(64) int32_t sc[8][16], mn[4][16];
+            alignas(64) float dw[16], dwm[16];
+            memset(sc, 0, sizeof sc);
+            memset(mn, 0, sizeof mn);
+            memset(dw, 0, sizeof dw);
+            memset(dwm, 0, sizeof dwm);
+            for (int i = 0; i < 16 && i < left; i++) {
+                const rb_block_q4_K *x = (const rb_block_q4_K *)(wg + (size_t)i * wrb) + b;
+                uint8_t s[8], mm[8];
+                rb_k4_scales_mins(x->scales, s, mm);
+                for (int j = 0; j < 8; j++)
+                    sc[j][i] = s[j];
+                for (int p = 0; p < 4; p++)
+                    mn[p][i] = (int32_t)((uint32_t)mm[2 * p] | ((uint32_t)mm[2 * p + 1] << 16));
+                dw[i] = rb_h2f(x->d);
+                dwm[i] = rb_h2f(x->dmin);
+            }
+            for (int j = 0; j < 8; j++)
+                o[64 + j] = _mm512_load_si512(sc[j]);
+            for (int p = 0; p < 4; p++)
+                o[72 + p] = _mm512_load_si512(mn[p]);
+            o[76] = _mm512_castps_si512(_mm512_load_ps(dw));
+            o[77] = _mm512_castps_si512(_mm512_load_ps(dwm));
+        }
+    }
+}
+
+RB_INLINE void rb_gemm_q4_K_tile(int64_t nb, const __m512i *pw, int g, const char *a, size_t arb,
+                                 const float *sd, const int32_t *sc, float *y, int64_t ys,
+                                 __mmask16 m, const int T)
+{
+    __m512 acc[RB_GK_TOK], accm[RB_GK_TOK];
+    RB_FOR8(t, T) acc[t] = accm[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512i *o = pw + (b * (RB_GEMM_ROWS / 16) + g) * RB_GK_ZMM;
+        const char *ab = a + b * sizeof(rb_block_q8_K) + offsetof(rb_block_q8_K, qs);
+        __m512i is[RB_GK_TOK];
+        RB_FOR8(t, T) is[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i wq[8];
+            RB_FOR8(q, 8) wq[q] = _mm512_load_si512(o + 8 * j + q);
+            const __m512i scj = _mm512_load_si512(o + 64 + j);
+            RB_FOR8(t, T) {
+                const char *aq = ab + t * arb + 32 * j;
+                __m512i s = _mm512_setzero_si512();
+                RB_FOR8(q, 8) {
+                    int32_t a4;
+                    memcpy(&a4, aq + 4 * q, 4);
+                    s = _mm512_dpbusd_epi32(s, wq[q], _mm512_set1_epi32(a4));
+                }
+                is[t] = _mm512_add_epi32(is[t], _mm512_mullo_epi32(s, scj));
+            }
+        }
+        const __m512 dw = _mm512_castsi512_ps(_mm512_load_si512(o + 76));
+        const __m512 dwm = _mm512_castsi512_ps(_mm512_load_si512(o + 77));
+        RB_FOR8(t, T) {
+            const int32_t *c = sc + (t * nb + b) * 4;
+            __m512i im = _mm512_setzero_si512();
+            RB_FOR(p, 4) im = _mm512_dpwssd_epi32(im, _mm512_load_si512(o + 72 + p), _mm512_set1_epi32(c[p]));
+            const __m512 da = _mm512_set1_ps(sd[t * nb + b]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[t]), _mm512_mul_ps(dw, da), acc[t]);
+            accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(dwm, da), accm[t]);
+        }
+    }
+    RB_FOR8(t, T) _mm512_mask_storeu_ps(y + t * ys, m, _mm512_sub_ps(acc[t], accm[t]));
+}
+
+static void rb_gemm_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int64_t n_tok, const float *sd, const int32_t *sc,
+                                float *y, int64_t ys, void *scratch)
+{
+    const int64_t nb = n / RB_QK_K;
+    __m512i *pw = scratch;
+    rb_gemm_pack_q4_K(nb, w, wrb, n_rows, pw);
+    const char *ac = a;
+    for (int g = 0; g < RB_GEMM_ROWS / 16 && 16 * g < n_rows; g++) {
+        const int left = n_rows - 16 * g;
+        const __mmask16 m = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+        float *yg = y + 16 * g;
+        int64_t t = 0;
+        for (; t + RB_GK_TOK <= n_tok; t += RB_GK_TOK)
+            rb_gemm_q4_K_tile(nb, pw, g, ac + t * arb, arb, sd + t * nb, sc + t * nb * 4, yg + t * ys,
+                              ys, m, RB_GK_TOK);
+        switch (n_tok - t) {
+#define RB_GQK(T) rb_gemm_q4_K_tile(nb, pw, g, ac + t * arb, arb, sd + t * nb, sc + t * nb * 4, \
+                                    yg + t * ys, ys, m, T)
+        case 1: RB_GQK(1); break;
+        case 2: RB_GQK(2); break;
+        case 3: RB_GQK(3); break;
+        default: break;
+#undef RB_GQK
+        }
+    }
+}
+
+/* Q6_K panel: per super-block and row pair, 8 zmm of codes (chunk c =
+ * 4h + k: elements 128h + 32k..+31 of row 2p low, of row 2p + 1 high, as
+ * unsigned bytes 0..63), one of the rows' 16 scales as int16 (row 2p low),
+ * one of their d (8 x each) */
+#define RB_G6_ZMM 10
+#define RB_G6_PAIRS 2
+#define RB_G6_TOK 4
+
+static void rb_gemm_side_q6_K(const void *act, size_t arb, int64_t n, int64_t t0, int64_t t1,
+                              float *d, int32_t *corr)
+{
+    (void)corr;
+    const int64_t nb = n / RB_QK_K;
+    for (int64_t t = t0; t < t1; t++) {
+        const rb_block_q8_K *ab = (const rb_block_q8_K *)((const char *)act + t * arb);
+        for (int64_t b = 0; b < nb; b++)
+            d[t * nb + b] = ab[b].d;
+    }
+}
+
+/* the 8 chunks of a Q6_K block's codes as bytes 0..63 (NULL: zeros) */
+RB_INLINE void rb_q6_K_codes(const rb_block_q6_K *x, __m256i q[8])
+{
+    if (!x) {
+        RB_FOR8(c, 8) q[c] = _mm256_setzero_si256();
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x30);
+    RB_FOR8(h, 2) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m3));
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m3));
+        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m3));
+        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3));
+    }
+}
+
+static void rb_gemm_pack_q6_K(int64_t nb, const char *w, size_t wrb, int n_rows, __m512i *pw)
+{
+    for (int p = 0; p < RB_GEMM_ROWS / 2; p++) {
+        const int r0 = 2 * p;
+        const rb_block_q6_K *x0 = r0 < n_rows ? (const rb_block_q6_K *)(w + r0 * wrb) : NULL;
+        const rb_block_q6_K *x1 = r0 + 1 < n_rows ? (const rb_block_q6_K *)(w + (r0 + 1) * wrb) : NULL;
+        for (int64_t b = 0; b < nb; b++) {
+            __m512i *o = pw + (b * (RB_GEMM_ROWS / 2) + p) * RB_G6_ZMM;
+            __m256i q0[8], q1[8];
+            rb_q6_K_codes(x0 ? x0 + b : NULL, q0);
+            rb_q6_K_codes(x1 ? x1 + b : NULL, q1);
+            RB_FOR8(c, 8) o[c] = _mm512_inserti64x4(_mm512_castsi256_si512(q0[c]), q1[c], 1);
+            const __m256i s0 = x0 ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x0[b].scales))
+                                  : _mm256_setzero_si256();
+            const __m256i s1 = x1 ? _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x1[b].scales))
+                                  : _mm256_setzero_si256();
+            o[8] = _mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1);
+            const float d0 = x0 ? rb_h2f(x0[b].d) : 0.0f, d1 = x1 ? rb_h2f(x1[b].d) : 0.0f;
+            o[9] = _mm512_castps_si512(
+                _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1));
+        }
+    }
+}
+
+RB_INLINE void rb_gemm_q6_K_tile(int64_t nb, const __m512i *pw, int p0, const char *a, size_t arb,
+                                 const float *sd, float *y, int64_t ys, int n_rows, const int T)
+{
+    enum { P = RB_G6_PAIRS };
+    __m512 acc[P][RB_G6_TOK];
+    RB_FOR8(p, P) RB_FOR8(t, T) acc[p][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        RB_FOR8(p, P) {
+            const __m512i *o = pw + (b * (RB_GEMM_ROWS / 2) + p0 + p) * RB_G6_ZMM;
+            const __m512i sc16 = _mm512_load_si512(o + 8);
+            __m512i sumi[RB_G6_TOK];
+            RB_FOR8(t, T) {
+                const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+                const __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)ab->bsums));
+                sumi[t] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                           _mm512_slli_epi32(_mm512_madd_epi16(bs, sc16), 5));
+            }
+            RB_FOR8(c, 8) {
+                /* words 0..7 of each row: scale 8h + 2k, 8..15: 8h + 2k + 1 */
+                const int s = 8 * (c / 4) + 2 * (c % 4);
+                const __m512i sel = _mm512_set_epi16(
+                    16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1,
+                    16 + s, 16 + s, 16 + s, 16 + s, 16 + s, 16 + s, 16 + s, 16 + s,
+                    s + 1, s + 1, s + 1, s + 1, s + 1, s + 1, s + 1, s + 1, s, s, s, s, s, s, s, s);
+                const __m512i scv = _mm512_permutexvar_epi16(sel, sc16);
+                const __m512i wv = _mm512_load_si512(o + c);
+                RB_FOR8(t, T) {
+                    const int8_t *aq = ((const rb_block_q8_K *)(a + t * arb) + b)->qs + 32 * c;
+                    const __m512i av = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)aq));
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(wv, av), scv);
+                }
+            }
+            const __m512 dw = _mm512_castsi512_ps(_mm512_load_si512(o + 9));
+            RB_FOR8(t, T)
+                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(sd[t * nb + b])),
+                                            _mm512_cvtepi32_ps(sumi[t]), acc[p][t]);
+        }
+    }
+    RB_FOR8(p, P) RB_FOR8(t, T) {
+        const int r = 2 * (p0 + p);
+        if (r < n_rows)
+            y[t * ys + r] = rb_hsum8(_mm512_castps512_ps256(acc[p][t]));
+        if (r + 1 < n_rows)
+            y[t * ys + r + 1] = rb_hsum8(_mm512_extractf32x8_ps(acc[p][t], 1));
+    }
+}
+
+static void rb_gemm_q6_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int64_t n_tok, const float *sd, const int32_t *sc,
+                                float *y, int64_t ys, void *scratch)
+{
+    (void)sc;
+    const int64_t nb = n / RB_QK_K;
+    __m512i *pw = scratch;
+    rb_gemm_pack_q6_K(nb, w, wrb, n_rows, pw);
+    const char *ac = a;
+    for (int pp = 0; pp < RB_GEMM_ROWS / 2 && 2 * pp < n_rows; pp += RB_G6_PAIRS) {
+        int64_t t = 0;
+        for (; t + RB_G6_TOK <= n_tok; t += RB_G6_TOK)
+            rb_gemm_q6_K_tile(nb, pw, pp, ac + t * arb, arb, sd + t * nb, y + t * ys, ys, n_rows,
+                              RB_G6_TOK);
+        switch (n_tok - t) {
+#define RB_GQ6(T) rb_gemm_q6_K_tile(nb, pw, pp, ac + t * arb, arb, sd + t * nb, y + t * ys, ys, \
+                                    n_rows, T)
+        case 1: RB_GQ6(1); break;
+        case 2: RB_GQ6(2); break;
+        case 3: RB_GQ6(3); break;
+        default: break;
+#undef RB_GQ6
+        }
+    }
+}
+
+/* Q5_K panel (ggml_vec_dot_q5_K_q8_K's order, matmul_avx2.c's rb_tile_q5_K):
+ * Q6_K's two rows per zmm with the 5-bit codes as bytes and one scale per
+ * 32-element chunk; per super-block and row pair 8 zmm of codes, one of the
+ * rows' scales and mins as int16 (row 2p: words 0..7 scales, 8..15 mins;
+ * row 2p + 1 the same in the high half), one of their d and one of their
+ * dmin (8 x each). The mins: vpmaddwd of that zmm with the token's 8
+ * sub-block sums in words 8..15 of each half, the four dwords of the upper
+ * 128 bits of each half summed in place (exact), then the tile's scalar
+ * chain summs = fma(-da * dmin, float(imin), summs), one lane per row;
+ * y = hsum8(acc) + summs. */
+#define RB_G5_ZMM 11
+
+static void rb_gemm_pack_q5_K(int64_t nb, const char *w, size_t wrb, int n_rows, __m512i *pw)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    for (int p = 0; p < RB_GEMM_ROWS / 2; p++) {
+        const rb_block_q5_K *xr[2];
+        for (int h = 0; h < 2; h++)
+            xr[h] = 2 * p + h < n_rows ? (const rb_block_q5_K *)(w + (size_t)(2 * p + h) * wrb) : NULL;
+        for (int64_t b = 0; b < nb; b++) {
+            __m512i *o = pw + (b * (RB_GEMM_ROWS / 2) + p) * RB_G5_ZMM;
+            __m256i q[2][8], sm[2];
+            float d[2], dm[2];
+            for (int h = 0; h < 2; h++) {
+                const rb_block_q5_K *x = xr[h] ? xr[h] + b : NULL;
+                if (!x) {
+                    for (int c = 0; c < 8; c++)
+                        q[h][c] = _mm256_setzero_si256();
+                    sm[h] = _mm256_setzero_si256();
+                    d[h] = dm[h] = 0.0f;
+                    continue;
+                }
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)x->qh);
+                for (int g = 0; g < 4; g++) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * g));
+                    const int j0 = 2 * g, j1 = 2 * g + 1;
+                    const __m256i h0 = _mm256_and_si256(_mm256_srlv_epi16(hb, _mm256_set1_epi16((short)j0)), _mm256_set1_epi8(1));
+                    const __m256i h1 = _mm256_and_si256(_mm256_srlv_epi16(hb, _mm256_set1_epi16((short)j1)), _mm256_set1_epi8(1));
+                    q[h][j0] = _mm256_or_si256(_mm256_and_si256(raw, m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(h0, 4), m16));
+                    q[h][j1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                               _mm256_and_si256(_mm256_slli_epi16(h1, 4), m16));
+                }
+                uint8_t s8[8], m8[8];
+                rb_k4_scales_mins(x->scales, s8, m8);
+                sm[h] = _mm256_setr_epi16(s8[0], s8[1], s8[2], s8[3], s8[4], s8[5], s8[6], s8[7],
+                                          m8[0], m8[1], m8[2], m8[3], m8[4], m8[5], m8[6], m8[7]);
+                d[h] = rb_h2f(x->d);
+                dm[h] = rb_h2f(x->dmin);
+            }
+            for (int c = 0; c < 8; c++)
+                o[c] = _mm512_inserti64x4(_mm512_castsi256_si512(q[0][c]), q[1][c], 1);
+            o[8] = _mm512_inserti64x4(_mm512_castsi256_si512(sm[0]), sm[1], 1);
+            o[9] = _mm512_castps_si512(
+                _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d[0])), _mm256_set1_ps(d[1]), 1));
+            o[10] = _mm512_castps_si512(
+                _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(dm[0])), _mm256_set1_ps(dm[1]), 1));
+        }
+    }
+}
+
+RB_INLINE void rb_gemm_q5_K_tile(int64_t nb, const __m512i *pw, int p0, const char *a, size_t arb,
+                                 const float *sd, float *y, int64_t ys, int n_rows, const int T)
+{
+    enum { P = RB_G6_PAIRS };
+    __m512 acc[P][RB_G6_TOK], summs[P][RB_G6_TOK];
+    RB_FOR8(p, P) RB_FOR8(t, T) acc[p][t] = summs[p][t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i pz[RB_G6_TOK];
+        RB_FOR8(t, T) {
+            const rb_block_q8_K *ab = (const rb_block_q8_K *)(a + t * arb) + b;
+            const __m128i ps = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                              _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+            pz[t] = _mm512_broadcast_i64x4(_mm256_inserti128_si256(_mm256_setzero_si256(), ps, 1));
+        }
+        RB_FOR8(p, P) {
+            const __m512i *o = pw + (b * (RB_GEMM_ROWS / 2) + p0 + p) * RB_G5_ZMM;
+            const __m512i scm = _mm512_load_si512(o + 8);
+            __m512i sumi[RB_G6_TOK];
+            RB_FOR8(t, T) sumi[t] = _mm512_setzero_si512();
+            RB_FOR8(c, 8) {
+                const __m512i scv = _mm512_permutexvar_epi16(
+                    _mm512_inserti64x4(_mm512_set1_epi16((short)c), _mm256_set1_epi16((short)(16 + c)), 1), scm);
+                const __m512i wv = _mm512_load_si512(o + c);
+                RB_FOR8(t, T) {
+                    const int8_t *aq = ((const rb_block_q8_K *)(a + t * arb) + b)->qs + 32 * c;
+                    const __m512i av = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)aq));
+                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(wv, av), scv);
+                }
+            }
+            const __m512 dw = _mm512_castsi512_ps(_mm512_load_si512(o + 9));
+            const __m512 dwm = _mm512_castsi512_ps(_mm512_load_si512(o + 10));
+            RB_FOR8(t, T) {
+                const float da = sd[t * nb + b];
+                __m512i im = _mm512_madd_epi16(scm, pz[t]);
+                im = _mm512_add_epi32(im, _mm512_shuffle_epi32(im, _MM_PERM_CDAB));
+                im = _mm512_add_epi32(im, _mm512_shuffle_epi32(im, _MM_PERM_BADC));
+                summs[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-da), dwm), _mm512_cvtepi32_ps(im),
+                                              summs[p][t]);
+                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(da)), _mm512_cvtepi32_ps(sumi[t]),
+                                            acc[p][t]);
+            }
+        }
+    }
+    RB_FOR8(p, P) RB_FOR8(t, T) {
+        const int r = 2 * (p0 + p);
+        float sv[16];
+        _mm512_storeu_ps(sv, summs[p][t]);
+        if (r < n_rows)
+            y[t * ys + r] = rb_hsum8(_mm512_castps512_ps256(acc[p][t])) + sv[4];
+        if (r + 1 < n_rows)
+            y[t * ys + r + 1] = rb_hsum8(_mm512_extractf32x8_ps(acc[p][t], 1)) + sv[12];
+    }
+}
+
+static void rb_gemm_q5_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int64_t n_tok, const float *sd, const int32_t *sc,
+                                float *y, int64_t ys, void *scratch)
+{
+    (void)sc;
+    const int64_t nb = n / RB_QK_K;
+    __m512i *pw = scratch;
+    rb_gemm_pack_q5_K(nb, w, wrb, n_rows, pw);
+    const char *ac = a;
+    for (int pp = 0; pp < RB_GEMM_ROWS / 2 && 2 * pp < n_rows; pp += RB_G6_PAIRS) {
+        int64_t t = 0;
+        for (; t + RB_G6_TOK <= n_tok; t += RB_G6_TOK)
+            rb_gemm_q5_K_tile(nb, pw, pp, ac + t * arb, arb, sd + t * nb, y + t * ys, ys, n_rows,
+                              RB_G6_TOK);
+        switch (n_tok - t) {
+#define RB_GQ5(T) rb_gemm_q5_K_tile(nb, pw, pp, ac + t * arb, arb, sd + t * nb, y + t * ys, ys, \
+                                    n_rows, T)
+        case 1: RB_GQ5(1); break;
+        case 2: RB_GQ5(2); break;
+        case 3: RB_GQ5(3); break;
+        default: break;
+#undef RB_GQ5
+        }
+    }
+}
+
 /* ---- decode and steps of several sequences: Q4_0, 16 rows x T tokens -----------
  * Four rows per zmm (one 128-bit lane each: a block's 16 bytes of codes),
  * their low and high nibbles against the block's activation codes 0..15 and
@@ -661,14 +1093,23 @@ const rb_matmul_isa rb_matmul_isa_avx512_own = {
     .gemm = {
         [RB_TYPE_Q4_0] = rb_gemm_q4_0_avx512,
         [RB_TYPE_Q8_0] = rb_gemm_q8_0_avx512,
+        [RB_TYPE_Q4_K] = rb_gemm_q4_K_avx512,
+        [RB_TYPE_Q6_K] = rb_gemm_q6_K_avx512,
+        [RB_TYPE_Q5_K] = rb_gemm_q5_K_avx512,
     },
     .gemm_side = {
         [RB_TYPE_Q4_0] = rb_gemm_side_q4_0,
         [RB_TYPE_Q8_0] = rb_gemm_side_q8_0,
+        [RB_TYPE_Q4_K] = rb_gemm_side_q4_K,
+        [RB_TYPE_Q6_K] = rb_gemm_side_q6_K,
+        [RB_TYPE_Q5_K] = rb_gemm_side_q6_K,
     },
     .gemm_corr_lanes = {
         [RB_TYPE_Q4_0] = 1,
         [RB_TYPE_Q8_0] = 8,
+        [RB_TYPE_Q4_K] = 4,
+        [RB_TYPE_Q6_K] = 0,
+        [RB_TYPE_Q5_K] = 0,
     },
 };
 

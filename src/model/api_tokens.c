@@ -21,6 +21,10 @@ struct rb_detokenizer {
     rb_error err;   /* the last failed call's */
 };
 
+/* Several threads may tokenize with one model at once (rebound.h): the
+ * tokenizer is read-only once built (rb_model_tokenizer builds it under
+ * the model's lock), encoding allocates its own scratch, and a failure's
+ * message is written into the model's under that lock. */
 rb_status rb_model_tokenize(rb_model *model, const char *text, size_t len, int add_special,
                             int parse_special, int32_t *tokens, size_t n_max, size_t *n_out)
 {
@@ -28,8 +32,11 @@ rb_status rb_model_tokenize(rb_model *model, const char *text, size_t len, int a
     rb_status st = rb_model_tokenizer(model, &t);
     if (st != RB_OK)
         return st;
-    return rb_tokenizer_encode(t, text, len, add_special, parse_special, tokens, n_max, n_out,
-                               rb_model_error(model));
+    rb_error e = {0};
+    st = rb_tokenizer_encode(t, text, len, add_special, parse_special, tokens, n_max, n_out, &e);
+    if (st != RB_OK)
+        rb_model_set_error(model, &e);
+    return st;
 }
 
 int32_t rb_model_token_bos(rb_model *model)

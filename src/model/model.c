@@ -759,6 +759,13 @@ rb_status rb_model_tokenizer(rb_model *m, const rb_tokenizer **out)
 
 rb_error *rb_model_error(rb_model *m) { return &m->err; }
 
+void rb_model_set_error(rb_model *m, const rb_error *e)
+{
+    pthread_mutex_lock(&m->mu);
+    m->err = *e;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void rb_model_set_observer(rb_model *m, const rb_model_observer *obs)
 {
     static const rb_model_observer none = {0};

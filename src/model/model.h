@@ -172,6 +172,9 @@ const rb_model_observer *rb_model_get_observer(const rb_model *model);
 
 /* The model's message slot, for modules that report through it. */
 rb_error *rb_model_error(rb_model *model);
+/* Copies e into the model's message under its lock: for the calls that
+ * may run on several threads at once (rb_model_tokenize). */
+void rb_model_set_error(rb_model *model, const rb_error *e);
 
 /* Internal access for modules that hold an rb_model. */
 const rb_gguf *rb_model_gguf(const rb_model *model);

@@ -205,6 +205,16 @@ for t in '1 \| pp8' '1 \| pp16' '1 \| tg2' '1 \| tg3' '2 \| pp8' '2 \| pp16' '2 
     expect_line b1.out "\| $t \|"
 done
 expect_line b1.err '^rebound bench: note: -ngl 99 is ignored'
+check "bench: -d (depth) and -pg, as llama-bench names them"
+run_ok bd "$REBOUND" bench -m tiny.gguf -p 8 -n 2 -pg 4,2 -d 0,16 -r 1 -t 1 -o md
+[ "$(grep -c '^| tiny.gguf |' bd.out)" -eq 6 ] || fail "bench -d -pg: $(grep -c '^| tiny' bd.out) rows, expected 6"
+for t in 'pp8' 'pp8 @ d16' 'tg2' 'tg2 @ d16' 'pp4\+tg2' 'pp4\+tg2 @ d16'; do
+    expect_line bd.out "\| 1 \| $t \|"
+done
+expect_line bd.err '^result bench=pp4\+tg2 depth=16 .*tok_s_median='
+run_ok bj "$REBOUND" bench -m tiny.gguf -p 8 -n 0 -d 16 -r 1 -o csv
+expect_line bj.out '^"[^"]*","tiny.gguf","llama","[0-9]+","[0-9]+","[0-9]+","[0-9]+","[0-9]+","f16","f16","0","8","0","16",'
+run_fails bp 2 "-pg takes two positive counts, P,G" "$REBOUND" bench -m tiny.gguf -pg 512
 run_ok b2 "$REBOUND" bench -m tiny.gguf -p 8 -n 2 -r 2 -o csv
 [ "$(head -1 b2.out)" = "cpu_info,model_filename,model_type,model_size,model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,n_gpu_layers,n_prompt,n_gen,n_depth,test_time,avg_ns,stddev_ns,avg_ts,stddev_ts" ] && ok ||
     fail "csv header: $(head -1 b2.out)"

@@ -94,11 +94,11 @@ REPLY1=$(jget c1.json 'd["choices"][0]["message"]["content"]')
 [ -n "$REPLY1" ] && ok || fail "empty reply"
 [ -f "convs/$CONV1.rbs" ] && ok || fail "no session file convs/$CONV1.rbs"
 
-check "the same request again: the conversation's prefix is reused, the greedy reply is the same"
+check "the same request again: a new chat forked from the stored one (its KV reused up to the prompt), the greedy reply the same"
 echo "$HELLO" | post /v1/chat/completions c2.json >/dev/null
 [ "$(jget c2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = $((P1 - 1)) ] && ok || fail "cached tokens of a repeated prompt"
 [ "$(jget c2.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] && ok || fail "the repeated greedy reply differs"
-[ "$(jget c2.json 'd["conversation_id"]')" = "$CONV1" ] && ok || fail "another conversation was used"
+[ "$(jget c2.json 'd["conversation_id"]')" != "$CONV1" ] && ok || fail "a second chat joined the first one's conversation"
 
 check "streaming (SSE): the chunks' text equals the whole reply; usage chunk; [DONE]"
 echo '{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' \
@@ -161,7 +161,6 @@ bad 400 invalid_request '{"messages": [{"role": "robot", "content": "Hi"}]}'
 bad 400 invalid_request '{"messages": [{"role": "user", "content": 7}]}'
 bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": "8"}'
 bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1.5}'
-bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1000000000000}'
 bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 0}'
 bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "temperature": "hot"}'
 bad 400 invalid_request '{"messages": [{"role": "user", "content": "Hi"}], "temperature": 1e309}'
@@ -174,6 +173,12 @@ bad 400 invalid_request "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\
 bad 400 invalid_request "$(printf '%.0s[' $(seq 1 5000))"
 bad 400 invalid_request "$(printf '{"messages": [{"role": "user", "content": "\xff\xfe"}]}')"
 [ "$(ls convs | grep -c -v '\.rbs$' || true)" = 0 ] && ok || { ls -la convs; fail "a file other than a session file in convs"; }
+# max_tokens far above the context: clamped to the room left, finish_reason "length"
+echo '{"prompt": "Hi", "max_tokens": 1000000000000}' | post /v1/completions huge.json > huge.code
+[ "$(cat huge.code)" = 200 ] && ok || { cat huge.json; fail "max_tokens over the context: status $(cat huge.code)"; }
+case $(jget huge.json 'd["choices"][0]["finish_reason"]') in length|stop) ok ;; *) fail "max_tokens over the context: finish_reason" ;; esac
+# (the last token is sampled from the full context's logits, never fed: 256 + 1)
+[ "$(jget huge.json 'd["usage"]["total_tokens"] <= 257')" = True ] && ok || fail "max_tokens over the context: more tokens than the context"
 # a prompt longer than the context (256)
 python3 -c 'import json; print(json.dumps({"prompt": "word " * 2000, "max_tokens": 4}))' | post /v1/completions long.json > long.code
 expect_error 400 invalid_request long.json "$(cat long.code)"
@@ -211,11 +216,17 @@ expect_line s1.log 'SIGTERM: stopping'
 check "restart: the conversations are resumed from their files (prefix and id)"
 start_server s2.log -m qwen.gguf -t 2 --sessions convs
 expect_line s2.log '[0-9]+ conversations resumable from convs'
+# turn 2 again, by prefix: a fork of the stored conversation, its KV read from its file
 post /v1/chat/completions r2.json < turn2.json >/dev/null
-[ "$(jget r2.json 'd["conversation_id"]')" = "$CONV1" ] && ok || fail "after a restart turn 2 went to another conversation"
+[ "$(jget r2.json 'd["conversation_id"]')" != "$CONV1" ] && ok || fail "after a restart turn 2 sent again rewound the stored conversation"
 [ "$(jget r2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$P1" ] && ok || fail "after a restart nothing was reused"
 [ "$(jget r2.json 'd["choices"][0]["message"]["content"]')" = "$(jget t2.json 'd["choices"][0]["message"]["content"]')" ] \
     && ok || fail "turn 2 after a restart differs from turn 2 before"
+# and by id: the conversation itself, resumed from its file
+python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["conversation_id"] = sys.argv[2]; print(json.dumps(d))' turn2.json "$CONV1" \
+    | post /v1/chat/completions r3.json >/dev/null
+[ "$(jget r3.json 'd["conversation_id"]')" = "$CONV1" ] && ok || fail "after a restart the conversation named by its id was not used"
+[ "$(jget r3.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$P1" ] && ok || fail "after a restart nothing of $CONV1 was reused"
 curl -s "$URL/metrics" > metrics2.txt
 expect_line metrics2.txt '^rebound_conversation_restores_total\{path="file"\} [1-9]'
 stop_server
@@ -234,6 +245,20 @@ expect_error 401 authentication k2.json "$got"
 got=$(echo "$HELLO" | "${U[@]}" -o k3.json -w '%{http_code}' -H 'Authorization: Bearer sekrit' --data-binary @- http://localhost/v1/chat/completions)
 [ "$got" = 200 ] && ok || { cat k3.json; fail "the right key: status $got"; }
 [ "$(jget k3.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] && ok || fail "reply over the unix socket differs"
+# the utilities are behind the key as any request
+for ep in /tokenize /detokenize /apply-template /v1/embeddings; do
+    case $ep in
+        /tokenize) body='{"content": "hello"}' ;;
+        /detokenize) body='{"tokens": [1, 2]}' ;;
+        /apply-template) body='{"messages": [{"role": "user", "content": "hi"}]}' ;;
+        *) body='{"input": "hello"}' ;;
+    esac
+    got=$(echo "$body" | "${U[@]}" -o ku.json -w '%{http_code}' --data-binary @- "http://localhost$ep")
+    expect_error 401 authentication ku.json "$got"
+    got=$(echo "$body" | "${U[@]}" -o ku.json -w '%{http_code}' -H 'Authorization: Bearer sekrit' --data-binary @- "http://localhost$ep")
+    [ "$got" = 200 ] && ok || { cat ku.json; fail "$ep with the right key: status $got"; }
+done
+[ "$(jget ku.json 'len(d["data"][0]["embedding"]) > 0')" = True ] && ok || fail "no embedding with the key"
 stop_server
 [ ! -e "$SCRATCH/s.sock" ] && ok || fail "the socket file was left behind"
 

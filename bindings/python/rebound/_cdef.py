@@ -239,6 +239,8 @@ typedef struct rb_session_stats {
     const char *file_recovery;
     uint64_t file_lost_tokens;
     uint64_t budget_over_bytes;
+    uint64_t trim_failures;
+    rb_status trim_status;
 } rb_session_stats;
 rb_status rb_session_get_stats_sized(const rb_session *session, rb_session_stats *out, size_t out_size);
 
@@ -287,6 +289,10 @@ typedef struct rb_sampler_params {
     float repeat_penalty;
     int32_t repeat_last_n;
     uint64_t seed;
+    float presence_penalty;
+    float frequency_penalty;
+    int32_t is_logprobs;
+    int32_t n_top_logprobs;
 } rb_sampler_params;
 rb_sampler_params rb_sampler_default_params(void);
 typedef struct rb_sampler_state {

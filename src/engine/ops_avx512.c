@@ -1,0 +1,101 @@
+/*
+ * ops_avx512.c - attention.c's f16 block of 8 positions in 512-bit
+ * registers (this file alone of the ops is compiled with the AVX-512
+ * flags; attention.c runs it on the avx512 tier for head dims 64, 128 and
+ * 256, the AVX2 form elsewhere).
+ *
+ * The same bits as rb_attn_block8_f16_avx2, operation for operation:
+ *   q.k   ggml_vec_dot_f16's four 8-lane accumulators of a 32-element step
+ *         are two zmm here (elements 0..15 of the step: accumulators 0 and
+ *         1; 16..31: 2 and 3), each lane the same fma chain; the reduction
+ *         (a0 + a2) + (a1 + a3), halves, two hadds, is fp_dot.h's.
+ *   V     the f16 accumulator, acc = f16(fma(v, w, acc)) per element, is
+ *         held in registers as floats that are f16 values (rounded with
+ *         vcvtps2ph and widened back after every step: exact), so it is
+ *         loaded and stored once per block of 8 positions, not per position.
+ *   softmax  the scalar online step of attention.c, expf from libm.
+ * The query is widened once per call, not once per position.
+ */
+#include "ops_kernels.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__) && \
+    defined(__F16C__)
+#include <immintrin.h>
+#include <math.h>
+
+#define RB_INLINE static inline __attribute__((always_inline))
+
+/* an f16 rounding of 16 floats, widened back (exact) */
+RB_INLINE __m512 rb_round_f16(__m512 x)
+{
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+RB_INLINE __m512 rb_load16_f16(const rb_f16 *p)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+RB_INLINE void rb_block8(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
+                         float kq_scale, rb_f16 *acc, float *m, float *sum, const int N)
+{
+    __m512 qv[16], a[16];
+    _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++) {
+        qv[c] = rb_load16_f16(q + 16 * c);
+        a[c] = rb_load16_f16(acc + 16 * c);
+    }
+    float sc[8];
+    _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
+        const rb_f16 *kr = k + l * stride;
+        __m512 s01 = _mm512_setzero_ps(), s23 = _mm512_setzero_ps();
+        _Pragma("GCC unroll 8") for (int i = 0; i < N; i += 32) {
+            s01 = _mm512_fmadd_ps(rb_load16_f16(kr + i), qv[i / 16], s01);
+            s23 = _mm512_fmadd_ps(rb_load16_f16(kr + i + 16), qv[i / 16 + 1], s23);
+        }
+        const __m512 s = _mm512_add_ps(s01, s23); /* a0 + a2 | a1 + a3 */
+        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+        __m128 t = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        t = _mm_hadd_ps(t, t);
+        sc[l] = _mm_cvtss_f32(_mm_hadd_ps(t, t));
+    }
+    float mm = *m, ss = *sum;
+    _Pragma("GCC unroll 1") for (int l = 0; l < 8; l++) {
+        const float s = sc[l] * kq_scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > mm) {
+            const float m_old = mm;
+            mm = s;
+            ms = expf(m_old - mm);
+            const __m512 msv = _mm512_set1_ps(ms);
+            _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+                a[c] = rb_round_f16(_mm512_mul_ps(a[c], msv));
+        } else {
+            vs = expf(s - mm);
+        }
+        const __m512 vsv = _mm512_set1_ps(vs);
+        const rb_f16 *vr = v + l * stride;
+        _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+            a[c] = rb_round_f16(_mm512_fmadd_ps(rb_load16_f16(vr + 16 * c), vsv, a[c]));
+        ss = fmaf(ss, ms, vs);
+    }
+    _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+        _mm256_storeu_si256((__m256i *)(acc + 16 * c),
+                            _mm512_cvtps_ph(a[c], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    *m = mm;
+    *sum = ss;
+}
+
+int rb_attn_block8_f16_avx512(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
+                              int n, float kq_scale, rb_f16 *acc, float *m, float *sum)
+{
+    switch (n) {
+    case 64: rb_block8(q, k, v, stride, kq_scale, acc, m, sum, 64); return 1;
+    case 128: rb_block8(q, k, v, stride, kq_scale, acc, m, sum, 128); return 1;
+    case 256: rb_block8(q, k, v, stride, kq_scale, acc, m, sum, 256); return 1;
+    default: return 0;
+    }
+}
+
+#else
+typedef int rb_ops_avx512_unused; /* ISO C: a translation unit is not empty */
+#endif
