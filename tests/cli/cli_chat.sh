@@ -26,6 +26,7 @@ chat_ok() {
         echo "--- stderr" >&2; cat "$p.err" >&2
         fail "exit status $rc, expected 0"
     fi
+    ok # the command succeeded: a check, as lib.sh's run_ok
 }
 
 # turn_out FILE N: the reply token count of turn N in a --verbose stderr.
@@ -137,7 +138,7 @@ chat_ok rs1 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -t 2 \
     -sys "You are a helpful assistant who answers briefly." --session rs.rbs
 chat_ok rs2 $'/stats\n/reset\n/stats\n' "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -t 2 --session rs.rbs
 sys=$(sed -n 's/^context: .*(system \([0-9]*\),.*/\1/p' rs2.err | head -n 1)
-[ "${sys:-0}" -gt 5 ] || { cat rs2.err >&2; fail "the resumed chat has no stored system prompt ($sys tokens)"; }
+[ "${sys:-0}" -gt 5 ] && ok || { cat rs2.err >&2; fail "the resumed chat has no stored system prompt ($sys tokens)"; }
 expect_line rs2.err "^conversation reset \(context $sys tokens\)"
 expect_line rs2.err "^context: $sys of [0-9]+ tokens \(system $sys, turns kept 0\)"
 chat_ok rs3 $'/stats\n' "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -t 2 --session rs.rbs \
@@ -146,7 +147,7 @@ grep -q 'differs from the system prompt' rs3.err && fail "the same -sys on resum
 chat_ok rs4 $'/reset\n/stats\n' "$REBOUND" chat -m tiny.gguf -n 4 --temp 0 -t 2 --session rs.rbs -sys "Other."
 expect_line rs4.err "note: -sys differs from the system prompt stored in rs.rbs \($sys tokens\)"
 sys4=$(sed -n 's/^context: .*(system \([0-9]*\),.*/\1/p' rs4.err)
-[ "$sys4" -lt "$sys" ] || fail "/reset after a new -sys kept the stored system prompt ($sys4 tokens)"
+[ "$sys4" -lt "$sys" ] && ok || fail "/reset after a new -sys kept the stored system prompt ($sys4 tokens)"
 
 check "-r stops a reply at its text; --ignore-eos goes on past the end of text"
 chat_ok rp0 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 30 --temp 0 -t 2 -v
@@ -154,8 +155,8 @@ word=$(head -n 1 rp0.out | cut -c 3-4)
 chat_ok rp1 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 30 --temp 0 -t 2 -v -r "$word"
 expect_line rp1.err 'out \(reverse prompt\)'
 r1=$(head -n 1 rp1.out)
-[[ "$r1" == *"$word" ]] || fail "the reply '$r1' does not end at -r '$word'"
-[ "${#r1}" -lt "$(head -n 1 rp0.out | wc -c)" ] || fail "-r did not shorten the reply"
+[[ "$r1" == *"$word" ]] && ok || fail "the reply '$r1' does not end at -r '$word'"
+[ "${#r1}" -lt "$(head -n 1 rp0.out | wc -c)" ] && ok || fail "-r did not shorten the reply"
 chat_ok ie1 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 200 --temp 1.5 -s 5 -t 2 -v
 chat_ok ie2 $'Hello\n' "$REBOUND" chat -m tiny.gguf -n 200 --temp 1.5 -s 5 -t 2 -v --ignore-eos
 grep -q " out (end)" ie1.err || fail "seed 5 no longer ends the reply early: pick another for this check"
@@ -207,9 +208,9 @@ printf '/stats\n' >&3
 exec 3>&-
 wait_rc
 rc=$RC
-[ "$rc" = 0 ] || { cat si.err >&2; fail "exit status $rc after Ctrl-C and end of input, expected 0"; }
+[ "$rc" = 0 ] && ok || { cat si.err >&2; fail "exit status $rc after Ctrl-C and end of input, expected 0"; }
 n=$(sed -n 's/^rebound chat: turn 1: [0-9]* tokens in, \([0-9]*\) out (interrupted).*/\1/p' si.err)
-[ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 4000 ] || { cat si.err >&2; fail "turn 1 was not interrupted mid-reply"; }
+[ -n "$n" ] && [ "$n" -gt 0 ] && [ "$n" -lt 4000 ] && ok || { cat si.err >&2; fail "turn 1 was not interrupted mid-reply"; }
 expect_line si.err '^context: [0-9]+ of 4096 tokens \(system 1, turns kept 1\)'
 chat_ok si2 $'/stats\n' "$REBOUND" chat -m slow.gguf -c 4096 -t 1 --session si.rbs
 expect_line si2.err 'resumed si.rbs: [0-9]+ tokens, 1 turns'
@@ -235,7 +236,7 @@ kill -INT "$CHAT_PID"
 wait_rc
 rc=$RC
 exec 3>&-
-[ "$rc" = 0 ] || { cat sp.err >&2; fail "Ctrl-C at the prompt: exit status $rc, expected 0"; }
+[ "$rc" = 0 ] && ok || { cat sp.err >&2; fail "Ctrl-C at the prompt: exit status $rc, expected 0"; }
 
 check "on a terminal: a loading line, a percentage while a long message is read in; none piped"
 long_msg=$(printf 'hello %.0s' $(seq 1 150))
