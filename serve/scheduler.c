@@ -777,6 +777,33 @@ static int append_text(sv_active *a, const char *p, size_t n)
     return 0;
 }
 
+/*
+ * The budget's last step, the pool's (rb_pool_next_to_close): while the
+ * pool counts more than --mem-budget, or holds more than --max-open
+ * sessions (the embeddings' session counts as one more), it names its least
+ * recently used background session, and that session is closed: a
+ * conversation's (its file keeps it), or the embeddings' (made again at
+ * the next /v1/embeddings). Busy conversations are foreground, so they are
+ * never named. Then the store keeps its count and disk limits.
+ */
+static void close_idle(sv_sched *s)
+{
+    rb_session *ss;
+    uint32_t max = s->cfg->max_open + (s->embed_session ? 1 : 0);
+    while (s->store.pool && (ss = rb_pool_next_to_close(s->store.pool, max))) {
+        if (ss == s->embed_session) {
+            rb_session_destroy(ss);
+            s->embed_session = NULL;
+            max--;
+            continue;
+        }
+        if (!sv_store_close_session(&s->store, ss))
+            break;
+    }
+    sv_store_enforce(&s->store);
+}
+
+
 /* Ends the active request: the rest of the reply published, a chat reply
  * closed as the template does, the conversation saved and handed back.
  * e: SV_ERR_NONE, or the error the request ends with (msg). */
@@ -805,7 +832,7 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     c->is_busy = 0;
     sv_store_touch(&s->store, c);
     /* the bounds hold when the client sees the reply end */
-    sv_store_enforce(&s->store);
+    close_idle(s);
     pthread_mutex_lock(&r->mu);
     r->finish_reason = reason;
     r->n_completion = (size_t)a->n_gen;
@@ -1435,7 +1462,7 @@ sv_sched *sv_sched_start(const sv_config *cfg, rb_model *model, sv_metrics *metr
         sv_sched_free(s);
         return NULL;
     }
-    sv_store_enforce(&s->store);
+    close_idle(s);
     s->active = calloc(cfg->parallel, sizeof *s->active);
     s->step_act = calloc(cfg->parallel, sizeof *s->step_act);
     s->step_sess = calloc(cfg->parallel, sizeof *s->step_sess);
