@@ -36,6 +36,7 @@ struct rb_kvcodec_kernels {
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_ref;
 #if defined(__x86_64__)
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_avx2; /* kvcodec_avx2.c */
+extern const rb_kvcodec_kernels rb_kvcodec_kernels_avx512; /* kvcodec_avx512.c */
 #elif defined(__aarch64__)
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_neon; /* kvcodec_neon.c */
 #endif
