@@ -372,10 +372,12 @@ static void test_lossless(void)
     free(out);
 
     /* geometries: odd head dims (not a multiple of 4: single-stream
-     * channels), 1 token, more tokens than a page, constant pages */
+     * channels), 1 token, more tokens than a page, constant pages; 71
+     * tokens: the stream decoders' last partial round of 7 symbols) */
     const uint32_t geo[][4] = {{256, 4, 64, 64}, {1, 1, 1, 1},   {7, 3, 5, 3},
                                {300, 2, 67, 130}, {128, 4, 8, 8}, {64, 1, 128, 128},
-                               {3, 1, 1, 2},   {40, 1, 300, 8}, {256, 1, 128, 9}};
+                               {3, 1, 1, 2},   {40, 1, 300, 8}, {256, 1, 128, 9},
+                               {71, 2, 128, 128}};
     for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) {
         rb_kvcodec_dims dg = dims4(geo[g][0], geo[g][1], geo[g][2], geo[g][3]);
         size_t ng = (size_t)rb_kvcodec_page_elems(&dg);
