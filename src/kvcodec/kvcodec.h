@@ -204,6 +204,16 @@ void rb_kvcodec_dequant_neon(const uint8_t *q, size_t n, int bits, const float *
                              const float *s, int per_elem, rb_f16 *out);
 #endif
 
+#if defined(__x86_64__) /* kvcodec_avx512.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX512) */
+/* rb_kvcodec_dequant_avx512 of n values into out, and out absorbed into h
+ * (the same bits and hash as dequant then rb_kvcodec_hash_update): from
+ * the registers when n is a multiple of 32 and of the packing's chunk and
+ * h is at an even stripe, else in those two steps. */
+void rb_kvcodec_dequant_absorb_avx512(const uint8_t *q, size_t n, int bits, const float *m,
+                                      const float *s, int per_elem, rb_f16 *out,
+                                      rb_kvcodec_hash *h);
+#endif
+
 /* Lossless mantissa merge: out[i] = (top[i] & 0xfc00) | hi2(i) << 8 | lo8[i]
  * over n values (top may be out: in place; hi2 packing in
  * kvcodec_lossless.c), absorbing the result into h. */
