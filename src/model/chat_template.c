@@ -936,6 +936,8 @@ rb_status rb_chat_parse_tool_calls(rb_chat_template tm, const char *s, size_t n,
     }
     if (!oom && out->n == 0) {
         long u = untagged(s, n, out);
+        if (u == 0)
+            rb_chat_tool_calls_free(out); /* a partial list is no list */
         if (u < 0) {
             oom = 1;
         } else if (u > 0) {
