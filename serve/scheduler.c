@@ -213,10 +213,12 @@ static int request_tokens(sv_sched *s, sv_request *r, int32_t **out, size_t *n)
     if (r->kind == SV_COMPLETION)
         return tokenize(s, r->prompt, strlen(r->prompt), 1, out, n, 0);
     size_t len = 0;
-    if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &len) != RB_OK)
+    rb_chat_tools tl = {r->tools_text, (const char *const *)r->msg_calls};
+    if (rb_chat_render_tools(s->tmpl, r->msgs, r->n_msgs, &tl, 1, NULL, 0, &len) != RB_OK)
         return -1;
     char *text = malloc(len + 1);
-    if (!text || rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, text, len + 1, &len) != RB_OK) {
+    if (!text ||
+        rb_chat_render_tools(s->tmpl, r->msgs, r->n_msgs, &tl, 1, text, len + 1, &len) != RB_OK) {
         free(text);
         return -1;
     }
@@ -780,9 +782,11 @@ static void run_utility(sv_sched *s, sv_request *r)
     if (r->kind == SV_APPLY_TEMPLATE) {
         size_t len = 0;
         char *text = NULL;
-        if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &len) == RB_OK &&
+        rb_chat_tools tl = {r->tools_text, (const char *const *)r->msg_calls};
+        if (rb_chat_render_tools(s->tmpl, r->msgs, r->n_msgs, &tl, 1, NULL, 0, &len) == RB_OK &&
             (text = malloc(len + 1)) &&
-            rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, text, len + 1, &len) == RB_OK)
+            rb_chat_render_tools(s->tmpl, r->msgs, r->n_msgs, &tl, 1, text, len + 1, &len) ==
+                RB_OK)
             utility_done(r, text, len);
         else
             req_fail(r, SV_ERR_INVALID, "the messages cannot be rendered");
@@ -973,8 +977,11 @@ void sv_request_release(sv_request *r)
     for (size_t i = 0; i < r->n_msgs; i++) {
         free((char *)r->msgs[i].role);
         free((char *)r->msgs[i].content);
+        if (r->msg_calls)
+            free(r->msg_calls[i]);
     }
     free(r->msgs);
+    free(r->msg_calls);
     free(r->prompt);
     free(r->schema);
     free(r->tools_text);
