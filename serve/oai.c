@@ -882,8 +882,9 @@ int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request 
     static const char *const known[][6] = {
         {"content", "add_special", "with_pieces", "parse_special", NULL},
         {"tokens", NULL},
-        {"messages", "model", NULL},
+        {"messages", "model", "tools", "tool_choice", NULL},
         {"input", "model", "encoding_format", "user", "dimensions", NULL},
+        {NULL}, /* input_tokens: a whole chat request, checked as one */
     };
     const char *const *kn = known[kind - SV_TOKENIZE];
     const char *key;
@@ -893,6 +894,8 @@ int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request 
         goto out;
     }
     json_object_foreach(root, key, val) {
+        if (kind == SV_INPUT_TOKENS)
+            break;
         int ok = 0;
         for (const char *const *k = kn; *k && !ok; k++)
             ok = !strcmp(*k, key);
@@ -936,9 +939,19 @@ int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request 
         memset(&cfg, 0, sizeof cfg);
         json_t *m = json_object_get(root, "messages");
         json_t *only = json_pack("{s:O}", "messages", m ? m : json_null());
+        static const char *const extra[] = {"tools", "tool_choice"};
+        for (size_t i = 0; i < 2; i++)
+            if (json_object_get(root, extra[i]))
+                json_object_set(only, extra[i], json_object_get(root, extra[i]));
         rc = parse_fields(&cfg, 1, SV_CHAT, only, r, err);
         json_decref(only);
         r->kind = SV_APPLY_TEMPLATE;
+    } else if (kind == SV_INPUT_TOKENS) {
+        /* the chat request as /v1/chat/completions reads it (all its checks) */
+        sv_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        rc = parse_fields(&cfg, UINT32_MAX, SV_CHAT, root, r, err);
+        r->kind = SV_INPUT_TOKENS;
     } else {
         json_t *in = json_object_get(root, "input"), *ef = json_object_get(root, "encoding_format");
         json_t *dim = json_object_get(root, "dimensions");
@@ -1077,6 +1090,9 @@ char *sv_oai_utility_response(const sv_request *r, const char *model)
     case SV_TOKENIZE: return tokens_json(r->res_toks, r->n_res_toks, r->res_pieces, r->res_lens);
     case SV_DETOKENIZE: return content_json(r->out ? r->out : "", r->out_len);
     case SV_APPLY_TEMPLATE: return prompt_json(r->out ? r->out : "", r->out_len);
+    case SV_INPUT_TOKENS:
+        return dump(json_pack("{s:s, s:I}", "object", "response.input_tokens", "input_tokens",
+                              (json_int_t)r->n_prompt));
     case SV_EMBED:
         return embeddings_json(r->res_vecs, r->n_inputs, r->res_dim, r->is_base64, model,
                                r->res_n_tokens);

@@ -779,6 +779,18 @@ static void run_utility(sv_sched *s, sv_request *r)
         free(text);
         return;
     }
+    if (r->kind == SV_INPUT_TOKENS) {
+        int32_t *toks = NULL;
+        size_t n = 0;
+        if (request_tokens(s, r, &toks, &n) == 0) {
+            r->n_prompt = n;
+            utility_done(r, "", 0);
+        } else {
+            req_fail(r, SV_ERR_INVALID, "the messages cannot be rendered and tokenized");
+        }
+        free(toks);
+        return;
+    }
     if (r->kind == SV_APPLY_TEMPLATE) {
         size_t len = 0;
         char *text = NULL;

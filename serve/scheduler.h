@@ -36,7 +36,8 @@
 /* A generation (chat, completion), or one of the model's utilities: the
  * scheduler answers those at once, their JSON in out. */
 typedef enum sv_kind {
-    SV_CHAT = 0, SV_COMPLETION = 1, SV_TOKENIZE, SV_DETOKENIZE, SV_APPLY_TEMPLATE, SV_EMBED
+    SV_CHAT = 0, SV_COMPLETION = 1, SV_TOKENIZE, SV_DETOKENIZE, SV_APPLY_TEMPLATE, SV_EMBED,
+    SV_INPUT_TOKENS /* a chat request's prompt, counted in n_prompt */
 } sv_kind;
 
 /* One input of a utility: a text, or token ids. */
