@@ -669,6 +669,10 @@ static void test_tool_parsing(void)
     expect_calls(C, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>"
                     "{\"name\":\"b\",\"arguments\":{\"x\":[1,2.5e3,true,null]}}</tool_call>",
                  2, "a", "{}", NULL);
+    /* "</tool_call>" inside an argument's string does not close the tag
+       (found by fuzz_grammar's round trip) */
+    expect_calls(C, "<tool_call>{\"name\": \"a\", \"arguments\": {\"s\": \"x</tool_call>y\"}}"
+                    "</tool_call> after", 1, "a", "{\"s\":\"x</tool_call>y\"}", "after");
     /* a tag whose body is not a call stays in the content */
     expect_calls(C, "<tool_call>{\"name\": 3}</tool_call>", 0, NULL, NULL,
                  "<tool_call>{\"name\": 3}</tool_call>");

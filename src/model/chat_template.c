@@ -900,12 +900,22 @@ rb_status rb_chat_parse_tool_calls(rb_chat_template tm, const char *s, size_t n,
                 break;
             }
         const char *b = NULL;
-        if (a)
-            for (const char *q = a + sizeof open - 1; q + sizeof close - 1 <= s + n; q++)
-                if (!memcmp(q, close, sizeof close - 1)) {
+        if (a) {
+            /* the close tag after the body's JSON (a string in it may hold
+               "</tool_call>"), else the first one */
+            const char *body = a + sizeof open - 1, *end = s + n;
+            while (body < end && is_ws(*body))
+                body++;
+            size_t sp = json_span(body, (size_t)(end - body));
+            const char *q = body + sp;
+            while (sp && q < end && is_ws(*q))
+                q++;
+            if (sp && (size_t)(end - q) >= sizeof close - 1 && !memcmp(q, close, sizeof close - 1))
+                b = q;
+            for (q = a + sizeof open - 1; !b && q + sizeof close - 1 <= end; q++)
+                if (!memcmp(q, close, sizeof close - 1))
                     b = q;
-                    break;
-                }
+        }
         if (!a || !b) {
             put_n(&rest, s + i, n - i);
             break;
