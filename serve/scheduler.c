@@ -323,7 +323,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         return -1;
     }
     /* the reply's grammar: a JSON Schema, any object, or tool calls under
-       the call schema (each inside <tool_call> tags) */
+       the call schema (in the chat template's form of calls) */
     if (r->format != SV_FMT_TEXT || r->tools == SV_TOOLS_REQUIRED) {
         rb_status gst;
         if (r->tools == SV_TOOLS_REQUIRED) {
@@ -340,8 +340,17 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
                     gst = RB_E_NOMEM;
                     snprintf(e.message, sizeof e.message, "out of memory");
                 } else {
-                    snprintf(t, cap, "%s\ntcroot ::= tc (\"\\n\" tc)%s\n"
-                             "tc ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n", g, more);
+                    /* in the template's form: mistral's [TOOL_CALLS] list,
+                       llama 3.1's bare objects, else <tool_call> tags */
+                    if (s->tmpl == RB_CHAT_TEMPLATE_MISTRAL)
+                        snprintf(t, cap, "%s\ntcroot ::= \"[TOOL_CALLS][\" root (\", \" root)%s "
+                                 "\"]\"\n", g, more);
+                    else if (s->tmpl == RB_CHAT_TEMPLATE_LLAMA3)
+                        snprintf(t, cap, "%s\ntcroot ::= root (\"; \" root)%s\n", g, more);
+                    else
+                        snprintf(t, cap, "%s\ntcroot ::= tc (\"\\n\" tc)%s\n"
+                                 "tc ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n", g,
+                                 more);
                     gst = rb_grammar_create(s->model, t, strlen(t), "tcroot", &a->grammar, &e);
                 }
                 free(t);
