@@ -287,6 +287,10 @@ typedef struct rb_sampler_params {
     float repeat_penalty;
     int32_t repeat_last_n;
     uint64_t seed;
+    float presence_penalty;
+    float frequency_penalty;
+    int32_t is_logprobs;
+    int32_t n_top_logprobs;
 } rb_sampler_params;
 rb_sampler_params rb_sampler_default_params(void);
 typedef struct rb_sampler_state {
