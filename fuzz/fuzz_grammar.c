@@ -2,7 +2,12 @@
  * fuzz_grammar.c - libFuzzer target for the grammar module's parsers
  * (src/model/grammar.c, json_schema.c, json.c).
  *
- * Input: one control byte, then text. Control byte % 3: 0 the text is a
+ * Input: one control byte, then text. Control byte >= 0xF0: the text is a
+ * model's reply for the chat templates' tool-call reader
+ * (rb_chat_parse_tool_calls, family (byte & 15) % RB_CHAT_TEMPLATE_COUNT):
+ * every call read must have JSON-object arguments, and the calls written
+ * back in that family's form (rb_chat_format_tool_calls) must read back as
+ * the same names and arguments. Else control byte % 3: 0 the text is a
  * GBNF grammar; 1 a JSON Schema (converted, then the GBNF compiled: a
  * schema the converter accepts must give a grammar that compiles); 2 JSON
  * for the reader alone. A grammar that compiles is run over a fixed
@@ -16,11 +21,13 @@
  */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "grammar.h"
 #include "json.h"
+#include "rebound.h"
 
 enum { V = 300 };
 
@@ -85,11 +92,64 @@ static void drive(rb_grammar *g, const uint8_t *steer, size_t n_steer)
     }
 }
 
+/* The tool-call reader's invariants (see the file's comment). */
+static void tool_calls(rb_chat_template t, const char *text, size_t n)
+{
+    rb_chat_tool_calls c;
+    if (rb_chat_parse_tool_calls(t, text, n, &c) != RB_OK)
+        return;
+    /* the calls as a JSON array of {"name", "arguments"} */
+    size_t cap = 16;
+    for (size_t i = 0; i < c.n; i++)
+        cap += strlen(c.calls[i].name) * 6 + strlen(c.calls[i].arguments) + 32;
+    char *arr = malloc(cap), *q = arr;
+    q += sprintf(q, "[");
+    for (size_t i = 0; i < c.n; i++) {
+        rb_json_doc d;
+        rb_error e;
+        if (rb_json_parse(c.calls[i].arguments, strlen(c.calls[i].arguments), &d, &e) != RB_OK ||
+            d.root->type != RB_JSON_OBJECT)
+            __builtin_trap();
+        rb_json_free(&d);
+        q += sprintf(q, "%s{\"name\":\"", i ? "," : "");
+        for (const unsigned char *p = (const unsigned char *)c.calls[i].name; *p; p++)
+            q += *p == '"' || *p == '\\' ? sprintf(q, "\\%c", *p)
+                 : *p < 0x20       ? sprintf(q, "\\u%04x", *p)
+                                   : sprintf(q, "%c", *p);
+        q += sprintf(q, "\",\"arguments\":%s}", c.calls[i].arguments);
+    }
+    sprintf(q, "]");
+    size_t len = 0;
+    if (c.n && strlen(arr) == (size_t)(q + 1 - arr) &&
+        rb_chat_format_tool_calls(t, arr, NULL, 0, &len) == RB_OK) {
+        char *back = malloc(len + 1);
+        rb_chat_tool_calls c2;
+        if (rb_chat_format_tool_calls(t, arr, back, len + 1, &len) != RB_OK ||
+            rb_chat_parse_tool_calls(t, back, len, &c2) != RB_OK)
+            __builtin_trap();
+        if (c2.n != c.n)
+            __builtin_trap();
+        for (size_t i = 0; i < c.n; i++)
+            if (strcmp(c.calls[i].name, c2.calls[i].name) ||
+                strcmp(c.calls[i].arguments, c2.calls[i].arguments))
+                __builtin_trap();
+        rb_chat_tool_calls_free(&c2);
+        free(back);
+    }
+    free(arr);
+    rb_chat_tool_calls_free(&c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > 4096)
         return 0;
     init_vocab();
+    if (data[0] >= 0xF0) {
+        tool_calls((rb_chat_template)((data[0] & 15) % RB_CHAT_TEMPLATE_COUNT),
+                   (const char *)data + 1, size - 1);
+        return 0;
+    }
     int mode = data[0] % 3;
     const char *text = (const char *)data + 1;
     size_t n = size - 1;

@@ -1163,6 +1163,90 @@ typedef enum rb_chat_piece {
 RB_API rb_status rb_chat_render_piece(rb_chat_template t, rb_chat_piece piece, const char *text,
                                       unsigned flags, char *buf, size_t size, size_t *out_len);
 
+/*
+ * Tools (function calling). Each family announces a tool list, writes a
+ * call and takes a tool's result back the way its models were trained:
+ *   chatml (Qwen2.5/Qwen3, Hermes): "# Tools ... <tools>\n{tool}\n...</tools>
+ *     ... <tool_call>...</tool_call>" after the system text (a system block
+ *     of its own when there is none); a call is "<tool_call>\n{"name": N,
+ *     "arguments": {...}}\n</tool_call>"; results are one user turn of
+ *     "<tool_response>\nR\n</tool_response>" per result, consecutive ones
+ *     joined with "\n".
+ *   llama3 (Llama 3.1): the system block opens with "Environment: ipython\n"
+ *     and the knowledge/today dates; the list (with its "Given the following
+ *     functions..." instruction) opens the first user message (the system
+ *     block when there is none); a call is the reply {"name": N,
+ *     "parameters": {...}} alone; a result is an ipython turn
+ *     (<|start_header_id|>ipython<|end_header_id|>\n\nR<|eot_id|>).
+ *   mistral: "[AVAILABLE_TOOLS][{tool}, ...][/AVAILABLE_TOOLS]" right before
+ *     the last user turn; calls are "[TOOL_CALLS][{"name": N, "arguments":
+ *     {...}}, ...]"; a result is "[TOOL_RESULTS]{"content": R}[/TOOL_RESULTS]"
+ *     (R as is when it is JSON, else as a JSON string).
+ *   every other family (no tool format of its own): the generic fallback is
+ *     chatml's Hermes text inside the family's own turns (the list in the
+ *     system block, calls in <tool_call> tags, results as user turns of
+ *     <tool_response>).
+ * JSON is written as the templates' tojson does (", " and ": "), members in
+ * the caller's order. What the dates and tool text say is fixed (llama3's
+ * "26 Jul 2024", as its template's default), not the clock's.
+ */
+typedef struct rb_chat_tools {
+    const char *tools;        /* JSON array of OpenAI tools ({"type": "function",
+                                 "function": {...}}, written as given), or NULL */
+    const char *const *calls; /* NULL, or [n_msgs]: for an assistant message the
+                                 JSON array of its calls (OpenAI's {"function":
+                                 {"name", "arguments": OBJECT or its JSON text}}
+                                 or {"name", "arguments"}), else NULL */
+} rb_chat_tools;
+
+/*
+ * rb_chat_render with tools: the list announced, role "tool" messages
+ * (content: the result) and assistant messages' calls rendered in the
+ * family's form (above). tools NULL: no list, no calls, but role "tool" is
+ * accepted. Buffer as rb_chat_render. Errors: RB_E_INVALID_ARG (as
+ * rb_chat_render, or the tool list or a message's calls not JSON of the
+ * shape above), RB_E_NOMEM.
+ */
+RB_API rb_status rb_chat_render_tools(rb_chat_template t, const rb_chat_message *msgs,
+                                      size_t n_msgs, const rb_chat_tools *tools,
+                                      int add_assistant, char *buf, size_t size,
+                                      size_t *out_len);
+
+/* The text a reply of these calls (a JSON array as rb_chat_tools.calls)
+ * is in family t. Buffer and errors as rb_chat_render_tools. */
+RB_API rb_status rb_chat_format_tool_calls(rb_chat_template t, const char *calls, char *buf,
+                                           size_t size, size_t *out_len);
+
+/* One call read from a reply; both strings owned by the rb_chat_tool_calls. */
+typedef struct rb_chat_tool_call {
+    char *name;
+    char *arguments; /* the arguments object as compact JSON ("," and ":") */
+} rb_chat_tool_call;
+
+typedef struct rb_chat_tool_calls {
+    rb_chat_tool_call *calls;
+    size_t n;
+    char *content;   /* the reply's text outside the calls, trimmed; NULL when none */
+} rb_chat_tool_calls;
+
+/*
+ * Reads the tool calls in a reply text[0..len): every <tool_call>JSON
+ * </tool_call> whose JSON is {"name": STRING, "arguments": OBJECT} (a tag
+ * whose body is not stays in the content); when there is none, mistral's
+ * "[TOOL_CALLS][{"name", "arguments"}, ...]" at the start (text after the
+ * array is content), or llama 3.1's whole reply as {"name", "parameters" |
+ * "arguments"} objects (after an optional "<|python_tag|>", separated by
+ * white space or ';', or in one array). Every family's reply is read in all
+ * three forms (models drift between them); t picks none of them but must be
+ * valid. Pure: the same text gives the same calls. Free with
+ * rb_chat_tool_calls_free. Errors: RB_E_INVALID_ARG (out NULL, t unknown,
+ * text NULL with len > 0), RB_E_NOMEM (out then holds nothing).
+ */
+RB_API rb_status rb_chat_parse_tool_calls(rb_chat_template t, const char *text, size_t len,
+                                          rb_chat_tool_calls *out);
+/* Frees what rb_chat_parse_tool_calls filled in and empties it; NULL ok. */
+RB_API void rb_chat_tool_calls_free(rb_chat_tool_calls *calls);
+
 /* "chatml", ...; "?" out of range. */
 RB_API const char *rb_chat_template_name(rb_chat_template t);
 /* The template of that name, or -1. */

@@ -248,6 +248,8 @@ static void conv_close(sv_store *st, sv_conv *c, const char *why)
         sv_metrics_add(st->metrics, ns, conv_evicted, 1);
         return;
     }
+    sv_log("conversation %s%s%s closed (%s; its file keeps it)", c->ns, c->ns[0] ? "/" : "",
+           c->id, why);
     rb_session_destroy(c->session);
     c->session = NULL;
     sv_metrics_add(st->metrics, NULL, conv_closed, 1);
@@ -317,19 +319,28 @@ static void snapshot(sv_store *st)
     free(per);
 }
 
+int sv_store_close_session(sv_store *st, const rb_session *session)
+{
+    for (size_t i = 0; i < st->n_convs; i++) {
+        sv_conv *c = st->convs[i];
+        if (c->session != session)
+            continue;
+        if (c->is_busy)
+            return 0;
+        conv_close(st, c, "the pool's budget or --max-open");
+        return 1;
+    }
+    return 0;
+}
+
 void sv_store_enforce(sv_store *st)
 {
     const sv_config *cfg = st->cfg;
     sv_conv *c;
-    while (n_open(st) > cfg->max_open && (c = lru_idle(st, 1, NULL, NULL)))
+    /* with a pool, the scheduler closed what rb_pool_next_to_close named;
+       a store without one (tests, no model) keeps --max-open itself */
+    while (!st->pool && n_open(st) > cfg->max_open && (c = lru_idle(st, 1, NULL, NULL)))
         conv_close(st, c, "more than --max-open sessions");
-    /* the pool trims KV (background sessions first, least recently used
-       first) and then weights after every feed; what it cannot take (an
-       idle session's run state and tables) goes by closing idle sessions */
-    rb_pool_stats ps;
-    while (cfg->mem_budget_bytes && st->pool && rb_pool_get_stats(st->pool, &ps) == RB_OK &&
-           ps.total_bytes > cfg->mem_budget_bytes && (c = lru_idle(st, 1, NULL, NULL)))
-        conv_close(st, c, "over --mem-budget");
     /* the count and disk limits: per namespace, each over its own */
     for (size_t i = 0; i < st->n_convs; i++) {
         char ns[SV_NS_MAX + 1];
@@ -387,8 +398,17 @@ rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, s
         sv_metrics_add(st->metrics, c->ns, restores[*kind], 1);
         return RB_OK;
     }
-    /* room first: at most max_open sessions */
+    /* room first: at most max_open sessions with this one. With a pool its
+       step names them (background sessions only: busy ones are
+       foreground; max_open - 1 = 0 would mean no limit to it); the loop
+       after it keeps the count when the pool named another session than
+       a conversation's (the embeddings'), or without a pool */
     sv_conv *old;
+    rb_session *ss;
+    while (st->pool && cfg->max_open > 1 &&
+           (ss = rb_pool_next_to_close(st->pool, cfg->max_open - 1)) &&
+           sv_store_close_session(st, ss))
+        ;
     while (n_open(st) >= cfg->max_open && (old = lru_idle(st, 1, c, NULL)))
         conv_close(st, old, "more than --max-open sessions");
     rb_error e;

@@ -128,10 +128,17 @@ void sv_store_forget(sv_store *st, sv_conv *c);
 /* Marks c used now (the least recently used goes first). */
 void sv_store_touch(sv_store *st, sv_conv *c);
 
-/* Keeps the limits: open sessions (max_open, --mem-budget: closing keeps
- * the file, any namespace's) and stored conversations (count, bytes: per
- * namespace, deleting inside it), least recently used first; only idle
- * conversations are closed or deleted. Publishes the memory gauges. */
+/* Closes the conversation whose open session is `session` (its file keeps
+ * it): what the pool named with rb_pool_next_to_close. 0 when no idle
+ * conversation has that session (a busy one, or not a conversation's). */
+int sv_store_close_session(sv_store *st, const rb_session *session);
+
+/* Keeps the stored conversations' limits (count, bytes: per namespace,
+ * deleting inside it, least recently used first; only idle conversations)
+ * and, for a store without a pool, max_open; publishes the memory gauges.
+ * With a pool, the open sessions' limits (--max-open, --mem-budget) are
+ * the pool's step: the caller closes what rb_pool_next_to_close names
+ * (sv_store_close_session) first. */
 void sv_store_enforce(sv_store *st);
 
 #endif

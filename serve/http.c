@@ -388,6 +388,7 @@ static sv_endpoint route(const char *url)
         {"/tokenize", SV_EP_TOKENIZE}, {"/detokenize", SV_EP_DETOKENIZE},
         {"/apply-template", SV_EP_APPLY_TEMPLATE}, {"/v1/embeddings", SV_EP_EMBEDDINGS},
         {"/embeddings", SV_EP_EMBEDDINGS},
+        {"/v1/chat/completions/input_tokens", SV_EP_INPUT_TOKENS},
     };
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].path))
@@ -505,7 +506,8 @@ static enum MHD_Result utility(conn *c)
     static const sv_kind kinds[] = {[SV_EP_TOKENIZE] = SV_TOKENIZE,
                                     [SV_EP_DETOKENIZE] = SV_DETOKENIZE,
                                     [SV_EP_APPLY_TEMPLATE] = SV_APPLY_TEMPLATE,
-                                    [SV_EP_EMBEDDINGS] = SV_EMBED};
+                                    [SV_EP_EMBEDDINGS] = SV_EMBED,
+                                    [SV_EP_INPUT_TOKENS] = SV_INPUT_TOKENS};
     sv_request *r = sv_request_new();
     if (!r)
         return respond_error(c, SV_ERR_UNAVAILABLE, NULL, "out of memory");
@@ -685,9 +687,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (c->endpoint == SV_EP_OTHER)
         return respond_error(c, SV_ERR_NOT_FOUND, NULL, "no endpoint %.200s (rebound serves "
                              "/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, "
-                             "/tokenize, /detokenize, /apply-template, /health, /metrics)", url);
+                             "/v1/chat/completions/input_tokens, /tokenize, /detokenize, /apply-template, "
+                             "/health, /metrics)", url);
     int is_utility = c->endpoint == SV_EP_TOKENIZE || c->endpoint == SV_EP_DETOKENIZE ||
-                     c->endpoint == SV_EP_APPLY_TEMPLATE || c->endpoint == SV_EP_EMBEDDINGS;
+                     c->endpoint == SV_EP_APPLY_TEMPLATE || c->endpoint == SV_EP_EMBEDDINGS ||
+                     c->endpoint == SV_EP_INPUT_TOKENS;
     int wants_post = c->endpoint == SV_EP_CHAT || c->endpoint == SV_EP_COMPLETIONS || is_utility;
     if (wants_post != c->is_post || (!c->is_post && strcmp(method, MHD_HTTP_METHOD_GET) &&
                                      strcmp(method, MHD_HTTP_METHOD_HEAD)))

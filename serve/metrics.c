@@ -10,7 +10,8 @@
 
 static const char *const ep_names[SV_EP_COUNT] = {"chat_completions", "completions", "models",
                                                   "health", "metrics", "tokenize", "detokenize",
-                                                  "apply_template", "embeddings", "other"};
+                                                  "apply_template", "embeddings", "input_tokens",
+                                                  "other"};
 static const double ttft_le[SV_TTFT_BUCKETS] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 
 const char *sv_restore_name(sv_restore k)

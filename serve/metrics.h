@@ -29,7 +29,7 @@
 /* The HTTP endpoints, as /metrics counts them. */
 typedef enum sv_endpoint {
     SV_EP_CHAT, SV_EP_COMPLETIONS, SV_EP_MODELS, SV_EP_HEALTH, SV_EP_METRICS, SV_EP_TOKENIZE,
-    SV_EP_DETOKENIZE, SV_EP_APPLY_TEMPLATE, SV_EP_EMBEDDINGS, SV_EP_OTHER, SV_EP_COUNT
+    SV_EP_DETOKENIZE, SV_EP_APPLY_TEMPLATE, SV_EP_EMBEDDINGS, SV_EP_INPUT_TOKENS, SV_EP_OTHER, SV_EP_COUNT
 } sv_endpoint;
 
 /* Where a request found its conversation's KV when it was admitted (the

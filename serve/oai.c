@@ -199,53 +199,43 @@ static char *content_text(json_t *j, size_t i, perr *p)
     return s;
 }
 
-static char *wrap_text(const char *a, const char *b, const char *c)
-{
-    size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
-    char *s = malloc(n);
-    if (s)
-        snprintf(s, n, "%s%s%s", a, b, c);
-    return s;
-}
-
-/* An assistant message's earlier tool calls, as the reply said them. */
-static char *assistant_calls(json_t *calls, const char *content, size_t i, perr *p)
+/* An assistant message's earlier tool calls as a JSON array of {"name",
+ * "arguments": OBJECT} (the template writes them in its family's form). */
+static char *assistant_calls(json_t *calls, size_t i, perr *p)
 {
     if (!json_is_array(calls)) {
         bad(p, "messages", "messages[%zu].tool_calls must be an array", i);
         return NULL;
     }
-    char *out = strdup(content);
+    json_t *out = json_array();
     size_t k;
     json_t *call;
     json_array_foreach(calls, k, call) {
         json_t *fn = json_object_get(call, "function");
         json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
-        if (!json_is_string(name) || (args && !json_is_string(args) && !json_is_object(args))) {
-            free(out);
+        json_t *obj = NULL;
+        if (json_is_string(args)) {
+            json_error_t je;
+            obj = json_loads(json_string_value(args), 0, &je);
+        } else if (json_is_object(args)) {
+            obj = json_incref(args);
+        } else if (!args) {
+            obj = json_object();
+        }
+        if (!json_is_string(name) || !json_is_object(obj)) {
+            json_decref(obj);
+            json_decref(out);
             bad(p, "messages", "messages[%zu].tool_calls[%zu] must be {\"type\": \"function\", "
-                "\"function\": {\"name\": STRING, \"arguments\": STRING}}", i, k);
+                "\"function\": {\"name\": STRING, \"arguments\": STRING of a JSON object}}", i, k);
             return NULL;
         }
-        char *a = json_is_string(args) ? strdup(json_string_value(args))
-                  : args ? json_dumps(args, JSON_COMPACT) : strdup("{}");
-        json_t *nm = json_string(json_string_value(name));
-        char *ns = nm ? json_dumps(nm, JSON_ENCODE_ANY) : NULL;
-        json_decref(nm);
-        size_t n = (out ? strlen(out) : 0) + (a ? strlen(a) : 0) + (ns ? strlen(ns) : 0) + 64;
-        char *o2 = out && a && ns ? malloc(n) : NULL;
-        if (o2)
-            snprintf(o2, n, "%s%s<tool_call>\n{\"name\": %s, \"arguments\": %s}\n</tool_call>", out,
-                     out[0] ? "\n" : "", ns, a);
-        free(out);
-        free(a);
-        free(ns);
-        if (!(out = o2)) {
-            bad(p, NULL, "out of memory");
-            return NULL;
-        }
+        json_array_append_new(out, json_pack("{s:O, s:o}", "name", name, "arguments", obj));
     }
-    return out;
+    char *s = json_dumps(out, JSON_COMPACT);
+    json_decref(out);
+    if (!s)
+        bad(p, NULL, "out of memory");
+    return s;
 }
 
 /* Fields rebound serve reads; any other is refused by name (never
@@ -332,39 +322,11 @@ static int parse_tools(json_t *root, sv_request *r, perr *p)
         free(ls);
         return bad(p, NULL, "out of memory");
     }
-    /* Hermes-style instructions (what qwen2.5/qwen3 templates render) */
-    r->tools_text = wrap_text("# Tools\n\nYou may call one or more functions to assist with the "
-                              "user query.\n\nYou are provided with function signatures within "
-                              "<tools></tools> XML tags:\n<tools>\n", ls,
-                              "\n</tools>\n\nFor each function call, return a json object with "
-                              "function name and arguments within <tool_call></tool_call> XML "
-                              "tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-                              "<args-json-object>}\n</tool_call>");
-    free(ls);
-    if (!r->tools_text)
-        return bad(p, NULL, "out of memory");
+    /* the model's chat template renders the list (none for "none") */
     if (r->tools == SV_TOOLS_NONE)
-        return 0;
-    /* into the system message (a new one first when there is none) */
-    if (r->n_msgs && !strcmp(r->msgs[0].role, "system")) {
-        char *c = wrap_text(r->msgs[0].content, r->msgs[0].content[0] ? "\n\n" : "",
-                            r->tools_text);
-        if (!c)
-            return bad(p, NULL, "out of memory");
-        free((char *)r->msgs[0].content);
-        r->msgs[0].content = c;
-    } else {
-        rb_chat_message *m = realloc(r->msgs, (r->n_msgs + 1) * sizeof *m);
-        if (!m)
-            return bad(p, NULL, "out of memory");
-        memmove(m + 1, m, r->n_msgs * sizeof *m);
-        r->msgs = m;
-        m[0].role = strdup("system");
-        m[0].content = strdup(r->tools_text);
-        r->n_msgs++;
-        if (!m[0].role || !m[0].content)
-            return bad(p, NULL, "out of memory");
-    }
+        free(ls);
+    else
+        r->tools_text = ls;
     return 0;
 }
 
@@ -488,7 +450,8 @@ static int parse_fields(const sv_config *cfg, uint32_t n_ctx, sv_kind kind, json
         size_t n = json_array_size(m);
         if (n == 0 || n > 65536)
             return bad(p, "messages", "'messages' has %zu entries; it must have 1 to 65536", n);
-        if (!(r->msgs = calloc(n, sizeof *r->msgs)))
+        if (!(r->msgs = calloc(n, sizeof *r->msgs)) ||
+            !(r->msg_calls = calloc(n, sizeof *r->msg_calls)))
             return bad(p, NULL, "out of memory");
         for (size_t i = 0; i < n; i++) {
             json_t *msg = json_array_get(m, i);
@@ -508,20 +471,14 @@ static int parse_fields(const sv_config *cfg, uint32_t n_ctx, sv_kind kind, json
             char *content = content_text(json_object_get(msg, "content"), i, p);
             if (!content)
                 return -1;
-            if (!strcmp(rs, "tool")) {
-                /* a tool's result goes back as the Hermes/Qwen templates
-                   carry it: a user turn of <tool_response> */
-                rs = "user";
-                char *w = wrap_text("<tool_response>\n", content, "\n</tool_response>");
+            char *calls = NULL;
+            if (!strcmp(rs, "assistant") && json_object_get(msg, "tool_calls") &&
+                !json_is_null(json_object_get(msg, "tool_calls")) &&
+                !(calls = assistant_calls(json_object_get(msg, "tool_calls"), i, p))) {
                 free(content);
-                if (!(content = w))
-                    return bad(p, NULL, "out of memory");
-            } else if (!strcmp(rs, "assistant") && json_object_get(msg, "tool_calls")) {
-                char *w = assistant_calls(json_object_get(msg, "tool_calls"), content, i, p);
-                free(content);
-                if (!(content = w))
-                    return -1;
+                return -1;
             }
+            r->msg_calls[i] = calls;
             r->msgs[i].role = strdup(rs);
             r->msgs[i].content = content;
             r->n_msgs = i + 1;
@@ -642,121 +599,34 @@ static json_t *base_object(const sv_request *r, const sv_oai_meta *m, const char
 }
 
 /*
- * The tool calls in a reply: each <tool_call>{"name": ..., "arguments":
- * {...}}</tool_call> whose JSON parses with a string name and an object of
- * arguments becomes {"id", "type": "function", "function": {"name",
- * "arguments": the arguments as a JSON string}}; *content gets the text
- * outside the calls (NULL when only whitespace). Returns the calls (an
- * array, maybe empty). Pure: the same text gives the same calls.
+ * The tool calls in a reply, read by the library (rb_chat_parse_tool_calls:
+ * Hermes <tool_call> tags, mistral's [TOOL_CALLS], llama 3.1's JSON), each
+ * as {"id", "type": "function", "function": {"name", "arguments": the
+ * arguments as a JSON string}}; *content gets the text outside the calls
+ * (null when only white space). Returns the calls (an array, maybe empty).
+ * Pure: the same text gives the same calls.
  */
-static void add_call(json_t *calls, json_t *name, json_t *args)
-{
-    char id[32];
-    snprintf(id, sizeof id, "call_%zu", json_array_size(calls));
-    char *as = json_dumps(args, JSON_COMPACT);
-    json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type",
-                                           "function", "function", "name", name, "arguments",
-                                           as ? as : "{}"));
-    free(as);
-}
-
-/*
- * The other formats models answer in when they do not follow the Hermes
- * tags: mistral's "[TOOL_CALLS] [{"name", "arguments"}, ...]" and llama
- * 3.1's whole reply as {"name", "parameters"} (after an optional
- * "<|python_tag|>"). Returns the calls found (the whole text is a call
- * list, so nothing else is content), or 0.
- */
-static size_t other_formats(const char *t, size_t n, json_t *calls)
-{
-    while (n && strchr(" \t\r\n", *t))
-        t++, n--;
-    static const char mistral[] = "[TOOL_CALLS]", python[] = "<|python_tag|>";
-    int is_mistral = n >= sizeof mistral - 1 && !memcmp(t, mistral, sizeof mistral - 1);
-    if (is_mistral)
-        t += sizeof mistral - 1, n -= sizeof mistral - 1;
-    else if (n >= sizeof python - 1 && !memcmp(t, python, sizeof python - 1))
-        t += sizeof python - 1, n -= sizeof python - 1;
-    json_error_t je;
-    json_t *j = json_loadb(t, n, 0, &je);
-    if (!j)
-        return 0;
-    json_t *list = json_is_array(j) ? j : NULL;
-    size_t k, found = 0;
-    json_t *c;
-    if (!list && json_is_object(j) && !is_mistral) {
-        json_t *name = json_object_get(j, "name");
-        json_t *args = json_object_get(j, "parameters");
-        if (!args)
-            args = json_object_get(j, "arguments");
-        if (json_is_string(name) && json_is_object(args)) {
-            add_call(calls, name, args);
-            found = 1;
-        }
-    }
-    json_array_foreach(list, k, c) {
-        json_t *name = json_object_get(c, "name"), *args = json_object_get(c, "arguments");
-        if (!json_is_string(name) || !json_is_object(args)) {
-            json_array_clear(calls);
-            found = 0;
-            break;
-        }
-        add_call(calls, name, args);
-        found++;
-    }
-    json_decref(j);
-    return found;
-}
-
 static json_t *tool_calls(const sv_request *r, json_t **content)
 {
     json_t *calls = json_array();
-    const char *t = r->out ? r->out : "";
-    size_t n = r->out_len;
-    char *rest = malloc(n + 1);
-    size_t m = 0;
-    static const char open[] = "<tool_call>", close[] = "</tool_call>";
-    size_t i = 0;
-    while (rest && i < n) {
-        const char *a = strstr(t + i, open);
-        if (!a) {
-            memcpy(rest + m, t + i, n - i);
-            m += n - i;
-            break;
-        }
-        const char *b = strstr(a, close);
-        if (!b) {
-            memcpy(rest + m, t + i, n - i);
-            m += n - i;
-            break;
-        }
-        json_error_t je;
-        const char *body = a + sizeof open - 1;
-        json_t *j = json_loadb(body, (size_t)(b - body), 0, &je);
-        json_t *name = json_object_get(j, "name"), *args = json_object_get(j, "arguments");
-        if (json_is_string(name) && json_is_object(args)) {
-            memcpy(rest + m, t + i, (size_t)(a - (t + i)));
-            m += (size_t)(a - (t + i));
-            add_call(calls, name, args);
-        } else {
-            size_t k = (size_t)(b + sizeof close - 1 - (t + i));
-            memcpy(rest + m, t + i, k);
-            m += k;
-        }
-        json_decref(j);
-        i = (size_t)(b + sizeof close - 1 - t);
+    rb_chat_tool_calls c;
+    /* every family's reply is read in all the forms: the template is any */
+    if (rb_chat_parse_tool_calls(RB_CHAT_TEMPLATE_CHATML, r->out ? r->out : "",
+                                 r->out ? r->out_len : 0, &c) != RB_OK) {
+        if (content)
+            *content = json_text(r->out ? r->out : "", r->out_len);
+        return calls;
     }
-    if (json_array_size(calls) == 0 && other_formats(t, n, calls))
-        m = 0; /* the whole reply was the calls */
-    if (content) {
-        size_t lo = 0, hi = m;
-        while (rest && lo < hi && strchr(" \t\r\n", rest[lo]))
-            lo++;
-        while (rest && hi > lo && strchr(" \t\r\n", rest[hi - 1]))
-            hi--;
-        *content = rest && hi > lo ? json_text(rest + lo, hi - lo) : json_null();
+    for (size_t i = 0; i < c.n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "call_%zu", i);
+        json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type",
+                                               "function", "function", "name", c.calls[i].name,
+                                               "arguments", c.calls[i].arguments));
     }
-    free(rest);
+    if (content)
+        *content = c.content ? json_text(c.content, strlen(c.content)) : json_null();
+    rb_chat_tool_calls_free(&c);
     return calls;
 }
 
@@ -1014,8 +884,9 @@ int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request 
     static const char *const known[][6] = {
         {"content", "add_special", "with_pieces", "parse_special", NULL},
         {"tokens", NULL},
-        {"messages", "model", NULL},
+        {"messages", "model", "tools", "tool_choice", NULL},
         {"input", "model", "encoding_format", "user", "dimensions", NULL},
+        {NULL}, /* input_tokens: a whole chat request, checked as one */
     };
     const char *const *kn = known[kind - SV_TOKENIZE];
     const char *key;
@@ -1025,6 +896,8 @@ int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request 
         goto out;
     }
     json_object_foreach(root, key, val) {
+        if (kind == SV_INPUT_TOKENS)
+            break;
         int ok = 0;
         for (const char *const *k = kn; *k && !ok; k++)
             ok = !strcmp(*k, key);
@@ -1068,9 +941,19 @@ int sv_oai_parse_utility(sv_kind kind, const char *body, size_t len, sv_request 
         memset(&cfg, 0, sizeof cfg);
         json_t *m = json_object_get(root, "messages");
         json_t *only = json_pack("{s:O}", "messages", m ? m : json_null());
+        static const char *const extra[] = {"tools", "tool_choice"};
+        for (size_t i = 0; i < 2; i++)
+            if (json_object_get(root, extra[i]))
+                json_object_set(only, extra[i], json_object_get(root, extra[i]));
         rc = parse_fields(&cfg, 1, SV_CHAT, only, r, err);
         json_decref(only);
         r->kind = SV_APPLY_TEMPLATE;
+    } else if (kind == SV_INPUT_TOKENS) {
+        /* the chat request as /v1/chat/completions reads it (all its checks) */
+        sv_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        rc = parse_fields(&cfg, UINT32_MAX, SV_CHAT, root, r, err);
+        r->kind = SV_INPUT_TOKENS;
     } else {
         json_t *in = json_object_get(root, "input"), *ef = json_object_get(root, "encoding_format");
         json_t *dim = json_object_get(root, "dimensions");
@@ -1209,6 +1092,9 @@ char *sv_oai_utility_response(const sv_request *r, const char *model)
     case SV_TOKENIZE: return tokens_json(r->res_toks, r->n_res_toks, r->res_pieces, r->res_lens);
     case SV_DETOKENIZE: return content_json(r->out ? r->out : "", r->out_len);
     case SV_APPLY_TEMPLATE: return prompt_json(r->out ? r->out : "", r->out_len);
+    case SV_INPUT_TOKENS:
+        return dump(json_pack("{s:s, s:I}", "object", "response.input_tokens", "input_tokens",
+                              (json_int_t)r->n_prompt));
     case SV_EMBED:
         return embeddings_json(r->res_vecs, r->n_inputs, r->res_dim, r->is_base64, model,
                                r->res_n_tokens);

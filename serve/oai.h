@@ -69,7 +69,9 @@ char *sv_oai_models(const char *model, uint32_t n_ctx, int64_t created);
 const char *sv_oai_finish_name(const sv_request *r);
 
 /* A utility's body (POST /tokenize {"content", "add_special",
- * "with_pieces"}, /detokenize {"tokens"}, /apply-template {"messages"},
+ * "with_pieces"}, /detokenize {"tokens"}, /apply-template {"messages",
+ * "tools", "tool_choice"}, /v1/chat/completions/input_tokens (a chat
+ * request: {"object": "response.input_tokens", "input_tokens": N}),
  * /v1/embeddings {"input": string | [string] | [int] | [[int]],
  * "encoding_format": "float" | "base64", "model"}) into r (kind set). As
  * sv_oai_parse. */

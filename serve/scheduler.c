@@ -249,11 +249,14 @@ static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, si
         pm[i].role = r->msgs[i].role;
         pm[i].content = r->msgs[i].content[0] ? ph[i] : "";
     }
-    if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &lr) != RB_OK ||
-        rb_chat_render(s->tmpl, pm, r->n_msgs, 1, NULL, 0, &lp) != RB_OK ||
+    /* the tool list and the assistant's calls are the template's text (its
+       markers may be control tokens); messages' contents stay text */
+    rb_chat_tools tl = {r->tools_text, (const char *const *)r->msg_calls};
+    if (rb_chat_render_tools(s->tmpl, r->msgs, r->n_msgs, &tl, 1, NULL, 0, &lr) != RB_OK ||
+        rb_chat_render_tools(s->tmpl, pm, r->n_msgs, &tl, 1, NULL, 0, &lp) != RB_OK ||
         !(R = malloc(lr + 1)) || !(P = malloc(lp + 1)) ||
-        rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, R, lr + 1, &lr) != RB_OK ||
-        rb_chat_render(s->tmpl, pm, r->n_msgs, 1, P, lp + 1, &lp) != RB_OK) {
+        rb_chat_render_tools(s->tmpl, r->msgs, r->n_msgs, &tl, 1, R, lr + 1, &lr) != RB_OK ||
+        rb_chat_render_tools(s->tmpl, pm, r->n_msgs, &tl, 1, P, lp + 1, &lp) != RB_OK) {
         snprintf(msg, msg_n, "the messages cannot be rendered with the chat template");
         goto done;
     }
@@ -417,6 +420,15 @@ sv_err sv_sched_prepare_utility(const sv_sched *s, sv_request *r, char *msg, siz
                          "vocabulary of %u", (int)r->inputs[i].toks[k], i, k, mi.n_vocab);
                 return SV_ERR_INVALID;
             }
+    if (r->kind == SV_INPUT_TOKENS) { /* the chat request's prompt, as it would be fed */
+        int32_t *toks = NULL;
+        size_t n = 0;
+        if (chat_tokens(s, r, &toks, &n, msg, msg_n))
+            return SV_ERR_INVALID;
+        free(toks);
+        r->n_prompt = n;
+        return SV_ERR_NONE;
+    }
     if (r->kind == SV_TOKENIZE) {
         int32_t *toks = NULL;
         size_t n = 0;
@@ -655,7 +667,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         return -1;
     }
     /* the reply's grammar: a JSON Schema, any object, or tool calls under
-       the call schema (each inside <tool_call> tags) */
+       the call schema (in the chat template's form of calls) */
     if (r->format != SV_FMT_TEXT || r->tools == SV_TOOLS_REQUIRED) {
         rb_status gst;
         if (r->tools == SV_TOOLS_REQUIRED) {
@@ -672,8 +684,17 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
                     gst = RB_E_NOMEM;
                     snprintf(e.message, sizeof e.message, "out of memory");
                 } else {
-                    snprintf(t, cap, "%s\ntcroot ::= tc (\"\\n\" tc)%s\n"
-                             "tc ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n", g, more);
+                    /* in the template's form: mistral's [TOOL_CALLS] list,
+                       llama 3.1's bare objects, else <tool_call> tags */
+                    if (s->tmpl == RB_CHAT_TEMPLATE_MISTRAL)
+                        snprintf(t, cap, "%s\ntcroot ::= \"[TOOL_CALLS][\" root (\", \" root)%s "
+                                 "\"]\"\n", g, more);
+                    else if (s->tmpl == RB_CHAT_TEMPLATE_LLAMA3)
+                        snprintf(t, cap, "%s\ntcroot ::= root (\"; \" root)%s\n", g, more);
+                    else
+                        snprintf(t, cap, "%s\ntcroot ::= tc (\"\\n\" tc)%s\n"
+                                 "tc ::= \"<tool_call>\\n\" root \"\\n</tool_call>\"\n", g,
+                                 more);
                     gst = rb_grammar_create(s->model, t, strlen(t), "tcroot", &a->grammar, &e);
                 }
                 free(t);
@@ -777,6 +798,33 @@ static int append_text(sv_active *a, const char *p, size_t n)
     return 0;
 }
 
+/*
+ * The budget's last step, the pool's (rb_pool_next_to_close): while the
+ * pool counts more than --mem-budget, or holds more than --max-open
+ * sessions (the embeddings' session counts as one more), it names its least
+ * recently used background session, and that session is closed: a
+ * conversation's (its file keeps it), or the embeddings' (made again at
+ * the next /v1/embeddings). Busy conversations are foreground, so they are
+ * never named. Then the store keeps its count and disk limits.
+ */
+static void close_idle(sv_sched *s)
+{
+    rb_session *ss;
+    uint32_t max = s->cfg->max_open + (s->embed_session ? 1 : 0);
+    while (s->store.pool && (ss = rb_pool_next_to_close(s->store.pool, max))) {
+        if (ss == s->embed_session) {
+            rb_session_destroy(ss);
+            s->embed_session = NULL;
+            max--;
+            continue;
+        }
+        if (!sv_store_close_session(&s->store, ss))
+            break;
+    }
+    sv_store_enforce(&s->store);
+}
+
+
 /* Ends the active request: the rest of the reply published, a chat reply
  * closed as the template does, the conversation saved and handed back.
  * e: SV_ERR_NONE, or the error the request ends with (msg). */
@@ -805,7 +853,7 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     c->is_busy = 0;
     sv_store_touch(&s->store, c);
     /* the bounds hold when the client sees the reply end */
-    sv_store_enforce(&s->store);
+    close_idle(s);
     pthread_mutex_lock(&r->mu);
     r->finish_reason = reason;
     r->n_completion = (size_t)a->n_gen;
@@ -1087,12 +1135,18 @@ static void run_utility(sv_sched *s, sv_request *r)
         free(text);
         return;
     }
+    if (r->kind == SV_INPUT_TOKENS) { /* counted by sv_sched_prepare_utility */
+        utility_done(r, "", 0);
+        return;
+    }
     if (r->kind == SV_APPLY_TEMPLATE) {
         size_t len = 0;
         char *text = NULL;
-        if (rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, NULL, 0, &len) == RB_OK &&
+        rb_chat_tools tl = {r->tools_text, (const char *const *)r->msg_calls};
+        if (rb_chat_render_tools(s->tmpl, r->msgs, r->n_msgs, &tl, 1, NULL, 0, &len) == RB_OK &&
             (text = malloc(len + 1)) &&
-            rb_chat_render(s->tmpl, r->msgs, r->n_msgs, 1, text, len + 1, &len) == RB_OK)
+            rb_chat_render_tools(s->tmpl, r->msgs, r->n_msgs, &tl, 1, text, len + 1, &len) ==
+                RB_OK)
             utility_done(r, text, len);
         else
             req_fail(r, SV_ERR_INVALID, "the messages cannot be rendered");
@@ -1315,8 +1369,11 @@ void sv_request_release(sv_request *r)
     for (size_t i = 0; i < r->n_msgs; i++) {
         free((char *)r->msgs[i].role);
         free((char *)r->msgs[i].content);
+        if (r->msg_calls)
+            free(r->msg_calls[i]);
     }
     free(r->msgs);
+    free(r->msg_calls);
     free(r->prompt);
     free(r->schema);
     free(r->tools_text);
@@ -1435,7 +1492,7 @@ sv_sched *sv_sched_start(const sv_config *cfg, rb_model *model, sv_metrics *metr
         sv_sched_free(s);
         return NULL;
     }
-    sv_store_enforce(&s->store);
+    close_idle(s);
     s->active = calloc(cfg->parallel, sizeof *s->active);
     s->step_act = calloc(cfg->parallel, sizeof *s->step_act);
     s->step_sess = calloc(cfg->parallel, sizeof *s->step_sess);

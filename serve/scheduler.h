@@ -36,7 +36,8 @@
 /* A generation (chat, completion), or one of the model's utilities: the
  * scheduler answers those at once, their JSON in out. */
 typedef enum sv_kind {
-    SV_CHAT = 0, SV_COMPLETION = 1, SV_TOKENIZE, SV_DETOKENIZE, SV_APPLY_TEMPLATE, SV_EMBED
+    SV_CHAT = 0, SV_COMPLETION = 1, SV_TOKENIZE, SV_DETOKENIZE, SV_APPLY_TEMPLATE, SV_EMBED,
+    SV_INPUT_TOKENS /* a chat request's prompt, counted in n_prompt */
 } sv_kind;
 
 /* One input of a utility: a text, or token ids. */
@@ -88,6 +89,8 @@ typedef struct sv_request {
     int stream;
     int include_usage;            /* stream_options.include_usage */
     rb_chat_message *msgs;        /* SV_CHAT: roles and contents, owned */
+    char **msg_calls;             /* SV_CHAT: [n_msgs] an assistant message's tool calls
+                                     (JSON array) or NULL; owned; may be NULL */
     size_t n_msgs;
     char *prompt;                 /* SV_COMPLETION: owned */
     char conv_id[SV_ID_MAX + 1];  /* "": map by longest token prefix */
@@ -103,7 +106,8 @@ typedef struct sv_request {
     sv_format format;
     char *schema;                 /* SV_FMT_JSON_SCHEMA: the schema as JSON text, owned */
     sv_tools tools;
-    char *tools_text;             /* the tool list as the system prompt tells it, owned */
+    char *tools_text;             /* the tools as a JSON array (the template renders
+                                     them); NULL when none or tool_choice none; owned */
     char *tool_schema;            /* SV_TOOLS_REQUIRED: a call's JSON Schema, owned */
     int parallel_tool_calls;      /* more than one call allowed (default 1) */
     int32_t *bias_ids;            /* logit_bias, owned */

@@ -537,6 +537,194 @@ static void test_model_meta(void)
     remove(path);
 }
 
+/* ---- tools ---------------------------------------------------------------- */
+
+#define TOOLS "[{\"type\":\"function\",\"function\":{\"name\":\"get\",\"parameters\":" \
+              "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]"
+#define TOOL_JSON "{\"type\": \"function\", \"function\": {\"name\": \"get\", \"parameters\": " \
+                  "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}}}}"
+
+static char *render_tools(rb_chat_template t, const rb_chat_message *m, size_t n,
+                          const rb_chat_tools *tl)
+{
+    size_t len = 0;
+    CHECK_EQ_INT(rb_chat_render_tools(t, m, n, tl, 1, NULL, 0, &len), RB_OK);
+    char *buf = malloc(len + 1);
+    size_t got = 0;
+    CHECK_EQ_INT(rb_chat_render_tools(t, m, n, tl, 1, buf, len + 1, &got), RB_OK);
+    CHECK_EQ_INT(got, len);
+    return buf;
+}
+
+/* A whole agent turn per family: system, user, the assistant's call, the
+ * tool's result, then the assistant's header; checked against the text the
+ * family's own Jinja template (llama.cpp's models/templates) writes. */
+static void test_tool_rendering(void)
+{
+    const rb_chat_message m[] = {{"system", "Be brief."}, {"user", "Weather in Oslo?"},
+                                 {"assistant", ""}, {"tool", "12C"}};
+    const char *calls[] = {NULL, NULL,
+                           "[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"get\","
+                           "\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]",
+                           NULL};
+    rb_chat_tools tl = {TOOLS, calls};
+    char *s = render_tools(RB_CHAT_TEMPLATE_CHATML, m, 4, &tl);
+    CHECK_STR_EQ(s,
+        "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to assist "
+        "with the user query.\n\nYou are provided with function signatures within <tools></tools> "
+        "XML tags:\n<tools>\n" TOOL_JSON "\n</tools>\n\nFor each function call, return a json "
+        "object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+        "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+        "</tool_call><|im_end|>\n<|im_start|>user\nWeather in Oslo?<|im_end|>\n"
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": "
+        "\"Oslo\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n12C\n"
+        "</tool_response><|im_end|>\n<|im_start|>assistant\n");
+    free(s);
+
+    s = render_tools(RB_CHAT_TEMPLATE_LLAMA3, m, 4, &tl);
+    CHECK_STR_EQ(s,
+        "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge "
+        "Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please "
+        "respond with a JSON for a function call with its proper arguments that best answers "
+        "the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
+        "dictionary of argument name and its value}.Do not use variables.\n\n" TOOL_JSON "\n\n"
+        "Weather in Oslo?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+        "{\"name\": \"get\", \"parameters\": {\"city\": \"Oslo\"}}<|eot_id|>"
+        "<|start_header_id|>ipython<|end_header_id|>\n\n12C<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+
+    s = render_tools(RB_CHAT_TEMPLATE_MISTRAL, m, 4, &tl);
+    CHECK_STR_EQ(s,
+        "[AVAILABLE_TOOLS][" TOOL_JSON "][/AVAILABLE_TOOLS][INST] Be brief.\n\nWeather in Oslo?"
+        "[/INST] [TOOL_CALLS][{\"name\": \"get\", \"arguments\": {\"city\": \"Oslo\"}}]</s>"
+        "[TOOL_RESULTS]{\"content\": \"12C\"}[/TOOL_RESULTS]");
+    free(s);
+
+    /* the generic fallback: Hermes text in the family's own turns (zephyr) */
+    s = render_tools(RB_CHAT_TEMPLATE_ZEPHYR, m + 1, 3, &(rb_chat_tools){TOOLS, calls + 1});
+    CHECK(strncmp(s, "<|system|>\n# Tools\n", 19) == 0);
+    CHECK(strstr(s, "<tools>\n" TOOL_JSON "\n</tools>") != NULL);
+    CHECK(strstr(s, "</s>\n<|user|>\nWeather in Oslo?</s>\n<|assistant|>\n<tool_call>\n"
+                    "{\"name\": \"get\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call></s>\n"
+                    "<|user|>\n<tool_response>\n12C\n</tool_response></s>\n<|assistant|>\n") != NULL);
+    free(s);
+
+    /* two results in a row: one user turn (Qwen2.5's template) */
+    const rb_chat_message two[] = {{"user", "x"}, {"tool", "a"}, {"tool", "b"}};
+    s = render_tools(RB_CHAT_TEMPLATE_CHATML, two, 3, NULL);
+    CHECK_STR_EQ(s, "<|im_start|>user\nx<|im_end|>\n<|im_start|>user\n<tool_response>\na\n"
+                    "</tool_response>\n<tool_response>\nb\n</tool_response><|im_end|>\n"
+                    "<|im_start|>assistant\n");
+    free(s);
+
+    /* without tools the text is rb_chat_render's, for every family */
+    for (int t = 0; t < RB_CHAT_TEMPLATE_COUNT; t++) {
+        size_t a = 0, b = 0;
+        CHECK_EQ_INT(rb_chat_render((rb_chat_template)t, m, 3, 1, NULL, 0, &a), RB_OK);
+        CHECK_EQ_INT(rb_chat_render_tools((rb_chat_template)t, m, 3, NULL, 1, NULL, 0, &b), RB_OK);
+        CHECK_EQ_INT(a, b);
+    }
+    /* bad input */
+    size_t n = 0;
+    CHECK_EQ_INT(rb_chat_render(RB_CHAT_TEMPLATE_CHATML, m, 4, 1, NULL, 0, &n), RB_E_INVALID_ARG);
+    rb_chat_tools bad = {"{\"not\": \"a list\"}", NULL};
+    CHECK_EQ_INT(rb_chat_render_tools(RB_CHAT_TEMPLATE_CHATML, m, 2, &bad, 1, NULL, 0, &n),
+                 RB_E_INVALID_ARG);
+    const char *badcall[] = {NULL, NULL, "[{\"function\":{\"name\":\"get\",\"arguments\":\"{\"}}]",
+                             NULL};
+    CHECK_EQ_INT(rb_chat_render_tools(RB_CHAT_TEMPLATE_CHATML, m, 4,
+                                      &(rb_chat_tools){TOOLS, badcall}, 1, NULL, 0, &n),
+                 RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_chat_format_tool_calls(RB_CHAT_TEMPLATE_COUNT, "[]", NULL, 0, &n),
+                 RB_E_INVALID_ARG);
+}
+
+/* Parses text; checks the calls' names and arguments, and the content. */
+static void expect_calls(rb_chat_template t, const char *text, size_t n_calls,
+                         const char *name0, const char *args0, const char *content)
+{
+    rb_chat_tool_calls c;
+    CHECK_EQ_INT(rb_chat_parse_tool_calls(t, text, strlen(text), &c), RB_OK);
+    CHECK_EQ_INT(c.n, n_calls);
+    if (c.n && name0) {
+        CHECK_STR_EQ(c.calls[0].name, name0);
+        CHECK_STR_EQ(c.calls[0].arguments, args0);
+    }
+    if (content)
+        CHECK(c.content && !strcmp(c.content, content));
+    else
+        CHECK(c.content == NULL);
+    if (c.n != n_calls)
+        fprintf(stderr, "  in: %s\n", text);
+    rb_chat_tool_calls_free(&c);
+}
+
+static void test_tool_parsing(void)
+{
+    rb_chat_template C = RB_CHAT_TEMPLATE_CHATML;
+    expect_calls(C, "Let me check.\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": "
+                    "\"Oslo\"}}\n</tool_call>", 1, "get", "{\"city\":\"Oslo\"}", "Let me check.");
+    expect_calls(C, "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>\n<tool_call>"
+                    "{\"name\":\"b\",\"arguments\":{\"x\":[1,2.5e3,true,null]}}</tool_call>",
+                 2, "a", "{}", NULL);
+    /* "</tool_call>" inside an argument's string does not close the tag
+       (found by fuzz_grammar's round trip) */
+    expect_calls(C, "<tool_call>{\"name\": \"a\", \"arguments\": {\"s\": \"x</tool_call>y\"}}"
+                    "</tool_call> after", 1, "a", "{\"s\":\"x</tool_call>y\"}", "after");
+    /* a tag whose body is not a call stays in the content */
+    expect_calls(C, "<tool_call>{\"name\": 3}</tool_call>", 0, NULL, NULL,
+                 "<tool_call>{\"name\": 3}</tool_call>");
+    expect_calls(C, "<tool_call>{\"name\": \"a\", \"arguments\": {}", 0, NULL, NULL,
+                 "<tool_call>{\"name\": \"a\", \"arguments\": {}");
+    expect_calls(C, "[TOOL_CALLS] [{\"name\": \"get\", \"arguments\": {\"city\": \"Oslo\"}}]", 1,
+                 "get", "{\"city\":\"Oslo\"}", NULL);
+    expect_calls(C, "[TOOL_CALLS][{\"name\": \"get\"}]", 0, NULL, NULL,
+                 "[TOOL_CALLS][{\"name\": \"get\"}]");
+    expect_calls(C, "<|python_tag|>{\"name\": \"get\", \"parameters\": {\"city\": \"O\\\"s}\"}}",
+                 1, "get", "{\"city\":\"O\\\"s}\"}", NULL);
+    expect_calls(C, "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {}}",
+                 2, "a", "{}", NULL);
+    expect_calls(C, "{\"name\": \"a\", \"parameters\": {}} and more", 0, NULL, NULL,
+                 "{\"name\": \"a\", \"parameters\": {}} and more");
+    expect_calls(C, "The answer is 4.", 0, NULL, NULL, "The answer is 4.");
+    expect_calls(C, "  \n", 0, NULL, NULL, NULL);
+    rb_chat_tool_calls c;
+    CHECK_EQ_INT(rb_chat_parse_tool_calls(RB_CHAT_TEMPLATE_COUNT, "", 0, &c), RB_E_INVALID_ARG);
+    CHECK_EQ_INT(rb_chat_parse_tool_calls(C, NULL, 3, &c), RB_E_INVALID_ARG);
+}
+
+/* Every family: calls written by rb_chat_format_tool_calls (and inside a
+ * rendered conversation) read back as the same calls. */
+static void test_tool_round_trip(void)
+{
+    const char *calls = "[{\"name\":\"get\",\"arguments\":{\"city\":\"Oslo \\\"N\\\"\\n\","
+                        "\"days\":[1,2],\"deep\":{\"a\":null,\"b\":-0.5}}},"
+                        "{\"function\":{\"name\":\"put\",\"arguments\":\"{\\\"k\\\":\\\"\\u00e9\\\"}\"}}]";
+    for (int t = 0; t < RB_CHAT_TEMPLATE_COUNT; t++) {
+        size_t n = 0;
+        CHECK_EQ_INT(rb_chat_format_tool_calls((rb_chat_template)t, calls, NULL, 0, &n), RB_OK);
+        char *s = malloc(n + 1);
+        CHECK_EQ_INT(rb_chat_format_tool_calls((rb_chat_template)t, calls, s, n + 1, &n), RB_OK);
+        rb_chat_tool_calls c;
+        CHECK_EQ_INT(rb_chat_parse_tool_calls((rb_chat_template)t, s, n, &c), RB_OK);
+        CHECK_EQ_INT(c.n, 2);
+        if (c.n == 2) {
+            CHECK_STR_EQ(c.calls[0].name, "get");
+            CHECK_STR_EQ(c.calls[0].arguments, "{\"city\":\"Oslo \\\"N\\\"\\n\",\"days\":[1,2],"
+                                               "\"deep\":{\"a\":null,\"b\":-0.5}}");
+            CHECK_STR_EQ(c.calls[1].name, "put");
+            CHECK_STR_EQ(c.calls[1].arguments, "{\"k\":\"\xc3\xa9\"}");
+        } else {
+            fprintf(stderr, "  %s: %s\n", rb_chat_template_name((rb_chat_template)t), s);
+        }
+        CHECK(c.content == NULL);
+        rb_chat_tool_calls_free(&c);
+        free(s);
+    }
+}
+
 int main(void)
 {
     test_transcripts();
@@ -546,5 +734,8 @@ int main(void)
     test_detect();
     test_choose();
     test_model_meta();
+    test_tool_rendering();
+    test_tool_parsing();
+    test_tool_round_trip();
     return check_report();
 }

@@ -141,6 +141,8 @@ static void test_entropy_hand(void)
 #if defined(__x86_64__)
 #define KV_VEC(name) name##_avx2
 #define KV_VEC_TIER RB_CPU_TIER_AVX2
+/* and the avx512 ones (kvcodec_avx512.c), checked the same way */
+#define KV_VEC512(name) name##_avx512
 #elif defined(__aarch64__)
 #define KV_VEC(name) name##_neon
 #define KV_VEC_TIER RB_CPU_TIER_NEON
@@ -191,26 +193,39 @@ static void test_hash(void)
         CHECK(!memcmp(a, b, sizeof a));
     }
 #endif
+#ifdef KV_VEC512
+    /* every start parity and count parity, scrambles inside and at the ends */
+    for (uint64_t first = 0; first < 40 && rb_cpu_tier_available(RB_CPU_TIER_AVX512); first++)
+        for (size_t count = 0; count <= N / 32; count += 1 + count / 3) {
+            uint64_t a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4};
+            rb_kvcodec_hash_stripes_ref(a, first, buf, count);
+            KV_VEC512(rb_kvcodec_hash_stripes)(b, first, buf, count);
+            CHECK(!memcmp(a, b, sizeof a));
+        }
+#endif
     free(sw);
     free(buf);
 }
 
 /* ---- kernels against _ref ------------------------------------------------------------ */
 
-static void test_kernels_agree(void)
+typedef void (*dequant_fn)(const uint8_t *, size_t, int, const float *, const float *, int,
+                           rb_f16 *);
+typedef void (*merge_fn)(rb_f16 *, const rb_f16 *, const uint8_t *, const uint8_t *, size_t,
+                         rb_kvcodec_hash *);
+
+/* One tier's dequant and merge against _ref: every payload width, both
+ * group layouts, sizes 1..N (odd ones, tails), the hash in and out of
+ * step with the merge. */
+static void kernels_agree(const char *name, dequant_fn dequant, merge_fn merge)
 {
-#ifdef KV_VEC
-    if (!rb_cpu_tier_available(KV_VEC_TIER)) {
-        printf("note: this CPU cannot run the %s kernels; kernel agreement not tested\n",
-               rb_cpu_tier_name(KV_VEC_TIER));
-        return;
-    }
     enum { N = 300 };
     uint8_t q[N];
     float m[N], s[N];
     rb_f16 a[N], b[N];
-    for (int trial = 0; trial < 200; trial++) {
-        size_t n = 1 + rng_next() % N;
+    int bad = 0;
+    for (int trial = 0; trial < 600; trial++) {
+        size_t n = trial < 300 ? (size_t)trial + 1 : 1 + rng_next() % N;
         int bits = trial % 3 == 0 ? 8 : trial % 3 == 1 ? 4 : 2;
         int per_elem = (int)(rng_next() & 1);
         for (int i = 0; i < N; i++) {
@@ -219,11 +234,15 @@ static void test_kernels_agree(void)
             s[i] = (float)fabs(rng_normal()) * 0.1f;
         }
         rb_kvcodec_dequant_ref(q, n, bits, m, s, per_elem, a);
-        KV_VEC(rb_kvcodec_dequant)(q, n, bits, m, s, per_elem, b);
-        CHECK(!memcmp(a, b, n * sizeof *a));
+        dequant(q, n, bits, m, s, per_elem, b);
+        bad += memcmp(a, b, n * sizeof *a) != 0;
     }
-    for (int trial = 0; trial < 100; trial++) {
-        size_t n = 1 + rng_next() % N;
+    CHECK_EQ_INT(bad, 0);
+    if (bad)
+        fprintf(stderr, "  %s dequant differs from _ref in %d trials\n", name, bad);
+    bad = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        size_t n = trial < 200 ? (size_t)trial + 1 : 1 + rng_next() % N;
         uint8_t lo[N], hi[N];
         for (int i = 0; i < N; i++) {
             lo[i] = (uint8_t)rng_next();
@@ -233,10 +252,12 @@ static void test_kernels_agree(void)
         rb_kvcodec_hash ha, hb;
         rb_kvcodec_hash_init(&ha);
         rb_kvcodec_hash_init(&hb);
-        if (trial % 2) { /* the hash mid-stripe: the vector merge cannot absorb in registers */
-            rb_kvcodec_hash_update(&ha, lo, 5);
-            rb_kvcodec_hash_update(&hb, lo, 5);
-        }
+        /* the hash mid-stripe (the vector merges cannot absorb in
+         * registers), one stripe in (odd: the avx512 merge's pairs do not
+         * line up), or at the start */
+        const size_t pre = trial % 3 == 0 ? 0 : trial % 3 == 1 ? 5 : 32;
+        rb_kvcodec_hash_update(&ha, lo, pre);
+        rb_kvcodec_hash_update(&hb, lo, pre);
         /* in place, or from a separate buffer of entries (the decoder's
          * scratch) whose low 10 bits must be ignored */
         rb_f16 top[N];
@@ -244,12 +265,67 @@ static void test_kernels_agree(void)
             top[i] = (rb_f16)(a[i] | (rng_next() & 0x3ff));
         const int apart = trial % 4 >= 2;
         rb_kvcodec_merge_ref(a, apart ? top : a, lo, hi, n, &ha);
-        KV_VEC(rb_kvcodec_merge)(b, apart ? top : b, lo, hi, n, &hb);
-        CHECK(!memcmp(a, b, n * sizeof *a));
-        CHECK_EQ_U64(rb_kvcodec_hash_final(&ha), rb_kvcodec_hash_final(&hb));
+        merge(b, apart ? top : b, lo, hi, n, &hb);
+        bad += memcmp(a, b, n * sizeof *a) != 0 ||
+               rb_kvcodec_hash_final(&ha) != rb_kvcodec_hash_final(&hb);
     }
+    CHECK_EQ_INT(bad, 0);
+    if (bad)
+        fprintf(stderr, "  %s merge differs from _ref in %d trials\n", name, bad);
+}
+
+static void test_kernels_agree(void)
+{
+#ifdef KV_VEC
+    if (!rb_cpu_tier_available(KV_VEC_TIER)) {
+        printf("note: this CPU cannot run the %s kernels; kernel agreement not tested\n",
+               rb_cpu_tier_name(KV_VEC_TIER));
+        return;
+    }
+    kernels_agree(rb_cpu_tier_name(KV_VEC_TIER), KV_VEC(rb_kvcodec_dequant),
+                  KV_VEC(rb_kvcodec_merge));
 #else
     printf("note: no vector kernels in this build; kernel agreement not tested\n");
+#endif
+#ifdef KV_VEC512
+    if (!rb_cpu_tier_available(RB_CPU_TIER_AVX512)) {
+        printf("note: this CPU cannot run the avx512 kernels; their agreement not tested\n");
+        return;
+    }
+    kernels_agree("avx512", KV_VEC512(rb_kvcodec_dequant), KV_VEC512(rb_kvcodec_merge));
+    /* the fused dequant + hash: rows of 32..320 values (multiples of 32:
+     * from the registers; others: the two-step fallback), the hash at an
+     * even, odd or mid stripe */
+    int bad = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        enum { M = 320 };
+        uint8_t q[M];
+        float m[M], s[M];
+        rb_f16 a[M], b[M];
+        const size_t n = trial % 5 == 4 ? 1 + rng_next() % M : 32 * (1 + rng_next() % 10);
+        const int bits = trial % 3 == 0 ? 8 : trial % 3 == 1 ? 4 : 2, per_elem = trial & 1;
+        for (int i = 0; i < M; i++) {
+            q[i] = (uint8_t)rng_next();
+            m[i] = (float)rng_normal() * 4;
+            s[i] = (float)fabs(rng_normal()) * 0.1f;
+        }
+        rb_kvcodec_hash ha, hb;
+        rb_kvcodec_hash_init(&ha);
+        rb_kvcodec_hash_init(&hb);
+        const size_t pre = (size_t)(trial / 3 % 4) * 32 + (trial % 7 == 0 ? 5 : 0);
+        rb_kvcodec_hash_update(&ha, q, pre);
+        rb_kvcodec_hash_update(&hb, q, pre);
+        for (int rep = 0; rep < 3; rep++) { /* several rows: the state carries over */
+            rb_kvcodec_dequant_ref(q, n, bits, m, s, per_elem, a);
+            rb_kvcodec_hash_update(&ha, a, 2 * n);
+            KV_VEC512(rb_kvcodec_dequant_absorb)(q, n, bits, m, s, per_elem, b, &hb);
+            bad += memcmp(a, b, n * sizeof *a) != 0;
+        }
+        bad += rb_kvcodec_hash_final(&ha) != rb_kvcodec_hash_final(&hb);
+    }
+    CHECK_EQ_INT(bad, 0);
+    if (bad)
+        fprintf(stderr, "  avx512 dequant_absorb differs from _ref in %d rows or hashes\n", bad);
 #endif
 }
 
@@ -329,10 +405,12 @@ static void test_lossless(void)
     free(out);
 
     /* geometries: odd head dims (not a multiple of 4: single-stream
-     * channels), 1 token, more tokens than a page, constant pages */
+     * channels), 1 token, more tokens than a page, constant pages; 71
+     * tokens: the stream decoders' last partial round of 7 symbols) */
     const uint32_t geo[][4] = {{256, 4, 64, 64}, {1, 1, 1, 1},   {7, 3, 5, 3},
                                {300, 2, 67, 130}, {128, 4, 8, 8}, {64, 1, 128, 128},
-                               {3, 1, 1, 2},   {40, 1, 300, 8}, {256, 1, 128, 9}};
+                               {3, 1, 1, 2},   {40, 1, 300, 8}, {256, 1, 128, 9},
+                               {71, 2, 128, 128}};
     for (size_t g = 0; g < sizeof geo / sizeof geo[0]; g++) {
         rb_kvcodec_dims dg = dims4(geo[g][0], geo[g][1], geo[g][2], geo[g][3]);
         size_t ng = (size_t)rb_kvcodec_page_elems(&dg);
@@ -655,8 +733,18 @@ int main(void)
     test_entropy_hand();
     test_hash();
     test_kernels_agree();
-    test_lossless();
-    test_lossy();
-    test_bad_frames();
+    /* the round trips check the dispatched set against _ref: run them under
+     * every vector tier this CPU has (x86: avx512 and avx2 sets) */
+    const int best = rb_cpu_tier();
+    for (int tier = best; tier >= 0; tier--) {
+        if (tier != best && !(tier == RB_CPU_TIER_AVX2 && rb_cpu_tier_available(tier)))
+            continue;
+        rb_cpu_set_tier(tier);
+        printf("round trips with the %s kernels\n", rb_cpu_tier_name(tier));
+        test_lossless();
+        test_lossy();
+        test_bad_frames();
+    }
+    rb_cpu_set_tier(best);
     return check_report();
 }

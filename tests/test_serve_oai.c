@@ -124,11 +124,23 @@ static void test_parse_tools_format(void)
     CHECK_EQ_INT(r->format, SV_FMT_JSON_SCHEMA);
     CHECK(r->schema && !strcmp(r->schema, "{\"type\":\"object\"}"));
     CHECK(r->tool_schema && strstr(r->tool_schema, "\"const\":\"get\""));
-    CHECK_EQ_U64(r->n_msgs, 4); /* a system message with the tools first */
-    CHECK(!strcmp(r->msgs[0].role, "system") && strstr(r->msgs[0].content, "<tools>"));
-    CHECK(strstr(r->msgs[2].content, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\":"));
-    CHECK(!strcmp(r->msgs[3].role, "user") &&
-          !strcmp(r->msgs[3].content, "<tool_response>\n12C\n</tool_response>"));
+    /* the messages as sent; the template renders list, call and result */
+    CHECK_EQ_U64(r->n_msgs, 3);
+    CHECK(r->tools_text && r->tools_text[0] == '[' && strstr(r->tools_text, "\"name\":\"get\""));
+    CHECK(r->msg_calls && !r->msg_calls[0] && !r->msg_calls[2] && r->msg_calls[1] &&
+          !strcmp(r->msg_calls[1], "[{\"name\":\"get\",\"arguments\":{\"city\":\"Oslo\"}}]"));
+    CHECK(!strcmp(r->msgs[2].role, "tool") && !strcmp(r->msgs[2].content, "12C"));
+    if (r->msg_calls) {
+        rb_chat_tools tl = {r->tools_text, (const char *const *)r->msg_calls};
+        char text[4096];
+        size_t len = 0;
+        CHECK_EQ_INT(rb_chat_render_tools(RB_CHAT_TEMPLATE_CHATML, r->msgs, r->n_msgs, &tl, 1,
+                                          text, sizeof text, &len), RB_OK);
+        CHECK(strstr(text, "<|im_start|>system\n# Tools") && strstr(text, "<tools>\n{"));
+        CHECK(strstr(text, "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": "
+                           "\"Oslo\"}}\n</tool_call>"));
+        CHECK(strstr(text, "<|im_start|>user\n<tool_response>\n12C\n</tool_response><|im_end|>"));
+    }
     CHECK_EQ_INT(r->sp.is_logprobs, 1);
     CHECK_EQ_INT(r->sp.n_top_logprobs, 2);
     CHECK_NEAR(r->sp.presence_penalty, 0.5, 0);

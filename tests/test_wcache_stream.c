@@ -105,6 +105,47 @@ static void unit_test(const char *path)
     rb_model_close(m);
     m = NULL;
 
+    /* a lazy load reads nothing and says so; from then on the cache alone
+       knows what is read: the layers (its reloads) and the rest (once) */
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    if (!m)
+        goto done;
+    CHECK_EQ_INT(rb_model_reserve_weights(m, 0), RB_OK);
+    CHECK_EQ_INT(rb_model_weights_load(m), RB_WEIGHTS_RESERVED);
+    CHECK_EQ_INT(rb_model_load_weights_lazy(m), RB_OK);
+    CHECK_EQ_INT(rb_model_weights_load(m), RB_WEIGHTS_LAZY);
+    w = NULL;
+    CHECK_EQ_INT(rb_wcache_create(m, path, NULL, &w, &err), RB_OK);
+    if (w) {
+        CHECK_EQ_INT(rb_wcache_mark_unread(w, &err), RB_OK);
+        CHECK(!rb_wcache_is_resident(w, 0));
+        const rb_gguf_tensor *emb = rb_gguf_find_tensor(rb_model_gguf(m), "token_embd.weight");
+        const rb_gguf_tensor *emb_ref = rb_gguf_find_tensor(rb_model_gguf(ref),
+                                                            "token_embd.weight");
+        CHECK(emb && emb_ref);
+        if (emb && emb_ref) {
+            CHECK(memcmp(rb_model_tensor_data(m, emb), rb_model_tensor_data(ref, emb_ref),
+                         emb->n_bytes) != 0); /* not read yet */
+            CHECK_EQ_INT(rb_wcache_read_rest(w, NULL, &err), RB_OK);
+            CHECK(memcmp(rb_model_tensor_data(m, emb), rb_model_tensor_data(ref, emb_ref),
+                         emb->n_bytes) == 0);
+            /* read once: a second call reads nothing (the bytes changed
+               here stay as they are) */
+            uint8_t *e0 = (uint8_t *)rb_model_tensor_data(m, emb);
+            e0[0] ^= 0xff;
+            CHECK_EQ_INT(rb_wcache_read_rest(w, NULL, &err), RB_OK);
+            CHECK(e0[0] != ((const uint8_t *)rb_model_tensor_data(ref, emb_ref))[0]);
+            e0[0] ^= 0xff;
+        }
+        for (uint32_t l = 0; l < rb_wcache_n_layers(w); l++)
+            CHECK_EQ_INT(rb_wcache_reload(w, l, NULL, &err), RB_OK);
+        CHECK(layer_equal(m, ref, -1));
+        CHECK_EQ_INT(rb_model_weights_load(m), RB_WEIGHTS_LAZY); /* the model's record: its load */
+        rb_wcache_destroy(w);
+    }
+    rb_model_close(m);
+    m = NULL;
+
     /* streaming at its minimum budget */
     CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
     if (!m)

@@ -5,7 +5,8 @@
  * One build per architecture: the kernels of each instruction-set level
  * live in their own files compiled with that level's flags
  * (matmul_avx2.c, matmul_vnni.c, matmul_avx512.c, ops_avx2.c, kvcodec_avx2.c,
- * kvcodec_lossless_dec_avx2.c; on aarch64 matmul_neon.c and its dotprod and
+ * kvcodec_lossless_dec_avx2.c, kvcodec_quant_avx2.c, kvcodec_avx512.c,
+ * kvcodec_quant_avx512.c; on aarch64 matmul_neon.c and its dotprod and
  * i8mm builds, ops_neon.c and its dotprod build, kvcodec_neon.c), and
  * everything else is
  * compiled for the architecture's baseline. The tier picks which of them

@@ -238,7 +238,9 @@ const rb_kvcodec_kernels *rb_kvcodec_kernels_get(void)
 {
 #if defined(__x86_64__)
     const int tier = rb_cpu_tier();
-    if (tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512)
+    if (tier == RB_CPU_TIER_AVX512)
+        return &rb_kvcodec_kernels_avx512;
+    if (tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_VNNI)
         return &rb_kvcodec_kernels_avx2;
 #elif defined(__aarch64__)
     const int tier = rb_cpu_tier();

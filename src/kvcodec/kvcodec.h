@@ -178,6 +178,9 @@ void rb_kvcodec_hash_stripes_ref(uint64_t acc[4], uint64_t first, const uint8_t 
 #if defined(__x86_64__) /* kvcodec_avx2.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX2) */
 void rb_kvcodec_hash_stripes_avx2(uint64_t acc[4], uint64_t first, const uint8_t *p,
                                   size_t count);
+/* kvcodec_avx512.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX512) */
+void rb_kvcodec_hash_stripes_avx512(uint64_t acc[4], uint64_t first, const uint8_t *p,
+                                    size_t count);
 #elif defined(__aarch64__) /* kvcodec_neon.c; any aarch64 (NEON is its floor) */
 void rb_kvcodec_hash_stripes_neon(uint64_t acc[4], uint64_t first, const uint8_t *p,
                                   size_t count);
@@ -193,9 +196,22 @@ void rb_kvcodec_dequant_ref(const uint8_t *q, size_t n, int bits, const float *m
 #if defined(__x86_64__) /* kvcodec_avx2.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX2) */
 void rb_kvcodec_dequant_avx2(const uint8_t *q, size_t n, int bits, const float *m,
                              const float *s, int per_elem, rb_f16 *out);
+/* kvcodec_avx512.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX512) */
+void rb_kvcodec_dequant_avx512(const uint8_t *q, size_t n, int bits, const float *m,
+                               const float *s, int per_elem, rb_f16 *out);
 #elif defined(__aarch64__) /* kvcodec_neon.c; any aarch64 (NEON is its floor) */
 void rb_kvcodec_dequant_neon(const uint8_t *q, size_t n, int bits, const float *m,
                              const float *s, int per_elem, rb_f16 *out);
+#endif
+
+#if defined(__x86_64__) /* kvcodec_avx512.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX512) */
+/* rb_kvcodec_dequant_avx512 of n values into out, and out absorbed into h
+ * (the same bits and hash as dequant then rb_kvcodec_hash_update): from
+ * the registers when n is a multiple of 32 and of the packing's chunk and
+ * h is at an even stripe, else in those two steps. */
+void rb_kvcodec_dequant_absorb_avx512(const uint8_t *q, size_t n, int bits, const float *m,
+                                      const float *s, int per_elem, rb_f16 *out,
+                                      rb_kvcodec_hash *h);
 #endif
 
 /* Lossless mantissa merge: out[i] = (top[i] & 0xfc00) | hi2(i) << 8 | lo8[i]
@@ -206,6 +222,9 @@ void rb_kvcodec_merge_ref(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, co
 #if defined(__x86_64__) /* kvcodec_avx2.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX2) */
 void rb_kvcodec_merge_avx2(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
                            size_t n, rb_kvcodec_hash *h);
+/* kvcodec_avx512.c; run only where rb_cpu_tier_available(RB_CPU_TIER_AVX512) */
+void rb_kvcodec_merge_avx512(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8,
+                             const uint8_t *hi2, size_t n, rb_kvcodec_hash *h);
 #elif defined(__aarch64__) /* kvcodec_neon.c; any aarch64 (NEON is its floor) */
 void rb_kvcodec_merge_neon(rb_f16 *out, const rb_f16 *top, const uint8_t *lo8, const uint8_t *hi2,
                            size_t n, rb_kvcodec_hash *h);

@@ -3,7 +3,9 @@
  * absorption, the lossy codecs' dequantization and the lossless codec's
  * mantissa merge (contracts and _ref forms in kvcodec.h). This file alone
  * of the codec is compiled with -mavx2 -mfma -mf16c; kvcodec.c runs its
- * kernel set where rb_cpu_tier() is an x86 vector tier.
+ * kernel set where rb_cpu_tier() is avx2 or vnni (avx512 runs
+ * kvcodec_avx512.c's, whose merge falls back to this one's when the hash
+ * is not at an even stripe).
  */
 #include "kvcodec_internal.h"
 

@@ -36,6 +36,7 @@ struct rb_kvcodec_kernels {
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_ref;
 #if defined(__x86_64__)
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_avx2; /* kvcodec_avx2.c */
+extern const rb_kvcodec_kernels rb_kvcodec_kernels_avx512; /* kvcodec_avx512.c */
 #elif defined(__aarch64__)
 extern const rb_kvcodec_kernels rb_kvcodec_kernels_neon; /* kvcodec_neon.c */
 #endif
@@ -106,6 +107,10 @@ rb_status rb_kvcodec_quant_encode_avx2(const rb_kvcodec_dims *d, int bits, const
                                        const rb_kvcodec_kernels *k, rb_error *err);
 void rb_kvcodec_quant_decode_avx2(const rb_kvcodec_dims *d, int bits, const uint8_t *src,
                                   rb_f16 *page, rb_kvcodec_hash *h, const rb_kvcodec_kernels *k);
+/* kvcodec_quant_avx512.c: the decoder built for the avx512 set, each row
+ * dequantized and hashed at once (rb_kvcodec_dequant_absorb_avx512) */
+void rb_kvcodec_quant_decode_avx512(const rb_kvcodec_dims *d, int bits, const uint8_t *src,
+                                    rb_f16 *page, rb_kvcodec_hash *h, const rb_kvcodec_kernels *k);
 #endif
 
 /* The hash's stripe keys (16 x 4), lane seeds (4), final keys (4). */

@@ -311,6 +311,34 @@ static inline __attribute__((always_inline)) void decode_8(bstream *s, const dta
         }
         done += ROUND * r;
     }
+    /* the last n % ROUND symbols of each stream, still in lockstep when no
+     * stream is near the payload's end (P = 71: 7 of every 71 symbols,
+     * which decode_1 took one stream at a time) */
+    if (done < n && n - done < ROUND) {
+        int ok = 1;
+        for (int j = 0; j < 8; j++)
+            ok &= safe_rounds(&s[j], end) > 0;
+        if (ok) {
+            const size_t m = n - done;
+            uint64_t w0 = word_fast(&s[0]), w1 = word_fast(&s[1]);
+            uint64_t w2 = word_fast(&s[2]), w3 = word_fast(&s[3]);
+            uint64_t w4 = word_fast(&s[4]), w5 = word_fast(&s[5]);
+            uint64_t w6 = word_fast(&s[6]), w7 = word_fast(&s[7]);
+            for (size_t k = 0; k < m; k++, x += stride) {
+                DECODE1(w0, &tab[0 * ts], o[x]);
+                DECODE1(w1, &tab[1 * ts], o[x + 1]);
+                DECODE1(w2, &tab[2 * ts], o[x + 2]);
+                DECODE1(w3, &tab[3 * ts], o[x + 3]);
+                DECODE1(w4, &tab[4 * ts], o[x + 4]);
+                DECODE1(w5, &tab[5 * ts], o[x + 5]);
+                DECODE1(w6, &tab[6 * ts], o[x + 6]);
+                DECODE1(w7, &tab[7 * ts], o[x + 7]);
+            }
+            advance(&s[0], w0), advance(&s[1], w1), advance(&s[2], w2), advance(&s[3], w3);
+            advance(&s[4], w4), advance(&s[5], w5), advance(&s[6], w6), advance(&s[7], w7);
+            done = n;
+        }
+    }
     for (int j = 0; done < n && j < 8; j++)
         decode_1(&s[j], &tab[j * ts], o + x + j, n - done, stride, end);
 }

@@ -71,6 +71,7 @@ static inline unsigned unpack1(const uint8_t *q, size_t n, int bits, size_t i)
     return (q[full * 16 + bit / 8] >> (bit % 8)) & mask;
 }
 
+#ifndef RB_KV_QUANT_NO_ENCODE /* the avx512 build: decode only */
 static void pack_row(const uint8_t *v, size_t n, int bits, uint8_t *q)
 {
     const size_t c = (size_t)(128 / bits), full = n / c;
@@ -85,6 +86,7 @@ static void pack_row(const uint8_t *v, size_t n, int bits, uint8_t *q)
         }
     }
 }
+#endif
 
 /* ---- dequantization kernels ---------------------------------------------------- */
 
@@ -108,6 +110,7 @@ void rb_kvcodec_dequant_ref(const uint8_t *q, size_t n, int bits, const float *m
 #endif
 
 
+#ifndef RB_KV_QUANT_NO_ENCODE /* the avx512 build: decode only */
 /* ---- quantization (encode side; scalar: encode speed is not on the
  * restore path) ------------------------------------------------------------------ */
 
@@ -264,6 +267,7 @@ rb_status rb_kvcodec_quant_encode(const rb_kvcodec_dims *d, int bits, const rb_f
     }
     return RB_OK;
 }
+#endif
 
 void rb_kvcodec_quant_decode(const rb_kvcodec_dims *d, int bits, const uint8_t *src,
                              rb_f16 *page, rb_kvcodec_hash *hash, const rb_kvcodec_kernels *k)
@@ -281,11 +285,17 @@ void rb_kvcodec_quant_decode(const rb_kvcodec_dims *d, int bits, const uint8_t *
                 sf[c] = rb_fp16_to_fp32(rb_kv_rd16(p + 2 * (hk + c)));
             }
             p += 4 * (size_t)hk;
+#ifdef RB_KV_QUANT_AVX512 /* each row hashed from the registers */
+            for (uint32_t t = 0; t < r; t++, p += rbk, out += hk)
+                rb_kvcodec_dequant_absorb_avx512(p, hk, bits, mf, sf, 1, out, hash);
+            (void)k;
+#else
             rb_f16 *tile = out;
             for (uint32_t t = 0; t < r; t++, p += rbk, out += hk)
                 k->dequant(p, hk, bits, mf, sf, 1, out);
             /* the tile (<= 64 rows) is still in L1: hash it there */
             rb_kvcodec_hash_update_k(hash, tile, 2 * (size_t)r * hk, k);
+#endif
         }
     }
     const uint32_t ng = (hv + G - 1) / G;
@@ -299,10 +309,18 @@ void rb_kvcodec_quant_decode(const rb_kvcodec_dims *d, int bits, const uint8_t *
                     sf[g] = rb_fp16_to_fp32(rb_kv_rd16(p + 4 * g + 2));
                 }
                 p += 4 * (size_t)ng;
+#ifdef RB_KV_QUANT_AVX512
+                rb_kvcodec_dequant_absorb_avx512(p, hv, bits, mf, sf, 0, out, hash);
+#else
                 k->dequant(p, hv, bits, mf, sf, 0, out);
+#endif
                 p += rbv;
             }
+#ifdef RB_KV_QUANT_AVX512
+            (void)tile;
+#else
             rb_kvcodec_hash_update_k(hash, tile, 2 * (size_t)r * hv, k);
+#endif
         }
     }
 }

@@ -43,7 +43,7 @@
 
 struct rb_wcache {
     const rb_os *os;
-    rb_model *model;         /* to mark the bytes outside the layers read */
+    const rb_model *model;   /* its gguf (the ranges of the rest) */
     int fd;
     int is_direct;
     int is_mapped;           /* the buffer is the file's private mapping */
@@ -56,8 +56,12 @@ struct rb_wcache {
        forward passes computing it now (a release skips it) */
     uint8_t *loading;
     uint32_t *in_use;
+    /* under mu: the weight buffer's read state after the model's load,
+       kept here only (model.h: the model records what its load read and
+       nothing after): resident[] above for each layer, and */
     int is_marked_unread;    /* a cold start marked the layers (once per cache) */
-    int rest_loading;        /* a thread reads the bytes outside the layers */
+    enum { WC_REST_READ, WC_REST_UNREAD, WC_REST_LOADING } rest; /* the bytes
+                                outside the layers; UNREAD from a lazy load */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t total_bytes;    /* all weight bytes (the data section) */
@@ -85,7 +89,8 @@ rb_status rb_wcache_create(const rb_model *model, const char *path, const rb_os 
     w->os = os ? os : rb_os_default();
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
-    w->model = (rb_model *)model; /* its lazy-load flag only */
+    w->model = model;
+    w->rest = rb_model_weights_load(model) == RB_WEIGHTS_LAZY ? WC_REST_UNREAD : WC_REST_READ;
     w->fd = -1;
     w->n_layers = hp->n_layers;
     w->base = (uintptr_t)d0 - (uintptr_t)t0->file_offset;
@@ -344,19 +349,17 @@ rb_status rb_wcache_read_rest(rb_wcache *w, rb_throttle *throttle, rb_error *err
 {
     /* sessions opened at once from files: one reads, the others wait */
     pthread_mutex_lock(&w->mu);
-    while (w->rest_loading)
+    while (w->rest == WC_REST_LOADING)
         pthread_cond_wait(&w->cv, &w->mu);
-    if (!rb_model_rest_unread(w->model)) {
+    if (w->rest == WC_REST_READ) {
         pthread_mutex_unlock(&w->mu);
         return RB_OK;
     }
-    w->rest_loading = 1;
+    w->rest = WC_REST_LOADING;
     pthread_mutex_unlock(&w->mu);
     rb_status st = read_rest(w, throttle, err);
     pthread_mutex_lock(&w->mu);
-    if (st == RB_OK)
-        rb_model_set_rest_read(w->model);
-    w->rest_loading = 0;
+    w->rest = st == RB_OK ? WC_REST_READ : WC_REST_UNREAD; /* a failure: the next caller retries */
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     return st;

@@ -20,6 +20,11 @@
  * One per model, shared by all its sessions (rb_wcache_shared): the
  * weights belong to the model, and a session's residency manager, its
  * layer gate and the memory pool all work on the same layer states.
+ * The cache is the one owner of the weight buffer's read state: which
+ * layers are in RAM and whether the bytes outside the layers were read.
+ * model.c allocates and loads the buffer and records only what its load
+ * read (rb_model_weights_load); the cache takes that at creation and
+ * never writes the model.
  *
  * Threads: every call may come from any thread (restore workers of
  * several sessions, their forward passes, a trimming thread). A layer's
@@ -70,8 +75,8 @@ uint64_t rb_wcache_total_bytes(const rb_wcache *w);
  * first one's restore left them (released ones are read by its own). */
 rb_status rb_wcache_mark_unread(rb_wcache *w, rb_error *err);
 
-/* The weights outside the layers of a lazily loaded model, if the model
- * has not read them: read now, from storage like a layer (O_DIRECT where
+/* The weights outside the layers of a lazily loaded model (RB_WEIGHTS_LAZY
+ * when the cache was made), if this cache has not read them: read now, from storage like a layer (O_DIRECT where
  * the pages line up, or the mapping populated; through the throttle), and
  * marked read. Separate from rb_wcache_mark_unread so that a cold start can
  * begin the layers' restore first and read these beside it. */

@@ -48,11 +48,9 @@ struct rb_model {
     int own_fd;             /* rb_model_open_fd: its duplicate (path names
                                it as /proc/self/fd/N); -1 */
     char *path;             /* as given to rb_model_open */
-    int is_layers_unread;   /* lazily loaded: blk.* bytes not read yet */
-    int is_all_unread;      /* reserved: no tensor read yet (weight streaming) */
-    int is_rest_unread;     /* lazily loaded: the bytes outside blk.* not read
-                               yet either (the weight cache reads them through
-                               the storage throttle, rb_wcache_read_rest) */
+    rb_weights_load load;   /* what the last load of the buffer read (its
+                               contents after a lazy load are the weight
+                               cache's to track: wcache.c, never here) */
     int n_weight_users;     /* sessions computing from the buffer as loaded */
     int is_streamed;        /* a streaming session owns the buffer */
     rb_tokenizer *tokenizer; /* built on first use */
@@ -557,9 +555,8 @@ rb_status rb_model_check_mapping(const rb_model *m, rb_error *err)
  * or (2) weight streaming, which reads blocks on use. */
 static rb_status load_tensors(rb_model *m, int skip_layers)
 {
-    m->is_all_unread = skip_layers == 2;
-    m->is_layers_unread = skip_layers != 0;
-    m->is_rest_unread = skip_layers == 1;
+    m->load = skip_layers == 2 ? RB_WEIGHTS_RESERVED
+              : skip_layers == 1 ? RB_WEIGHTS_LAZY : RB_WEIGHTS_READ;
     if (skip_layers)
         return RB_OK;
     /* all of it is read now: huge pages (the weight cache turns them off
@@ -582,9 +579,7 @@ static rb_status load_tensors(rb_model *m, int skip_layers)
                                    : rb_gguf_read(m->gguf, t, 0, m->data + t->offset,
                                                   t->n_bytes, &m->err);
         if (st != RB_OK) {
-            m->is_all_unread = 1; /* partly read: read it all again next time */
-            m->is_layers_unread = 1;
-            m->is_rest_unread = 0;
+            m->load = RB_WEIGHTS_RESERVED; /* partly read: read it all again next time */
             return st;
         }
     }
@@ -595,7 +590,7 @@ static rb_status load_tensors(rb_model *m, int skip_layers)
 
 rb_status rb_model_load_weights_lazy(rb_model *m)
 {
-    if (m->data && m->is_all_unread) /* reserved for streaming before */
+    if (m->data && m->load == RB_WEIGHTS_RESERVED) /* reserved for streaming before */
         return load_tensors(m, 1);
     if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
         return RB_OK;
@@ -604,17 +599,17 @@ rb_status rb_model_load_weights_lazy(rb_model *m)
     return rb_model_load_weights_impl(m, 1, 1);
 }
 
-int rb_model_layers_unread(const rb_model *m) { return m->is_layers_unread; }
+rb_weights_load rb_model_weights_load(const rb_model *m)
+{
+    return m->data ? m->load : RB_WEIGHTS_NONE;
+}
 
 uint64_t rb_model_loaded_bytes(const rb_model *m)
 {
-    if (!m->data || m->is_all_unread || m->data_map)
+    if (!m->data || m->load == RB_WEIGHTS_RESERVED || m->data_map)
         return 0;
     return rb_gguf_file_size(m->gguf) - rb_gguf_data_offset(m->gguf);
 }
-
-int rb_model_rest_unread(const rb_model *m) { return m->is_rest_unread; }
-void rb_model_set_rest_read(rb_model *m) { m->is_rest_unread = 0; }
 
 rb_status rb_model_reserve_weights(rb_model *m, int as_file_mapping)
 {
@@ -689,18 +684,13 @@ void rb_model_unclaim_weights(rb_model *m, int is_streaming)
 
 void rb_model_set_weights_unread(rb_model *m)
 {
-    if (m->data) {
-        m->is_all_unread = 1;
-        m->is_layers_unread = 1;
-        m->is_rest_unread = 0;
-    }
+    if (m->data)
+        m->load = RB_WEIGHTS_RESERVED;
 }
-
-void rb_model_set_layers_read(rb_model *m) { m->is_layers_unread = 0; }
 
 rb_status rb_model_load_weights(rb_model *m)
 {
-    if (m->data && (m->is_layers_unread || m->is_all_unread)) /* lazy or reserved before */
+    if (m->data && m->load != RB_WEIGHTS_READ) /* lazy or reserved before */
         return load_tensors(m, 0);
     if (m->data || rb_gguf_n_tensors(m->gguf) == 0)
         return RB_OK;

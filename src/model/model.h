@@ -62,27 +62,43 @@ uint64_t rb_hparams_kv_bytes(const rb_hparams *hp, uint64_t n_tokens);
 int64_t rb_tensor_layer(const char *name);
 
 /*
+ * The weight buffer: model.c owns its allocation (or private file mapping)
+ * and its load, and records only what that load read (rb_weights_load).
+ * After a lazy load, which of its bytes have been read since - each
+ * layer, and the bytes outside the layers - is the weight cache's state
+ * (memory/wcache.c), the one object that reads, releases and reloads them
+ * for every session; nothing here tracks or changes it.
+ */
+typedef enum rb_weights_load {
+    RB_WEIGHTS_NONE = 0,  /* no buffer: not loaded yet, or a mapped model */
+    RB_WEIGHTS_READ,      /* every tensor read (rb_model_load_weights) */
+    RB_WEIGHTS_LAZY,      /* nothing read: the weight cache reads the
+                             layers (its restore) and the rest
+                             (rb_wcache_read_rest) from storage */
+    RB_WEIGHTS_RESERVED   /* nothing read and no one reads it on the cache's
+                             behalf: reserved for weight streaming, given
+                             back by a stream, or a load that failed */
+} rb_weights_load;
+
+/*
  * Makes every tensor's bytes addressable: with use_mmap the mapping already
  * is; otherwise the data section is read into one 64-byte aligned buffer
- * (a sequential read, like llama.cpp --no-mmap). Idempotent.
+ * (a sequential read, like llama.cpp --no-mmap). Idempotent; over a buffer
+ * loaded lazily or reserved it reads every tensor.
  * Errors: RB_E_NOMEM, RB_E_IO, RB_E_SHORT_READ (message on the model).
  */
 rb_status rb_model_load_weights(rb_model *model);
-/* The same without the blk.* tensors (their buffer space is reserved, not
- * read): a cold restore reads each layer while earlier layers compute (the
- * weight cache does, then calls rb_model_set_layers_read). A later
- * rb_model_load_weights reads the rest. */
+/* The same without reading anything (RB_WEIGHTS_LAZY: the buffer's space
+ * is reserved): a cold restore reads each layer while earlier layers
+ * compute, and the bytes outside the layers beside them, through the
+ * weight cache. Caller holds the model's lock (below). */
 rb_status rb_model_load_weights_lazy(rb_model *model);
-int rb_model_layers_unread(const rb_model *model);
-/* 1 while the bytes outside the layers (embeddings, output, norms) of a
- * lazily loaded model are not read either; the weight cache reads them
- * (rb_wcache_read_rest) and then marks them read. */
-int rb_model_rest_unread(const rb_model *model);
-void rb_model_set_rest_read(rb_model *model);
+/* What the last load read (caller holds the model's lock while it may
+ * change: a session's setup). */
+rb_weights_load rb_model_weights_load(const rb_model *model);
 /* The weight bytes read into the model's own buffer (0: not loaded, mapped
  * or reserved for streaming). */
 uint64_t rb_model_loaded_bytes(const rb_model *model);
-void rb_model_set_layers_read(rb_model *model);
 /* The weight buffer without reading anything (weight streaming reads
  * blocks on use: wcache_stream.h). A later rb_model_load_weights(_lazy)
  * reads what it needs. as_file_mapping: a private mapping of the file (a

@@ -210,14 +210,16 @@ static rb_status create_impl(rb_model *model, const rb_session_params *params,
        layer by that session's restore: this one plans what it lacks itself
        and reads the rest through the shared cache (never the whole file) */
     int joins_cold = !is_streaming && !is_lazy_weights && rb_model_weights_owner(model) &&
-                     rb_model_layers_unread(model);
+                     rb_model_weights_load(model) == RB_WEIGHTS_LAZY;
     int lazy = is_lazy_weights || joins_cold;
     if (!is_streaming && (st = lazy ? rb_model_load_weights_lazy(model)
                                     : rb_model_load_weights(model)) != RB_OK) {
         rb_error_set(err, st, "%s", rb_model_errmsg(model));
         goto fail;
     }
-    if ((st = rb_session_memory_init(&s->mem, lazy && rb_model_layers_unread(model), err)) !=
+    if ((st = rb_session_memory_init(&s->mem,
+                                     lazy && rb_model_weights_load(model) == RB_WEIGHTS_LAZY,
+                                     err)) !=
         RB_OK)
         goto fail;
     rb_model_unlock(model);

@@ -326,6 +326,17 @@ for _ in $(seq 1 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/healt
 alive
 grep -Eq '^rebound_conversations\{state="total"\} 2$' m5.txt && ok || fail "/metrics does not count 2 conversations"
 stop_server
+# --max-open 2: the pool names the idle session to close (rb_pool_next_to_close),
+# the conversation's file keeps it, and its next turn reopens the file
+start_server s5b.log -m qwen.gguf -t 2 --sessions maxopen --max-open 2 --parallel 1
+for id in o1 o2 o3 o1; do
+    echo "{\"conversation_id\": \"$id\", \"prompt\": \"hello $id\", \"max_tokens\": 2}" | post /v1/completions "$id.json" >/dev/null
+done
+expect_line s5b.log "conversation o1 closed \\(the pool's budget or --max-open; its file keeps it\\)"
+[ "$(jget o1.json 'd["restore"]')" = file ] || fail "o1's return after the pool closed it: restore $(jget o1.json 'd["restore"]'), not file"
+curl -s "$URL/metrics" > m5b.txt
+grep -Eq '^rebound_conversations_closed_total [1-9]' m5b.txt || fail "/metrics counts no closed conversation"
+stop_server
 
 check "kill -9 mid-stream, restart: the next turn comes from the file, greedy reply as uninterrupted"
 TURN='{"conversation_id": "k", "messages": [{"role": "user", "content": "first"}], "max_tokens": 6, "temperature": 0}'

@@ -143,6 +143,11 @@ for (let seed = 0; seed < 5; seed++) {
     const d = await fetch(base + '/detokenize', { method: 'POST', body: JSON.stringify({ tokens: [tok, tok, tok] }) });
     ok(forced.choices[0].message.content === (await d.json()).content,
        'openai logit_bias +100 forces a token (/tokenize, /detokenize agree)');
+    const req = { messages: [{ role: 'user', content: 'repeat' }], max_tokens: 3, temperature: 0 };
+    const it = await fetch(base + '/v1/chat/completions/input_tokens', { method: 'POST', body: JSON.stringify(req) });
+    const ij = await it.json();
+    ok(ij.object === 'response.input_tokens' && ij.input_tokens === forced.usage.prompt_tokens,
+       '/v1/chat/completions/input_tokens is the chat\'s prompt_tokens (' + ij.input_tokens + ')');
 }
 
 // ---- openai: embeddings ---------------------------------------------------------
