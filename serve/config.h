@@ -92,4 +92,8 @@ void sv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Seconds on the monotonic clock. */
 double sv_now_s(void);
 
+/* Makes room for `need` elements of `elem` bytes in the array *p of *cap
+ * (doubling, from 16): 0, or -1 with *p and *cap as they were. */
+int sv_grow(void **p, size_t *cap, size_t need, size_t elem);
+
 #endif

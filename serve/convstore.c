@@ -30,19 +30,6 @@
 
 #include "convstore.h"
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return -1;
-    *p = q, *cap = c;
-    return 0;
-}
 
 int sv_random(void *buf, size_t n)
 {
@@ -134,7 +121,7 @@ sv_conv *sv_store_find(sv_store *st, const char *ns, const char *id)
 
 sv_conv *sv_store_add(sv_store *st, const char *ns, const char *id)
 {
-    if (grow((void **)&st->convs, &st->cap_convs, st->n_convs + 1, sizeof *st->convs))
+    if (sv_grow((void **)&st->convs, &st->cap_convs, st->n_convs + 1, sizeof *st->convs))
         return NULL;
     sv_conv *c = calloc(1, sizeof *c);
     if (!c)
@@ -198,7 +185,7 @@ void sv_store_touch(sv_store *st, sv_conv *c)
 static int copy_tokens(sv_conv *c)
 {
     size_t n = rb_session_n_tokens(c->session);
-    if (grow((void **)&c->tokens, &c->cap, n, sizeof *c->tokens))
+    if (sv_grow((void **)&c->tokens, &c->cap, n, sizeof *c->tokens))
         return -1;
     if (n)
         memcpy(c->tokens, rb_session_get_tokens(c->session), n * sizeof *c->tokens);
@@ -594,7 +581,7 @@ static int list_files(sv_store *st, const char *ns, found_file **found, size_t *
         struct stat s;
         if (lstat(path, &s) != 0 || !S_ISREG(s.st_mode))
             continue;
-        if (grow((void **)found, cap, *n_found + 1, sizeof **found)) {
+        if (sv_grow((void **)found, cap, *n_found + 1, sizeof **found)) {
             rc = -1;
             break;
         }

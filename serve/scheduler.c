@@ -100,19 +100,6 @@ struct sv_sched {
 
 /* ---- small helpers -------------------------------------------------------- */
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q)
-        return -1;
-    *p = q, *cap = c;
-    return 0;
-}
 
 static int tokenize(const sv_sched *s, const char *text, size_t len, int add_special, int32_t **out,
                     size_t *n_out, size_t lead)
@@ -155,14 +142,14 @@ static int tok_append(rb_model *model, const char *text, size_t len, int add_spe
     /* room for what fits the context at most: a longer text is refused
        without holding an array for all of it */
     size_t room = 4 * len + 16 < limit + 16 ? 4 * len + 16 : limit + 16, got = 0;
-    if (grow((void **)v, cap, *n + room, sizeof **v))
+    if (sv_grow((void **)v, cap, *n + room, sizeof **v))
         return -1;
     rb_status st = rb_model_tokenize(model, text, len, add_special, parse_special, *v + *n,
                                      *cap - *n, &got);
     if (st == RB_E_INVALID_ARG && got > *cap - *n && got > limit)
         return -2;
     if (st == RB_E_INVALID_ARG && got > *cap - *n) {
-        if (grow((void **)v, cap, *n + got, sizeof **v))
+        if (sv_grow((void **)v, cap, *n + got, sizeof **v))
             return -1;
         st = rb_model_tokenize(model, text, len, add_special, parse_special, *v + *n, *cap - *n,
                                &got);
@@ -201,7 +188,7 @@ static int template_controls(rb_model *model, const char *R, size_t off, size_t 
         const char *p = memmem(R + at, off + len - at, piece, special);
         if (!p)
             continue;
-        if (grow((void **)spans, cap, *n + 1, sizeof **spans)) {
+        if (sv_grow((void **)spans, cap, *n + 1, sizeof **spans)) {
             free(t);
             return -1;
         }
@@ -308,7 +295,7 @@ static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, si
         goto done;
     }
     if (s->bos >= 0) {
-        if (grow((void **)&v, &cap, 1, sizeof *v))
+        if (sv_grow((void **)&v, &cap, 1, sizeof *v))
             goto nomem;
         v[n++] = s->bos;
     }
@@ -326,7 +313,7 @@ static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, si
             goto nomem;
         if (j == n_sp)
             break;
-        if (grow((void **)&v, &cap, n + 1, sizeof *v))
+        if (sv_grow((void **)&v, &cap, n + 1, sizeof *v))
             goto nomem;
         v[n++] = spans[j].id;
         at = spans[j].off + spans[j].len;
@@ -777,7 +764,7 @@ static void publish_upto(sv_active *a, size_t end)
 static int append_text(sv_active *a, const char *p, size_t n)
 {
     sv_request *r = a->req;
-    if (grow((void **)&a->text, &a->cap, a->len + n + 1, 1))
+    if (sv_grow((void **)&a->text, &a->cap, a->len + n + 1, 1))
         return -1;
     memcpy(a->text + a->len, p, n);
     a->len += n;
