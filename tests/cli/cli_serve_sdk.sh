@@ -28,6 +28,8 @@ if ! (cd "$NPM_DIR" && node -e "require.resolve('openai'); require.resolve('ai')
         echo "SKIP: npm install failed (no registry?); see above"
         exit 77
     fi
+    (cd "$NPM_DIR" && node -e "require.resolve('openai'); require.resolve('ai'); require.resolve('@ai-sdk/openai-compatible')") \
+        && ok || fail "npm install left a package unresolvable"
 fi
 (cd "$NPM_DIR" && npm ls --depth=0 2>/dev/null | sed 's/^/   /') || true
 
