@@ -61,7 +61,7 @@
 #define RB_G_MAX_RULES (1u << 20)
 #define RB_G_MAX_NEST 200
 #define RB_G_MAX_REPEAT 10000
-#define RB_G_MAX_STACKS 4096        /* stacks in one state */
+#define RB_G_MAX_STACKS 256         /* stacks in one state: their dedup is quadratic; 4096 let a fuzzed grammar of nested repeats take minutes per token */
 #define RB_G_MAX_NODES (1u << 24)
 #define RB_G_MAX_EXPAND 200000      /* work items in one expansion */
 #define RB_G_CACHE_BYTES (8u << 20) /* masks kept */
