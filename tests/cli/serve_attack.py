@@ -456,10 +456,13 @@ def t_fair():
             done.append((key, i))
 
         ts = [threading.Thread(target=one, args=("ka", i)) for i in range(8)]
+        # alice's backlog queued at once, bob's request while it waits (on a
+        # quiet machine a request of slow.gguf takes ~0.15 s: staggered
+        # sends let alice's first ones finish before bob asked)
         for t in ts:
             t.start()
-            time.sleep(0.05)
-        time.sleep(0.1)
+            time.sleep(0.005)
+        time.sleep(0.05)
         tb = threading.Thread(target=one, args=("kb", 0))
         tb.start()
         for t in ts + [tb]:
