@@ -766,7 +766,8 @@ typedef struct rb_session_stats {
                                         profile's, or what the disk gave) */
     double storage_bytes_per_s;
     const char *storage_io;          /* "O_DIRECT" or the fallback's reason */
-    /* the last feed that restored anything */
+    /* the last feed's restore (zeros when it restored nothing); the
+       workers' busy times are summed over their streams */
     double restore_io_s;             /* I/O worker busy time */
     double restore_decode_s;         /* decode worker busy time */
     double restore_wait_s;           /* forward pass blocked on a layer */

@@ -585,6 +585,44 @@ static json_t *usage_object(const sv_request *r)
     return u;
 }
 
+/* Where the request's time went: llama-server's "timings" fields (prompt_*
+ * count the tokens computed, cache_n those reused) and rebound's phases of
+ * the first token (sv_timings). */
+static json_t *timings_object(const sv_request *r)
+{
+    const sv_timings *t = &r->tm;
+    json_t *o = json_object();
+    size_t n_prompt = r->n_prompt - r->n_cached, n_pred = r->n_completion;
+    double prompt_ms = t->prefill_s * 1e3, pred_ms = t->decode_s * 1e3;
+#define TSET(k, v) json_object_set_new(o, k, v)
+    TSET("cache_n", json_integer((json_int_t)r->n_cached));
+    TSET("prompt_n", json_integer((json_int_t)n_prompt));
+    TSET("prompt_ms", json_real(prompt_ms));
+    TSET("prompt_per_token_ms", json_real(n_prompt ? prompt_ms / (double)n_prompt : 0));
+    TSET("prompt_per_second", json_real(prompt_ms > 0 ? 1e3 * (double)n_prompt / prompt_ms : 0));
+    /* the first token is sampled at the prefill's end: the decode steps
+       made the others */
+    size_t n_steps = n_pred > 1 ? n_pred - 1 : 0;
+    TSET("predicted_n", json_integer((json_int_t)n_pred));
+    TSET("predicted_ms", json_real(pred_ms));
+    TSET("predicted_per_token_ms", json_real(n_steps ? pred_ms / (double)n_steps : 0));
+    TSET("predicted_per_second", json_real(pred_ms > 0 ? 1e3 * (double)n_steps / pred_ms : 0));
+    TSET("ttft_ms", t->has_first ? json_real((t->prepare_s + t->queue_s + t->open_s +
+                                              t->prefill_s) * 1e3) : json_null());
+    TSET("prepare_ms", json_real(t->prepare_s * 1e3));
+    TSET("queue_ms", json_real(t->queue_s * 1e3));
+    TSET("open_ms", json_real(t->open_s * 1e3));
+    TSET("restore_io_ms", json_real(t->restore_io_s * 1e3));
+    TSET("restore_decode_ms", json_real(t->restore_decode_s * 1e3));
+    TSET("restore_wait_ms", json_real(t->restore_wait_s * 1e3));
+    TSET("restore_read_bytes", json_integer((json_int_t)t->restore_bytes_io));
+    TSET("restore_decoded_bytes", json_integer((json_int_t)t->restore_bytes_decoded));
+    TSET("restore_recomputed_tokens", json_integer((json_int_t)t->restore_recomputed));
+    TSET("weights_wait_ms", json_real(t->weights_wait_s * 1e3));
+#undef TSET
+    return o;
+}
+
 static json_t *base_object(const sv_request *r, const sv_oai_meta *m, const char *object)
 {
     json_t *o = json_object();
@@ -734,6 +772,7 @@ static json_t *full_response(const sv_request *r, const sv_oai_meta *meta)
     json_array_append_new(arr, choice);
     json_object_set_new(o, "choices", arr);
     json_object_set_new(o, "usage", usage_object(r));
+    json_object_set_new(o, "timings", timings_object(r));
     return o;
 }
 
@@ -780,6 +819,8 @@ static json_t *chunk(const sv_request *r, const sv_oai_meta *m, const char *text
     json_t *arr = json_array();
     json_array_append_new(arr, choice);
     json_object_set_new(o, "choices", arr);
+    if (finish) /* the last chunk: the request is done (as llama-server) */
+        json_object_set_new(o, "timings", timings_object(r));
     return o;
 }
 
@@ -835,6 +876,7 @@ char *sv_oai_usage_chunk(const sv_request *r, const sv_oai_meta *m)
     json_t *u = base_object(r, m, r->kind == SV_CHAT ? "chat.completion.chunk" : "text_completion");
     json_object_set_new(u, "choices", json_array());
     json_object_set_new(u, "usage", usage_object(r));
+    json_object_set_new(u, "timings", timings_object(r));
     return dump(u);
 }
 

@@ -59,6 +59,9 @@ typedef struct sv_active {
     int phase;
     int has_ttft;
     int is_stopped;           /* a stop string ended the text */
+    /* where the time goes: sv_timings, filled in by finish */
+    double t_admit, t_admitted, t_first;
+    sv_timings tm;
 } sv_active;
 
 struct sv_sched {
@@ -382,6 +385,7 @@ sv_err sv_sched_prepare(const sv_sched *s, sv_request *r, char *msg, size_t msg_
         sv_random(&seed, sizeof seed);
         r->sp.seed = seed & 0xffffffffu;
     }
+    r->t_prepared = sv_now_s();
     return SV_ERR_NONE;
 }
 
@@ -576,6 +580,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     r->toks = NULL; /* the slot owns them now */
     memset(a, 0, sizeof *a);
     a->req = r;
+    a->t_admit = sv_now_s();
     sv_conv *c = NULL, *from = NULL;
     size_t shared = 0;
     if (r->conv_id[0]) {
@@ -724,6 +729,10 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     r->is_started = 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    rb_session_stats ws;
+    if (rb_session_get_stats(c->session, &ws) == RB_OK)
+        a->tm.weights_wait_s = -ws.weights_wait_s; /* finish adds the end's */
+    a->t_admitted = sv_now_s();
     sv_metrics_add(s->metrics, r->ns, tokens_prompt, n);
     sv_metrics_add(s->metrics, r->ns, tokens_cached, k);
     return 0;
@@ -841,7 +850,19 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     sv_store_touch(&s->store, c);
     /* the bounds hold when the client sees the reply end */
     close_idle(s);
+    double now = sv_now_s();
+    sv_timings *tm = &a->tm;
+    rb_session_stats st;
+    if (rb_session_get_stats(ss, &st) == RB_OK)
+        tm->weights_wait_s += st.weights_wait_s;
+    tm->prepare_s = r->t_prepared - r->t_arrival;
+    tm->queue_s = a->t_admit - r->t_prepared;
+    tm->open_s = a->t_admitted - a->t_admit;
+    tm->has_first = a->has_ttft;
+    tm->prefill_s = (a->has_ttft ? a->t_first : now) - a->t_admitted;
+    tm->decode_s = a->has_ttft ? now - a->t_first : 0;
     pthread_mutex_lock(&r->mu);
+    r->tm = *tm;
     r->finish_reason = reason;
     r->n_completion = (size_t)a->n_gen;
     if (e != SV_ERR_NONE) {
@@ -854,11 +875,29 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     sv_metrics_add(s->metrics, r->ns, tokens_completion, (uint64_t)a->n_gen);
     if (reason && !strcmp(reason, "cancelled"))
         sv_metrics_add(s->metrics, r->ns, cancelled, 1);
-    sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s",
+    sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s; "
+           "first token after %.3f s = prepare %.3f + queue %.3f + open %.3f + prefill %.3f "
+           "(restore: %.1f MiB read in %.3f s, %.1f MiB decoded in %.3f s, waited %.3f s)",
            r->kind == SV_CHAT ? "chat" : "completion", r->conv_out, r->n_prompt, r->n_cached, a->n_gen,
-           reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "");
+           reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "",
+           tm->prepare_s + tm->queue_s + tm->open_s + tm->prefill_s, tm->prepare_s, tm->queue_s,
+           tm->open_s, tm->prefill_s, (double)tm->restore_bytes_io / 1048576.0, tm->restore_io_s,
+           (double)tm->restore_bytes_decoded / 1048576.0, tm->restore_decode_s,
+           tm->restore_wait_s);
     sched_release(s, r);
     active_free(a);
+}
+
+/* The restore of the feed just done (the stats hold the last feed's: zeros
+ * when it restored nothing), added to tm. */
+static void add_restore(sv_timings *tm, const rb_session_stats *a)
+{
+    tm->restore_io_s += a->restore_io_s;
+    tm->restore_decode_s += a->restore_decode_s;
+    tm->restore_wait_s += a->restore_wait_s;
+    tm->restore_bytes_io += a->restore_bytes_io;
+    tm->restore_bytes_decoded += a->restore_bytes_decoded;
+    tm->restore_recomputed += a->restore_recomputed_tokens;
 }
 
 /* One prefill step of an active request: a chunk of at most n_batch of its
@@ -880,6 +919,9 @@ static void step_prefill(sv_sched *s, sv_active *a)
         finish(s, a, NULL, SV_ERR_SERVER, msg);
         return;
     }
+    rb_session_stats after;
+    if (rb_session_get_stats(ss, &after) == RB_OK)
+        add_restore(&a->tm, &after);
     a->i_todo += n;
     if (a->i_todo == a->n_todo) {
         a->phase = PHASE_DECODE;
@@ -954,7 +996,8 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
     }
     if (!a->has_ttft) {
         a->has_ttft = 1;
-        sv_metrics_record_ttft(s->metrics, r->ns, sv_now_s() - r->t_arrival);
+        a->t_first = sv_now_s();
+        sv_metrics_record_ttft(s->metrics, r->ns, a->t_first - r->t_arrival);
     }
     if (r->sp.is_logprobs && record_logprob(s, a, *next) != 0) {
         finish(s, a, NULL, SV_ERR_SERVER, "out of memory");

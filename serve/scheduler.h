@@ -82,6 +82,26 @@ typedef enum sv_tools {
     SV_TOOLS_REQUIRED = 2    /* rendered; the reply is tool calls, under tool_schema */
 } sv_tools;
 
+/* Where a request's time went (seconds), from its arrival (the body read)
+ * to its end; set by the scheduler when it finishes the request. The
+ * restore figures are its prompt's feeds' (rb_session_stats' restore_*,
+ * summed over the feeds; busy times of the I/O and decode workers, which
+ * overlap each other and the compute). */
+typedef struct sv_timings {
+    double prepare_s;             /* parse and tokenize (connection thread) */
+    double queue_s;               /* waiting for the scheduler to take it */
+    double open_s;                /* its conversation found, opened or reopened
+                                     from its file, rewound; its sampler made */
+    double prefill_s;             /* from then to its first token (restores
+                                     ride in it; other streams' steps too) */
+    double decode_s;              /* first token to the end */
+    double restore_io_s, restore_decode_s, restore_wait_s;
+    uint64_t restore_bytes_io, restore_bytes_decoded;
+    uint32_t restore_recomputed;
+    double weights_wait_s;        /* forward passes blocked on streamed weights */
+    int has_first;                /* a token was sampled (prefill_s, decode_s hold) */
+} sv_timings;
+
 typedef struct sv_request {
     /* ---- written by the connection thread before it is queued ---- */
     char ns[SV_NS_MAX + 1];       /* its namespace ("": the one of no keys) */
@@ -118,6 +138,7 @@ typedef struct sv_request {
     size_t n_inputs;
     int add_special, with_pieces, is_base64;
     double t_arrival;
+    double t_prepared;            /* sv_sched_prepare done */
     struct sv_request *next;      /* the scheduler's queue (under its mu) */
 
     /* ---- shared, under mu ---- */
@@ -136,6 +157,7 @@ typedef struct sv_request {
     char conv_out[SV_ID_MAX + 1]; /* the conversation that served it */
     const char *restore;          /* where its KV was when admitted (static
                                      string): sv_restore_name */
+    sv_timings tm;                /* set with is_done */
     sv_logprob *lps;              /* is_logprobs: one per generated token */
     size_t n_lps, cap_lps;
     /* a utility's result (out holds a text result: detokenize's content,

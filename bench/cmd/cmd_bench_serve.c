@@ -22,7 +22,10 @@
  * from servers that do not say. With --pid, a thread samples the server's
  * /proc/PID/status (VmRSS, RssAnon every 5 ms, VmHWM at the end).
  * The report: TTFT p50/p95/max per turn kind (opening, return) and place,
- * decode tok/s; a table by default, JSON with -o json.
+ * decode tok/s; where the returns' first tokens went by phase when the
+ * server sends "timings" (rebound serve's queue, open, prefill and the
+ * restore inside it), with the slowest returns one by one; a table by
+ * default, JSON with -o json.
  *
  * HTTP: libcurl (one easy handle per worker thread): chunked transfer,
  * keep-alive, Unix sockets and TLS come from a library every distribution
@@ -63,6 +66,16 @@ typedef struct bs_opts {
     int ignore_eos;
 } bs_opts;
 
+/* The phases of a request's first token that rebound serve reports in its
+ * "timings" (ms), in the order of the report's columns. */
+enum { BS_N_PHASES = 8 };
+static const char *const phase_keys[BS_N_PHASES] = {
+    "prepare_ms", "queue_ms", "open_ms", "prompt_ms", "restore_io_ms", "restore_decode_ms",
+    "restore_wait_ms", "weights_wait_ms"};
+static const char *const phase_names[BS_N_PHASES] = {
+    "prepare", "queue", "open", "prefill", "restore I/O", "restore decode", "restore wait",
+    "weights wait"};
+
 typedef struct bs_turn {
     int conv, round;          /* round 0: the opening */
     int idx_in_conv;          /* its place among its conversation's turns */
@@ -72,6 +85,11 @@ typedef struct bs_turn {
     double t_send, ttft_s, decode_s;
     int64_t prompt_tokens, cached_tokens, completion_tokens; /* -1: not reported */
     int64_t n_content;        /* content events received */
+    /* the server's "timings" (rebound serve: where its first token went;
+       ms, bytes); has_srv 0: the server sent none */
+    int has_srv;
+    double srv[BS_N_PHASES];
+    int64_t srv_read_bytes;
 } bs_turn;
 
 typedef struct bs_conv {
@@ -301,6 +319,15 @@ static void on_event(bs_call *c, const char *data)
                        json_string_length(content)))
                 snprintf(c->server_err, sizeof c->server_err, "out of memory");
         }
+    }
+    json_t *tm = json_object_get(j, "timings");
+    if (json_is_object(tm) && json_is_number(json_object_get(tm, "prompt_ms"))) {
+        c->t->has_srv = 1;
+        for (int i = 0; i < BS_N_PHASES; i++) {
+            json_t *v = json_object_get(tm, phase_keys[i]);
+            c->t->srv[i] = json_is_number(v) ? json_number_value(v) : 0;
+        }
+        c->t->srv_read_bytes = get_count(tm, "restore_read_bytes");
     }
     json_t *usage = json_object_get(j, "usage");
     if (json_is_object(usage)) {
@@ -750,6 +777,61 @@ static int make_endpoint(bench *b, char *why, size_t why_n)
     return 0;
 }
 
+/* The returns' first tokens by phase (the server's timings): p50, p95 and
+ * max of each phase over the returns, then the slowest returns one by
+ * one, so that a tail shows where its seconds went. */
+static void print_phases(const bench *b)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < b->n_turns; i++)
+        n += b->turns[i].is_done && b->turns[i].round > 0 && b->turns[i].has_srv;
+    if (!n)
+        return;
+    double *v = malloc(n * sizeof *v);
+    size_t *ix = malloc(n * sizeof *ix);
+    if (!v || !ix) {
+        free(v), free(ix);
+        return;
+    }
+    printf("\nreturns' first token by phase (the server's timings, %zu returns; restores ride "
+           "in prefill):\n%-15s %10s %10s %10s\n", n, "phase", "p50", "p95", "max (ms)");
+    for (int ph = 0; ph < BS_N_PHASES; ph++) {
+        size_t k = 0;
+        for (size_t i = 0; i < b->n_turns; i++) {
+            const bs_turn *t = &b->turns[i];
+            if (t->is_done && t->round > 0 && t->has_srv)
+                v[k++] = t->srv[ph];
+        }
+        qsort(v, k, sizeof *v, cmp_double);
+        printf("%-15s %10.1f %10.1f %10.1f\n", phase_names[ph], pct(v, k, 0.5), pct(v, k, 0.95),
+               v[k - 1]);
+    }
+    /* the slowest returns by client TTFT */
+    size_t k = 0;
+    for (size_t i = 0; i < b->n_turns; i++) {
+        const bs_turn *t = &b->turns[i];
+        if (t->is_done && t->round > 0 && t->has_srv)
+            ix[k++] = i;
+    }
+    for (size_t a = 0; a < k; a++) /* selection of the 5 slowest: k is small */
+        for (size_t c = a + 1; c < k; c++)
+            if (b->turns[ix[c]].ttft_s > b->turns[ix[a]].ttft_s) {
+                size_t x = ix[a];
+                ix[a] = ix[c], ix[c] = x;
+            }
+    printf("slowest returns: TTFT = queue + open + prefill (restore: MiB read, I/O ms, decode ms, "
+           "wait ms)\n");
+    for (size_t a = 0; a < k && a < 5; a++) {
+        const bs_turn *t = &b->turns[ix[a]];
+        printf("  conversation %d round %d (%s): %.0f ms = %.0f + %.0f + %.0f (%.1f MiB, %.0f, %.0f, "
+               "%.0f); %" PRId64 " of %" PRId64 " prompt tokens cached\n", t->conv, t->round,
+               t->place, t->ttft_s * 1e3, t->srv[1], t->srv[2], t->srv[3],
+               t->srv_read_bytes > 0 ? (double)t->srv_read_bytes / 1048576.0 : 0.0, t->srv[4],
+               t->srv[5], t->srv[6], t->cached_tokens, t->prompt_tokens);
+    }
+    free(v), free(ix);
+}
+
 static void print_table(const bench *b, const bs_group *g, size_t n_g, double wall_s,
                         double tok_s_med, double tok_s_all, const rss_watch *w, double load0,
                         double load1, const char *cpu)
@@ -773,6 +855,7 @@ static void print_table(const bench *b, const bs_group *g, size_t n_g, double wa
     }
     printf("\ndecode: %.1f tok/s a stream (median of turns), %.1f tok/s over all turns' decode "
            "time\n", tok_s_med, tok_s_all);
+    print_phases(b);
     if (w) {
         printf("server pid %d: max RSS %s sampled", w->pid, rb_cli_bytes(w->max_rss, bb, sizeof bb));
         printf(" (anonymous %s)", rb_cli_bytes(w->max_anon, bb, sizeof bb));
@@ -830,6 +913,15 @@ static json_t *json_report(const bench *b, const bs_group *g, size_t n_g, double
         json_object_set_new(x, "decode_tok_s", decode_tokens(t) > 0
                                                    ? json_real(decode_tokens(t) / t->decode_s)
                                                    : json_null());
+        if (t->has_srv) {
+            json_t *tm = json_object();
+            for (int ph = 0; ph < BS_N_PHASES; ph++)
+                json_object_set_new(tm, phase_keys[ph], json_real(t->srv[ph]));
+            json_object_set_new(tm, "restore_read_bytes", json_integer(t->srv_read_bytes));
+            json_object_set_new(x, "server_timings", tm);
+        } else {
+            json_object_set_new(x, "server_timings", json_null());
+        }
         json_array_append_new(turns, x);
     }
     json_object_set_new(r, "turns", turns);

@@ -74,6 +74,18 @@ start_server s1.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --device phone --
     --spill-dir spill --mem-budget 16M
 run_ok b1 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
 KINDS=$(check_json b1.out new resident,compressed,stored,file) && ok || { cat b1.out >&2; fail "bench-serve's JSON"; }
+# every turn carries the server's timings; a return restored from storage
+# says what it read
+python3 - b1.out <<'EOF' && ok || fail "bench-serve's server_timings"
+import json, sys
+r = json.load(open(sys.argv[1]))
+ts = r["turns"]
+assert all(t["server_timings"] is not None for t in ts), "a turn without server_timings"
+assert all(t["server_timings"]["prompt_ms"] > 0 for t in ts), "a turn with no prefill time"
+back = [t for t in ts if t["kv_was"] == "stored"]
+assert not back or any(t["server_timings"]["restore_read_bytes"] > 0 for t in back), \
+    "returns from storage read nothing"
+EOF
 echo "   returns: $KINDS"
 case " $KINDS " in *" stored="*) ;; *) fail "no return found its KV on storage under the budget: $KINDS" ;; esac
 
@@ -91,6 +103,8 @@ grep -q 'TTFT p50' b2.out && ok || fail "no TTFT header in the table"
 grep -Eq '^open +new +1 ' b2.out && ok || fail "no row for the opening"
 grep -Eq '^return +all +1 ' b2.out && ok || fail "no row for all returns"
 grep -q "server pid $SERVER_PID: max RSS" b2.out && ok || fail "no server RSS line"
+grep -Eq '^prefill +[0-9.]+ +[0-9.]+ +[0-9.]+$' b2.out && ok || { cat b2.out >&2; fail "no phase table of the returns"; }
+grep -Eq '^  conversation 0 round 1 \(.*\): [0-9]+ ms = ' b2.out && ok || fail "no slowest-returns line"
 stop_server
 
 check "after a restart the same workload finds its conversations in their files"

@@ -93,6 +93,12 @@ CONV1=$(jget c1.json 'd["conversation_id"]')
 REPLY1=$(jget c1.json 'd["choices"][0]["message"]["content"]')
 [ -n "$REPLY1" ] && ok || fail "empty reply"
 [ -f "convs/$CONV1.rbs" ] && ok || fail "no session file convs/$CONV1.rbs"
+# where the time went: llama-server's timings fields and the phases of the
+# first token, which add up to it
+jget c1.json 'd["timings"]["prompt_n"] == d["usage"]["prompt_tokens"] - d["usage"]["prompt_tokens_details"]["cached_tokens"] and d["timings"]["cache_n"] == 0 and d["timings"]["predicted_n"] == 8' | grep -q True \
+    && ok || { cat c1.json; fail "timings: prompt_n, cache_n or predicted_n"; }
+jget c1.json '(lambda t: abs(t["ttft_ms"] - (t["prepare_ms"] + t["queue_ms"] + t["open_ms"] + t["prompt_ms"])) < 0.01 and t["prompt_ms"] > 0 and t["predicted_ms"] > 0 and t["restore_read_bytes"] == 0)(d["timings"])' \
+    | grep -q True && ok || { cat c1.json; fail "timings: the phases do not add up to ttft_ms"; }
 
 check "the same request again: a new chat forked from the stored one (its KV reused up to the prompt), the greedy reply the same"
 echo "$HELLO" | post /v1/chat/completions c2.json >/dev/null
@@ -396,6 +402,9 @@ stop_server
     && ok || fail "the returning conversation's reply under the budget differs from the reference"
 [ "$(jget mb-back.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge 400 ] \
     && ok || fail "the returning conversation was recomputed, not restored"
+# its timings say what came back: bytes read or decoded by the restore
+jget mb-back.json '(lambda t: t["restore_read_bytes"] + t["restore_decoded_bytes"] > 0 and t["restore_io_ms"] + t["restore_decode_ms"] > 0)(d["timings"])' \
+    | grep -q True && ok || { cat mb-back.json; fail "timings: the return's restore is not reported"; }
 grep -Eq '^rebound_pool_bytes\{what="trimmed"\} [1-9]' m10.txt && ok || { cat m10.txt >&2; fail "the pool trimmed nothing"; }
 total=$(sed -n 's/^rebound_pool_bytes{what="total"} //p' m10.txt)
 [ "$total" -le $((14 * 1048576 * 105 / 100)) ] && ok || fail "the pool holds $total bytes, over the 14 MiB budget + 5%"
