@@ -656,6 +656,94 @@ static void kill_loop(rb_model *m)
 static rb_test_rng rng = {12345};
 static int32_t next_token(void) { return (int32_t)rb_test_rng_below(&rng, V); }
 
+/* Logits of a session fed toks[0..n) in one go, into want. */
+static void reference_logits(rb_model *m, const int32_t *toks, size_t n, float *want)
+{
+    rb_error err;
+    rb_session *r = NULL;
+    rb_session_params p = params();
+    CHECK_EQ_INT(rb_session_create(m, &p, &r, &err), RB_OK);
+    if (!r)
+        return;
+    CHECK_EQ_INT(rb_session_feed(r, toks, n, NULL), RB_OK);
+    memcpy(want, rb_session_get_logits(r), V * sizeof(float));
+    rb_session_destroy(r);
+}
+
+/*
+ * A rewind into a page the session file holds (a client that edits the
+ * last reply of a reopened conversation). The page the cut falls in keeps
+ * its record for the positions before the cut: after a reopen, the feed
+ * restores it from the file instead of recomputing it (before: the record
+ * was forgotten and up to a page of positions recomputed). Its positions
+ * after the cut are written again, so no copy of it is identical any more:
+ * a complete trim writes it (before the fix to the saved flag the trim
+ * dropped it as saved, and the restore read the file's stale positions).
+ * Every logit equals a session that computed the same tokens in one feed.
+ */
+static void reopen_rewind_test(rb_model *m)
+{
+    rb_error err;
+    char path[600];
+    snprintf(path, sizeof path, "%s.reopen-rewind", sess_path);
+    static int32_t toks[N_PROMPT + 64];
+    float want[V];
+    rb_session_params p = params();
+    p.file_flags = RB_SAVE_ON_REQUEST; /* as serve opens: feeds do not commit */
+    /* cut 0: inside the partly filled last page; cut 1: inside a full page */
+    const size_t fed[2] = {300, 512}, cut[2] = {280, 500};
+    for (int c = 0; c < 2; c++) {
+        unlink(path);
+        rb_session *s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+        if (!s)
+            return;
+        memcpy(toks, prompt, fed[c] * sizeof *toks);
+        CHECK_EQ_INT(rb_session_feed(s, toks, fed[c], NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_ON_REQUEST), RB_OK);
+        rb_session_destroy(s);
+        s = NULL;
+        CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
+        if (!s)
+            return;
+        CHECK_EQ_INT(rb_session_rewind(s, cut[c]), RB_OK);
+        size_t n = cut[c];
+        for (int i = 0; i < 20; i++)
+            toks[n + i] = next_token();
+        CHECK_EQ_INT(rb_session_feed(s, &toks[n], 20, NULL), RB_OK);
+        n += 20;
+        CHECK_EQ_INT(rb_session_debug_recomputed_tokens(s), 0);
+        reference_logits(m, toks, n, want);
+        CHECK(same_logits(s, want));
+        /* every page out, then one more token: the cut page comes back as
+           the session wrote it */
+        CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+        toks[n] = next_token();
+        CHECK_EQ_INT(rb_session_feed(s, &toks[n], 1, NULL), RB_OK);
+        n++;
+        reference_logits(m, toks, n, want);
+        CHECK(same_logits(s, want));
+        /* saved and reopened: the same tokens, and the next logits */
+        CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_ON_REQUEST), RB_OK);
+        rb_session_destroy(s);
+        s = NULL;
+        CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
+        if (!s)
+            return;
+        CHECK_EQ_INT(rb_session_n_tokens(s), n);
+        CHECK(memcmp(rb_session_get_tokens(s), toks, n * sizeof *toks) == 0);
+        toks[n] = next_token();
+        CHECK_EQ_INT(rb_session_feed(s, &toks[n], 1, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_debug_recomputed_tokens(s), 0);
+        reference_logits(m, toks, n + 1, want);
+        CHECK(same_logits(s, want));
+        rb_session_destroy(s);
+    }
+    unlink(path);
+    printf("rewind into a saved page after a reopen: restored, not recomputed; a trim "
+           "writes the page the cut fell in; logits exact (2 cuts)\n");
+}
+
 /* A slow disk for the race test: every page record (64 KiB) takes 10 ms
  * to write, so that a commit is still writing when the test acts. While
  * the test holds the gate, the storage worker's page writes wait in it
@@ -1778,6 +1866,7 @@ int main(int argc, char **argv)
     garbage_test(m);
     clean_reopen_test(m);
     rewind_garbage_test(m);
+    reopen_rewind_test(m);
     full_disk_behind(m);
     race_test(m);
     kill_loop(m);

@@ -876,7 +876,15 @@ void rb_sessfile_truncate(rb_sessfile *f, size_t n_tokens)
     for (uint32_t l = 0; l < f->g.n_layers; l++)
         for (uint32_t p = 0; p < f->g.pages_per_layer; p++) {
             sf_entry *e = &f->pages[(size_t)l * f->g.pages_per_layer + p];
-            if (e->off && (uint64_t)p * f->g.page_tokens + e->tokens > n_tokens)
+            uint64_t first = (uint64_t)p * f->g.page_tokens;
+            if (!e->off || first + e->tokens <= n_tokens)
+                continue;
+            if (first < n_tokens)
+                /* the page the cut falls in keeps its record for the
+                   positions before the cut (a record is a whole page under
+                   its checksum; the positions after it are not read) */
+                e->tokens = (uint32_t)(n_tokens - first);
+            else
                 memset(e, 0, sizeof *e);
         }
     if (f->n_tokens > n_tokens)

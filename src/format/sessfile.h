@@ -188,7 +188,10 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
 rb_status rb_sessfile_compact(rb_sessfile *f, int fsync, rb_error *err);
 
 /* Forgets saved pages holding positions >= n_tokens (a rewind): they are
- * rewritten by later commits. The file changes at the next commit. */
+ * rewritten by later commits. The page the cut falls in keeps its record
+ * for the positions before the cut (a restore reads it whole; a later
+ * commit writes it again once it holds more). The file changes at the
+ * next commit. */
 void rb_sessfile_truncate(rb_sessfile *f, size_t n_tokens);
 
 #endif

@@ -846,10 +846,15 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
             s->tier = RB_TIER_RESIDENT;
             s->failed = s->saved = s->from_saved = s->spilled = 0;
         }
-    /* the page before: its positions from the forget on are written again */
+    /* the page before: its positions from the forget on are written again,
+       so no copy elsewhere is identical any more (the session file keeps
+       that page's record for the positions before the cut: a restore may
+       read it, a trim must write the page) */
     for (uint32_t l = 0; first_page > 0 && first_page <= r->kv.pages_per_layer &&
-                         l < r->kv.n_layers; l++)
+                         l < r->kv.n_layers; l++) {
         drop_spilled(r, l * r->kv.pages_per_layer + first_page - 1);
+        r->segs[l * r->kv.pages_per_layer + first_page - 1].saved = 0;
+    }
     if (r->n_pages > first_page)
         r->n_pages = first_page;
 }
