@@ -59,7 +59,7 @@
 
 typedef struct bs_opts {
     const char *url, *unix_path, *model, *api_key, *order, *output;
-    uint32_t k, context, rounds, turn, gen, jobs;
+    uint32_t k, context, rounds, turn, gen, jobs, system;
     int64_t seed;
     int pid;
     double zipf_s, timeout_s;
@@ -645,10 +645,35 @@ static int plan_turns(bench *b)
     for (size_t i = 0; i < n; i++)
         b->turns[i].idx_in_conv = n_seen[b->turns[i].conv]++;
     free(perm), free(n_seen), free(cdf);
-    for (size_t i = 0; i < K; i++)
-        if (!(b->convs[i].messages = json_array()))
+    /* --system S: one system message of about S tokens opens every
+       conversation (the same text: what apps send to each chat) */
+    char *sys = NULL;
+    size_t sys_len = 0, sys_cap = 0;
+    if (b->o.system) {
+        uint64_t srng = (uint64_t)b->o.seed * 0x9e3779b97f4a7c15ull ^ 0x5e5ull;
+        splitmix(&srng);
+        if (append(&sys, &sys_len, &sys_cap, "Instructions:", 13) ||
+            gen_text(&srng, b->o.system > 4 ? b->o.system - 2 : 2, '.', &sys, &sys_len, &sys_cap)) {
+            free(sys);
             return -1;
+        }
+    }
+    for (size_t i = 0; i < K; i++) {
+        if (!(b->convs[i].messages = json_array()))
+            goto fail;
+        if (sys) {
+            json_t *m = json_object();
+            if (!m || json_object_set_new(m, "role", json_string("system")) ||
+                json_object_set_new(m, "content", json_string(sys)) ||
+                json_array_append_new(b->convs[i].messages, m))
+                goto fail;
+        }
+    }
+    free(sys);
     return 0;
+fail:
+    free(sys);
+    return -1;
 }
 
 /* ---- the report --------------------------------------------------------------------- */
@@ -832,6 +857,46 @@ static void print_phases(const bench *b)
     free(v), free(ix);
 }
 
+/* With --system: what the openings after the first took from the shared
+ * prompt (the server's cached tokens) and their TTFT against the first's. */
+static void shared_stats(const bench *b, double *first_ms, double *p50_ms, double *p95_ms,
+                         double *cached_mean, size_t *n_out)
+{
+    double *v = malloc((b->n_turns + 1) * sizeof *v), cached = 0;
+    size_t n = 0;
+    *first_ms = *p50_ms = *p95_ms = *cached_mean = -1;
+    for (size_t i = 0; v && i < b->n_turns; i++) {
+        const bs_turn *t = &b->turns[i];
+        if (!t->is_done || t->round != 0)
+            continue;
+        if (t->conv == 0) {
+            *first_ms = t->ttft_s * 1e3;
+            continue;
+        }
+        v[n++] = t->ttft_s * 1e3;
+        cached += t->cached_tokens > 0 ? (double)t->cached_tokens : 0;
+    }
+    if (n) {
+        qsort(v, n, sizeof *v, cmp_double);
+        *p50_ms = pct(v, n, 0.5), *p95_ms = pct(v, n, 0.95);
+        *cached_mean = cached / (double)n;
+    }
+    *n_out = n;
+    free(v);
+}
+
+static void print_shared(const bench *b)
+{
+    double first, p50, p95, cached;
+    size_t n;
+    shared_stats(b, &first, &p50, &p95, &cached, &n);
+    if (!n)
+        return;
+    printf("\nshared system prompt of ~%" PRIu32 " tokens: the first opening %.1f ms; the %zu "
+           "after it %.1f ms p50, %.1f ms p95, %.0f cached tokens on average\n", b->o.system,
+           first, n, p50, p95, cached);
+}
+
 static void print_table(const bench *b, const bs_group *g, size_t n_g, double wall_s,
                         double tok_s_med, double tok_s_all, const rss_watch *w, double load0,
                         double load1, const char *cpu)
@@ -853,6 +918,8 @@ static void print_table(const bench *b, const bs_group *g, size_t n_g, double wa
         printf("%-7s %-11s %4zu %12s %10.1f %10.1f %10.1f\n", g[i].turn, g[i].place, g[i].n, pr,
                g[i].p50_ms, g[i].p95_ms, g[i].max_ms);
     }
+    if (o->system)
+        print_shared(b);
     printf("\ndecode: %.1f tok/s a stream (median of turns), %.1f tok/s over all turns' decode "
            "time\n", tok_s_med, tok_s_all);
     print_phases(b);
@@ -876,6 +943,19 @@ static json_t *json_report(const bench *b, const bs_group *g, size_t n_g, double
     json_object_set_new(r, "rounds", json_integer(o->rounds));
     json_object_set_new(r, "order", json_string(o->order));
     json_object_set_new(r, "turn_tokens", json_integer(o->turn));
+    json_object_set_new(r, "system_tokens", json_integer(o->system));
+    if (o->system) {
+        double first, p50, p95, cached;
+        size_t n;
+        shared_stats(b, &first, &p50, &p95, &cached, &n);
+        json_t *x = json_object();
+        json_object_set_new(x, "first_opening_ttft_ms", json_real(first));
+        json_object_set_new(x, "later_openings", json_integer((json_int_t)n));
+        json_object_set_new(x, "later_ttft_p50_ms", json_real(p50));
+        json_object_set_new(x, "later_ttft_p95_ms", json_real(p95));
+        json_object_set_new(x, "later_cached_tokens_mean", json_real(cached));
+        json_object_set_new(r, "shared_prefix", x);
+    }
     json_object_set_new(r, "gen_tokens", json_integer(o->gen));
     json_object_set_new(r, "concurrency", json_integer(o->jobs));
     json_object_set_new(r, "seed", json_integer(o->seed));
@@ -962,6 +1042,9 @@ int rb_cmd_bench_serve(int argc, char **argv)
          NULL},
         {"--zipf-s", RB_OPT_DOUBLE, "S", "the Zipf exponent (default 1.0)", &o->zipf_s, 0, 10,
          NULL, NULL},
+        {"--system", RB_OPT_U32, "S", "a system message of about S tokens, the same in every "
+         "conversation\n(apps' shared instructions; default 0: none)", &o->system, 0, 1e7, NULL,
+         NULL},
         {"--turn", RB_OPT_U32, "T", "tokens of each returning message (default 8)", &o->turn,
          2, 1e6, NULL, NULL},
         {"-n|--gen", RB_OPT_U32, "G", "tokens generated a turn (max_tokens; default 32)",

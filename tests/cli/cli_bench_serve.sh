@@ -107,6 +107,26 @@ grep -Eq '^prefill +[0-9.]+ +[0-9.]+ +[0-9.]+$' b2.out && ok || { cat b2.out >&2
 grep -Eq '^  conversation 0 round 1 \(.*\): [0-9]+ ms = ' b2.out && ok || fail "no slowest-returns line"
 stop_server
 
+check "--system S: one system prompt opens every conversation; the later openings reuse it"
+start_server s5.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --sessions convs5
+run_ok b5 "$REBOUND" bench-serve "$URL" -k 3 -c 20 --system 150 -r 0 -n 4 -s 5 -o json
+python3 - b5.out <<'EOF' && ok || { cat b5.out >&2; fail "--system: the shared prefix"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["system_tokens"] == 150
+sp = r["shared_prefix"]
+opens = sorted((t for t in r["turns"] if t["round"] == 0), key=lambda t: t["conversation"])
+assert opens[0]["cached_tokens"] == 0, "the first opening found something cached"
+# each later opening continues from the system prompt's tokens: at least
+# the ~150 words, the synthetic vocabulary splits words into more tokens
+assert all(t["cached_tokens"] >= 150 for t in opens[1:]), [t["cached_tokens"] for t in opens]
+assert sp["later_openings"] == 2 and sp["later_cached_tokens_mean"] >= 150, sp
+EOF
+run_ok b6 "$REBOUND" bench-serve "$URL" -k 2 -c 20 --system 150 -r 0 -n 4 -s 6
+grep -Eq '^shared system prompt of ~150 tokens: the first opening [0-9.]+ ms; the 1 after it' b6.out \
+    && ok || { cat b6.out >&2; fail "no shared-prompt line in the table"; }
+stop_server
+
 check "after a restart the same workload finds its conversations in their files"
 start_server s2.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --device phone --sessions convs \
     --spill-dir spill --mem-budget 16M
