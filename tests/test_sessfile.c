@@ -670,6 +670,20 @@ static void reference_logits(rb_model *m, const int32_t *toks, size_t n, float *
     rb_session_destroy(r);
 }
 
+/* Saves s to path (on request, as serve does), destroys it and returns the
+ * session reopened from the file (NULL after a failed check). */
+static rb_session *save_reopen(rb_model *m, rb_session *s, const char *path)
+{
+    rb_error err;
+    rb_session_params p = params();
+    p.file_flags = RB_SAVE_ON_REQUEST;
+    CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_ON_REQUEST), RB_OK);
+    rb_session_destroy(s);
+    s = NULL;
+    CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
+    return s;
+}
+
 /*
  * A rewind into a page the session file holds (a client that edits the
  * last reply of a reopened conversation). The page the cut falls in keeps
@@ -700,11 +714,7 @@ static void reopen_rewind_test(rb_model *m)
             return;
         memcpy(toks, prompt, fed[c] * sizeof *toks);
         CHECK_EQ_INT(rb_session_feed(s, toks, fed[c], NULL), RB_OK);
-        CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_ON_REQUEST), RB_OK);
-        rb_session_destroy(s);
-        s = NULL;
-        CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
-        if (!s)
+        if (!(s = save_reopen(m, s, path)))
             return;
         CHECK_EQ_INT(rb_session_rewind(s, cut[c]), RB_OK);
         size_t n = cut[c];
@@ -724,11 +734,7 @@ static void reopen_rewind_test(rb_model *m)
         reference_logits(m, toks, n, want);
         CHECK(same_logits(s, want));
         /* saved and reopened: the same tokens, and the next logits */
-        CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_ON_REQUEST), RB_OK);
-        rb_session_destroy(s);
-        s = NULL;
-        CHECK_EQ_INT(rb_session_open_saved(m, &p, path, &s, &err), RB_OK);
-        if (!s)
+        if (!(s = save_reopen(m, s, path)))
             return;
         CHECK_EQ_INT(rb_session_n_tokens(s), n);
         CHECK(memcmp(rb_session_get_tokens(s), toks, n * sizeof *toks) == 0);
