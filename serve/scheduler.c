@@ -1117,7 +1117,12 @@ static void decode_all(sv_sched *s)
     ewma(&s->est_decode_s, t1 - t0, 1.0);
     if (s->t_decoded > 0 && t1 - s->t_decoded > s->gauges.decode_gap_max_s)
         s->gauges.decode_gap_max_s = t1 - s->t_decoded;
-    s->t_decoded = t1;
+    /* the next gap counts from here while a stream goes on decoding (not
+       across an idle wait after the last one ended) */
+    s->t_decoded = 0;
+    for (uint32_t j = 0; j < s->cfg->parallel; j++)
+        if (s->active[j].req && s->active[j].phase == PHASE_DECODE)
+            s->t_decoded = t1;
     s->gauges.decode_step_s = s->est_decode_s;
     sv_metrics_set_steps(s->metrics, &s->gauges);
 }

@@ -509,6 +509,9 @@ PPT=$(metric m12b.txt 'rebound_step_seconds{kind="prefill_per_token"}')
 DST=$(metric m12b.txt 'rebound_step_seconds{kind="decode"}')
 python3 -c "import sys; sys.exit(0 if float('$PPT') > 0 and float('$DST') > 0 else 1)" \
     && ok || { grep step_seconds m12b.txt >&2; fail "/metrics shows no step time estimates"; }
+GMAX=$(metric m12b.txt rebound_decode_gap_max_seconds)
+python3 -c "import sys; sys.exit(0 if 0 < float('$GMAX') < float('$TTFT') / 3 else 1)" \
+    && ok || fail "the server's longest decode gap ${GMAX} s is not within a third of B's ${TTFT} s prefill"
 grep -E '^rebound_(prefill_chunk|step_seconds|decode_gap)' m12b.txt | sed 's/^/   /'
 alive
 stop_server
