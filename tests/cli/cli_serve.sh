@@ -449,7 +449,7 @@ check "prefill chunks: a lone prompt in one pass; beside a decoding stream in ch
 # relative to B's own time to first token (unchunked, A would wait all of
 # it), not by a wall-clock figure
 metric() {   # metric FILE NAME{LABELS}: its value
-    grep -F "$2 " "$1" | sed 's/.* //' | head -1
+    awk -v k="$2" '$1 == k { print $2; exit }' "$1"
 }
 start_server s12.log -m slower.gguf -t 2 -c 2048 -b 2048 --parallel 2 --max-stall-ms 50
 python3 -c 'import json; print(json.dumps({"prompt": "the cat sat on the mat and " * 70, "max_tokens": 1, "temperature": 0}))' \
