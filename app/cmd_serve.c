@@ -137,11 +137,13 @@ int rb_cmd_serve(int argc, char **argv)
     int port = 8080, use_mmap = 0, seed_given = 0;
     uint64_t max_body = 1u << 20, mem_budget = 0, max_disk = 0, max_inflight = 32u << 20;
     uint32_t max_conv = 64, max_open = 4, parallel = 4, max_queue = 8, max_conn = 64;
+    uint32_t max_stall_ms = 200;
     uint32_t max_per_peer = 16;
     double request_timeout = 10;
     static serve_lists lists; /* the keys stay valid while the service runs */
     int64_t n_predict = -1;
     cfg->sp = rb_session_default_params();
+    cfg->sp.n_batch = 512; /* a prompt alone goes in passes of 512 (-b) */
     cfg->sampler = rb_sampler_default_params();
     const rb_opt opts[] = {
         {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &cfg->model_path, 0, 0, NULL, NULL},
@@ -181,6 +183,10 @@ int rb_cmd_serve(int argc, char **argv)
         {"--max-queue", RB_OPT_U32, "N", "requests waiting beyond those (default 8): 429 + "
          "Retry-After beyond",
          &max_queue, 0, 1e6, NULL, NULL},
+        {"--max-stall-ms", RB_OPT_U32, "MS", "while streams decode, a prompt is computed in "
+         "chunks cut so that\ntheir tokens are at most about MS apart (default 200; chosen "
+         "from the\nmeasured step times, at least 32 tokens a chunk); alone, a prompt\ngoes "
+         "in passes of -b tokens", &max_stall_ms, 1, 600000, NULL, NULL},
         {NULL, RB_OPT_SECTION, NULL, "conversations:", NULL, 0, 0, NULL, NULL},
         {"--sessions", RB_OPT_STR, "DIR", "keep every conversation in DIR as a session file: "
          "they survive a\nkill and a restart (default: in RAM only)", &cfg->sessions_dir, 0, 0,
@@ -215,8 +221,9 @@ int rb_cmd_serve(int argc, char **argv)
         {NULL, RB_OPT_SECTION, NULL, "each conversation's session:", NULL, 0, 0, NULL, NULL},
         {"-c|--ctx-size", RB_OPT_U32, "N", "context length (default: the model's trained context)",
          &cfg->sp.n_ctx, 0, 0, NULL, NULL},
-        {"-b|--batch-size", RB_OPT_CALL, "N", "prefill chunk (default 128): a long prompt is "
-         "computed in\nchunks between the other requests' tokens", &cfg->sp.n_batch, 0, 0,
+        {"-b|--batch-size", RB_OPT_CALL, "N", "tokens of a prompt in one pass (default 512; "
+         "the run state of each\nsession grows with it); while other streams decode, a "
+         "prompt goes\nin smaller chunks between their tokens (--max-stall-ms)", &cfg->sp.n_batch, 0, 0,
          rb_cli_opt_batch, NULL},
         {"-t|--threads", RB_OPT_INT, "N", "threads (default: all cores)", &cfg->sp.n_threads, 0,
          256, NULL, NULL},
@@ -273,6 +280,7 @@ int rb_cmd_serve(int argc, char **argv)
     cfg->max_open = max_open;
     cfg->parallel = parallel;
     cfg->max_queue = max_queue;
+    cfg->max_stall_ms = max_stall_ms;
     cfg->has_seed = seed_given; /* else each request without a seed gets a random one */
     const char *base = strrchr(cfg->model_path, '/');
     cfg->model_name = alias ? alias : base ? base + 1 : cfg->model_path;

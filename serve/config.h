@@ -63,6 +63,9 @@ typedef struct sv_config {
     uint32_t max_open;            /* sessions open in RAM at once */
     uint32_t parallel;            /* requests computed at once (decoded in one pass) */
     uint32_t max_queue;           /* requests waiting beyond those (429 beyond) */
+    uint32_t max_stall_ms;        /* --max-stall-ms: the gap between a decoding
+                                     stream's tokens that a prefill chunk is cut
+                                     to keep under (scheduler.c) */
     int baseline_recompute;       /* --baseline recompute: an idle conversation
                                      keeps no KV (rewound to nothing after each
                                      request, never reopened from its file); a

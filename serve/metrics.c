@@ -118,6 +118,13 @@ void sv_metrics_set_mem(sv_metrics *m, const sv_mem_snapshot *mem, const sv_ns_c
     pthread_mutex_unlock(&m->mu);
 }
 
+void sv_metrics_set_steps(sv_metrics *m, const sv_step_gauges *g)
+{
+    pthread_mutex_lock(&m->mu);
+    m->v.steps = *g;
+    pthread_mutex_unlock(&m->mu);
+}
+
 void sv_metrics_get(sv_metrics *m, const char *ns, sv_counts *out)
 {
     pthread_mutex_lock(&m->mu);
@@ -162,6 +169,31 @@ void sv_metrics_write(const sv_counts *m, int with_process, uint64_t mem_budget_
                    "rebound_decode_passes_total{streams=\"1\"} %" PRIu64 "\n"
                    "rebound_decode_passes_total{streams=\"several\"} %" PRIu64 "\n",
                 m->decode_passes_single, m->decode_passes_multi);
+        fprintf(f, "# HELP rebound_prefill_chunks_total Prefill passes: alone (no stream "
+                   "waiting for a token: up to -b tokens), shared (cut to keep the waiting "
+                   "streams' gap under --max-stall-ms).\n"
+                   "# TYPE rebound_prefill_chunks_total counter\n"
+                   "rebound_prefill_chunks_total{mode=\"alone\"} %" PRIu64 "\n"
+                   "rebound_prefill_chunks_total{mode=\"shared\"} %" PRIu64 "\n"
+                   "# HELP rebound_prefill_chunk_tokens_total Prompt tokens of those passes.\n"
+                   "# TYPE rebound_prefill_chunk_tokens_total counter\n"
+                   "rebound_prefill_chunk_tokens_total{mode=\"alone\"} %" PRIu64 "\n"
+                   "rebound_prefill_chunk_tokens_total{mode=\"shared\"} %" PRIu64 "\n"
+                   "# HELP rebound_prefill_chunk_last_tokens The last prefill chunk chosen.\n"
+                   "# TYPE rebound_prefill_chunk_last_tokens gauge\n"
+                   "rebound_prefill_chunk_last_tokens %" PRIu64 "\n",
+                m->prefill_chunks_alone, m->prefill_chunks_shared, m->prefill_tokens_alone,
+                m->prefill_tokens_shared, m->steps.chunk_last_tokens);
+        fprintf(f, "# HELP rebound_step_seconds The scheduler's estimates from its last steps: "
+                   "prefill seconds per prompt token, one decode step of all streams.\n"
+                   "# TYPE rebound_step_seconds gauge\n"
+                   "rebound_step_seconds{kind=\"prefill_per_token\"} %.6g\n"
+                   "rebound_step_seconds{kind=\"decode\"} %.6g\n"
+                   "# HELP rebound_decode_gap_max_seconds The longest time between two decode "
+                   "steps while streams were decoding (since the start).\n"
+                   "# TYPE rebound_decode_gap_max_seconds gauge\n"
+                   "rebound_decode_gap_max_seconds %.6f\n",
+                m->steps.prefill_s_per_token, m->steps.decode_step_s, m->steps.decode_gap_max_s);
     }
     fprintf(f, "# HELP rebound_conversation_restores_total Where a request found its "
                "conversation's KV: resident (all in RAM), compressed (some in the compressed "

@@ -62,6 +62,16 @@ typedef struct sv_mem_snapshot {
 
 #define SV_TTFT_BUCKETS 10
 
+/* The scheduler's step times as it measures them (the process's gauges,
+ * sv_metrics_set_steps): its estimates of prefill seconds per prompt token
+ * and of one decode step, the last prefill chunk it chose, and the
+ * longest gap between two decode steps while streams were decoding. */
+typedef struct sv_step_gauges {
+    double prefill_s_per_token, decode_step_s;
+    uint64_t chunk_last_tokens;
+    double decode_gap_max_s;
+} sv_step_gauges;
+
 typedef struct sv_counts {
     uint64_t requests[SV_EP_COUNT][5];  /* endpoint x status class (2xx..5xx, other) */
     uint64_t in_flight;
@@ -70,6 +80,12 @@ typedef struct sv_counts {
     uint64_t conv_evicted, conv_closed, cancelled;
     uint64_t decode_passes_single;  /* decode steps of one stream */
     uint64_t decode_passes_multi;   /* of several streams in one forward pass */
+    /* prefill passes (the scheduler's chunk choice, scheduler.c): alone (no
+       stream waiting: up to n_batch tokens) or shared (cut to fit
+       --max-stall-ms while streams wait), and their tokens */
+    uint64_t prefill_chunks_alone, prefill_chunks_shared;
+    uint64_t prefill_tokens_alone, prefill_tokens_shared;
+    sv_step_gauges steps;
     uint64_t ttft_count, ttft_bucket[SV_TTFT_BUCKETS];
     double ttft_sum_s;
     sv_mem_snapshot mem;
@@ -102,12 +118,15 @@ void sv_metrics_record_ttft(sv_metrics *m, const char *ns, double ttft_s);
  * per_ns, n of them). */
 void sv_metrics_set_mem(sv_metrics *m, const sv_mem_snapshot *mem, const sv_ns_counts *per_ns,
                         size_t n);
+/* The scheduler's step gauges (the process's). */
+void sv_metrics_set_steps(sv_metrics *m, const sv_step_gauges *g);
 /* A copy of the counts, taken under mu: the process's (ns NULL) or the
  * namespace's (all zero when it has none yet). */
 void sv_metrics_get(sv_metrics *m, const char *ns, sv_counts *out);
 /* The Prometheus text exposition of c into f (mem_budget: --mem-budget).
  * with_process 0 leaves out what is the process's, not a namespace's: in
- * flight, decode passes, memory and pool gauges. */
+ * flight, decode passes, prefill chunks and step times, memory and pool
+ * gauges. */
 void sv_metrics_write(const sv_counts *c, int with_process, uint64_t mem_budget_bytes, FILE *f);
 
 #endif

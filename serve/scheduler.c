@@ -12,10 +12,9 @@
  * prefix with), rewind the conversation to the shared prefix and feed
  * only the rest; give each free slot to the namespace with the fewest
  * requests running, then the one served least recently; run
- * the active requests in rounds (sched_main): a prefill chunk of n_batch
- * tokens of each request still in its prompt (step_prefill; so a long
- * prompt does not stall the others' streams for more than a chunk), then
- * one decode step of all the others in one forward pass (decode_all:
+ * the active requests in rounds (sched_main): a prefill chunk of each
+ * request still in its prompt (step_prefill), then one decode step of all
+ * the others in one forward pass (decode_all:
  * rb_session_decode_multi reads the weights once per step for every
  * stream, and each stream's logits are the bits of decoding it alone, so
  * its greedy reply does not depend on the others); publish each request's
@@ -27,6 +26,18 @@
  * background, so the pool takes the idle ones' KV first; let the store
  * keep its limits after every request; tell each request where its
  * conversation's KV was when it was admitted (sv_restore).
+ *
+ * The prefill chunk (prefill_chunk) fits the moment: with no stream
+ * decoding, a prompt goes in passes of n_batch (-b) tokens, one pass for a
+ * prompt that fits; while streams decode (they wait for their next token
+ * through the whole round), each chunk is cut so that a round stays
+ * within --max-stall-ms: (max_stall - decode step) / requests in their
+ * prompt / seconds per prompt token, at least CHUNK_MIN tokens (the prompt
+ * progresses however slow the steps are) and at most n_batch. Both times
+ * are estimates from the last steps (an EWMA of each prefill chunk's
+ * seconds per token and of each decode step), so the chunk follows the
+ * model, the machine's load and the context's depth; /metrics shows
+ * them, the chunks and the longest gap between decode steps.
  * Does not: batch prefill chunks of several requests together, or a prefill
  * chunk with the others' decode step.
  *
@@ -62,6 +73,7 @@ typedef struct sv_active {
     /* where the time goes: sv_timings, filled in by finish */
     double t_admit, t_admitted, t_first;
     sv_timings tm;
+    uint64_t fed_round;       /* the round of its last prefill chunk */
 } sv_active;
 
 struct sv_sched {
@@ -94,6 +106,12 @@ struct sv_sched {
     size_t *step_have;        /* each session's tokens before the step */
     int is_multi_warned;
     uint32_t n_ctx, n_batch;
+    /* the prefill chunk's choice (prefill_chunk), from the last steps */
+    double est_prefill_s_tok; /* seconds per prompt token; 0: none measured yet */
+    double est_decode_s;      /* one decode step of all the streams; 0: none yet */
+    double t_decoded;         /* the end of the last decode step; 0: no stream decoded then */
+    uint64_t round;           /* sched_main's rounds: one prefill chunk a request a round */
+    sv_step_gauges gauges;    /* what /metrics shows of them */
     char *piece;              /* one detokenizer push */
     size_t max_piece;
     rb_session *embed_session; /* /v1/embeddings' (created at the first) */
@@ -900,8 +918,49 @@ static void add_restore(sv_timings *tm, const rb_session_stats *a)
     tm->restore_recomputed += a->restore_recomputed_tokens;
 }
 
-/* One prefill step of an active request: a chunk of at most n_batch of its
- * prompt tokens (the decode steps are decode_all's). */
+#define CHUNK_MIN 32     /* the least tokens of a shared prefill chunk */
+#define STEP_EWMA 0.3    /* the weight of the newest step time in the estimates */
+
+/*
+ * The size of a's next prefill chunk (the rule of the file-opening
+ * comment): with no stream decoding, the rest of its prompt up to n_batch
+ * (*is_shared 0); else (*is_shared 1) the tokens that fit the stall
+ * budget, --max-stall-ms less one decode step, split between the requests
+ * in their prompt, at the estimated seconds per prompt token; at least
+ * CHUNK_MIN (at most n_batch) so that the prompt progresses however slow
+ * a step is; CHUNK_MIN until a prefill has been measured.
+ */
+static size_t prefill_chunk(const sv_sched *s, const sv_active *a, int *is_shared)
+{
+    size_t left = a->n_todo - a->i_todo, n = s->n_batch;
+    uint32_t n_decoding = 0, n_prefill = 0;
+    for (uint32_t j = 0; j < s->cfg->parallel; j++) {
+        if (s->active[j].req && s->active[j].phase == PHASE_DECODE)
+            n_decoding++;
+        else if (s->active[j].req)
+            n_prefill++;
+    }
+    *is_shared = n_decoding > 0;
+    if (n_decoding) {
+        double stall = (s->cfg->max_stall_ms ? s->cfg->max_stall_ms : 200) / 1000.0;
+        double per = (stall - s->est_decode_s) / (n_prefill ? n_prefill : 1);
+        double fit = s->est_prefill_s_tok > 0 && per > 0 ? per / s->est_prefill_s_tok : 0;
+        n = fit < CHUNK_MIN ? CHUNK_MIN : fit < s->n_batch ? (size_t)fit : s->n_batch;
+        if (n > s->n_batch)
+            n = s->n_batch;
+    }
+    return n < left ? n : left;
+}
+
+/* est += STEP_EWMA * w * (x - est); x itself when there is none yet. */
+static void ewma(double *est, double x, double w)
+{
+    *est = *est > 0 ? *est + STEP_EWMA * w * (x - *est) : x;
+}
+
+/* One prefill step of an active request: a chunk of its prompt tokens
+ * (prefill_chunk; the decode steps are decode_all's), timed for the
+ * estimate of seconds per prompt token. */
 static void step_prefill(sv_sched *s, sv_active *a)
 {
     sv_request *r = a->req;
@@ -910,18 +969,33 @@ static void step_prefill(sv_sched *s, sv_active *a)
         finish(s, a, "cancelled", SV_ERR_NONE, NULL);
         return;
     }
-    size_t n = a->n_todo - a->i_todo;
-    if (n > s->n_batch)
-        n = s->n_batch;
+    int is_shared = 0;
+    size_t n = prefill_chunk(s, a, &is_shared);
+    double t0 = sv_now_s();
     if (rb_session_feed(ss, a->todo + a->i_todo, n, NULL) != RB_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", rb_session_errmsg(ss));
         finish(s, a, NULL, SV_ERR_SERVER, msg);
         return;
     }
+    /* a chunk below CHUNK_MIN (a prompt's end) counts for less: its
+       per-token time is mostly the pass's fixed cost */
+    ewma(&s->est_prefill_s_tok, (sv_now_s() - t0) / (double)n,
+         n < CHUNK_MIN ? (double)n / CHUNK_MIN : 1.0);
     rb_session_stats after;
     if (rb_session_get_stats(ss, &after) == RB_OK)
         add_restore(&a->tm, &after);
+    a->fed_round = s->round;
+    if (is_shared) {
+        sv_metrics_add(s->metrics, NULL, prefill_chunks_shared, 1);
+        sv_metrics_add(s->metrics, NULL, prefill_tokens_shared, n);
+    } else {
+        sv_metrics_add(s->metrics, NULL, prefill_chunks_alone, 1);
+        sv_metrics_add(s->metrics, NULL, prefill_tokens_alone, n);
+    }
+    s->gauges.prefill_s_per_token = s->est_prefill_s_tok;
+    s->gauges.chunk_last_tokens = n;
+    sv_metrics_set_steps(s->metrics, &s->gauges);
     a->i_todo += n;
     if (a->i_todo == a->n_todo) {
         a->phase = PHASE_DECODE;
@@ -1040,6 +1114,7 @@ static int decode_pick(sv_sched *s, sv_active *a, int32_t *next)
  */
 static void decode_all(sv_sched *s)
 {
+    double t0 = sv_now_s();
     size_t n = 0;
     for (uint32_t j = 0; j < s->cfg->parallel; j++) {
         sv_active *a = &s->active[j];
@@ -1050,8 +1125,10 @@ static void decode_all(sv_sched *s)
         s->step_have[n] = rb_session_n_tokens(a->conv->session);
         n++;
     }
-    if (n == 0)
+    if (n == 0) {
+        s->t_decoded = 0; /* no stream waits: the next step starts a new gap count */
         return;
+    }
     rb_status st = RB_E_INVALID_ARG;
     if (n > 1) {
         rb_error e;
@@ -1079,6 +1156,18 @@ static void decode_all(sv_sched *s)
         if (a->req->max_tokens >= 0 && a->n_gen >= a->req->max_tokens)
             finish(s, a, "length", SV_ERR_NONE, NULL);
     }
+    double t1 = sv_now_s();
+    ewma(&s->est_decode_s, t1 - t0, 1.0);
+    if (s->t_decoded > 0 && t1 - s->t_decoded > s->gauges.decode_gap_max_s)
+        s->gauges.decode_gap_max_s = t1 - s->t_decoded;
+    /* the next gap counts from here while a stream goes on decoding (not
+       across an idle wait after the last one ended) */
+    s->t_decoded = 0;
+    for (uint32_t j = 0; j < s->cfg->parallel; j++)
+        if (s->active[j].req && s->active[j].phase == PHASE_DECODE)
+            s->t_decoded = t1;
+    s->gauges.decode_step_s = s->est_decode_s;
+    sv_metrics_set_steps(s->metrics, &s->gauges);
 }
 
 /* 1 when a request for this id is active (or about to be, in taken) */
@@ -1260,6 +1349,7 @@ static void *sched_main(void *arg)
     sv_request **taken = calloc(P, sizeof *taken);
     for (;;) {
         int n_taken = 0;
+        s->round++;
         pthread_mutex_lock(&s->mu);
         while (!s->is_stopping && s->n_active == 0 && !s->head)
             pthread_cond_wait(&s->cv, &s->mu);
@@ -1325,10 +1415,11 @@ static void *sched_main(void *arg)
                 s->n_active--;
         }
         /* a round: one prefill chunk of each request still in its prompt
-           (so a long prompt never stalls the others' streams for more than
-           a chunk), then one decode step of all the others together */
+           (those admitted above had theirs; prefill_chunk cuts it to fit
+           the others' streams), then one decode step of all the others */
         for (uint32_t j = 0; j < P; j++)
-            if (s->active[j].req && s->active[j].phase == PHASE_PREFILL)
+            if (s->active[j].req && s->active[j].phase == PHASE_PREFILL &&
+                s->active[j].fed_round != s->round)
                 step_prefill(s, &s->active[j]);
         decode_all(s);
         s->n_active = 0;

@@ -63,14 +63,15 @@ metric_restores() {
 }
 
 # a model whose KV outweighs its run state, so that the pool's budget
-# trims KV rather than closing sessions: 4 KiB of KV a token
+# trims KV rather than closing sessions: 4 KiB of KV a token (and the run
+# state of -b 128)
 run_ok mk "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 256 --layers 4 --heads 8 \
     --kv-heads 8 --ffn 256 --vocab 1024 --ctx 1024 --type q8_0 -o kv.gguf
 WORKLOAD=(-k 4 -c 200 -r 2 -n 8 -s 3)
 
 check "bench-serve against serve: four conversations under a budget of about two; the JSON"
 mkdir -p spill
-start_server s1.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --device phone --sessions convs \
+start_server s1.log -m kv.gguf -t 1 -c 1024 -np 1 -b 128 --max-open 4 --device phone --sessions convs \
     --spill-dir spill --mem-budget 16M
 run_ok b1 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
 KINDS=$(check_json b1.out new resident,compressed,stored,file) && ok || { cat b1.out >&2; fail "bench-serve's JSON"; }
@@ -128,7 +129,7 @@ grep -Eq '^shared system prompt of ~150 tokens: the first opening [0-9.]+ ms; th
 stop_server
 
 check "after a restart the same workload finds its conversations in their files"
-start_server s2.log -m kv.gguf -t 1 -c 1024 -np 1 --max-open 4 --device phone --sessions convs \
+start_server s2.log -m kv.gguf -t 1 -c 1024 -np 1 -b 128 --max-open 4 --device phone --sessions convs \
     --spill-dir spill --mem-budget 16M
 run_ok b3 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
 check_json b3.out file resident,compressed,stored,file > /dev/null && ok || { cat b3.out >&2; fail "openings after a restart"; }

@@ -12,8 +12,9 @@
 # conversations, and kill -9 mid-stream then a restart that serves the
 # next turn from the session file with the same greedy reply as a server
 # that was never killed, concurrent streams decoded in one forward pass
-# with the same greedy replies as one at a time. /metrics is Prometheus
-# text with the counters.
+# with the same greedy replies as one at a time, a lone prompt prefilled
+# in one pass and one beside a decoding stream in chunks that keep that
+# stream's tokens coming. /metrics is Prometheus text with the counters.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -378,7 +379,7 @@ stop_server
 
 check "more conversations than --mem-budget holds: the pool trims idle KV, a returning one is exact"
 # slow.gguf at -c 1024: 6.4 MB of weights, ~3.2 MB per 400-token
-# conversation (KV + run state): three of them need ~16 MB, the budget is 14
+# conversation (KV + run state at -b 128): three of them need ~16 MB, the budget is 14
 LONG=$(python3 -c 'print("the cat sat on the mat and " * 40)')
 mb_round() {   # mb_round PREFIX: three conversations, then m1's next turn
     for id in m1 m2 m3; do
@@ -388,12 +389,12 @@ mb_round() {   # mb_round PREFIX: three conversations, then m1's next turn
     echo "{\"conversation_id\": \"m1\", \"prompt\": \"$LONG m1 and then\", \"max_tokens\": 8, \"temperature\": 0}" \
         | post /v1/completions "$1-back.json" >/dev/null
 }
-start_server s9.log -m slow.gguf -t 2 -c 1024
+start_server s9.log -m slow.gguf -t 2 -c 1024 -b 128
 mb_round ref
 stop_server
 pressure=""
 [ -r /proc/pressure/memory ] && pressure=--pressure   # the monitor too, where PSI exists
-start_server s10.log -m slow.gguf -t 2 -c 1024 --mem-budget 14M $pressure
+start_server s10.log -m slow.gguf -t 2 -c 1024 -b 128 --mem-budget 14M $pressure
 if [ -n "$pressure" ]; then
     grep -q 'the pool trims on memory pressure from .*/proc/pressure/memory\|the pool trims on memory pressure from .*memory.pressure' s10.log \
         && ok || { cat s10.log >&2; fail "--pressure: serve does not say what it watches"; }
@@ -449,6 +450,81 @@ done
 curl -s "$URL/metrics" > m11b.txt
 grep -Eq '^rebound_decode_passes_total\{streams="several"\} [1-9]' m11b.txt \
     && ok || { grep decode_passes m11b.txt >&2; fail "the concurrent streams were never decoded in one pass"; }
+alive
+stop_server
+
+check "prefill chunks: a lone prompt in one pass; beside a decoding stream in chunks, its tokens' gaps bounded"
+# slower.gguf: a 700-token prompt takes seconds of prefill, a decode step
+# tens of ms. (a) alone, with -b 2048, the prompt is one pass; (b) while
+# stream A decodes, B's prompt of the same length is cut into chunks, so
+# A's tokens keep coming during B's prefill: A's longest gap is bounded
+# relative to B's own time to first token (unchunked, A would wait all of
+# it), not by a wall-clock figure
+metric() {   # metric FILE NAME{LABELS}: its value
+    awk -v k="$2" '$1 == k { print $2; exit }' "$1"
+}
+start_server s12.log -m slower.gguf -t 2 -c 2048 -b 2048 --parallel 2 --max-stall-ms 50
+python3 -c 'import json; print(json.dumps({"prompt": "the cat sat on the mat and " * 70, "max_tokens": 1, "temperature": 0}))' \
+    | post /v1/completions lone.json > lone.code
+[ "$(cat lone.code)" = 200 ] && ok || { cat lone.json >&2; fail "the lone prompt: status $(cat lone.code)"; }
+NP=$(jget lone.json 'd["usage"]["prompt_tokens"]')
+curl -s "$URL/metrics" > m12a.txt
+[ "$NP" -ge 500 ] && ok || fail "the lone prompt has $NP tokens, too few to tell one pass from chunks"
+[ "$(metric m12a.txt 'rebound_prefill_chunks_total{mode="alone"}')" = 1 ] \
+    && ok || { grep prefill m12a.txt >&2; fail "the lone $NP-token prompt was not prefilled in one pass"; }
+[ "$(metric m12a.txt 'rebound_prefill_chunk_tokens_total{mode="alone"}')" = "$NP" ] \
+    && ok || { grep prefill m12a.txt >&2; fail "the one pass did not hold all $NP prompt tokens"; }
+[ "$(metric m12a.txt 'rebound_prefill_chunks_total{mode="shared"}')" = 0 ] \
+    && ok || { grep prefill m12a.txt >&2; fail "a lone prompt was chunked"; }
+python3 - "$URL" > gaps.txt <<'EOF' || fail "the stream client failed"
+import http.client, json, sys, threading, time, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+def stream(body, times, stop=None):
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200, r.status
+    while True:
+        line = r.readline()
+        if not line or line.strip() == b"data: [DONE]" or (stop and stop.is_set()):
+            break
+        if line.startswith(b"data: "):
+            times.append(time.monotonic())
+    c.close()
+a_times, b_times, stop = [], [], threading.Event()
+ta = threading.Thread(target=stream, args=({"prompt": "Once upon a time", "max_tokens": 1900,
+                      "temperature": 0, "stream": True}, a_times, stop))
+ta.start()
+while len(a_times) < 5:
+    assert ta.is_alive(), "stream A ended before B was sent"
+    time.sleep(0.01)
+t_b = time.monotonic()
+stream({"prompt": "a dog ran in the park and " * 70, "max_tokens": 1, "temperature": 0,
+        "stream": True}, b_times)
+stop.set()
+ta.join()
+t_first = b_times[0]
+inside = [t for t in a_times if t_b <= t <= t_first]
+ts = [t_b] + inside + [t_first]
+gap = max(y - x for x, y in zip(ts, ts[1:]))
+print("ttft %.4f gap %.4f tokens %d" % (t_first - t_b, gap, len(inside)))
+EOF
+read -r _ TTFT _ GAP _ NIN < gaps.txt
+echo "   B's TTFT ${TTFT} s; A: $NIN tokens meanwhile, longest gap ${GAP} s"
+[ "$NIN" -ge 5 ] && ok || fail "stream A got $NIN tokens during B's prefill (${TTFT} s): B's prompt was not chunked between them"
+python3 -c "import sys; sys.exit(0 if float('$GAP') < float('$TTFT') / 3 else 1)" \
+    && ok || fail "stream A waited ${GAP} s for a token during B's ${TTFT} s prefill (more than a third of it)"
+curl -s "$URL/metrics" > m12b.txt
+[ "$(metric m12b.txt 'rebound_prefill_chunks_total{mode="shared"}')" -ge 5 ] \
+    && ok || { grep prefill m12b.txt >&2; fail "B's prompt was not cut into chunks"; }
+PPT=$(metric m12b.txt 'rebound_step_seconds{kind="prefill_per_token"}')
+DST=$(metric m12b.txt 'rebound_step_seconds{kind="decode"}')
+python3 -c "import sys; sys.exit(0 if float('$PPT') > 0 and float('$DST') > 0 else 1)" \
+    && ok || { grep step_seconds m12b.txt >&2; fail "/metrics shows no step time estimates"; }
+GMAX=$(metric m12b.txt rebound_decode_gap_max_seconds)
+python3 -c "import sys; sys.exit(0 if 0 < float('$GMAX') < float('$TTFT') / 3 else 1)" \
+    && ok || fail "the server's longest decode gap ${GMAX} s is not within a third of B's ${TTFT} s prefill"
+grep -E '^rebound_(prefill_chunk|step_seconds|decode_gap)' m12b.txt | sed 's/^/   /'
 alive
 stop_server
 
