@@ -15,8 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <time.h>
+
 #include "check.h"
 #include "rebound.h"
+#include "session_debug.h"
 #include "testlib.h"
 
 #define N_VOCAB_MAX 4096
@@ -277,6 +280,176 @@ static void test_threads(void)
     rb_pool_destroy(pool); /* goes with its last session */
     for (int k = 0; k < K; k++)
         rb_session_destroy(s[k]);
+    rb_model_close(m);
+}
+
+/* ---- the pool trims residency from another thread ----------------------------- */
+
+/*
+ * The app's onTrimMemory: a thread of its own calls the pool (every trim
+ * level, trims by bytes, a budget set and lifted) while two sessions of
+ * that pool feed and rewind on two more threads. The pool trims each
+ * member's residency manager itself (pool.c, rb_residency_pool_trim): at
+ * once when the member is idle, else the manager records the request and
+ * the feeding thread serves it at its layer gate or when it lets go.
+ * Every logit, after every feed and every replay after a rewind, is
+ * compared with a session never trimmed, bit for bit. Then both paths
+ * deterministically: a member held by one thread is not touched by a
+ * pool trim from another (posted; its KV stays), an idle one is trimmed
+ * at once, and the held one's request is served when it is let go.
+ */
+typedef struct rewinder {
+    rb_session *s;
+    int k;
+    int n_checked, mismatches;
+    rb_status st;
+} rewinder;
+
+static int feed_check(rewinder *f, int t)
+{
+    const conv_ref *r = &refs[f->k];
+    rb_status st = rb_session_feed(f->s, r->toks + t * TURN, TURN, NULL);
+    if (st != RB_OK) {
+        f->st = st;
+        return -1;
+    }
+    f->n_checked++;
+    if (memcmp(rb_session_get_logits(f->s), r->logits[t], n_vocab * sizeof(float)))
+        f->mismatches++;
+    return 0;
+}
+
+static void *feed_rewind(void *arg)
+{
+    rewinder *f = arg;
+    for (int t = 0; t < TURNS; t++) {
+        if (feed_check(f, t))
+            return NULL;
+        if (t == 0)
+            continue;
+        /* replay the last two turns: the rewind forgets pages a trim may
+           have sent to any tier, the feeds restore or recompute the rest */
+        rb_status st = rb_session_rewind(f->s, (size_t)(t - 1) * TURN);
+        if (st != RB_OK) {
+            f->st = st;
+            return NULL;
+        }
+        if (feed_check(f, t - 1) || feed_check(f, t))
+            return NULL;
+    }
+    return NULL;
+}
+
+typedef struct pool_trimmer {
+    rb_pool *pool;
+    uint64_t tight_budget;
+    int n_calls;
+} pool_trimmer;
+
+static void *pool_trim_loop(void *arg)
+{
+    pool_trimmer *t = arg;
+    rb_test_rng r = rb_test_rng_seed(91);
+    const struct timespec pause = {0, 200000}; /* 0.2 ms: the feeds go on between */
+    while (!atomic_load(&stop_trims)) {
+        switch (rb_test_rng_below(&r, 5)) {
+        case 0: rb_pool_trim(t->pool, 0, RB_TRIM_BACKGROUND, NULL); break;
+        case 1: rb_pool_trim(t->pool, 0, RB_TRIM_MODERATE, NULL); break;
+        case 2: rb_pool_trim(t->pool, conv_kv / 2, RB_TRIM_BYTES, NULL); break;
+        case 3: rb_pool_trim(t->pool, 0, RB_TRIM_COMPLETE, NULL); break;
+        default: /* a budget the feeds then enforce themselves, and none */
+            rb_pool_set_budget(t->pool, t->n_calls % 2 ? t->tight_budget : 0);
+        }
+        t->n_calls++;
+        nanosleep(&pause, NULL);
+    }
+    rb_pool_set_budget(t->pool, 0);
+    return NULL;
+}
+
+typedef struct trim_once {
+    rb_pool *pool;
+    rb_trim_level level;
+} trim_once;
+
+static void *pool_trim_once(void *arg)
+{
+    trim_once *t = arg;
+    rb_pool_trim(t->pool, 0, t->level, NULL);
+    return NULL;
+}
+
+static uint64_t kv_ram(rb_session *s)
+{
+    rb_session_stats st;
+    rb_session_get_stats(s, &st);
+    return st.kv_raw_bytes + st.kv_compressed_bytes;
+}
+
+static void test_pool_trims_residency(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(1);
+    p.pool = pool;
+    rewinder f[2] = {{NULL, 0, 0, 0, RB_OK}, {NULL, 1, 0, 0, RB_OK}};
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ_INT(rb_session_create(m, &p, &f[i].s, &err), RB_OK);
+    rb_pool_stats ps0;
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps0), RB_OK);
+    /* the weights and one conversation's KV: the two do not fit */
+    pool_trimmer tr = {pool, ps0.weights_bytes + ps0.sessions_bytes + conv_kv, 0};
+    atomic_store(&stop_trims, 0);
+    pthread_t th[3];
+    pthread_create(&th[2], NULL, pool_trim_loop, &tr);
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, feed_rewind, &f[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    atomic_store(&stop_trims, 1);
+    pthread_join(th[2], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(f[i].st, RB_OK);
+        CHECK_EQ_INT(f[i].mismatches, 0);
+        CHECK_EQ_INT(f[i].n_checked, 3 * TURNS - 2);
+    }
+    CHECK(tr.n_calls > 0);
+    rb_pool_stats ps;
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    printf("pool trims residency: %d pool calls from a third thread while 2 sessions fed "
+           "and rewound (%d + %d feeds compared, identical); %llu trims posted, %.1f KiB "
+           "trimmed\n", tr.n_calls, f[0].n_checked, f[1].n_checked,
+           (unsigned long long)ps.n_trims_posted, (double)ps.trimmed_bytes / 1024.0);
+
+    /* both paths, in order: every page back first (replay the last turn) */
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(rb_session_rewind(f[i].s, (TURNS - 1) * TURN), RB_OK);
+        CHECK_EQ_INT(feed_check(&f[i], TURNS - 1), 0);
+    }
+    const uint64_t kv0 = kv_ram(f[0].s), kv1 = kv_ram(f[1].s);
+    CHECK(kv0 > 0 && kv1 > 0);
+    rb_session_debug_hold(f[0].s); /* this thread holds session 0 */
+    trim_once once = {pool, RB_TRIM_MODERATE};
+    pthread_t t1;
+    pthread_create(&t1, NULL, pool_trim_once, &once);
+    pthread_join(t1, NULL);
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps0), RB_OK);
+    CHECK_EQ_U64(ps0.n_trims_posted, ps.n_trims_posted + 1); /* session 0's */
+    CHECK_EQ_U64(kv_ram(f[0].s), kv0);                       /* untouched while held */
+    CHECK(kv_ram(f[1].s) < kv1);                             /* idle: trimmed at once */
+    rb_session_debug_release(f[0].s); /* serves the request */
+    CHECK(kv_ram(f[0].s) < kv0);
+    for (int i = 0; i < 2; i++) { /* and the logits are still the reference's */
+        CHECK_EQ_INT(rb_session_rewind(f[i].s, (TURNS - 1) * TURN), RB_OK);
+        CHECK_EQ_INT(feed_check(&f[i], TURNS - 1), 0);
+        CHECK_EQ_INT(f[i].mismatches, 0);
+    }
+    rb_pool_destroy(pool);
+    for (int i = 0; i < 2; i++)
+        rb_session_destroy(f[i].s);
     rb_model_close(m);
 }
 
@@ -645,6 +818,7 @@ int main(void)
     test_cross_session_trim();
     make_refs();
     test_threads();
+    test_pool_trims_residency();
     test_schedule();
     test_abort_thread();
     test_concurrent_open();

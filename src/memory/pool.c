@@ -25,8 +25,7 @@
 
 struct rb_pool_member {
     rb_pool *pool;
-    void *ctx;
-    rb_pool_trim_fn trim;
+    rb_residency *res;    /* the member's KV, trimmed here (NULL: none) */
     rb_session *handle;   /* the app's, for rb_pool_next_to_close */
     _Atomic uint64_t bytes;
     rb_priority priority; /* under the pool's mu */
@@ -131,15 +130,14 @@ void rb_pool_set_weights(rb_pool *p, rb_wcache *weights, uint64_t fixed_bytes)
     pthread_mutex_unlock(&p->mu);
 }
 
-rb_status rb_pool_join(rb_pool *p, void *ctx, rb_pool_trim_fn trim, rb_priority priority,
-                       rb_session *handle, rb_pool_member **out, rb_error *err)
+rb_status rb_pool_join(rb_pool *p, rb_residency *res, rb_priority priority, rb_session *handle,
+                       rb_pool_member **out, rb_error *err)
 {
     rb_pool_member *m = calloc(1, sizeof *m);
     if (!m)
         return rb_error_set(err, RB_E_NOMEM, "pool: out of memory");
     m->pool = p;
-    m->ctx = ctx;
-    m->trim = trim;
+    m->res = res;
     m->handle = handle;
     m->priority = priority;
     pthread_mutex_lock(&p->mu);
@@ -177,6 +175,13 @@ void rb_pool_leave(rb_pool_member *m)
     free(m);
     if (last)
         pool_free(p);
+}
+
+void rb_pool_member_set_residency(rb_pool_member *m, rb_residency *res)
+{
+    pthread_mutex_lock(&m->pool->mu);
+    m->res = res;
+    pthread_mutex_unlock(&m->pool->mu);
 }
 
 void rb_pool_member_set_bytes(rb_pool_member *m, uint64_t bytes)
@@ -233,6 +238,30 @@ uint64_t rb_pool_others_bytes(rb_pool *p, const rb_pool_member *self)
     return t > own ? t - own : 0;
 }
 
+/* Takes memory back from one member (mu held): its KV only, never the
+ * model's weights (released by the pool itself, after every member's KV);
+ * for the budget (bytes) to storage, compressed pages too, because a page
+ * there frees all of its RAM and a compressed one a fraction (a level, the
+ * app-switch moment, keeps the two-path split). The member's residency
+ * trims now, or records the request for the thread that holds it
+ * (counted as posted). The member's published bytes go down by what its
+ * residency counts as freed. Returns the bytes freed now. */
+static uint64_t trim_member(rb_pool *p, rb_pool_member *m, uint64_t bytes, rb_trim_level level)
+{
+    if (!m->res)
+        return 0;
+    const rb_trim_scope scope =
+        level == RB_TRIM_BYTES ? RB_TRIM_SCOPE_KV_TO_STORAGE : RB_TRIM_SCOPE_KV;
+    uint64_t freed = 0, drop = 0;
+    if (!rb_residency_pool_trim(m->res, bytes, level, scope, &freed, &drop)) {
+        p->n_posted++; /* busy: served at its next layer boundary */
+        return 0;
+    }
+    uint64_t b = atomic_load_explicit(&m->bytes, memory_order_relaxed);
+    atomic_store_explicit(&m->bytes, b > drop ? b - drop : 0, memory_order_relaxed);
+    return freed;
+}
+
 /* The members in trim order (mu held): background before foreground, least
  * recently used first, `last` (may be NULL) at the end. */
 static uint32_t trim_order(const rb_pool *p, const rb_pool_member *last, rb_pool_member **out)
@@ -283,11 +312,7 @@ uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int s
         for (uint32_t i = 0; i < n && total > budget; i++) {
             if (order[i] == self && !self_too)
                 continue;
-            uint64_t before = atomic_load(&order[i]->bytes);
-            uint64_t freed = order[i]->trim(order[i]->ctx, total - budget, RB_TRIM_BYTES);
-            if (!freed && before)
-                p->n_posted++; /* busy: served at its next layer boundary */
-            p->trimmed_bytes += freed;
+            p->trimmed_bytes += trim_member(p, order[i], total - budget, RB_TRIM_BYTES);
             total = total_bytes(p) + extra;
         }
         free(order);
@@ -340,11 +365,7 @@ rb_status rb_pool_trim(rb_pool *p, uint64_t bytes, rb_trim_level level, uint64_t
     for (uint32_t i = 0; i < n; i++) {
         if (level == RB_TRIM_BYTES && freed >= bytes)
             break;
-        uint64_t f = order[i]->trim(order[i]->ctx, level == RB_TRIM_BYTES ? bytes - freed : 0,
-                                    level);
-        if (!f && atomic_load(&order[i]->bytes))
-            p->n_posted++;
-        freed += f;
+        freed += trim_member(p, order[i], level == RB_TRIM_BYTES ? bytes - freed : 0, level);
     }
     free(order);
     p->trimmed_bytes += freed;

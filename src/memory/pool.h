@@ -5,29 +5,35 @@
  *
  * The pool knows members, bytes, priorities and recency; it does not know
  * sessions (a member's handle is only returned, by rb_pool_next_to_close).
- * A member (a session, session_memory.c) publishes the bytes it holds
- * after each change, from the memory modules' own numbers, and gives the
- * pool a trim function - the one call that still goes up, out of the
- * memory module (docs/ARCHITECTURE.md, the budget's path); the weights are
- * the model's weight cache (wcache.h), shared by all members, released by
- * rb_wcache_release_last.
+ * A member (a session, session_memory.c) joins with its residency manager
+ * (residency.h: the memory-layer object that owns its KV tiers) and
+ * publishes the bytes it holds after each change, from the memory
+ * modules' own numbers. The pool trims a member's KV by calling its
+ * residency (rb_residency_pool_trim) and releases the weights through the
+ * model's weight cache (wcache.h, rb_wcache_release_last): every call
+ * goes down, none back into the session (docs/ARCHITECTURE.md, the
+ * budget's path).
  *
  * The order (rb_pool_enforce): background members before foreground ones,
  * least recently used first, the member that asks last (it is the most
  * recently used); within a member its last layers first, to storage
  * (residency.c: a budget trim frees whole pages, compressed ones too);
  * the weights last, last layer first, a layer a forward pass computes
- * skipped. A member busy on another thread cannot be trimmed at once: its
- * trim function posts the request, which that thread serves at its next
- * layer boundary; the pool goes on with the next member.
+ * skipped. A member's residency held by another thread (a session
+ * operation in progress: rb_residency_hold) is not trimmed at once: the
+ * residency records the request, which that thread serves at its layer
+ * gate, before its next batch, or before it lets go; the pool goes on with
+ * the next member.
  *
  * Threads: every function may be called from any thread. The member list,
  * priorities, recency and counters change under the pool's mutex; a
- * member's published bytes are atomic (read without it). The mutex is held
- * while members are trimmed, so a member cannot leave while it is being
- * trimmed; a member's trim function must not call back into the pool and
- * must not wait for a thread that may be waiting for the pool (it takes
- * the session only if it is free).
+ * member's published bytes are atomic (read without it; the pool lowers
+ * them by what a trim it ran freed, while nobody holds the member). The
+ * mutex is held while members are trimmed, so a member cannot leave while
+ * it is being trimmed. Lock order: the pool's mutex, then a member
+ * residency's; a residency never calls the pool, and a session never
+ * calls the pool while its residency is being trimmed (rb_residency_hold
+ * waits for that trim without holding any pool lock).
  */
 #ifndef RB_POOL_H
 #define RB_POOL_H
@@ -36,16 +42,10 @@
 
 #include "model.h"
 #include "rebound.h"
+#include "residency.h"
 #include "wcache.h"
 
 typedef struct rb_pool_member rb_pool_member;
-
-/* Frees up to `bytes` (RB_TRIM_BYTES) or what `level` names of the
- * member's own memory - its KV, never the model's weights, which the pool
- * releases itself - and returns the bytes freed now (0 when the member is
- * busy on another thread and the request was posted instead). Called with
- * the pool's mutex held, from any thread (the member's own included). */
-typedef uint64_t (*rb_pool_trim_fn)(void *ctx, uint64_t bytes, rb_trim_level level);
 
 /* rb_pool_create (rebound.h) for a session's own pool, without the
  * checks of the public call. Members hold a reference: the pool is freed
@@ -58,11 +58,16 @@ rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **
 void rb_pool_set_weights(rb_pool *pool, rb_wcache *weights, uint64_t fixed_bytes);
 rb_model *rb_pool_model(const rb_pool *pool);
 
-/* handle: what rb_pool_next_to_close returns for this member (the app's
- * rb_session). */
-rb_status rb_pool_join(rb_pool *pool, void *ctx, rb_pool_trim_fn trim, rb_priority priority,
+/* res: the member's residency manager, which the pool trims (borrowed:
+ * it must outlive the membership, rb_pool_leave first; NULL: nothing of
+ * the member is trimmed). handle: what rb_pool_next_to_close returns for
+ * this member (the app's rb_session). Errors: RB_E_NOMEM. */
+rb_status rb_pool_join(rb_pool *pool, rb_residency *res, rb_priority priority,
                        rb_session *handle, rb_pool_member **out, rb_error *err);
 void rb_pool_leave(rb_pool_member *m);
+/* The member's residency manager was replaced (session_debug.h's store
+ * swap): the pool trims the new one (NULL while there is none). */
+void rb_pool_member_set_residency(rb_pool_member *m, rb_residency *res);
 /* The member's bytes now (KV in RAM in any form, scratch, tables; and a
  * streaming member's block cache). */
 void rb_pool_member_set_bytes(rb_pool_member *m, uint64_t bytes);

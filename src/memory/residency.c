@@ -29,8 +29,14 @@
  * job under mu, do the I/O or decode outside it, and publish the slot
  * under mu; the forward pass reads a layer's slots only after
  * rb_residency_wait_layer returned for it (mu gives the happens-before).
- * Trim runs only between feeds (no restore in flight): the session
- * serialises them.
+ * Trim runs only between feeds (no restore in flight): the session's own
+ * trims run while it holds the manager (rb_residency_hold .. _let_go),
+ * and the pool's (rb_residency_pool_trim, any thread) run either while
+ * nobody holds it, under `hold_mu`, which the holder takes to begin, or
+ * by the holder when it serves the request the pool left (the rule is
+ * above rb_residency_hold, at the end of the file). `hold_mu` guards the
+ * holder's fields and the request; lock order: the pool's mutex, then
+ * hold_mu, then mu.
  *
  * Pins (the session file's storage worker, which writes pages while the
  * session goes on): a pinned page is RESIDENT and its slot's buffer stays
@@ -50,6 +56,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -148,6 +155,21 @@ struct rb_residency {
     double t_last_io_done; /* the storage path's last read of this restore */
     double R_seen;         /* what the storage path delivered (0: not yet) */
     uint64_t bytes_io, bytes_dec, n_disk_full, n_damaged;
+    int is_restore_open;   /* begin_restore ran, end_restore not yet (mu) */
+    uint64_t n_trim_failures; /* the pool's trims that failed (mu) */
+    rb_status trim_status;    /* the last one's, */
+    double trim_fail_s;       /* and when (rb_throttle_now_s) */
+
+    /* the holder and the pool's requests (hold_mu; the file's opening) */
+    pthread_mutex_t hold_mu;
+    int is_held;           /* a session operation holds the manager ... */
+    pthread_t holder;      /* ... on this thread */
+    int is_in_pass;        /* its forward pass runs */
+    int req_pending;       /* a pool trim waits for the holder */
+    uint64_t req_bytes;
+    rb_trim_level req_level;
+    rb_trim_scope req_scope;
+    _Atomic int trim_pending; /* req_pending, for the layer gate without the lock */
 };
 
 #define MAX_EVENTS 8192
@@ -449,6 +471,7 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
         return rb_error_set(err, RB_E_NOMEM, "residency: out of memory");
     }
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->hold_mu, NULL);
     pthread_cond_init(&r->cv_work, NULL);
     pthread_cond_init(&r->cv_layer, NULL);
     pthread_cond_init(&r->cv_idle, NULL);
@@ -479,6 +502,7 @@ void rb_residency_destroy(rb_residency *r)
         for (int i = 0; i < r->n_threads_started; i++)
             pthread_join(r->threads[i], NULL);
         pthread_mutex_destroy(&r->mu);
+        pthread_mutex_destroy(&r->hold_mu);
         pthread_cond_destroy(&r->cv_work);
         pthread_cond_destroy(&r->cv_layer);
         pthread_cond_destroy(&r->cv_idle);
@@ -638,7 +662,9 @@ rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level
 static uint64_t demote_frame(rb_residency *r, uint32_t id)
 {
     kv_seg *s = &r->segs[id];
-    void *buf = alloc_page(r, 1);
+    /* a scratch page of its own: alloc_page takes mu, which the trim holds
+       (a pool trim by bytes over compressed pages hung here) */
+    void *buf = rb_kvpage_alloc(page_alloc_bytes(r));
     if (!buf)
         return 0;
     rb_error e = {0};
@@ -974,6 +1000,7 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
         r->batch_n = n_kv_jobs;
     r->last_plan_jobs = r->n_io + r->n_dec;
     r->plan_pages = r->n_pages;
+    r->is_restore_open = 1;
     if (r->n_io + r->n_dec > 0)
         pthread_cond_broadcast(&r->cv_work);
     if (r->p.restore == RB_RESTORE_EAGER)
@@ -1077,6 +1104,7 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
         r->R_seen = r->R_seen > 0 ? 0.5 * r->R_seen + 0.5 * seen : seen;
     }
     const int decoded = r->n_dec > 0;
+    r->is_restore_open = 0;
     r->n_io = r->io_next = r->n_dec = r->dec_next = 0;
     for (uint32_t i = r->batch_next; i < r->batch_n; i++) /* pages of failed reads */
         rb_kvpage_free(r->batch[i], page_alloc_bytes(r));
@@ -1280,5 +1308,159 @@ void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
     out->restore_bytes_io = r->bytes_io;
     out->restore_bytes_decoded = r->bytes_dec;
     out->other_bytes += tables_bytes(r);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- the holder and the pool ------------------------------------------------------ */
+
+/*
+ * The pool trims a member's residency itself (pool.c); the session only
+ * says when the manager is in use. The rule, under hold_mu:
+ *
+ *   not held                  trim now, hold_mu held throughout: a session
+ *                             that takes the manager meanwhile
+ *                             (rb_residency_hold) waits for the trim. A
+ *                             restore begun at open that no feed joined is
+ *                             stopped first (cancel + end; what was not
+ *                             read stays in its tier, the next feed plans
+ *                             it again).
+ *   held by this thread,      trim now (the holder's own call into the
+ *   no pass, no restore open  pool: after a feed, or a set of sessions one
+ *                             thread holds)
+ *   otherwise                 record the request (the widest of those
+ *                             posted) for the holder: its layer gate sees
+ *                             rb_residency_trim_pending and stops before a
+ *                             batch, and it serves the request
+ *                             (rb_residency_serve_pool_trim) before it
+ *                             lets go; rb_residency_let_go refuses while
+ *                             one is pending.
+ *
+ * Lock order: the pool's mutex, then hold_mu, then mu. Nothing here calls
+ * the pool or the session; a trim under hold_mu takes only mu and the
+ * store, KV cache and codec below it.
+ */
+
+static int restore_is_open(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    int open = r->is_restore_open;
+    pthread_mutex_unlock(&r->mu);
+    return open;
+}
+
+int rb_residency_restore_is_open(rb_residency *r) { return restore_is_open(r); }
+
+static uint64_t ram_bytes(const rb_residency *r)
+{
+    rb_residency_bytes b;
+    rb_residency_get_bytes(r, &b);
+    return b.kv_ram_bytes + b.tables_bytes;
+}
+
+/* The pool's trim, by whoever owns the manager now (the pool under
+ * hold_mu, or the holder). A failure is counted (the pool has no one to
+ * tell; the session's stats show it). */
+static void pool_trim_now(rb_residency *r, uint64_t bytes, rb_trim_level level,
+                          rb_trim_scope scope, uint64_t *freed, uint64_t *ram_drop)
+{
+    if (restore_is_open(r)) { /* begun at open, no pass joined it */
+        uint32_t damaged;
+        rb_error ignored = {0};
+        rb_residency_cancel_restore(r);
+        (void)rb_residency_end_restore(r, &damaged, &ignored);
+    }
+    const uint64_t before = ram_bytes(r);
+    rb_error e = {0};
+    if (rb_residency_trim_kv(r, bytes, level, scope, freed, &e) != RB_OK) {
+        pthread_mutex_lock(&r->mu);
+        r->n_trim_failures++;
+        r->trim_status = e.status;
+        r->trim_fail_s = rb_throttle_now_s();
+        pthread_mutex_unlock(&r->mu);
+    }
+    const uint64_t after = ram_bytes(r);
+    *ram_drop = before > after ? before - after : 0;
+}
+
+void rb_residency_hold(rb_residency *r)
+{
+    pthread_mutex_lock(&r->hold_mu); /* waits for a pool trim in progress */
+    r->is_held = 1;
+    r->holder = pthread_self();
+    pthread_mutex_unlock(&r->hold_mu);
+}
+
+int rb_residency_let_go(rb_residency *r)
+{
+    pthread_mutex_lock(&r->hold_mu);
+    int ok = !r->req_pending;
+    if (ok) {
+        r->is_held = 0;
+        r->is_in_pass = 0;
+    }
+    pthread_mutex_unlock(&r->hold_mu);
+    return ok;
+}
+
+void rb_residency_set_in_pass(rb_residency *r, int in_pass)
+{
+    pthread_mutex_lock(&r->hold_mu);
+    r->is_in_pass = in_pass;
+    pthread_mutex_unlock(&r->hold_mu);
+}
+
+int rb_residency_trim_pending(const rb_residency *r)
+{
+    return atomic_load_explicit(&((rb_residency *)r)->trim_pending, memory_order_acquire);
+}
+
+int rb_residency_pool_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
+                           rb_trim_scope scope, uint64_t *freed, uint64_t *ram_drop)
+{
+    *freed = *ram_drop = 0;
+    pthread_mutex_lock(&r->hold_mu);
+    if (r->is_held && (!pthread_equal(r->holder, pthread_self()) || r->is_in_pass ||
+                       restore_is_open(r))) {
+        if (!r->req_pending) {
+            r->req_bytes = bytes;
+            r->req_level = level;
+            r->req_scope = scope;
+        } else { /* the widest of them */
+            r->req_bytes = bytes > r->req_bytes ? bytes : r->req_bytes;
+            r->req_level = level > r->req_level ? level : r->req_level;
+            r->req_scope = scope < r->req_scope ? scope : r->req_scope;
+        }
+        r->req_pending = 1;
+        atomic_store_explicit(&r->trim_pending, 1, memory_order_release);
+        pthread_mutex_unlock(&r->hold_mu);
+        return 0;
+    }
+    pool_trim_now(r, bytes, level, scope, freed, ram_drop);
+    pthread_mutex_unlock(&r->hold_mu);
+    return 1;
+}
+
+uint64_t rb_residency_serve_pool_trim(rb_residency *r)
+{
+    pthread_mutex_lock(&r->hold_mu);
+    const int pending = r->req_pending;
+    const uint64_t bytes = r->req_bytes;
+    const rb_trim_level level = r->req_level;
+    const rb_trim_scope scope = r->req_scope;
+    r->req_pending = 0;
+    atomic_store_explicit(&r->trim_pending, 0, memory_order_release);
+    pthread_mutex_unlock(&r->hold_mu);
+    uint64_t freed = 0, drop = 0;
+    if (pending) /* the holder owns the manager: no lock across the trim */
+        pool_trim_now(r, bytes, level, scope, &freed, &drop);
+    return freed;
+}
+
+void rb_residency_trim_failures(rb_residency *r, uint64_t *n, rb_status *last, double *when_s)
+{
+    pthread_mutex_lock(&r->mu);
+    *n = r->n_trim_failures;
+    *last = r->trim_status;
+    *when_s = r->trim_fail_s;
     pthread_mutex_unlock(&r->mu);
 }

@@ -73,7 +73,8 @@ void rb_residency_set_pages(rb_residency *r, uint32_t n_pages);
 /*
  * Trim (the algorithm is in residency.c): frees at least `bytes` (level
  * RB_TRIM_BYTES) or what the level names. *freed receives the RAM bytes
- * freed. Must not overlap a restore (the session serialises).
+ * freed. Must not overlap a restore: the holder calls it (or the pool,
+ * through rb_residency_pool_trim below).
  */
 rb_status rb_residency_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
                             uint64_t *freed, rb_error *err);
@@ -199,6 +200,53 @@ void rb_residency_pin_counts(rb_residency *r, uint64_t *waits, uint64_t *skips,
 /* A page not in RAM whose data is at the source (a session opened from a
  * file): STORED there; is_clean as for mark_saved. */
 void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, int is_clean);
+
+/*
+ * The holder and the pool. A session's operations (feed, rewind, trim,
+ * save...) hold the manager; the memory pool (pool.c) trims a member's
+ * manager from any thread, directly, without the session:
+ *
+ *   rb_residency_hold      the holder's operation begins (its thread is
+ *                          recorded); waits while a pool trim of the idle
+ *                          manager runs.
+ *   rb_residency_let_go    the operation ends: 1; 0 (still held) when a
+ *                          pool trim is pending: the holder serves it
+ *                          (rb_residency_serve_pool_trim), publishes its
+ *                          bytes, and calls again.
+ *   rb_residency_set_in_pass  the holder's forward pass runs (1) / ended (0).
+ *   rb_residency_pool_trim    the pool's trim (scope KV or KV to storage):
+ *                          done now when nobody holds the manager (a
+ *                          restore begun at open is stopped first), or
+ *                          when this thread holds it outside a pass and
+ *                          a restore; else recorded (merged with one
+ *                          pending: the most bytes, the deepest level,
+ *                          the widest scope) and 0 returned. *freed: the
+ *                          trim's bytes; *ram_drop: how much the manager's
+ *                          own count (rb_residency_get_bytes: KV in RAM +
+ *                          tables) went down, for the pool's accounts.
+ *                          A failure is counted (rb_residency_trim_failures).
+ *   rb_residency_trim_pending  a recorded trim waits (an atomic read: the
+ *                          layer gate polls it).
+ *   rb_residency_serve_pool_trim  the holder serves it (not inside a pass
+ *                          or a restore); returns the bytes freed.
+ *
+ * Threads: hold, let_go, set_in_pass and serve belong to the holder's
+ * thread; pool_trim and trim_pending any thread. Lock order: the pool's
+ * mutex, then the manager's; nothing here calls up.
+ */
+void rb_residency_hold(rb_residency *r);
+int rb_residency_let_go(rb_residency *r);
+void rb_residency_set_in_pass(rb_residency *r, int in_pass);
+int rb_residency_pool_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
+                           rb_trim_scope scope, uint64_t *freed, uint64_t *ram_drop);
+int rb_residency_trim_pending(const rb_residency *r);
+uint64_t rb_residency_serve_pool_trim(rb_residency *r);
+/* The pool's trims that failed: their count, the last one's status and
+ * when (rb_throttle_now_s; 0: none). */
+void rb_residency_trim_failures(rb_residency *r, uint64_t *n, rb_status *last, double *when_s);
+/* A restore begun (rb_residency_begin_restore) has not ended: a feed may
+ * join it. 0 after a pool trim stopped one begun at open. */
+int rb_residency_restore_is_open(rb_residency *r);
 
 /* The RAM the manager holds, as numbers of its own (the memory pool's
  * accounts): KV pages in RAM (resident buffers, compressed frames) and its

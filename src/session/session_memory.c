@@ -8,6 +8,25 @@
  * Direction: session.c calls in; nothing here calls session.c. What the
  * wiring needs of the session (its KV cache, forward state, parameters,
  * error message) it reads through the borrowed pointers of rb_session_mem.
+ * The memory pool never calls in here: it trims the session's residency
+ * manager itself (rb_pool_join takes it). What is still called from below
+ * is the forward pass's layer and rows gates (check_layout's list).
+ *
+ * Locks and threads (the rule): op_mu is held by the thread using the
+ * session (a public call, enter .. leave); while it holds op_mu that
+ * thread also holds the residency manager (rb_residency_hold right after
+ * taking op_mu, rb_residency_let_go right before letting it go; the
+ * forward pass is marked with rb_residency_set_in_pass). A pool trim from
+ * any thread (an app's onTrimMemory, the pressure monitor, another
+ * session's feed) trims the manager at once only while nobody holds it,
+ * under the manager's hold_mu, so rb_residency_hold waits for it; else the
+ * manager records it, the layer gate stops before the next batch when it
+ * sees it (rb_residency_trim_pending), and this thread serves it
+ * (serve_pool_trim: rb_residency_serve_pool_trim, then the bytes
+ * published) at that stop and before it lets go. req_mu guards the
+ * session's own posted trims (rb_session_trim from another thread, which
+ * waits). Lock order: op_mu, then the pool's mutex, then the manager's
+ * hold_mu, then its mu; req_mu is never held while another is taken.
  *
  * Ownership: everything here belongs to the session and dies with it; the
  * residency manager's workers are stopped first (rb_session_memory_deinit
@@ -54,14 +73,16 @@ static int layer_gate(void *ctx, uint32_t layer)
     const rb_session_params *p = m->params;
     rb_session_memory_gate_release(m); /* the previous layer is done */
     /* a trim posted from another thread, an abort: stop at this boundary
-       (the pool's trims at a batch's first) */
+       (the pool's trims, which the residency manager records, at a
+       batch's first) */
     /* after a stop for a trim, the batch computed again runs to its end
        (an abort still stops it): trims that keep coming cannot keep a feed
        from ever completing one; they wait one batch at most */
     if (m->grace_batch ? atomic_load_explicit(&m->abort_req, memory_order_acquire)
                        : (atomic_load_explicit(&m->interrupt, memory_order_acquire) ||
                           (layer == 0 &&
-                           atomic_load_explicit(&m->interrupt_batch, memory_order_acquire)))) {
+                           (atomic_load_explicit(&m->interrupt_batch, memory_order_acquire) ||
+                            (m->res && rb_residency_trim_pending(m->res)))))) {
         m->stop_interrupt = 1;
         return -1;
     }
@@ -263,6 +284,7 @@ rb_status rb_session_memory_init(rb_session_mem *m, int is_cold, rb_error *err)
         return st;
     if ((st = rb_residency_create(&rp, &kv, m->store, m->wcache, &m->res, err)) != RB_OK)
         return st;
+    rb_residency_hold(m->res); /* the session is held while it is built */
     m->fwd->layer_gate = layer_gate;
     m->fwd->layer_gate_ctx = m;
     return pool_join(m, err);
@@ -376,10 +398,19 @@ static int held_by_me(rb_session_mem *m)
     return me;
 }
 
+/* op_mu was just taken: the session is this thread's, and so is its
+ * residency manager (which waits for a pool trim running on it). */
+static void take_op(rb_session_mem *m)
+{
+    mark_held(m);
+    if (m->res)
+        rb_residency_hold(m->res);
+}
+
 void rb_session_memory_enter(rb_session_mem *m)
 {
     pthread_mutex_lock(&m->op_mu);
-    mark_held(m);
+    take_op(m);
 }
 
 void rb_session_memory_let_go(rb_session_mem *m)
@@ -394,7 +425,10 @@ void rb_session_memory_let_go(rb_session_mem *m)
 
 void rb_session_memory_leave(rb_session_mem *m)
 {
-    rb_session_memory_serve_requests(m);
+    /* the residency lets go only when no pool trim waits for this thread */
+    do
+        rb_session_memory_serve_requests(m);
+    while (m->res && !rb_residency_let_go(m->res));
     pthread_mutex_lock(&m->req_mu);
     m->op_held = 0;
     pthread_mutex_unlock(&m->req_mu);
@@ -407,11 +441,24 @@ static void note_trim_failure(rb_session_mem *m, const rb_error *e)
     pthread_mutex_lock(&m->req_mu);
     m->n_trim_failures++;
     m->trim_status = e->status;
+    m->trim_fail_s = rb_throttle_now_s();
     pthread_mutex_unlock(&m->req_mu);
+}
+
+/* The pool's trim the residency manager recorded for this thread (op
+ * held, outside a pass): served, and the bytes published. */
+static void serve_pool_trim(rb_session_mem *m)
+{
+    if (!m->res || !rb_residency_trim_pending(m->res))
+        return;
+    rb_session_memory_settle_restore(m, 0);
+    (void)rb_residency_serve_pool_trim(m->res); /* a failure is counted there */
+    publish_bytes(m);
 }
 
 void rb_session_memory_serve_requests(rb_session_mem *m)
 {
+    serve_pool_trim(m);
     pthread_mutex_lock(&m->req_mu);
     if (!m->req_pending) {
         atomic_store(&m->interrupt, atomic_load(&m->abort_req));
@@ -467,7 +514,7 @@ static uint64_t post_request(rb_session_mem *m, uint64_t bytes, rb_trim_level le
         pthread_mutex_unlock(&m->req_mu);
         /* the holder may have let go before it saw the request */
         if (pthread_mutex_trylock(&m->op_mu) == 0) {
-            mark_held(m);
+            take_op(m);
             rb_session_memory_leave(m);
         }
         pthread_mutex_lock(&m->req_mu);
@@ -492,33 +539,6 @@ static uint64_t post_request(rb_session_mem *m, uint64_t bytes, rb_trim_level le
     return freed;
 }
 
-/* The pool takes memory back (its mutex held; any thread): the KV only;
- * for its budget (bytes) to storage, compressed pages too, because a page
- * there frees all of its RAM and a compressed one a fraction (a level, the
- * app-switch moment, keeps the two-path split). A failure is counted in
- * the session's stats (the pool has no one to tell). */
-static uint64_t member_trim(void *ctx, uint64_t bytes, rb_trim_level level)
-{
-    rb_session_mem *m = ctx;
-    uint64_t freed = 0;
-    rb_error e = {0};
-    const rb_trim_scope scope =
-        level == RB_TRIM_BYTES ? RB_TRIM_SCOPE_KV_TO_STORAGE : RB_TRIM_SCOPE_KV;
-    if (held_by_me(m)) {
-        if (m->in_forward) /* a callback inside the pass: at the next boundary */
-            return post_request(m, bytes, level, scope, 0, NULL, NULL);
-        (void)rb_session_memory_trim_locked(m, bytes, level, scope, &freed, &e);
-        return freed;
-    }
-    if (pthread_mutex_trylock(&m->op_mu) == 0) {
-        mark_held(m);
-        (void)rb_session_memory_trim_locked(m, bytes, level, scope, &freed, &e);
-        rb_session_memory_leave(m);
-        return freed;
-    }
-    return post_request(m, bytes, level, scope, 0, NULL, NULL);
-}
-
 static rb_status pool_join(rb_session_mem *m, rb_error *err)
 {
     rb_pool *pool = m->params->pool;
@@ -538,8 +558,8 @@ static rb_status pool_join(rb_session_mem *m, rb_error *err)
     /* the weights the pool counts: the model's cache, or all of them
        (mapped), or none (a stream: the session counts its cache) */
     rb_pool_set_weights(pool, m->wcache, m->wcache || m->wstream ? 0 : info.tensor_data_bytes);
-    if ((st = rb_pool_join(pool, m, member_trim, m->params->priority, m->handle,
-                           &m->member, err)) != RB_OK)
+    if ((st = rb_pool_join(pool, m->res, m->params->priority, m->handle, &m->member, err)) !=
+        RB_OK)
         return st;
     publish_bytes(m);
     return RB_OK;
@@ -598,7 +618,7 @@ rb_status rb_session_memory_trim(rb_session_mem *m, uint64_t bytes, rb_trim_leve
 {
     rb_status st = RB_OK;
     if (pthread_mutex_trylock(&m->op_mu) == 0) { /* idle: trim now */
-        mark_held(m);
+        take_op(m);
         st = rb_session_memory_trim_locked(m, bytes, level, RB_TRIM_SCOPE_ALL, freed, err);
         rb_session_memory_leave(m);
     } else {
@@ -655,7 +675,17 @@ void rb_session_memory_fill_stats(const rb_session_mem *m, rb_session_stats *out
     pthread_mutex_lock(&mm->req_mu);
     out->trim_failures = m->n_trim_failures;
     out->trim_status = m->trim_status;
+    const double own_s = m->trim_fail_s;
     pthread_mutex_unlock(&mm->req_mu);
+    if (m->res) { /* and the pool's, which the residency manager counts */
+        uint64_t n;
+        rb_status last;
+        double when_s;
+        rb_residency_trim_failures(m->res, &n, &last, &when_s);
+        out->trim_failures += n;
+        if (n && when_s >= own_s)
+            out->trim_status = last;
+    }
 }
 
 void rb_session_memory_after_feed(rb_session_mem *m)
@@ -733,9 +763,11 @@ rb_status rb_session_memory_begin_restore(rb_session_mem *m, uint32_t *recompute
 {
     *recompute_from = UINT32_MAX;
     if (m->restore_open) { /* begun at open: this feed joins it */
-        *recompute_from = m->restore_open_from;
         m->restore_open = 0;
-        return RB_OK;
+        if (rb_residency_restore_is_open(m->res)) { /* a pool trim did not stop it */
+            *recompute_from = m->restore_open_from;
+            return RB_OK;
+        }
     }
     return m->res ? rb_residency_begin_restore(m->res, recompute_from, m->err) : RB_OK;
 }
@@ -755,6 +787,8 @@ void rb_session_memory_settle_restore(rb_session_mem *m, int finish)
     if (!m->restore_open)
         return;
     m->restore_open = 0;
+    if (!rb_residency_restore_is_open(m->res))
+        return; /* a pool trim stopped it while the session was idle */
     if (!finish)
         rb_residency_cancel_restore(m->res);
     uint32_t damaged;
@@ -780,7 +814,8 @@ void rb_session_memory_open_restore(rb_session_mem *m)
 
 void rb_session_memory_pass_begin(rb_session_mem *m)
 {
-    m->in_forward = 1;
+    if (m->res) /* the pool's trims wait for the pass (its gate serves them) */
+        rb_residency_set_in_pass(m->res, 1);
     m->stop_interrupt = 0;
     m->gate_status = RB_OK;
     /* restore progress only when this plan brings something back */
@@ -808,7 +843,8 @@ rb_status rb_session_memory_end_restore(rb_session_mem *m, uint32_t *damaged)
     *damaged = UINT32_MAX;
     if (m->res)
         st = rb_residency_end_restore(m->res, damaged, m->err);
-    m->in_forward = 0;
+    if (m->res)
+        rb_residency_set_in_pass(m->res, 0);
     m->progress_layers = 0;
     return st;
 }
@@ -923,6 +959,8 @@ void rb_session_memory_adopted(rb_session_mem *m, uint32_t n_pages, uint32_t fir
 rb_status rb_session_memory_swap_store(rb_session_mem *m, rb_store *store,
                                        const rb_residency_params *rp, rb_error *err)
 {
+    if (m->member) /* the pool trims no manager while it is replaced */
+        rb_pool_member_set_residency(m->member, NULL);
     rb_residency_destroy(m->res);
     m->res = NULL;
     rb_store_close(m->store);
@@ -935,5 +973,10 @@ rb_status rb_session_memory_swap_store(rb_session_mem *m, rb_store *store,
         .dims = {m->kv->page_tokens, m->kv->n_kv_heads, (uint32_t)(m->kv->row_k / 2),
                  (uint32_t)(m->kv->row_v / 2)},
     };
-    return rb_residency_create(rp, &kv, m->store, m->wcache, &m->res, err);
+    rb_status st = rb_residency_create(rp, &kv, m->store, m->wcache, &m->res, err);
+    if (st == RB_OK && held_by_me(m))
+        rb_residency_hold(m->res); /* a caller that holds the session holds it */
+    if (m->member)
+        rb_pool_member_set_residency(m->member, m->res);
+    return st;
 }

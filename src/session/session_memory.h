@@ -11,8 +11,11 @@
  * the session sets before rb_session_memory_init and which outlive it).
  *
  * Threads: the fields marked "op" belong to the thread that holds the
- * session (rb_session_memory_enter .. _leave); the request fields are
- * under req_mu; the flags are atomic.
+ * session (rb_session_memory_enter .. _leave), which holds the residency
+ * manager too (rb_residency_hold .. _let_go: the pool trims the manager
+ * itself only while nobody holds it, and leaves its request with the
+ * manager otherwise; session_memory.c's opening has the whole rule); the
+ * request fields are under req_mu; the flags are atomic.
  */
 #ifndef RB_SESSION_MEMORY_H
 #define RB_SESSION_MEMORY_H
@@ -71,7 +74,6 @@ typedef struct rb_session_mem {
     uint32_t restore_open_from;     /* its begin_restore's recompute_from */
 
     /* the forward pass's gate (op) */
-    int in_forward;                 /* a feed's restore and forward pass run */
     int held_layer;                 /* the layer whose weights the pass uses
                                        (rb_wcache_use), or -1 */
     int stop_interrupt;             /* the gate stopped for a request or an abort */
@@ -99,10 +101,15 @@ typedef struct rb_session_mem {
     rb_error req_err;               /* its message, for a poster that waits */
     uint64_t n_trim_failures;       /* trims that failed, posted ones too (req_mu) */
     rb_status trim_status;          /* the last failed one's status (req_mu) */
+    double trim_fail_s;             /* and when (rb_throttle_now_s; req_mu); the
+                                       pool's failures are the residency's */
     _Atomic int interrupt;          /* a request someone waits for, or an abort:
                                        the feed stops at its next layer boundary */
-    _Atomic int interrupt_batch;    /* a request nobody waits for (the pool's):
-                                       it stops before its next batch, so
+    _Atomic int interrupt_batch;    /* a request nobody waits for (rb_session_trim
+                                       from the feed's own callback; the
+                                       pool's are the residency manager's,
+                                       rb_residency_trim_pending): it stops
+                                       before its next batch, so
                                        sessions trimming each other cannot keep
                                        a batch from ever completing */
     _Atomic int abort_req;
