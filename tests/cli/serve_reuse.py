@@ -127,9 +127,13 @@ def assistant(t):
     return {"role": "assistant", "content": t}
 
 
+TAIL = "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n"
+
+
 def tail(text):
-    """chatml's rendering of a new user message and the reply's header"""
-    return "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n" % text
+    """the template's rendering of a new user message and the reply's
+    header (chatml; TAIL is switched for the plain template)"""
+    return TAIL % text
 
 
 def turns(s, n_end, stream, stop=None, key=None, first="Hello there"):
@@ -257,6 +261,14 @@ def main():
     _, u, _, c = s.chat(smsgs, conversation_id=sconv)
     expect(c == sconv and cached(u) == sheld, "by id after a restart: %d of %d cached"
            % (cached(u), sheld))
+    s.stop()
+
+    check("the plain template (its closing \\n then User: is one text run): the same")
+    global TAIL
+    TAIL = "User: %s\nAssistant:"
+    s = Server("s4", "--chat-template", "plain")
+    turns(s, s.n_tokens("\n"), False, first="Plain text")
+    turns(s, s.n_tokens("\n"), True, first="Plain stream")
     s.stop()
     print("serve_reuse: %d checks passed" % N_CHECKS)
 
