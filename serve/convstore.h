@@ -15,6 +15,8 @@
  * Threads: a store belongs to the scheduler thread alone (after
  * sv_store_init on the starting thread); it calls the library (sessions,
  * the pool) and touches the folder. The metrics it counts into are locked.
+ * The one exception: its replies' table (below), which the connection
+ * threads read under the table's mu.
  *
  * Replies (sv_replies): each conversation remembers, for every reply of
  * the model still in its tokens, the text the client was sent (after stop

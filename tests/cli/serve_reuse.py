@@ -17,6 +17,7 @@ file). Run by cli_serve_reuse.sh (which makes the model):
 
 Each check prints "-- what"; a failure raises and the script exits 1.
 """
+import atexit
 import http.client
 import json
 import os
@@ -51,6 +52,7 @@ class Server:
         self.log = os.path.join(WORK, name + ".log")
         cmd = [REBOUND, "serve", "-m", MODEL, "-t", "1", "--port", "0"] + list(args)
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        atexit.register(self.kill)  # a failed check leaves no server behind
         for _ in range(600):
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.text())
             if m:
@@ -107,6 +109,11 @@ class Server:
     def n_tokens(self, text):
         """the tokens of text with the template's markers as control tokens"""
         return len(self.post("/tokenize", {"content": text})["tokens"])
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self):
         if self.proc.poll() is None:
