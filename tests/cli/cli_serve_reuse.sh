@@ -4,7 +4,7 @@
 # before the new message cached on a random-weight model, streamed or not,
 # with a stop string, after a restart; an edited reply tokenized as text;
 # no reuse across namespaces; the reply equal to a fresh session's on the
-# same tokens.
+# same tokens; the plain template on a BPE and a SentencePiece model.
 #
 #   cli_serve_reuse.sh REBOUND_BIN SCRATCH_DIR MODELS_DIR SESSION_TOOL
 # SESSION_TOOL: tests/session_tool (prints a session file's tokens).
@@ -18,6 +18,9 @@ TOOL=$(cd "$(dirname "$TOOL")" && pwd)/$(basename "$TOOL")
 check "a chat reply sent back reuses the model's own tokens"
 run_ok mk "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 64 --layers 2 --heads 4 \
     --kv-heads 2 --ffn 256 --vocab 1024 --ctx 512 --type q8_0 -o qwen.gguf
-python3 "$CLI_DIR/serve_reuse.py" "$REBOUND" "$SCRATCH/qwen.gguf" "$TOOL" "$SCRATCH/work" \
+run_ok mk2 "$REBOUND" make-model --arch llama --vocab-style spm --dim 64 --layers 2 --heads 4 \
+    --kv-heads 2 --ffn 256 --vocab 1024 --ctx 512 --type q8_0 -o spm.gguf
+python3 "$CLI_DIR/serve_reuse.py" "$REBOUND" "$SCRATCH/qwen.gguf" "$SCRATCH/spm.gguf" "$TOOL" \
+    "$SCRATCH/work" \
     && ok || fail "serve_reuse.py failed (above)"
 passed

@@ -13,7 +13,11 @@ sending the same text gets no reuse; the second turn's greedy reply
 equals a fresh `rebound run` fed the same tokens (read from the session
 file). Run by cli_serve_reuse.sh (which makes the model):
 
-    serve_reuse.py REBOUND MODEL SESSION_TOOL WORKDIR
+    serve_reuse.py REBOUND MODEL SPM_MODEL SESSION_TOOL WORKDIR
+
+MODEL: a qwen3 (chatml, byte-level BPE); SPM_MODEL: a SentencePiece
+llama, served with the plain template (a reply's closing "\n" then
+"User: ..." in one text run tokenizes otherwise than the closing alone).
 
 Each check prints "-- what"; a failure raises and the script exits 1.
 """
@@ -27,7 +31,7 @@ import subprocess
 import sys
 import time
 
-REBOUND, MODEL, TOOL, WORK = sys.argv[1:5]
+REBOUND, MODEL, SPM, TOOL, WORK = sys.argv[1:6]
 N_CTX = 512
 N_CHECKS = 0
 
@@ -48,9 +52,9 @@ def expect(cond, msg):
 
 
 class Server:
-    def __init__(self, name, *args):
+    def __init__(self, name, *args, model=None):
         self.log = os.path.join(WORK, name + ".log")
-        cmd = [REBOUND, "serve", "-m", MODEL, "-t", "1", "--port", "0"] + list(args)
+        cmd = [REBOUND, "serve", "-m", model or MODEL, "-t", "1", "--port", "0"] + list(args)
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         atexit.register(self.kill)  # a failed check leaves no server behind
         for _ in range(600):
@@ -270,13 +274,15 @@ def main():
            % (cached(u), sheld))
     s.stop()
 
-    check("the plain template (its closing \\n then User: is one text run): the same")
-    global TAIL
-    TAIL = "User: %s\nAssistant:"
-    s = Server("s4", "--chat-template", "plain")
-    turns(s, s.n_tokens("\n"), False, first="Plain text")
-    turns(s, s.n_tokens("\n"), True, first="Plain stream")
-    s.stop()
+    for name, model in (("qwen3 (BPE)", MODEL), ("llama (SentencePiece)", SPM)):
+        check("the plain template, %s: the same" % name)
+        global TAIL
+        TAIL = "User: %s\nAssistant:"
+        s = Server("plain", "--chat-template", "plain", model=model)
+        n_end = s.n_tokens("\n")
+        turns(s, n_end, False, first="Plain text")
+        turns(s, n_end, True, first="Plain stream")
+        s.stop()
     print("serve_reuse: %d checks passed" % N_CHECKS)
 
 
