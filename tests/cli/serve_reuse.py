@@ -29,6 +29,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 REBOUND, MODEL, SPM, TOOL, WORK = sys.argv[1:6]
@@ -221,6 +222,22 @@ def main():
         expect(u2["prompt_tokens"] - s.n_tokens(tail("More")) ==
                u["prompt_tokens"] + s.n_tokens(edited + "<|im_end|>\n"),
                "the edited reply was not tokenized as its text")
+
+    check("4 chats at once, each sending its replies back (the connection threads read "
+          "the replies while the scheduler writes them)")
+    errors = []
+
+    def one(k):
+        try:
+            turns(s, n_end, k % 2 == 1, first="Concurrent chat %d" % k)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append("chat %d: %s" % (k, e))
+    th = [threading.Thread(target=one, args=(k,)) for k in range(4)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    expect(not errors, "; ".join(errors))
 
     check("exactness: turn 2's greedy reply = a fresh `rebound run` fed the same tokens")
     t1, u1, _, c1 = s.chat([user("Exact")], max_tokens=10)
