@@ -13,7 +13,10 @@
  * exists only between sv_store_add and its first sv_store_open; the files
  * change only in sv_store_commit (RB_SAVE_ON_REQUEST), so a kill -9 leaves
  * the previous turn or this one; the folder is locked (flock on the
- * folder itself) for the process's life.
+ * folder itself) for the process's life. A remembered reply (sv_reply)
+ * always matches its owner's session tokens at the last commit: the
+ * tokens and the prefix hash are checked again at every commit and what
+ * no longer matches is forgotten.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -61,7 +64,10 @@ void sv_store_init(sv_store *st, const sv_config *cfg, const rb_session_params *
     st->pool = pool;
     st->metrics = metrics;
     st->lock_fd = -1;
+    pthread_mutex_init(&st->replies.mu, NULL);
 }
+
+static void replies_drop(sv_store *st, const sv_conv *c);
 
 void sv_store_deinit(sv_store *st)
 {
@@ -71,6 +77,8 @@ void sv_store_deinit(sv_store *st)
     rb_session_destroy(st->spare);
     if (st->lock_fd >= 0)
         close(st->lock_fd);
+    free(st->replies.v);
+    pthread_mutex_destroy(&st->replies.mu);
     memset(st, 0, sizeof *st);
     st->lock_fd = -1;
 }
@@ -140,6 +148,7 @@ void sv_store_remove(sv_store *st, sv_conv *c)
             st->convs[i] = st->convs[--st->n_convs];
             break;
         }
+    replies_drop(st, c);
     rb_session_destroy(c->session);
     free(c->tokens);
     free(c);
@@ -178,6 +187,240 @@ void sv_store_forget(sv_store *st, sv_conv *c)
 void sv_store_touch(sv_store *st, sv_conv *c)
 {
     c->last_used = ++st->clock;
+}
+
+/* ---- replies --------------------------------------------------------------- */
+
+uint64_t sv_tokens_hash(const int32_t *toks, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)toks[i];
+        for (int b = 0; b < 4; b++, v >>= 8)
+            h = (h ^ (v & 0xff)) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+static void reply_free(sv_reply *e)
+{
+    free(e->toks);
+    free(e->text);
+}
+
+/* Forgets entry i of the table (under mu). */
+static void replies_erase(sv_replies *rp, size_t i)
+{
+    reply_free(&rp->v[i]);
+    rp->v[i] = rp->v[--rp->n];
+}
+
+/* Forgets every reply of c. */
+static void replies_drop(sv_store *st, const sv_conv *c)
+{
+    sv_replies *rp = &st->replies;
+    pthread_mutex_lock(&rp->mu);
+    for (size_t i = rp->n; i-- > 0;)
+        if (rp->v[i].owner == c)
+            replies_erase(rp, i);
+    pthread_mutex_unlock(&rp->mu);
+}
+
+/* Adds a reply of c (tokens toks[0..n), copied) to the table. */
+static int replies_put(sv_store *st, const sv_conv *c, size_t at, uint64_t prefix_hash,
+                       const int32_t *toks, size_t n, size_t n_end, const char *text, size_t len)
+{
+    sv_reply e;
+    memset(&e, 0, sizeof e);
+    e.owner = c;
+    snprintf(e.ns, sizeof e.ns, "%s", c->ns);
+    snprintf(e.id, sizeof e.id, "%s", c->id);
+    e.at = at, e.prefix_hash = prefix_hash, e.n = n, e.n_end = n_end, e.len = len;
+    e.toks = malloc(n * sizeof *e.toks);
+    e.text = malloc(len + 1);
+    if (!e.toks || !e.text) {
+        reply_free(&e);
+        return -1;
+    }
+    memcpy(e.toks, toks, n * sizeof *e.toks);
+    memcpy(e.text, text, len);
+    e.text[len] = 0;
+    sv_replies *rp = &st->replies;
+    pthread_mutex_lock(&rp->mu);
+    int rc = sv_grow((void **)&rp->v, &rp->cap, rp->n + 1, sizeof *rp->v);
+    if (rc == 0) {
+        e.seq = ++rp->seq;
+        rp->v[rp->n++] = e;
+    }
+    pthread_mutex_unlock(&rp->mu);
+    if (rc)
+        reply_free(&e);
+    return rc ? -1 : 0;
+}
+
+int sv_store_add_reply(sv_store *st, sv_conv *c, size_t at, size_t n_end, const char *text,
+                       size_t len)
+{
+    size_t n_tok = rb_session_n_tokens(c->session);
+    if (!len || at >= n_tok || n_end >= n_tok - at)
+        return 0;
+    const int32_t *t = rb_session_get_tokens(c->session);
+    /* a reply at the same place replaces the one that was there (the same
+       turn again: the commit's check would forget it anyway) */
+    sv_replies *rp = &st->replies;
+    pthread_mutex_lock(&rp->mu);
+    for (size_t i = rp->n; i-- > 0;)
+        if (rp->v[i].owner == c && rp->v[i].at + rp->v[i].n > at)
+            replies_erase(rp, i);
+    pthread_mutex_unlock(&rp->mu);
+    return replies_put(st, c, at, sv_tokens_hash(t, at), t + at, n_tok - at, n_end, text, len);
+}
+
+void sv_store_inherit_replies(sv_store *st, const sv_conv *from, sv_conv *to, size_t shared)
+{
+    sv_replies *rp = &st->replies;
+    /* the scheduler is the only writer: reading without the lock is safe;
+       replies_put takes it (and may move rp->v: indices, not pointers) */
+    size_t n = rp->n;
+    for (size_t i = 0; i < n; i++) {
+        const sv_reply *e = &rp->v[i];
+        if (e->owner != from || e->at + e->n > shared)
+            continue;
+        sv_reply x = *e; /* its pointers stay valid: only this thread frees them */
+        if (replies_put(st, to, x.at, x.prefix_hash, x.toks, x.n, x.n_end, x.text, x.len))
+            return;
+    }
+}
+
+int sv_replies_has_text(const sv_replies *rp, const char *ns, const char *text, size_t len)
+{
+    /* the lock is not part of the table's value: a lookup is logically const */
+    pthread_mutex_t *mu = (pthread_mutex_t *)&rp->mu;
+    int found = 0;
+    pthread_mutex_lock(mu);
+    for (size_t i = 0; i < rp->n && !found; i++)
+        found = rp->v[i].len == len && !strcmp(rp->v[i].ns, ns) &&
+                !memcmp(rp->v[i].text, text, len);
+    pthread_mutex_unlock(mu);
+    return found;
+}
+
+int sv_replies_find(const sv_replies *rp, const char *ns, const char *id, size_t at,
+                    uint64_t prefix_hash, const char *text, size_t len, int32_t **toks,
+                    size_t *n, size_t *n_end)
+{
+    pthread_mutex_t *mu = (pthread_mutex_t *)&rp->mu;
+    const sv_reply *best = NULL;
+    int rc = 0;
+    pthread_mutex_lock(mu);
+    for (size_t i = 0; i < rp->n; i++) {
+        const sv_reply *e = &rp->v[i];
+        if (e->at != at || e->prefix_hash != prefix_hash || e->len != len ||
+            strcmp(e->ns, ns) || memcmp(e->text, text, len))
+            continue;
+        int named = id[0] && !strcmp(e->id, id);
+        int best_named = best && id[0] && !strcmp(best->id, id);
+        if (!best || named > best_named || (named == best_named && e->seq > best->seq))
+            best = e;
+    }
+    if (best) {
+        if ((*toks = malloc(best->n * sizeof **toks))) {
+            memcpy(*toks, best->toks, best->n * sizeof **toks);
+            *n = best->n, *n_end = best->n_end;
+            rc = 1;
+        } else {
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(mu);
+    return rc;
+}
+
+/* The session blob that keeps c's replies: "RBSR", u32 version 1, u32
+ * count, then per reply u64 at, u64 n, u64 n_end, u64 text bytes, the
+ * text; the tokens are the session's own (at..at+n). Newest replies first;
+ * what does not fit in the blob's 256 KiB is left out. */
+#define SV_BLOB_MAX (256u << 10)
+static void replies_to_blob(sv_store *st, sv_conv *c)
+{
+    sv_replies *rp = &st->replies;
+    size_t size = 12, count = 0;
+    uint8_t *b = malloc(SV_BLOB_MAX);
+    if (!b)
+        return;
+    memcpy(b, "RBSR", 4);
+    uint64_t last = UINT64_MAX;
+    for (;;) { /* newest first: the newest not yet written */
+        const sv_reply *e = NULL;
+        for (size_t i = 0; i < rp->n; i++)
+            if (rp->v[i].owner == c && rp->v[i].seq < last && (!e || rp->v[i].seq > e->seq))
+                e = &rp->v[i];
+        if (!e || size + 32 + e->len > SV_BLOB_MAX)
+            break;
+        uint64_t h[4] = {e->at, e->n, e->n_end, e->len};
+        memcpy(b + size, h, sizeof h);
+        memcpy(b + size + 32, e->text, e->len);
+        size += 32 + e->len;
+        count++;
+        last = e->seq;
+    }
+    uint32_t v[2] = {1, (uint32_t)count};
+    memcpy(b + 4, v, sizeof v);
+    if (rb_session_set_blob(c->session, b, size) != RB_OK)
+        sv_log("warning: conversation %s: its replies are not saved: %s", c->id,
+               rb_session_errmsg(c->session));
+    free(b);
+}
+
+/* c's replies from its session's blob (a file just opened), checked
+ * against its tokens; where its last reply began into c->n_prompt_end. */
+static void replies_from_blob(sv_store *st, sv_conv *c)
+{
+    size_t size = 0;
+    const uint8_t *b = rb_session_get_blob(c->session, &size);
+    uint32_t v[2];
+    if (!b || size < 12 || memcmp(b, "RBSR", 4))
+        return;
+    memcpy(v, b + 4, sizeof v);
+    if (v[0] != 1)
+        return;
+    size_t off = 12, newest = 0;
+    int any = 0;
+    for (uint32_t k = 0; k < v[1]; k++) {
+        uint64_t h[4];
+        if (size - off < sizeof h)
+            break;
+        memcpy(h, b + off, sizeof h);
+        off += sizeof h;
+        if (h[3] > size - off || h[0] >= c->n_tokens || h[1] > c->n_tokens - h[0] ||
+            h[2] >= h[1])
+            break;
+        replies_put(st, c, h[0], sv_tokens_hash(c->tokens, h[0]), c->tokens + h[0], h[1], h[2],
+                    (const char *)b + off, h[3]);
+        off += h[3];
+        if (!any || h[0] > newest)
+            newest = h[0];
+        any = 1;
+    }
+    if (any)
+        c->n_prompt_end = newest;
+}
+
+/* Forgets c's replies that its session does not hold as they were. */
+static void replies_check(sv_store *st, sv_conv *c)
+{
+    sv_replies *rp = &st->replies;
+    size_t n_tok = rb_session_n_tokens(c->session);
+    const int32_t *t = rb_session_get_tokens(c->session);
+    pthread_mutex_lock(&rp->mu);
+    for (size_t i = rp->n; i-- > 0;) {
+        const sv_reply *e = &rp->v[i];
+        if (e->owner == c &&
+            (e->at + e->n > n_tok || memcmp(e->toks, t + e->at, e->n * sizeof *t) ||
+             sv_tokens_hash(t, e->at) != e->prefix_hash))
+            replies_erase(rp, i);
+    }
+    pthread_mutex_unlock(&rp->mu);
 }
 
 /* ---- sessions ------------------------------------------------------------- */
@@ -473,7 +716,9 @@ rb_session *sv_store_take(sv_store *st, sv_conv *from, int *from_file)
 void sv_store_commit(sv_store *st, sv_conv *c)
 {
     rb_session *ss = c->session;
+    replies_check(st, c);
     if (st->cfg->sessions_dir) {
+        replies_to_blob(st, c);
         char path[4096];
         sv_store_path(st, c->ns, c->id, path, sizeof path);
         struct stat sb;
@@ -641,6 +886,8 @@ static int scan(sv_store *st)
         c->session = ss;
         int rc = copy_tokens(c);
         c->n_prompt_end = c->n_tokens;
+        if (rc == 0)
+            replies_from_blob(st, c);
         c->session = NULL;
         rb_session_destroy(ss);
         if (rc) {

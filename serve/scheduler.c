@@ -95,6 +95,8 @@ struct sv_sched {
     int32_t bos;              /* fed first when the model asks for it, else -1 */
     int32_t *reply_end;       /* the template's reply end, tokenized */
     size_t n_reply_end;
+    char reply_end_text[256]; /* and as text (immutable after start: any thread) */
+    size_t n_reply_end_text;
     rb_pool *pool;            /* one budget over the weights and every session */
     sv_store store;           /* the conversations */
     sv_active *active;        /* parallel slots */
@@ -239,19 +241,33 @@ static int is_ws(char ch)
  * R with special parsing when the content holds no special-token text, so
  * ordinary requests keep the tokens (and the stored conversations' prefixes)
  * they always had. -1 (msg) when the two renderings cannot be aligned.
+ *
+ * The model's own tokens: an assistant message whose content is, byte for
+ * byte, a reply a conversation of r's namespace remembers (convstore.h,
+ * sv_replies) where the tokens so far are the ones before that reply (same
+ * count, same hash) becomes the tokens that conversation's session holds
+ * for it (the generated ones, and the template's closing when it was fed
+ * and the rendering closes the message with the same text), whatever the
+ * text would tokenize into; the rendering goes on after them as a new run.
+ * A content that no conversation remembers is tokenized as above.
  */
 static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, size_t *n_out,
                        char *msg, size_t msg_n)
 {
     rb_chat_message *pm = calloc(r->n_msgs ? r->n_msgs : 1, sizeof *pm);
     char (*ph)[24] = calloc(r->n_msgs ? r->n_msgs : 1, sizeof *ph);
+    /* each content's place in R; is_own: a remembered reply's text */
+    size_t *cs = calloc(r->n_msgs ? r->n_msgs : 1, sizeof *cs);
+    size_t *ce = calloc(r->n_msgs ? r->n_msgs : 1, sizeof *ce);
+    char *is_own = calloc(r->n_msgs ? r->n_msgs : 1, 1);
+    int32_t *own = NULL;
     char *R = NULL, *P = NULL;
     int32_t *v = NULL;
     ctl_span *spans = NULL;
     size_t n = 0, cap = 0, n_sp = 0, cap_sp = 0, lr = 0, lp = 0;
     int rc = -1;
-    if (!pm || !ph)
-        goto done;
+    if (!pm || !ph || !cs || !ce || !is_own)
+        goto nomem;
     for (size_t i = 0; i < r->n_msgs; i++) {
         snprintf(ph[i], sizeof ph[i], "\x01%zu\x02", i);
         pm[i].role = r->msgs[i].role;
@@ -309,7 +325,11 @@ static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, si
             snprintf(msg, msg_n, "the chat template's rendering cannot be aligned");
             goto done;
         }
+        cs[i] = ir;
         ir += cand[k][1] - cand[k][0];
+        ce[i] = ir;
+        is_own[i] = !strcmp(r->msgs[i].role, "assistant") &&
+                    sv_replies_has_text(&s->store.replies, r->ns, c, cl);
     }
     if (ir != lr) {
         snprintf(msg, msg_n, "the chat template's rendering cannot be aligned");
@@ -320,16 +340,53 @@ static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, si
             goto nomem;
         v[n++] = s->bos;
     }
-    size_t at = 0;
-    for (size_t j = 0; j <= n_sp; j++) {
+    size_t at = 0, m = 0, j = 0;
+    for (;;) {
         size_t stop = j < n_sp ? spans[j].off : lr;
-        int rt = tok_append(s->model, R + at, stop - at, 0, 0, &v, &n, &cap, s->n_ctx);
-        if (rt == -2 || n > s->n_ctx) {
-            *out = v, *n_out = s->n_ctx + 1; /* too long: the caller says so */
-            v = NULL;
-            rc = 0;
-            goto done;
+        /* a remembered reply before the next control token: the text up to
+           it, then its own tokens in place of its text (and closing) */
+        while (m < r->n_msgs && (!is_own[m] || cs[m] < at))
+            m++;
+        if (m < r->n_msgs && cs[m] < stop) {
+            size_t n0 = n, n_own = 0, n_end = 0;
+            int rt = tok_append(s->model, R + at, cs[m] - at, 0, 0, &v, &n, &cap, s->n_ctx);
+            if (rt == -2 || n > s->n_ctx)
+                goto too_long;
+            if (rt)
+                goto nomem;
+            const char *c = r->msgs[m].content;
+            int f = sv_replies_find(&s->store.replies, r->ns, r->conv_id, n,
+                                    sv_tokens_hash(v, n), c, strlen(c), &own, &n_own, &n_end);
+            if (f < 0)
+                goto nomem;
+            if (f == 0) { /* not after the tokens it came after: text as usual */
+                n = n0;
+                m++;
+                continue;
+            }
+            size_t skip = ce[m];
+            if (n_end && skip + s->n_reply_end_text <= lr &&
+                !memcmp(R + skip, s->reply_end_text, s->n_reply_end_text))
+                skip += s->n_reply_end_text; /* the closing too: the session's */
+            else
+                n_own -= n_end;
+            if (n + n_own > s->n_ctx)
+                goto too_long;
+            if (sv_grow((void **)&v, &cap, n + n_own, sizeof *v))
+                goto nomem;
+            memcpy(v + n, own, n_own * sizeof *v);
+            n += n_own;
+            free(own);
+            own = NULL;
+            at = skip;
+            while (j < n_sp && spans[j].off < at)
+                j++;
+            m++;
+            continue;
         }
+        int rt = tok_append(s->model, R + at, stop - at, 0, 0, &v, &n, &cap, s->n_ctx);
+        if (rt == -2 || n > s->n_ctx)
+            goto too_long;
         if (rt)
             goto nomem;
         if (j == n_sp)
@@ -338,8 +395,14 @@ static int chat_tokens(const sv_sched *s, const sv_request *r, int32_t **out, si
             goto nomem;
         v[n++] = spans[j].id;
         at = spans[j].off + spans[j].len;
+        j++;
     }
     *out = v, *n_out = n;
+    v = NULL;
+    rc = 0;
+    goto done;
+too_long:
+    *out = v, *n_out = s->n_ctx + 1; /* the caller says so */
     v = NULL;
     rc = 0;
     goto done;
@@ -347,6 +410,10 @@ nomem:
     snprintf(msg, msg_n, "out of memory while tokenizing");
 done:
     free(v);
+    free(own);
+    free(cs);
+    free(ce);
+    free(is_own);
     free(spans);
     free(R);
     free(P);
@@ -622,6 +689,7 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
             /* the fork starts from the stored one's state: its KV up to
                the shared prefix is reused (the rewind below) */
             c->session = sv_store_take(&s->store, from, &c->is_from_file);
+            sv_store_inherit_replies(&s->store, from, c, shared);
             sv_log("conversation %s forked from %s at token %zu of %zu", id, from->id, shared,
                    from->n_tokens);
         }
@@ -858,10 +926,21 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
     }
     /* a chat reply is closed as the template closes it, so that the next
        turn's rendering shares this conversation's tokens */
+    size_t n_end = 0;
     if (r->kind == SV_CHAT && a->phase == PHASE_DECODE && s->n_reply_end &&
-        rb_session_n_tokens(ss) + s->n_reply_end <= s->n_ctx &&
-        rb_session_feed(ss, s->reply_end, s->n_reply_end, NULL) != RB_OK)
-        sv_log("warning: conversation %s: closing the reply: %s", c->id, rb_session_errmsg(ss));
+        rb_session_n_tokens(ss) + s->n_reply_end <= s->n_ctx) {
+        if (rb_session_feed(ss, s->reply_end, s->n_reply_end, NULL) == RB_OK)
+            n_end = s->n_reply_end;
+        else
+            sv_log("warning: conversation %s: closing the reply: %s", c->id,
+                   rb_session_errmsg(ss));
+    }
+    /* the reply's text as the client got it, and the tokens the session
+       holds for it: a next turn that sends the text back gets them */
+    if (r->kind == SV_CHAT && a->phase == PHASE_DECODE && e == SV_ERR_NONE &&
+        sv_store_add_reply(&s->store, c, c->n_prompt_end, n_end, a->text, a->len) != 0)
+        sv_log("warning: conversation %s: its reply's tokens are not kept (out of memory)",
+               c->id);
     sv_store_commit(&s->store, c);
     rb_session_set_priority(ss, RB_PRIORITY_BACKGROUND);
     c->is_busy = 0;
@@ -1575,6 +1654,8 @@ sv_sched *sv_sched_start(const sv_config *cfg, rb_model *model, sv_metrics *metr
             tokenize(s, end, len, 0, &s->reply_end, &s->n_reply_end, 0) != 0)
             return start_fail(s, "cannot tokenize the template's reply end",
                               rb_model_errmsg(model));
+        memcpy(s->reply_end_text, end, len);
+        s->n_reply_end_text = len;
     }
     rb_error e;
     if (rb_pool_create(model, cfg->mem_budget_bytes, &s->pool, &e) != RB_OK)

@@ -5,6 +5,10 @@
  * valid but whose turns are not (what a crafted file holds).
  *
  *   session_tool chat-record MODEL FILE N_CTX N_SYSTEM [TURN_START...]
+ *   session_tool tokens MODEL FILE N_CTX
+ *
+ * tokens prints a session file's tokens (decimal, one line, space
+ * separated): what cli_serve_reuse.sh feeds a fresh session with.
  *
  * The record's layout is `rebound chat`'s (app/cmd_chat.c, save_chat).
  */
@@ -17,9 +21,10 @@
 
 int main(int argc, char **argv)
 {
-    if (argc < 6 || strcmp(argv[1], "chat-record") != 0) {
-        fprintf(stderr, "usage: %s chat-record MODEL FILE N_CTX N_SYSTEM [TURN_START...]\n",
-                argv[0]);
+    int is_tokens = argc == 5 && !strcmp(argv[1], "tokens");
+    if (!is_tokens && (argc < 6 || strcmp(argv[1], "chat-record") != 0)) {
+        fprintf(stderr, "usage: %s chat-record MODEL FILE N_CTX N_SYSTEM [TURN_START...]\n"
+                "       %s tokens MODEL FILE N_CTX\n", argv[0], argv[0]);
         return 2;
     }
     rb_error err;
@@ -35,6 +40,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "session_tool: %s\n", err.message);
         rb_model_close(m);
         return 1;
+    }
+    if (is_tokens) {
+        const int32_t *t = rb_session_get_tokens(s);
+        for (size_t i = 0; i < rb_session_n_tokens(s); i++)
+            printf("%s%d", i ? " " : "", (int)t[i]);
+        printf("\n");
+        rb_session_destroy(s);
+        rb_model_close(m);
+        return 0;
     }
     uint64_t nt = (uint64_t)(argc - 6), ns = strtoull(argv[5], NULL, 10);
     size_t n = 24 + 8 * nt + sizeof(rb_sampler_state);
