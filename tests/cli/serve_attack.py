@@ -142,14 +142,20 @@ def cached(j):
 
 def scrub(status, headers, j, ids):
     """A reply with what differs by design removed: the response's own
-    random id, its creation time, the date, and the conversation ids the
-    caller chose (ids: {real: placeholder})."""
-    h = {k: v for k, v in headers.items() if k not in ("date",)}
+    random id, its creation time, the date, the durations in its timings
+    (wall-clock times: the counts stay) and the length they give the body,
+    and the conversation ids the caller chose (ids: {real: placeholder})."""
+    h = {k: v for k, v in headers.items() if k not in ("date", "content-length")}
     text = json.dumps(j, sort_keys=True)
     if j is not None:
         j = json.loads(text)
         j.pop("id", None)
         j.pop("created", None)
+        t = j.get("timings") if isinstance(j, dict) else None
+        if isinstance(t, dict):
+            for k in t:
+                if k.endswith("_ms") or k.endswith("_per_second"):
+                    t[k] = "duration"
         text = json.dumps(j, sort_keys=True)
     for real, ph in ids.items():
         text = text.replace(real, ph)
