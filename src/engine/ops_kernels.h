@@ -32,6 +32,11 @@ float rb_attn_dot_q4_0_avx2(const void *k_row, const void *q_row, int n);
  * 64, 128 and 256; returns 0 (and does nothing) for other n */
 int rb_attn_block8_f16_avx512(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
                               int n, float kq_scale, rb_f16 *acc, float *m, float *sum);
+/* rb_attn_tile8_f16 on the avx512 tier for head dims 64, 128 and 256;
+ * returns 0 (and does nothing) for other n */
+int rb_attn_tile8_f16_avx512(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
+                             float kq_scale, int nq, const uint8_t *idx, const rb_f16 *qh,
+                             rb_f16 *acc, float *m, float *sum);
 #endif
 
 #if defined(__aarch64__)
