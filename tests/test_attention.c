@@ -336,6 +336,24 @@ static void check_tier(rb_test_rng *rng)
         float a = rb_attn_dot_q8_0(kq8, qq, 128), b = rb_attn_dot_q8_0_ref(kq8, qq, 128);
         CHECK(memcmp(&a, &b, sizeof a) == 0);
     }
+    /* a quantized V's f32 accumulator: one fmaf / one product per element */
+    {
+        static const int fdims[] = {5, 32, 64, 100, 128, 256};
+        for (size_t d = 0; d < sizeof fdims / sizeof fdims[0]; d++) {
+            const int n = fdims[d];
+            float acc[256], ref[256], v[256];
+            for (int i = 0; i < n; i++)
+                acc[i] = ref[i] = frand(&seed), v[i] = frand(&seed);
+            for (int step = 0; step < 20; step++) {
+                const float s = frand(&seed) * 0.3f;
+                rb_attn_mad_f32(acc, v, s, n);
+                rb_attn_scale_f32(acc, 0.97f, n);
+                for (int i = 0; i < n; i++)
+                    ref[i] = fmaf(v[i], s, ref[i]) * 0.97f;
+            }
+            CHECK(memcmp(acc, ref, (size_t)n * sizeof *acc) == 0);
+        }
+    }
     check_swiglu(&seed);
     check_tiled(&seed, 72);
     *rng = seed;

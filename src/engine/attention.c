@@ -112,6 +112,9 @@ void rb_attn_tile8_f16(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n, 
     if (rb_cpu_tier() == RB_CPU_TIER_AVX512 &&
         rb_attn_tile8_f16_avx512(k, v, stride, n, kq_scale, nq, idx, qh, acc, m, sum))
         return;
+    if (RB_ATTN_VEC_TIER(rb_cpu_tier()) &&
+        rb_attn_tile8_f16_avx2(k, v, stride, n, kq_scale, nq, idx, qh, acc, m, sum))
+        return;
 #endif
     for (int j = 0; j < nq; j++) {
         const int i = idx[j];
@@ -300,12 +303,18 @@ float rb_attn_dot_q4_0_ref(const void *k_row, const void *q_row, int n)
  * acc[i] * ms (ggml_vec_mad_f32 / ggml_vec_scale_f32). */
 void rb_attn_mad_f32(float *acc, const float *v, float s, int n)
 {
+#if defined(__x86_64__)
+    RB_ATTN_VEC(rb_attn_mad_f32_avx2(acc, v, s, n); return);
+#endif
     for (int i = 0; i < n; i++)
         acc[i] = fmaf(v[i], s, acc[i]);
 }
 
 void rb_attn_scale_f32(float *acc, float s, int n)
 {
+#if defined(__x86_64__)
+    RB_ATTN_VEC(rb_attn_scale_f32_avx2(acc, s, n); return);
+#endif
     for (int i = 0; i < n; i++)
         acc[i] *= s;
 }
