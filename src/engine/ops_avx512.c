@@ -180,17 +180,25 @@ RB_INLINE void rb_tile8(const rb_f16 *k, const rb_f16 *v, int64_t stride, float 
         }
         m[qi] = mm;
         sum[qi] = ss;
-        _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++) {
-            __m512 a = rb_load16_f16(ac + 16 * c);
-            _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
-                if (raised & (1u << l))
-                    a = rb_round_f16(_mm512_mul_ps(a, _mm512_set1_ps(ms[l])));
-                a = rb_round_f16(
-                    _mm512_fmadd_ps(_mm512_load_ps(vf + l * N + 16 * c), _mm512_set1_ps(vs[l]), a));
+        /* the accumulator in registers (N / 16 of them, f32 values that
+           are f16 values), the 8 rows' steps one after the other */
+        __m512 a[16];
+        _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+            a[c] = rb_load16_f16(ac + 16 * c);
+        _Pragma("GCC unroll 1") for (int l = 0; l < 8; l++) {
+            if (raised & (1u << l)) {
+                const __m512 f = _mm512_set1_ps(ms[l]);
+                _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+                    a[c] = rb_round_f16(_mm512_mul_ps(a[c], f));
             }
-            _mm256_storeu_si256((__m256i *)(ac + 16 * c),
-                                _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+            const __m512 w = _mm512_set1_ps(vs[l]);
+            const float *vr = vf + l * N;
+            _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+                a[c] = rb_round_f16(_mm512_fmadd_ps(_mm512_load_ps(vr + 16 * c), w, a[c]));
         }
+        _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+            _mm256_storeu_si256((__m256i *)(ac + 16 * c),
+                                _mm512_cvtps_ph(a[c], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
 }
 
