@@ -1,8 +1,10 @@
 /*
  * ops_avx512.c - attention.c's f16 block of 8 positions in 512-bit
- * registers (this file alone of the ops is compiled with the AVX-512
- * flags; attention.c runs it on the avx512 tier for head dims 64, 128 and
- * 256, the AVX2 form elsewhere).
+ * registers, for one query (rb_attn_block8_f16) and for several queries
+ * sharing the block's rows (rb_attn_tile8_f16, the prefill's tiled walk).
+ * This file alone of the ops is compiled with the AVX-512 flags;
+ * attention.c runs it on the avx512 tier for head dims 64, 128 and 256,
+ * the AVX2 forms elsewhere.
  *
  * The same bits as rb_attn_block8_f16_avx2, operation for operation:
  *   q.k   ggml_vec_dot_f16's four 8-lane accumulators of a 32-element step
