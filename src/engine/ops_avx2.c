@@ -221,20 +221,32 @@ int rb_attn_tile8_f16_avx2(const rb_f16 *k, const rb_f16 *v, int64_t stride, int
         }
         m[qi] = mm;
         sum[qi] = ss;
-        for (int c = 0; c < n; c += 16) {
-            __m256 x0 = rb_fp_load8_f16(ac + c), x1 = rb_fp_load8_f16(ac + c + 8);
+        /* 64 values at a time in 8 registers: 8 independent chains per
+           row step (f32 values that are f16 values), then the next 64 */
+        for (int c = 0; c < n; c += 64) {
+            const int w8 = n - c < 64 ? (n - c) / 8 : 8; /* 4 or 8 */
+            __m256 x[8];
+            for (int i = 0; i < 8; i++)
+                x[i] = i < w8 ? rb_fp_load8_f16(ac + c + 8 * i) : _mm256_setzero_ps();
             for (int l = 0; l < 8; l++) {
                 if (raised & (1u << l)) {
                     const __m256 f = _mm256_set1_ps(ms[l]);
-                    x0 = rb_round8_f16(_mm256_mul_ps(x0, f));
-                    x1 = rb_round8_f16(_mm256_mul_ps(x1, f));
+                    for (int i = 0; i < 8; i++)
+                        x[i] = rb_round8_f16(_mm256_mul_ps(x[i], f));
                 }
                 const __m256 w = _mm256_set1_ps(vs[l]);
-                x0 = rb_round8_f16(_mm256_fmadd_ps(_mm256_load_ps(vf + l * n + c), w, x0));
-                x1 = rb_round8_f16(_mm256_fmadd_ps(_mm256_load_ps(vf + l * n + c + 8), w, x1));
+                const float *vr = vf + l * n + c;
+                if (w8 == 8) {
+                    for (int i = 0; i < 8; i++)
+                        x[i] = rb_round8_f16(_mm256_fmadd_ps(_mm256_load_ps(vr + 8 * i), w, x[i]));
+                } else {
+                    for (int i = 0; i < 4; i++)
+                        x[i] = rb_round8_f16(_mm256_fmadd_ps(_mm256_load_ps(vr + 8 * i), w, x[i]));
+                }
             }
-            _mm_storeu_si128((__m128i *)(ac + c), _mm256_cvtps_ph(x0, _MM_FROUND_TO_NEAREST_INT));
-            _mm_storeu_si128((__m128i *)(ac + c + 8), _mm256_cvtps_ph(x1, _MM_FROUND_TO_NEAREST_INT));
+            for (int i = 0; i < w8; i++)
+                _mm_storeu_si128((__m128i *)(ac + c + 8 * i),
+                                 _mm256_cvtps_ph(x[i], _MM_FROUND_TO_NEAREST_INT));
         }
     }
     return 1;
