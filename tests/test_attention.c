@@ -13,11 +13,14 @@
  * dotprod - under qemu-user in CI).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attention.h"
 #include "check.h"
 #include "cpu.h"
+#include "kvcache.h"
 #include "ops.h"
 #include "quant.h"
 #include "testlib.h"
@@ -115,6 +118,111 @@ static void check_swiglu(rb_test_rng *seed)
         for (int64_t i = 0; i < n; i++)
             bad += memcmp(&gate[i], &want[i], 4) != 0;
         CHECK_EQ_INT(bad, 0);
+    }
+}
+
+/* One query spelled out: every position first..last in order, the score
+ * in ggml's order, the online-softmax step, V in the f16 accumulator. */
+static void naive_query(const rb_kvcache *kv, uint32_t kvh, float kq, const float *qf, uint32_t first,
+                        uint32_t last, float *out)
+{
+    const uint32_t hd = kv->head_dim_k;
+    rb_f16 q[256], acc[256] = {0};
+    float m = -INFINITY, sum = 0.0f;
+    for (uint32_t i = 0; i < hd; i++)
+        q[i] = rb_fp32_to_fp16(qf[i]);
+    for (uint32_t p = first; p <= last; p++) {
+        const rb_f16 *k = rb_kvcache_k(kv, 0, kvh, p), *v = rb_kvcache_v(kv, 0, kvh, p);
+        const float s = ggml_order_dot(k, q, (int)hd) * kq;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > m) {
+            const float old = m;
+            m = s;
+            ms = expf(old - m);
+            for (uint32_t i = 0; i < hd; i++)
+                acc[i] = rb_fp32_to_fp16(rb_fp16_to_fp32(acc[i]) * ms);
+        } else {
+            vs = expf(s - m);
+        }
+        for (uint32_t i = 0; i < hd; i++)
+            acc[i] = rb_fp32_to_fp16(fmaf(rb_fp16_to_fp32(v[i]), vs, rb_fp16_to_fp32(acc[i])));
+        sum = fmaf(sum, ms, vs);
+    }
+    const float inv = 1.0f / sum;
+    for (uint32_t i = 0; i < hd; i++)
+        out[i] = rb_fp16_to_fp32(acc[i]) * inv;
+}
+
+/* The tiled attention (rb_attn_f16: queries of a GQA group and a chunk of
+ * tokens over 8-position blocks) == the untiled one (rb_attn_f16_ref) ==
+ * the naive loop above, bit for bit, over random shapes: head dims with
+ * and without the avx512 kernel, pages of 8, 12 (blocks across a page
+ * boundary) and 256 positions, depth 0..~700, chunks of 1..32 queries
+ * (group x tokens), with and without a sliding window; the pages wholly
+ * before the earliest window are freed (the tiled walk must not read them). */
+static void check_tiled(rb_test_rng *rng, int rounds)
+{
+    static const uint32_t dims[] = {64, 128, 256, 32, 8, 96};
+    static const uint32_t pages[] = {256, 8, 12};
+    static float qbuf[RB_ATTN_MAX_QUERIES * 256], got[RB_ATTN_MAX_QUERIES * 256],
+        ref[RB_ATTN_MAX_QUERIES * 256], want[256];
+    for (int r = 0; r < rounds; r++) {
+        const uint32_t hd = dims[r % 6], pt = pages[(r / 6) % 3];
+        const uint32_t n_kv = 2, kvh = (uint32_t)r % 2;
+        uint32_t cap = RB_ATTN_ACC_HALVES / hd;
+        cap = cap < RB_ATTN_MAX_QUERIES ? cap : RB_ATTN_MAX_QUERIES;
+        const uint32_t group = 1 + (uint32_t)(rb_test_rng_uniform(rng) * 4); /* 1..4 */
+        const uint32_t g = group < cap ? group : cap;
+        const uint32_t max_tok = cap / g;
+        const uint32_t n_tok = 1 + (uint32_t)(rb_test_rng_uniform(rng) * max_tok);
+        const uint32_t depth = (uint32_t)(rb_test_rng_uniform(rng) * (r % 3 ? 700 : 20));
+        const uint32_t window = r % 4 == 1 ? 1 + (uint32_t)(rb_test_rng_uniform(rng) * 300) : 0;
+        const uint32_t n_pos = depth + n_tok;
+        rb_kvcache kv;
+        rb_error err = {0};
+        CHECK(rb_kvcache_init(&kv, 1, n_kv, hd, hd, n_pos + 16, pt, &err) == RB_OK);
+        CHECK(rb_kvcache_reserve(&kv, n_pos, &err) == RB_OK);
+        /* scores of order 1..10: softmax weights spread, maxima raised often */
+        const float qs_scale = 0.5f / sqrtf((float)hd);
+        for (uint32_t p = 0; p < n_pos; p++)
+            for (uint32_t h = 0; h < n_kv; h++)
+                for (uint32_t i = 0; i < hd; i++) {
+                    rb_kvcache_k(&kv, 0, h, p)[i] = rb_fp32_to_fp16(frand(rng) * (1.0f + (float)(p % 5)));
+                    rb_kvcache_v(&kv, 0, h, p)[i] = rb_fp32_to_fp16(frand(rng));
+                }
+        rb_attn_query qs[RB_ATTN_MAX_QUERIES];
+        uint32_t nq = 0, lo = UINT32_MAX;
+        for (uint32_t t = 0; t < n_tok; t++)
+            for (uint32_t h = 0; h < g; h++, nq++) {
+                rb_attn_query *a = &qs[nq];
+                for (uint32_t i = 0; i < hd; i++)
+                    qbuf[nq * hd + i] = frand(rng) * qs_scale * 4.0f;
+                a->q = qbuf + nq * hd;
+                a->last = depth + t;
+                a->first = window && a->last >= window ? a->last - window + 1 : 0;
+                lo = a->first < lo ? a->first : lo;
+            }
+        for (uint32_t pg = 0; pg < lo / pt; pg++)
+            rb_kvcache_free_page(&kv, 0, pg);
+        const float kq = 1.0f / sqrtf((float)hd);
+        for (uint32_t i = 0; i < nq; i++)
+            qs[i].out = got + i * hd;
+        rb_attn_f16(&kv, 0, kvh, kq, qs, nq);
+        for (uint32_t i = 0; i < nq; i++)
+            qs[i].out = ref + i * hd;
+        rb_attn_f16_ref(&kv, 0, kvh, kq, qs, nq);
+        int bad = 0;
+        for (uint32_t i = 0; i < nq; i++) {
+            naive_query(&kv, kvh, kq, qs[i].q, qs[i].first, qs[i].last, want);
+            bad += memcmp(got + i * hd, want, hd * sizeof *want) != 0;
+            bad += memcmp(ref + i * hd, want, hd * sizeof *want) != 0;
+        }
+        if (bad)
+            printf("  tiled != untiled: head dim %u, page %u, group %u, tokens %u, depth %u, "
+                   "window %u: %d rows differ\n",
+                   hd, pt, g, n_tok, depth, window, bad);
+        CHECK_EQ_INT(bad, 0);
+        rb_kvcache_deinit(&kv);
     }
 }
 
@@ -228,7 +336,26 @@ static void check_tier(rb_test_rng *rng)
         float a = rb_attn_dot_q8_0(kq8, qq, 128), b = rb_attn_dot_q8_0_ref(kq8, qq, 128);
         CHECK(memcmp(&a, &b, sizeof a) == 0);
     }
+    /* a quantized V's f32 accumulator: one fmaf / one product per element */
+    {
+        static const int fdims[] = {5, 32, 64, 100, 128, 256};
+        for (size_t d = 0; d < sizeof fdims / sizeof fdims[0]; d++) {
+            const int n = fdims[d];
+            float acc[256], ref[256], v[256];
+            for (int i = 0; i < n; i++)
+                acc[i] = ref[i] = frand(&seed), v[i] = frand(&seed);
+            for (int step = 0; step < 20; step++) {
+                const float s = frand(&seed) * 0.3f;
+                rb_attn_mad_f32(acc, v, s, n);
+                rb_attn_scale_f32(acc, 0.97f, n);
+                for (int i = 0; i < n; i++)
+                    ref[i] = fmaf(v[i], s, ref[i]) * 0.97f;
+            }
+            CHECK(memcmp(acc, ref, (size_t)n * sizeof *acc) == 0);
+        }
+    }
     check_swiglu(&seed);
+    check_tiled(&seed, 72);
     *rng = seed;
 }
 

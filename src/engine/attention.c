@@ -10,8 +10,20 @@
  * llama.cpp with q.k as fp_dot.h sums it and V accumulated as
  * f16(fma(v, s, acc)); with a sequential f32 q.k and a separately rounded
  * product in V they drifted to 1.4e-2 and 3.5e-2.
+ *
+ * llama.cpp 34af94cd9 itself has two other CPU forms, not used here: with
+ * 64 or more queries in a call (its prefill) a tiled one (64 queries x 64
+ * positions, q.k as an f32 GEMM, a vectorized softmax per tile, V summed
+ * in f32), and for one query over 512 or more f16 positions (decode) the
+ * positions split into one range per thread, each range's f16 sum widened
+ * to f32 and the ranges merged. Both sum in another order than the
+ * one-query form, the second differently for every thread count. The
+ * goldens (one token per call, 1 thread, n_ctx 512) come from the one-query
+ * form, and rebound computes it for every batch: prefill tiles the walk
+ * over the KV (rb_attn_f16), not the arithmetic of a query.
  */
 #include <math.h>
+#include <string.h>
 
 #include "attention.h"
 #include "fp_dot.h"
@@ -103,6 +115,118 @@ void rb_attn_block8_f16(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64
     }
 }
 
+void rb_attn_tile8_f16(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n, float kq_scale,
+                       int nq, const uint8_t *idx, const rb_f16 *qh, rb_f16 *acc, float *m,
+                       float *sum)
+{
+#if defined(__x86_64__)
+    if (rb_cpu_tier() == RB_CPU_TIER_AVX512 &&
+        rb_attn_tile8_f16_avx512(k, v, stride, n, kq_scale, nq, idx, qh, acc, m, sum))
+        return;
+    if (RB_ATTN_VEC_TIER(rb_cpu_tier()) &&
+        rb_attn_tile8_f16_avx2(k, v, stride, n, kq_scale, nq, idx, qh, acc, m, sum))
+        return;
+#endif
+    for (int j = 0; j < nq; j++) {
+        const int i = idx[j];
+        rb_attn_block8_f16(qh + (size_t)i * n, k, v, stride, n, kq_scale, acc + (size_t)i * n,
+                           &m[i], &sum[i]);
+    }
+}
+
+/* One online-softmax step at a position with score s (llama.cpp's). */
+static void attn_step(rb_f16 *acc, const rb_f16 *v, float s, int hd, float *m, float *sum)
+{
+    float ms = 1.0f, vs = 1.0f;
+    if (s > *m) {
+        const float m_old = *m;
+        *m = s;
+        ms = expf(m_old - *m);
+        rb_attn_scale_f16(acc, ms, hd);
+    } else {
+        vs = expf(s - *m);
+    }
+    rb_attn_mad_f16(acc, v, vs, hd);
+    *sum = fmaf(*sum, ms, vs); /* ggml's S*ms + vs, contracted by gcc */
+}
+
+/* Why the positions are the outer loop: every query of a KV head's group
+ * (and every token of a prefill chunk) reads the same K and V rows, so the
+ * rows of a block of 8 positions are read from RAM once for all the
+ * queries and used while they are in L1. One query per pass read the KV
+ * from RAM once per query head and token: at 8192 positions (32 MiB of KV
+ * per layer for qwen3-0.6b, beyond the L3), an 8-token turn ran at memory
+ * bandwidth. A query whose span covers a block only in part (the causal
+ * end, the window's start) or a block across a page boundary takes it
+ * position by position, in the same order. A position outside a query's
+ * span is skipped as llama.cpp skips a -inf mask entry. */
+void rb_attn_f16(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
+                 const rb_attn_query *qs, uint32_t nq)
+{
+    const uint32_t hd = kv->head_dim_k, pt = kv->page_tokens;
+    rb_f16 qh[RB_ATTN_ACC_HALVES], acc[RB_ATTN_ACC_HALVES];
+    float m[RB_ATTN_MAX_QUERIES], sum[RB_ATTN_MAX_QUERIES];
+    uint8_t full[RB_ATTN_MAX_QUERIES];
+    uint32_t lo = UINT32_MAX, end = 0;
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        for (uint32_t i = 0; i < hd; i++)
+            qh[qi * hd + i] = rb_fp32_to_fp16(qs[qi].q[i]);
+        m[qi] = -INFINITY;
+        sum[qi] = 0.0f;
+        lo = qs[qi].first < lo ? qs[qi].first : lo;
+        end = qs[qi].last + 1 > end ? qs[qi].last + 1 : end;
+    }
+    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
+    for (uint32_t p0 = nq ? lo / 8 * 8 : 0; p0 < end; p0 += 8) {
+        const rb_f16 *k0 = rb_kvcache_k(kv, layer, kvh, p0);
+        const int in_page = p0 % pt + 8 <= pt;
+        int n_full = 0;
+        for (uint32_t qi = 0; qi < nq; qi++) {
+            const rb_attn_query *a = &qs[qi];
+            if (p0 > a->last || p0 + 8 <= a->first)
+                continue;
+            if (in_page && p0 + 8 <= a->last + 1 && p0 >= a->first) {
+                full[n_full++] = (uint8_t)qi;
+                continue;
+            }
+            const rb_f16 *q = qh + qi * hd;
+            for (uint32_t p = p0 > a->first ? p0 : a->first; p <= a->last && p < p0 + 8; p++)
+                attn_step(acc + qi * hd, rb_kvcache_v(kv, layer, kvh, p),
+                          rb_attn_dot_f16(q, rb_kvcache_k(kv, layer, kvh, p), (int)hd) * kq_scale,
+                          (int)hd, &m[qi], &sum[qi]);
+        }
+        if (n_full)
+            rb_attn_tile8_f16(k0, rb_kvcache_v(kv, layer, kvh, p0), hd, (int)hd, kq_scale, n_full,
+                              full, qh, acc, m, sum);
+    }
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        const float inv = 1.0f / sum[qi]; /* a reciprocal, as ggml scales by it */
+        for (uint32_t i = 0; i < hd; i++)
+            qs[qi].out[i] = rb_fp16_to_fp32(acc[qi * hd + i]) * inv;
+    }
+}
+
+void rb_attn_f16_ref(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
+                     const rb_attn_query *qs, uint32_t nq)
+{
+    const uint32_t hd = kv->head_dim_k;
+    rb_f16 qh[RB_ATTN_ACC_HALVES], acc[RB_ATTN_ACC_HALVES];
+    for (uint32_t qi = 0; qi < nq; qi++) {
+        const rb_attn_query *a = &qs[qi];
+        float m = -INFINITY, sum = 0.0f;
+        for (uint32_t i = 0; i < hd; i++)
+            qh[i] = rb_fp32_to_fp16(a->q[i]);
+        memset(acc, 0, hd * sizeof *acc);
+        for (uint32_t p = a->first; p <= a->last; p++)
+            attn_step(acc, rb_kvcache_v(kv, layer, kvh, p),
+                      rb_attn_dot_f16(qh, rb_kvcache_k(kv, layer, kvh, p), (int)hd) * kq_scale,
+                      (int)hd, &m, &sum);
+        const float inv = 1.0f / sum;
+        for (uint32_t i = 0; i < hd; i++)
+            a->out[i] = rb_fp16_to_fp32(acc[i]) * inv;
+    }
+}
+
 /*
  * Quantized K (llama.cpp's --cache-type-k q8_0 / q4_0): the score is its
  * vec_dot of the K row with the query quantized to q8_0, in the order of
@@ -190,12 +314,18 @@ float rb_attn_dot_q4_0_ref(const void *k_row, const void *q_row, int n)
  * acc[i] * ms (ggml_vec_mad_f32 / ggml_vec_scale_f32). */
 void rb_attn_mad_f32(float *acc, const float *v, float s, int n)
 {
+#if defined(__x86_64__)
+    RB_ATTN_VEC(rb_attn_mad_f32_avx2(acc, v, s, n); return);
+#endif
     for (int i = 0; i < n; i++)
         acc[i] = fmaf(v[i], s, acc[i]);
 }
 
 void rb_attn_scale_f32(float *acc, float s, int n)
 {
+#if defined(__x86_64__)
+    RB_ATTN_VEC(rb_attn_scale_f32_avx2(acc, s, n); return);
+#endif
     for (int i = 0; i < n; i++)
         acc[i] *= s;
 }

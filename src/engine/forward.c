@@ -309,16 +309,11 @@ typedef struct attn_job {
     _Atomic uint32_t next;  /* next (sequence, KV head, token chunk, heads) task */
 } attn_job;
 
-/* Queries one task keeps in flight, and their f16 accumulators' room.
- * Why tasks are (KV head, chunk of tokens) and not (token, head): every
- * query of a KV head's group reads the same K and V rows, so a task walks
- * the positions once, 8 rows at a time, and runs all its queries over each
- * block while the block is in L1. One query per pass read the KV from RAM
- * once per query head and token: at 8192 positions (32 MiB of KV per layer
- * for qwen3-0.6b, beyond the L3), an 8-token turn ran at memory bandwidth.
- * Each query's operations and their order are unchanged (the same bits). */
-#define ATTN_MAX_QUERIES 32
-#define ATTN_ACC_HALVES (ATTN_MAX_QUERIES * 256)
+/* Queries one task keeps in flight (attention.h's limits): a task is a KV
+ * head and a chunk of tokens, all the queries that read the same K and V
+ * rows (rb_attn_f16 walks them once for all of them). */
+#define ATTN_MAX_QUERIES RB_ATTN_MAX_QUERIES
+#define ATTN_ACC_HALVES RB_ATTN_ACC_HALVES
 
 static uint32_t attn_queries_per_task(const rb_hparams *hp)
 {
@@ -334,85 +329,29 @@ typedef struct attn_query {
     float m, sum;
 } attn_query;
 
-/* One online-softmax step of query `a` at a position with score s. */
-static void attn_step(attn_query *a, rb_f16 *acc, const rb_f16 *v, float s, int hd)
-{
-    float ms = 1.0f, vs = 1.0f;
-    if (s > a->m) {
-        float m_old = a->m;
-        a->m = s;
-        ms = expf(m_old - a->m);
-        rb_attn_scale_f16(acc, ms, hd);
-    } else {
-        vs = expf(s - a->m);
-    }
-    rb_attn_mad_f16(acc, v, vs, hd);
-    a->sum = fmaf(a->sum, ms, vs); /* ggml's S*ms + vs, contracted by gcc */
-}
-
 /* Every query of one KV head over a chunk of tokens: causal attention over
  * positions 0..pos0+t (in a sliding-window layer the last `window` of
- * them), llama.cpp's CPU flash attention (attention.h): online softmax over
- * positions, q rounded to f16, V summed in an f16 accumulator. A position
- * outside the window is skipped as llama.cpp skips a -inf mask entry, so
- * no page before the earliest query's window is touched (such pages may
- * have been freed). */
+ * them), llama.cpp's CPU flash attention (attention.h). No page before the
+ * earliest query's window is touched (such pages may have been freed). */
 static void attend(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
                    uint32_t g1, uint32_t t0, uint32_t t1)
 {
     rb_forward *f = j->f;
     const rb_hparams *hp = &f->hp;
-    const rb_kvcache *kv = sq->kv;
     const uint32_t hd = hp->head_dim_k, group = hp->n_head / hp->n_head_kv;
-    const uint32_t pt = kv->page_tokens, window = f->layers[j->layer].window;
-    const float scale = f->kq_scale;
-    rb_f16 qh[ATTN_ACC_HALVES], acc[ATTN_ACC_HALVES];
-    attn_query qs[ATTN_MAX_QUERIES];
+    const uint32_t window = f->layers[j->layer].window;
+    rb_attn_query qs[ATTN_MAX_QUERIES];
     uint32_t nq = 0;
     for (uint32_t t = t0; t < t1; t++)
         for (uint32_t g = g0; g < g1; g++, nq++) {
-            uint32_t h = kvh * group + g;
-            attn_query *a = &qs[nq];
+            const uint32_t h = kvh * group + g;
+            rb_attn_query *a = &qs[nq];
             a->q = f->q + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
             a->out = f->ao + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
             a->last = sq->pos0 + t;
             a->first = window && a->last >= window ? a->last - window + 1 : 0;
-            a->m = -INFINITY;
-            a->sum = 0.0f;
-            for (uint32_t i = 0; i < hd; i++)
-                qh[nq * hd + i] = rb_fp32_to_fp16(a->q[i]);
         }
-    memset(acc, 0, (size_t)nq * hd * sizeof *acc);
-    const uint32_t end = sq->pos0 + t1; /* one past the last query's last position */
-    const uint32_t start = nq ? qs[0].first / 8 * 8 : end; /* qs[0]: the earliest window */
-    for (uint32_t p0 = start; p0 < end; p0 += 8) {
-        /* a block of 8 positions (within a page: its rows hd apart) is read
-           from RAM once for all the queries */
-        const rb_f16 *k0 = rb_kvcache_k(kv, j->layer, kvh, p0);
-        const int in_page = p0 % pt + 8 <= pt;
-        for (uint32_t qi = 0; qi < nq; qi++) {
-            attn_query *a = &qs[qi];
-            if (p0 > a->last || p0 + 8 <= a->first)
-                continue;
-            const rb_f16 *q = qh + qi * hd;
-            rb_f16 *ac = acc + qi * hd;
-            if (in_page && p0 + 8 <= a->last + 1 && p0 >= a->first) {
-                rb_attn_block8_f16(q, k0, rb_kvcache_v(kv, j->layer, kvh, p0), hd, (int)hd,
-                                   scale, ac, &a->m, &a->sum);
-            } else {
-                for (uint32_t p = p0 > a->first ? p0 : a->first; p <= a->last && p < p0 + 8; p++)
-                    attn_step(a, ac, rb_kvcache_v(kv, j->layer, kvh, p),
-                              rb_attn_dot_f16(q, rb_kvcache_k(kv, j->layer, kvh, p), (int)hd) *
-                                  scale,
-                              (int)hd);
-            }
-        }
-    }
-    for (uint32_t qi = 0; qi < nq; qi++) {
-        const float inv = 1.0f / qs[qi].sum; /* a reciprocal, as ggml scales by it */
-        for (uint32_t i = 0; i < hd; i++)
-            qs[qi].out[i] = rb_fp16_to_fp32(acc[qi * hd + i]) * inv;
-    }
+    rb_attn_f16(sq->kv, j->layer, kvh, f->kq_scale, qs, nq);
 }
 
 /* A quantized K or V (llama.cpp's flash attention with such a cache): q

@@ -158,6 +158,123 @@ void rb_attn_block8_f16_avx2(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, 
     *sum = ss;
 }
 
+/* attention.c's rb_attn_tile8_f16 (a block of 8 positions for several
+ * queries) for head dims that are multiples of 32 up to 256: per query
+ * rb_attn_block8_f16_avx2's operations in its order (the same bits), with
+ * what the queries share done once, as ops_avx512.c's tile does: the 8 K
+ * and V rows widened to f32 once, and each query's 8 online-softmax steps
+ * (libm's expf) run before its V rows are summed, so that no vector
+ * register lives across the calls. */
+static inline __m256 rb_round8_f16(__m256 x)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+}
+
+int rb_attn_tile8_f16_avx2(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n, float kq_scale,
+                           int nq, const uint8_t *idx, const rb_f16 *qh, rb_f16 *acc, float *m,
+                           float *sum)
+{
+    if (n % 32 || n > 256)
+        return 0;
+    float kf[8 * 256] __attribute__((aligned(32)));
+    float vf[8 * 256] __attribute__((aligned(32)));
+    float qf[256] __attribute__((aligned(32)));
+    for (int l = 0; l < 8; l++)
+        for (int c = 0; c < n; c += 8) {
+            _mm256_store_ps(kf + l * n + c, rb_fp_load8_f16(k + l * stride + c));
+            _mm256_store_ps(vf + l * n + c, rb_fp_load8_f16(v + l * stride + c));
+        }
+    for (int j = 0; j < nq; j++) {
+        const int qi = idx[j];
+        const rb_f16 *q = qh + (size_t)qi * n;
+        rb_f16 *ac = acc + (size_t)qi * n;
+        for (int c = 0; c < n; c += 8)
+            _mm256_store_ps(qf + c, rb_fp_load8_f16(q + c));
+        float sc[8];
+        for (int l = 0; l < 8; l++) {
+            const float *kr = kf + l * n;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < n; i += 32) {
+                a0 = _mm256_fmadd_ps(_mm256_load_ps(kr + i), _mm256_load_ps(qf + i), a0);
+                a1 = _mm256_fmadd_ps(_mm256_load_ps(kr + i + 8), _mm256_load_ps(qf + i + 8), a1);
+                a2 = _mm256_fmadd_ps(_mm256_load_ps(kr + i + 16), _mm256_load_ps(qf + i + 16), a2);
+                a3 = _mm256_fmadd_ps(_mm256_load_ps(kr + i + 24), _mm256_load_ps(qf + i + 24), a3);
+            }
+            sc[l] = rb_fp_reduce4(a0, a1, a2, a3);
+        }
+        float ms[8], vs[8];
+        unsigned raised = 0;
+        float mm = m[qi], ss = sum[qi];
+        for (int l = 0; l < 8; l++) {
+            const float s = sc[l] * kq_scale;
+            ms[l] = 1.0f;
+            vs[l] = 1.0f;
+            if (s > mm) {
+                const float m_old = mm;
+                mm = s;
+                ms[l] = expf(m_old - mm);
+                raised |= 1u << l;
+            } else {
+                vs[l] = expf(s - mm);
+            }
+            ss = fmaf(ss, ms[l], vs[l]);
+        }
+        m[qi] = mm;
+        sum[qi] = ss;
+        /* 64 values at a time in 8 registers: 8 independent chains per
+           row step (f32 values that are f16 values), then the next 64 */
+        for (int c = 0; c < n; c += 64) {
+            const int w8 = n - c < 64 ? (n - c) / 8 : 8; /* 4 or 8 */
+            __m256 x[8];
+            for (int i = 0; i < 8; i++)
+                x[i] = i < w8 ? rb_fp_load8_f16(ac + c + 8 * i) : _mm256_setzero_ps();
+            for (int l = 0; l < 8; l++) {
+                if (raised & (1u << l)) {
+                    const __m256 f = _mm256_set1_ps(ms[l]);
+                    for (int i = 0; i < 8; i++)
+                        x[i] = rb_round8_f16(_mm256_mul_ps(x[i], f));
+                }
+                const __m256 w = _mm256_set1_ps(vs[l]);
+                const float *vr = vf + l * n + c;
+                if (w8 == 8) {
+                    for (int i = 0; i < 8; i++)
+                        x[i] = rb_round8_f16(_mm256_fmadd_ps(_mm256_load_ps(vr + 8 * i), w, x[i]));
+                } else {
+                    for (int i = 0; i < 4; i++)
+                        x[i] = rb_round8_f16(_mm256_fmadd_ps(_mm256_load_ps(vr + 8 * i), w, x[i]));
+                }
+            }
+            for (int i = 0; i < w8; i++)
+                _mm_storeu_si128((__m128i *)(ac + c + 8 * i),
+                                 _mm256_cvtps_ph(x[i], _MM_FROUND_TO_NEAREST_INT));
+        }
+    }
+    return 1;
+}
+
+/* attention.c's rb_attn_mad_f32 / rb_attn_scale_f32 (a quantized V's f32
+ * accumulator): one fused multiply-add / one product per element, as the
+ * portable fmaf / `*` loops */
+void rb_attn_mad_f32_avx2(float *acc, const float *v, float s, int n)
+{
+    int i = 0;
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vs, _mm256_loadu_ps(acc + i)));
+    for (; i < n; i++)
+        acc[i] = fmaf(v[i], s, acc[i]);
+}
+
+void rb_attn_scale_f32_avx2(float *acc, float s, int n)
+{
+    int i = 0;
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(acc + i, _mm256_mul_ps(_mm256_loadu_ps(acc + i), vs));
+    for (; i < n; i++)
+        acc[i] *= s;
+}
+
 /* attention.c's rb_attn_dot_q8_0 / _q4_0 (quantized K against a q8_0
  * query): llama.cpp's AVX2 vec_dot, the same bits as their _ref forms */
 /* ggml's hsum_float_8: (hi + lo), then pairs, then the last two */

@@ -1,8 +1,10 @@
 /*
  * ops_avx512.c - attention.c's f16 block of 8 positions in 512-bit
- * registers (this file alone of the ops is compiled with the AVX-512
- * flags; attention.c runs it on the avx512 tier for head dims 64, 128 and
- * 256, the AVX2 form elsewhere).
+ * registers, for one query (rb_attn_block8_f16) and for several queries
+ * sharing the block's rows (rb_attn_tile8_f16, the prefill's tiled walk).
+ * This file alone of the ops is compiled with the AVX-512 flags;
+ * attention.c runs it on the avx512 tier for head dims 64, 128 and 256,
+ * the AVX2 forms elsewhere.
  *
  * The same bits as rb_attn_block8_f16_avx2, operation for operation:
  *   q.k   ggml_vec_dot_f16's four 8-lane accumulators of a 32-element step
@@ -92,6 +94,124 @@ int rb_attn_block8_f16_avx512(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v,
     case 64: rb_block8(q, k, v, stride, kq_scale, acc, m, sum, 64); return 1;
     case 128: rb_block8(q, k, v, stride, kq_scale, acc, m, sum, 128); return 1;
     case 256: rb_block8(q, k, v, stride, kq_scale, acc, m, sum, 256); return 1;
+    default: return 0;
+    }
+}
+
+/*
+ * rb_attn_tile8_f16_avx512: the block of 8 positions for several queries
+ * (attention.c's rb_attn_tile8_f16). Per query the operations are
+ * rb_block8's, in its order; what the queries share is done once:
+ *   K, V   the 8 rows are widened to f32 once for all the queries (a
+ *          scratch of 8 x N floats each, in L1), not once per query;
+ *   q.k    the reductions of the 8 positions' sums run side by side in
+ *          the lanes of a few registers: the same additions of the same
+ *          operands as fp_dot.h's (a0 + a2) + (a1 + a3), halves, two
+ *          hadds (floating-point addition commutes bit for bit);
+ *   softmax  the 8 online steps (libm's expf) run before V is touched, so
+ *          no vector register is live across the expf calls (rb_block8
+ *          spilled its accumulators around every call); each step's ms
+ *          and vs are kept and applied to V in order: a rescale where the
+ *          step raised the max, then the weighted row.
+ */
+RB_INLINE void rb_tile8(const rb_f16 *k, const rb_f16 *v, int64_t stride, float kq_scale, int nq,
+                        const uint8_t *idx, const rb_f16 *qh, rb_f16 *acc, float *m, float *sum,
+                        const int N)
+{
+    float kf[8 * 256] __attribute__((aligned(64)));
+    float vf[8 * 256] __attribute__((aligned(64)));
+    _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++)
+        _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++) {
+            _mm512_store_ps(kf + l * N + 16 * c, rb_load16_f16(k + l * stride + 16 * c));
+            _mm512_store_ps(vf + l * N + 16 * c, rb_load16_f16(v + l * stride + 16 * c));
+        }
+    _Pragma("GCC unroll 1") for (int j = 0; j < nq; j++) {
+        const int qi = idx[j];
+        const rb_f16 *q = qh + (size_t)qi * N;
+        rb_f16 *ac = acc + (size_t)qi * N;
+        __m512 s[8];
+        {
+            __m512 qv[16];
+            _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+                qv[c] = rb_load16_f16(q + 16 * c);
+            _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
+                const float *kr = kf + l * N;
+                __m512 s01 = _mm512_setzero_ps(), s23 = _mm512_setzero_ps();
+                _Pragma("GCC unroll 8") for (int i = 0; i < N; i += 32) {
+                    s01 = _mm512_fmadd_ps(_mm512_load_ps(kr + i), qv[i / 16], s01);
+                    s23 = _mm512_fmadd_ps(_mm512_load_ps(kr + i + 16), qv[i / 16 + 1], s23);
+                }
+                s[l] = _mm512_add_ps(s01, s23); /* a0 + a2 | a1 + a3 */
+            }
+        }
+        /* h = (a0 + a2) + (a1 + a3): two positions per register, as
+           [h_l lo 4 | h_l hi 4 | h_l+1 lo 4 | h_l+1 hi 4] */
+        __m512 h[4];
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)
+            h[p] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * p], s[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_f32x4(s[2 * p], s[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        /* t = lo 4 + hi 4: four positions per register, one per 128 bits */
+        const __m512 t0 = _mm512_add_ps(_mm512_shuffle_f32x4(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_f32x4(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        const __m512 t1 = _mm512_add_ps(_mm512_shuffle_f32x4(h[2], h[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_f32x4(h[2], h[3], _MM_SHUFFLE(3, 1, 3, 1)));
+        /* the hadds: u = [t0 + t1, t2 + t3] of positions c and 4 + c in
+           128-bit lane c, then r = u0 + u1 */
+        const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+        const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(u, u, _MM_SHUFFLE(2, 0, 2, 0)),
+                                       _mm512_shuffle_ps(u, u, _MM_SHUFFLE(3, 1, 3, 1)));
+        float rr[16] __attribute__((aligned(64)));
+        _mm512_store_ps(rr, r);
+        float ms[8], vs[8];
+        unsigned raised = 0;
+        float mm = m[qi], ss = sum[qi];
+        _Pragma("GCC unroll 1") for (int l = 0; l < 8; l++) {
+            const float sc = rr[(l & 3) * 4 + (l >> 2)] * kq_scale;
+            ms[l] = 1.0f;
+            vs[l] = 1.0f;
+            if (sc > mm) {
+                const float m_old = mm;
+                mm = sc;
+                ms[l] = expf(m_old - mm);
+                raised |= 1u << l;
+            } else {
+                vs[l] = expf(sc - mm);
+            }
+            ss = fmaf(ss, ms[l], vs[l]);
+        }
+        m[qi] = mm;
+        sum[qi] = ss;
+        /* the accumulator in registers (N / 16 of them, f32 values that
+           are f16 values), the 8 rows' steps one after the other */
+        __m512 a[16];
+        _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+            a[c] = rb_load16_f16(ac + 16 * c);
+        _Pragma("GCC unroll 1") for (int l = 0; l < 8; l++) {
+            if (raised & (1u << l)) {
+                const __m512 f = _mm512_set1_ps(ms[l]);
+                _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+                    a[c] = rb_round_f16(_mm512_mul_ps(a[c], f));
+            }
+            const __m512 w = _mm512_set1_ps(vs[l]);
+            const float *vr = vf + l * N;
+            _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+                a[c] = rb_round_f16(_mm512_fmadd_ps(_mm512_load_ps(vr + 16 * c), w, a[c]));
+        }
+        _Pragma("GCC unroll 16") for (int c = 0; c < N / 16; c++)
+            _mm256_storeu_si256((__m256i *)(ac + 16 * c),
+                                _mm512_cvtps_ph(a[c], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+}
+
+int rb_attn_tile8_f16_avx512(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
+                             float kq_scale, int nq, const uint8_t *idx, const rb_f16 *qh,
+                             rb_f16 *acc, float *m, float *sum)
+{
+    switch (n) {
+    case 64: rb_tile8(k, v, stride, kq_scale, nq, idx, qh, acc, m, sum, 64); return 1;
+    case 128: rb_tile8(k, v, stride, kq_scale, nq, idx, qh, acc, m, sum, 128); return 1;
+    case 256: rb_tile8(k, v, stride, kq_scale, nq, idx, qh, acc, m, sum, 256); return 1;
     default: return 0;
     }
 }

@@ -26,12 +26,24 @@ void rb_attn_mad_f16_avx2(rb_f16 *acc, const rb_f16 *v, float s, int n);
 void rb_attn_scale_f16_avx2(rb_f16 *acc, float s, int n);
 void rb_attn_block8_f16_avx2(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
                              int n, float kq_scale, rb_f16 *acc, float *m, float *sum);
+/* rb_attn_tile8_f16 for head dims that are multiples of 32 up to 256;
+ * returns 0 (and does nothing) for other n */
+int rb_attn_tile8_f16_avx2(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n, float kq_scale,
+                           int nq, const uint8_t *idx, const rb_f16 *qh, rb_f16 *acc, float *m,
+                           float *sum);
+void rb_attn_mad_f32_avx2(float *acc, const float *v, float s, int n);
+void rb_attn_scale_f32_avx2(float *acc, float s, int n);
 float rb_attn_dot_q8_0_avx2(const void *k_row, const void *q_row, int n);
 float rb_attn_dot_q4_0_avx2(const void *k_row, const void *q_row, int n);
 /* ops_avx512.c (avx512 tier): rb_attn_block8_f16_avx2's bits for head dims
  * 64, 128 and 256; returns 0 (and does nothing) for other n */
 int rb_attn_block8_f16_avx512(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v, int64_t stride,
                               int n, float kq_scale, rb_f16 *acc, float *m, float *sum);
+/* rb_attn_tile8_f16 on the avx512 tier for head dims 64, 128 and 256;
+ * returns 0 (and does nothing) for other n */
+int rb_attn_tile8_f16_avx512(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
+                             float kq_scale, int nq, const uint8_t *idx, const rb_f16 *qh,
+                             rb_f16 *acc, float *m, float *sum);
 #endif
 
 #if defined(__aarch64__)
