@@ -16,13 +16,13 @@ import json
 import os
 import random
 import re
-import shutil
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+
+sys.dont_write_bytecode = True  # nothing written beside the sources
+from serve_test import Fail, ServeProcess, check, expect, n_checks  # noqa: E402
 
 REBOUND, MODEL, SLOW, WORK = sys.argv[1:5]
 ONLY = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
@@ -31,51 +31,14 @@ LONG = "--long" in sys.argv
 # shorter there (it only needs to outlast bob's arrival).
 with open(REBOUND, "rb") as f:
     TSAN = b"__tsan_init" in f.read()
-N_CHECKS = 0
 
 
-class Fail(Exception):
-    pass
-
-
-def check(what):
-    global N_CHECKS
-    N_CHECKS += 1
-    print("--", what, flush=True)
-
-
-def expect(cond, msg):
-    if not cond:
-        raise Fail(msg)
-
-
-class Server:
+class Server(ServeProcess):
     """rebound serve in the background on a free port (or a Unix socket)."""
 
     def __init__(self, name, *args, model=None, unix=None, wait=True):
-        self.log = os.path.join(WORK, name + ".log")
-        self.unix = unix
-        cmd = [REBOUND, "serve", "-m", model or MODEL, "-t", "1"]
-        cmd += ["--unix", unix] if unix else ["--port", "0"]
-        cmd += list(args)
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
-        self.port = None
-        if not wait:
-            return
-        for _ in range(600):
-            text = self.text()
-            if "listening on" in text:
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", text)
-                self.port = int(m.group(1)) if m else None
-                return
-            if self.proc.poll() is not None:
-                raise Fail("serve exited at start:\n" + text)
-            time.sleep(0.05)
-        raise Fail("serve did not start:\n" + self.text())
-
-    def text(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()
+        ServeProcess.__init__(self, REBOUND, model or MODEL, WORK, name, *args, unix=unix,
+                              wait=wait)
 
     def conn(self, timeout=30, source=None):
         if self.unix:
@@ -118,16 +81,6 @@ class Server:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
         return 0
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                rc = self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                raise Fail("serve did not stop after SIGTERM")
-            expect(rc == 0, "serve exited with %d after SIGTERM" % rc)
 
 
 def chat(text, **kw):
@@ -671,7 +624,7 @@ def main():
     except Fail as e:
         print("FAIL [cli_serve_attack]: %s" % e, flush=True)
         return 1
-    print("PASS [cli_serve_attack]: %d checks in %.0f s" % (N_CHECKS, time.time() - t0))
+    print("PASS [cli_serve_attack]: %d checks in %.0f s" % (n_checks(), time.time() - t0))
     return 0
 
 

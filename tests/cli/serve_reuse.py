@@ -21,56 +21,24 @@ llama, served with the plain template (a reply's closing "\n" then
 
 Each check prints "-- what"; a failure raises and the script exits 1.
 """
-import atexit
 import http.client
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import threading
 import time
 
+sys.dont_write_bytecode = True  # nothing written beside the sources
+from serve_test import Fail, ServeProcess, check, expect, n_checks  # noqa: E402
+
 REBOUND, MODEL, SPM, TOOL, WORK = sys.argv[1:6]
 N_CTX = 512
-N_CHECKS = 0
 
 
-class Fail(Exception):
-    pass
-
-
-def check(what):
-    global N_CHECKS
-    N_CHECKS += 1
-    print("--", what, flush=True)
-
-
-def expect(cond, msg):
-    if not cond:
-        raise Fail(msg)
-
-
-class Server:
+class Server(ServeProcess):
     def __init__(self, name, *args, model=None):
-        self.log = os.path.join(WORK, name + ".log")
-        cmd = [REBOUND, "serve", "-m", model or MODEL, "-t", "1", "--port", "0"] + list(args)
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
-        atexit.register(self.kill)  # a failed check leaves no server behind
-        for _ in range(600):
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.text())
-            if m:
-                self.port = int(m.group(1))
-                return
-            if self.proc.poll() is not None:
-                raise Fail("serve exited at start:\n" + self.text())
-            time.sleep(0.05)
-        raise Fail("serve did not start:\n" + self.text())
-
-    def text(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()
+        ServeProcess.__init__(self, REBOUND, model or MODEL, WORK, name, *args)
 
     def raw(self, path, body, key=None):
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
@@ -114,17 +82,6 @@ class Server:
     def n_tokens(self, text):
         """the tokens of text with the template's markers as control tokens"""
         return len(self.post("/tokenize", {"content": text})["tokens"])
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            rc = self.proc.wait(30)
-            expect(rc == 0, "serve exited with %d after SIGTERM" % rc)
 
 
 def cached(u):
@@ -300,7 +257,7 @@ def main():
         turns(s, n_end, False, first="Plain text")
         turns(s, n_end, True, first="Plain stream")
         s.stop()
-    print("serve_reuse: %d checks passed" % N_CHECKS)
+    print("serve_reuse: %d checks passed" % n_checks())
 
 
 if __name__ == "__main__":
