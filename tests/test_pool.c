@@ -206,6 +206,21 @@ typedef struct feeder {
 
 static atomic_int stop_trims;
 
+/* Runs work(a0) and work(a1) on two threads while trim(t) runs on a third
+ * until both are done (stop_trims ends it). */
+static void race(void *(*work)(void *), void *a0, void *a1, void *(*trim)(void *), void *t)
+{
+    pthread_t th[3];
+    atomic_store(&stop_trims, 0);
+    pthread_create(&th[2], NULL, trim, t);
+    pthread_create(&th[0], NULL, work, a0);
+    pthread_create(&th[1], NULL, work, a1);
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    atomic_store(&stop_trims, 1);
+    pthread_join(th[2], NULL);
+}
+
 static void *feed_two(void *arg)
 {
     feeder *f = arg;
@@ -259,15 +274,7 @@ static void test_threads(void)
         CHECK_EQ_INT(rb_session_create(m, &p, &s[k], &err), RB_OK);
     feeder f[2] = {{{s[0], s[1]}, {0, 1}, 0, RB_OK}, {{s[2], s[3]}, {2, 3}, 0, RB_OK}};
     trimmer tr = {s, pool, 0};
-    atomic_store(&stop_trims, 0);
-    pthread_t th[3];
-    pthread_create(&th[2], NULL, trim_loop, &tr);
-    for (int i = 0; i < 2; i++)
-        pthread_create(&th[i], NULL, feed_two, &f[i]);
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    atomic_store(&stop_trims, 1);
-    pthread_join(th[2], NULL);
+    race(feed_two, &f[0], &f[1], trim_loop, &tr);
     for (int i = 0; i < 2; i++) {
         CHECK_EQ_INT(f[i].st, RB_OK);
         CHECK_EQ_INT(f[i].mismatches, 0);
@@ -402,15 +409,7 @@ static void test_pool_trims_residency(void)
     CHECK_EQ_INT(rb_pool_get_stats(pool, &ps0), RB_OK);
     /* the weights and one conversation's KV: the two do not fit */
     pool_trimmer tr = {pool, ps0.weights_bytes + ps0.sessions_bytes + conv_kv, 0};
-    atomic_store(&stop_trims, 0);
-    pthread_t th[3];
-    pthread_create(&th[2], NULL, pool_trim_loop, &tr);
-    for (int i = 0; i < 2; i++)
-        pthread_create(&th[i], NULL, feed_rewind, &f[i]);
-    for (int i = 0; i < 2; i++)
-        pthread_join(th[i], NULL);
-    atomic_store(&stop_trims, 1);
-    pthread_join(th[2], NULL);
+    race(feed_rewind, &f[0], &f[1], pool_trim_loop, &tr);
     for (int i = 0; i < 2; i++) {
         CHECK_EQ_INT(f[i].st, RB_OK);
         CHECK_EQ_INT(f[i].mismatches, 0);
