@@ -27,6 +27,7 @@
 
 #include "attention.h"
 #include "fp_dot.h"
+#include "matmul.h"
 
 #include "cpu.h"
 #include "ops_kernels.h"
@@ -169,8 +170,7 @@ void rb_attn_f16(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_sc
     uint8_t full[RB_ATTN_MAX_QUERIES];
     uint32_t lo = UINT32_MAX, end = 0;
     for (uint32_t qi = 0; qi < nq; qi++) {
-        for (uint32_t i = 0; i < hd; i++)
-            qh[qi * hd + i] = rb_fp32_to_fp16(qs[qi].q[i]);
+        rb_matmul_quantize_act(RB_TYPE_F16, qs[qi].q, qh + qi * hd, hd); /* rb_fp32_to_fp16's bits */
         m[qi] = -INFINITY;
         sum[qi] = 0.0f;
         lo = qs[qi].first < lo ? qs[qi].first : lo;

@@ -386,9 +386,8 @@ static void attend_quant(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, ui
             a->first = window && a->last >= window ? a->last - window + 1 : 0;
             a->m = -INFINITY;
             a->sum = 0.0f;
-            if (k_f16)
-                for (uint32_t i = 0; i < hd; i++)
-                    qh[nq * hd + i] = rb_fp32_to_fp16(a->q[i]);
+            if (k_f16) /* the tier's F16C/FCVTN rounding: rb_fp32_to_fp16's bits */
+                rb_matmul_quantize_act(RB_TYPE_F16, a->q, qh + nq * hd, hd);
             else
                 rb_matmul_quantize_act(RB_TYPE_Q8_0, a->q, qq + nq * nb, hd);
         }
@@ -492,9 +491,9 @@ static void add_bias(float *x, const float *b, uint32_t n_tok, uint32_t dim)
 void rb_forward_store_row(uint32_t type, const float *x, void *dst, uint32_t n)
 {
     if (type == RB_TYPE_F16) {
-        rb_f16 *d = dst;
-        for (uint32_t i = 0; i < n; i++)
-            d[i] = rb_fp32_to_fp16(x[i]);
+        /* the tier's F16C/FCVTN rounding, rb_fp32_to_fp16's bits (the core
+           files are built without F16C, where that is ~20 instructions) */
+        rb_matmul_quantize_act(RB_TYPE_F16, x, dst, n);
     } else if (type == RB_TYPE_Q8_0) {
         rb_matmul_quantize_act(RB_TYPE_Q8_0, x, dst, n);
     } else {
