@@ -104,7 +104,7 @@ static rb_status bind_rope(rb_forward *f, binder *b)
     f->rope.n_rot = (int)hp->n_rot;
     f->rope.freq_base = hp->rope_freq_base;
     f->rope.freq_scale = 1.0f;
-    if (hp->n_rot % 2 != 0 || hp->n_rot > 1024)
+    if (hp->n_rot % 2 != 0 || hp->n_rot > RB_ROPE_MAX_ROT)
         return rb_error_set(b->err, RB_E_UNSUPPORTED, "model: rope dims %" PRIu32
                             " must be even and at most 1024", hp->n_rot);
     char key[96];
@@ -543,8 +543,10 @@ static void attention_block(rb_forward *f, const rb_forward_seq *seqs, uint32_t 
                 rb_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
         }
         const rb_rope *rope = w->window ? &f->rope_swa : &f->rope;
-        rb_rope_apply(rope, q, (int)hp->n_head, (int)hd, pos);
-        rb_rope_apply(rope, k, (int)hp->n_head_kv, (int)hd, pos);
+        float cos_t[RB_ROPE_MAX_ROT / 2], sin_t[RB_ROPE_MAX_ROT / 2];
+        rb_rope_angles(rope, pos, cos_t, sin_t);
+        rb_rope_rotate(rope, q, (int)hp->n_head, (int)hd, cos_t, sin_t);
+        rb_rope_rotate(rope, k, (int)hp->n_head_kv, (int)hd, cos_t, sin_t);
         if (f->q_scale != 1.0f)
             for (uint32_t i = 0; i < f->q_dim; i++)
                 q[i] *= f->q_scale;

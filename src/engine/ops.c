@@ -30,11 +30,10 @@ void rb_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
     }
 }
 
-void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_t pos)
+void rb_rope_angles(const rb_rope *r, int64_t pos, float *cos_t, float *sin_t)
 {
     const float theta_scale = powf(r->freq_base, -2.0f / (float)r->n_rot);
     const int half = r->n_rot / 2;
-    float cos_t[512], sin_t[512]; /* n_rot <= 1024: checked when binding weights */
     /* ggml's rope cache: theta grows from the position by repeated
        multiplication (not powf per dimension), and the frequency scale
        multiplies last, so the angles round as llama.cpp's do */
@@ -46,6 +45,21 @@ void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_
         sin_t[i] = sinf(t);
         theta *= theta_scale;
     }
+}
+
+void rb_rope_rotate(const rb_rope *r, float *x, int n_heads, int head_dim, const float *cos_t,
+                    const float *sin_t)
+{
+#if defined(__x86_64__)
+    /* this file is built without FMA: fmaf below is a libm call per value */
+    const int tier = rb_cpu_tier();
+    if (tier >= RB_CPU_TIER_AVX2 && tier <= RB_CPU_TIER_AVX512) {
+        rb_rope_rotate_avx2(r->mode == RB_ROPE_NEOX, r->n_rot / 2, x, n_heads, head_dim, cos_t,
+                            sin_t);
+        return;
+    }
+#endif
+    const int half = r->n_rot / 2;
     for (int h = 0; h < n_heads; h++) {
         float *v = x + (int64_t)h * head_dim;
         for (int i = 0; i < half; i++) {
@@ -58,6 +72,13 @@ void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_
             v[b] = fmaf(x0, sin_t[i], x1 * cos_t[i]);
         }
     }
+}
+
+void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_t pos)
+{
+    float cos_t[RB_ROPE_MAX_ROT / 2], sin_t[RB_ROPE_MAX_ROT / 2];
+    rb_rope_angles(r, pos, cos_t, sin_t);
+    rb_rope_rotate(r, x, n_heads, head_dim, cos_t, sin_t);
 }
 
 

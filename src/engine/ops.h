@@ -25,8 +25,18 @@ typedef struct rb_rope {
     const float *freq_factors; /* n_rot/2 divisors (llama3 rope_freqs) or NULL */
 } rb_rope;
 
-/* Rotates n_heads heads of head_dim floats at x, for position pos. */
+/* Rotates n_heads heads of head_dim floats at x, for position pos:
+ * rb_rope_angles then rb_rope_rotate. */
 void rb_rope_apply(const rb_rope *r, float *x, int n_heads, int head_dim, int64_t pos);
+/* The n_rot/2 angles' cosines and sines of position pos (ggml's rope
+ * cache: the same bits). A position's Q and K heads share them. */
+void rb_rope_angles(const rb_rope *r, int64_t pos, float *cos_t, float *sin_t);
+/* Rotates n_heads heads by the angles of rb_rope_angles (ggml's contracted
+ * products; the vector tiers give the same bits). */
+void rb_rope_rotate(const rb_rope *r, float *x, int n_heads, int head_dim, const float *cos_t,
+                    const float *sin_t);
+/* The most rotated dims a head may have (checked when binding weights). */
+#define RB_ROPE_MAX_ROT 1024
 
 /* gate[i] = silu(gate[i]) * up[i] over ONE row of n (llama.cpp's
  * rounding depends on where the row starts: call it per token). */

@@ -52,6 +52,29 @@ static __m256 rb_expf8(__m256 x)
     return _mm256_blendv_ps(_mm256_blendv_ps(normal, split, big), _mm256_mul_ps(s1, s1), huge);
 }
 
+void rb_rope_rotate_avx2(int neox, int half, float *x, int n_heads, int head_dim,
+                         const float *cos_t, const float *sin_t)
+{
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * head_dim;
+        int i = 0;
+        if (neox)
+            for (; i + 8 <= half; i += 8) {
+                const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + half);
+                const __m256 c = _mm256_loadu_ps(cos_t + i), s = _mm256_loadu_ps(sin_t + i);
+                /* fma(x0, c, -(x1*s)) = fmsub(x0, c, x1*s): the negation is exact */
+                _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+                _mm256_storeu_ps(v + i + half, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+            }
+        for (; i < half; i++) {
+            const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = fmaf(x0, cos_t[i], -(x1 * sin_t[i]));
+            v[b] = fmaf(x0, sin_t[i], x1 * cos_t[i]);
+        }
+    }
+}
+
 int64_t rb_swiglu8_avx2(float *gate, const float *up, int64_t n)
 {
     int64_t i = 0;

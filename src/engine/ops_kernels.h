@@ -19,6 +19,11 @@
  * ggml's vector exp; returns how many it did */
 int64_t rb_swiglu8_avx2(float *gate, const float *up, int64_t n);
 
+/* ops.c's rb_rope_rotate (neox: pairs (i, i + half), else (2i, 2i + 1));
+ * the same bits: its fmaf inline here, 8 pairs at a time for neox */
+void rb_rope_rotate_avx2(int neox, int half, float *x, int n_heads, int head_dim,
+                         const float *cos_t, const float *sin_t);
+
 /* attention.c's rb_attn_* in AVX2 (the same bits) */
 float rb_attn_dot_f16_avx2(const rb_f16 *q, const rb_f16 *k, int n);
 void rb_attn_dot8_f16_avx2(const rb_f16 *q, const rb_f16 *k, int64_t stride, int n, float out[8]);
