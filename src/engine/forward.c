@@ -507,8 +507,7 @@ static void post_norm(rb_forward *f, const float *w, uint32_t n)
     const uint32_t E = f->hp.n_embd;
     if (!w)
         return;
-    for (uint32_t t = 0; t < n; t++)
-        rb_rmsnorm(f->y + (size_t)t * E, f->y + (size_t)t * E, w, E, f->hp.rms_eps);
+    rb_rmsnorm_rows(f->y, f->y, w, E, n, E, f->hp.rms_eps);
 }
 
 /* The attention block of layer l over n rows of n_seqs sequences: every
@@ -521,8 +520,7 @@ static void attention_block(rb_forward *f, const rb_forward_seq *seqs, uint32_t 
     const rb_hparams *hp = &f->hp;
     const rb_layer_weights *w = &f->layers[l];
     uint32_t E = hp->n_embd, hd = hp->head_dim_k;
-    for (uint32_t t = 0; t < n; t++)
-        rb_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, w->attn_norm, E, hp->rms_eps);
+    rb_rmsnorm_rows(f->xb, f->x, w->attn_norm, E, n, E, hp->rms_eps);
     const rb_wmat *qkv[] = {&w->wq, &w->wk, &w->wv};
     float *qkv_out[] = {f->q, f->k, f->v};
     const int64_t qkv_stride[] = {f->q_dim, f->kv_dim, f->kv_dim};
@@ -537,10 +535,8 @@ static void attention_block(rb_forward *f, const rb_forward_seq *seqs, uint32_t 
         const uint32_t pos = seqs[si].pos0 + (t - seqs[si].row0);
         float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
         if (w->q_norm) {
-            for (uint32_t h = 0; h < hp->n_head; h++)
-                rb_rmsnorm(q + h * hd, q + h * hd, w->q_norm, hd, hp->rms_eps);
-            for (uint32_t h = 0; h < hp->n_head_kv; h++)
-                rb_rmsnorm(k + h * hd, k + h * hd, w->k_norm, hd, hp->rms_eps);
+            rb_rmsnorm_rows(q, q, w->q_norm, hd, hp->n_head, hd, hp->rms_eps);
+            rb_rmsnorm_rows(k, k, w->k_norm, hd, hp->n_head_kv, hd, hp->rms_eps);
         }
         const rb_rope *rope = w->window ? &f->rope_swa : &f->rope;
         float cos_t[RB_ROPE_MAX_ROT / 2], sin_t[RB_ROPE_MAX_ROT / 2];
@@ -570,8 +566,7 @@ static void ffn_block(rb_forward *f, uint32_t l, uint32_t n)
     const rb_hparams *hp = &f->hp;
     const rb_layer_weights *w = &f->layers[l];
     uint32_t E = hp->n_embd, F = hp->n_ff;
-    for (uint32_t t = 0; t < n; t++)
-        rb_rmsnorm(f->xb + (size_t)t * E, f->x + (size_t)t * E, w->ffn_norm, E, hp->rms_eps);
+    rb_rmsnorm_rows(f->xb, f->x, w->ffn_norm, E, n, E, hp->rms_eps);
     const rb_wmat *gate_up[] = {&w->w_gate, &w->w_up};
     float *gate_up_out[] = {f->hb, f->hb2};
     const int64_t gate_up_stride[] = {F, F};

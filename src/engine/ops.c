@@ -30,6 +30,43 @@ void rb_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
     }
 }
 
+static void rms_apply(float *y, const float *x, const float *w, int64_t n, double sum, float eps)
+{
+    const float mean = (float)(sum / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    if (w) {
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * scale * w[i];
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            y[i] = x[i] * scale;
+    }
+}
+
+void rb_rmsnorm_rows(float *y, const float *x, const float *w, int64_t n, int64_t rows,
+                     int64_t stride, float eps)
+{
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        const float *x0 = x + r * stride, *x1 = x0 + stride, *x2 = x1 + stride, *x3 = x2 + stride;
+        /* each row's sum in its own order (ggml's): four independent chains */
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            s0 += (double)(x0[i] * x0[i]);
+            s1 += (double)(x1[i] * x1[i]);
+            s2 += (double)(x2[i] * x2[i]);
+            s3 += (double)(x3[i] * x3[i]);
+        }
+        float *y0 = y + r * stride;
+        rms_apply(y0, x0, w, n, s0, eps);
+        rms_apply(y0 + stride, x1, w, n, s1, eps);
+        rms_apply(y0 + 2 * stride, x2, w, n, s2, eps);
+        rms_apply(y0 + 3 * stride, x3, w, n, s3, eps);
+    }
+    for (; r < rows; r++)
+        rb_rmsnorm(y + r * stride, x + r * stride, w, n, eps);
+}
+
 void rb_rope_angles(const rb_rope *r, int64_t pos, float *cos_t, float *sin_t)
 {
     const float theta_scale = powf(r->freq_base, -2.0f / (float)r->n_rot);

@@ -12,6 +12,11 @@
 
 /* y = x / sqrt(mean(x^2) + eps) * w (w may be NULL: no weight); y may be x. */
 void rb_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+/* rb_rmsnorm of `rows` rows stride floats apart (y's rows at the same
+ * stride; y may be x): the same bits, four rows' sums interleaved so that
+ * their in-order double chains overlap. */
+void rb_rmsnorm_rows(float *y, const float *x, const float *w, int64_t n, int64_t rows,
+                     int64_t stride, float eps);
 
 /* RoPE variants: NORM rotates adjacent pairs (x[2i], x[2i+1]) (llama);
  * NEOX rotates (x[i], x[i + n_rot/2]) (qwen2, qwen3). */
