@@ -14,22 +14,6 @@
 #include "quant.h"
 #include "ops_kernels.h"
 
-void rb_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
-{
-    double sum = 0.0; /* double, as ggml's rms_norm: long rows of large values */
-    for (int64_t i = 0; i < n; i++)
-        sum += (double)(x[i] * x[i]);
-    const float mean = (float)(sum / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    if (w) {
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] * scale * w[i];
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] * scale;
-    }
-}
-
 static void rms_apply(float *y, const float *x, const float *w, int64_t n, double sum, float eps)
 {
     const float mean = (float)(sum / (double)n);
@@ -41,6 +25,14 @@ static void rms_apply(float *y, const float *x, const float *w, int64_t n, doubl
         for (int64_t i = 0; i < n; i++)
             y[i] = x[i] * scale;
     }
+}
+
+void rb_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps)
+{
+    double sum = 0.0; /* double, as ggml's rms_norm: long rows of large values */
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)(x[i] * x[i]);
+    rms_apply(y, x, w, n, sum, eps);
 }
 
 void rb_rmsnorm_rows(float *y, const float *x, const float *w, int64_t n, int64_t rows,
