@@ -15,14 +15,17 @@
  * here from the page tables), before and after rewinds, trims and
  * destroys; 0 shared bytes once every holder let go.
  *
- * Threads (for TSan): a source and two forks are fed on three threads
- * while a fourth trims the pool to storage and back; then each is checked
- * bit for bit against a fresh session.
+ * Threads (for TSan): a source and two forks are fed on three threads,
+ * each rewinding now and then (once into a page the others share), one
+ * with a session file whose writer reads its pages behind its feeds, while
+ * a fourth trims the pool to storage and back; then each is checked bit
+ * for bit against a fresh session.
  */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "kvcache.h"
@@ -260,8 +263,10 @@ static void *feed_worker(void *arg)
     w->st = RB_OK;
     for (int i = 0; i < w->n && w->st == RB_OK; i++) {
         w->st = rb_session_feed(w->s, w->toks + i * 3, 3, NULL);
-        if (w->st == RB_OK && i % 5 == 4) /* into the shared pages, now and then */
+        if (w->st == RB_OK && i % 5 == 4) /* back 3 tokens, now and then */
             w->st = rb_session_rewind(w->s, rb_session_n_tokens(w->s) - 3);
+        if (w->st == RB_OK && i == 12) /* into a page the others share */
+            w->st = rb_session_rewind(w->s, 300);
     }
     return NULL;
 }
@@ -292,6 +297,11 @@ static void threads(rb_model *m)
     CHECK_EQ_INT(rb_session_fork(ss[0], 512, &p, &ss[2], &err), RB_OK);
     if (!ss[1] || !ss[2])
         return;
+    /* the fork's file writer reads its pages (shared ones too) behind its feeds */
+    char path[600];
+    snprintf(path, sizeof path, "%s/fork.rbs", REBOUND_TEST_TMP);
+    unlink(path);
+    CHECK_EQ_INT(rb_session_save(ss[1], path, 0), RB_OK);
     pthread_t th[4];
     worker w[3];
     stop_trims = 0;
