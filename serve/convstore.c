@@ -544,6 +544,7 @@ static void snapshot(sv_store *st)
         m.pool_over_bytes = ps.over_bytes;
         m.pool_trimmed_bytes = ps.trimmed_bytes;
         m.pool_weights_released_bytes = ps.weights_released_bytes;
+        m.pool_shared_kv_bytes = ps.shared_kv_bytes;
     }
     sv_metrics_set_mem(st->metrics, &m, per, n_per);
     free(per);

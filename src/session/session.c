@@ -22,7 +22,10 @@
  * thread pool, the memory manager. Invariant: tokens[0..n_tokens) are
  * exactly the positions whose K/V the cache holds, in some tier; a
  * position whose K/V was dropped or damaged is recomputed from its token
- * before anything reads it.
+ * before anything reads it. A fork (rb_session_fork) holds its source's
+ * full prefix pages as shared pages (kvcache.h): writes start at
+ * n_kv_valid, and a rewind whose n_kv_valid falls inside a shared page
+ * makes that page the session's own first.
  */
 #include <inttypes.h>
 #include <math.h>
