@@ -898,7 +898,9 @@ RB_API rb_status rb_session_shift(rb_session *session, size_t n_keep, size_t n_d
  * binds one, holding its own copy of every page).
  *
  * Memory: a shared page is counted once, in the pool (rb_pool_stats's
- * shared_kv_bytes), not in either session's stats bytes. A trim of a
+ * shared_kv_bytes), not in either session's bytes in the pool (each
+ * session's stats, kv_raw_bytes and n_kv_pages, still show every page it
+ * uses, shared or not). A trim of a
  * session takes its own copy of a shared page to its own tiers (RAM
  * codec, storage, its session file) and lets the page go; the RAM stays
  * for the other holders and is freed (and uncounted) with the last. Only

@@ -246,6 +246,19 @@ static void fork_trimmed_and_errors(rb_model *m)
     rb_session_destroy(f);
     rb_pool_destroy(other);
     rb_pool_destroy(pool);
+    /* a source with a pool of its own: the fork joins it and outlives src */
+    rb_session_params own = params(NULL);
+    own.budget_bytes = 1ull << 40;
+    src = f = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &own, &src, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(src, toks, 300, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_fork(src, 300, NULL, &f, &err), RB_OK);
+    rb_session_destroy(src);
+    if (f) {
+        CHECK_EQ_INT(rb_session_feed(f, toks + 400, 4, NULL), RB_OK);
+        CHECK(check_same(m, f, "a fork whose source (and its pool's owner) is gone"));
+        rb_session_destroy(f);
+    }
 }
 
 /* ---- threads ------------------------------------------------------------ */
