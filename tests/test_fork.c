@@ -23,6 +23,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -261,6 +262,55 @@ static void fork_trimmed_and_errors(rb_model *m)
     }
 }
 
+/* The page references by themselves: a share, a copy-on-write while
+ * another holds the page, the page taken back by its last holder, the
+ * last holder's free, and the account through all of it. */
+static void kvcache_refs(void)
+{
+    rb_kvcache a, b, c;
+    rb_error err;
+    CHECK_EQ_INT(rb_kvcache_init(&a, 2, 2, 32, 32, 512, 256, &err), RB_OK);
+    CHECK_EQ_INT(rb_kvcache_init(&b, 2, 2, 32, 32, 512, 256, &err), RB_OK);
+    CHECK_EQ_INT(rb_kvcache_init(&c, 2, 2, 32, 32, 512, 256, &err), RB_OK);
+    CHECK(rb_kvcache_same_layout(&a, &b));
+    CHECK_EQ_INT(rb_kvcache_reserve(&a, 512, &err), RB_OK);
+    memset(a.pages[0], 7, a.page_bytes);
+    rb_kvshare *acct = rb_kvshare_create(), *other = rb_kvshare_create();
+    const uint64_t n = rb_kvcache_page_alloc_bytes(&a);
+    CHECK_EQ_INT(rb_kvcache_share_slot(&b, &a, 0, acct, &err), RB_OK);
+    CHECK_EQ_INT(rb_kvcache_share_slot(&c, &a, 0, acct, &err), RB_OK);
+    CHECK(b.pages[0] == a.pages[0] && c.pages[0] == a.pages[0]);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), n);
+    CHECK_EQ_INT(atomic_load(&a.refs[0]->n), 3);
+    CHECK_EQ_INT(rb_kvcache_share_slot(&b, &a, 1, other, &err), RB_E_INVALID_ARG);
+    /* b writes: a copy, a and c keep theirs */
+    void *shared = a.pages[0];
+    CHECK_EQ_INT(rb_kvcache_unshare_slot(&b, 0, &err), RB_OK);
+    CHECK(b.pages[0] != shared && !rb_kvcache_slot_is_shared(&b, 0));
+    CHECK(memcmp(b.pages[0], shared, a.page_bytes) == 0);
+    memset(b.pages[0], 9, 64);
+    CHECK(((uint8_t *)a.pages[0])[0] == 7);
+    CHECK_EQ_INT(atomic_load(&a.refs[0]->n), 2);
+    /* a lets go; c is the last holder: its unshare takes the page itself */
+    rb_kvcache_free_slot(&a, 0);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), n);
+    CHECK_EQ_INT(rb_kvcache_unshare_slot(&c, 0, &err), RB_OK);
+    CHECK(c.pages[0] == shared && !rb_kvcache_slot_is_shared(&c, 0));
+    CHECK_EQ_U64(atomic_load(&acct->bytes), 0);
+    CHECK_EQ_U64(atomic_load(&acct->n_pages), 0);
+    /* shared again, then freed by whichever goes last */
+    CHECK_EQ_INT(rb_kvcache_share_slot(&a, &c, 0, acct, &err), RB_OK);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), n);
+    rb_kvcache_deinit(&c);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), n);
+    CHECK(((uint8_t *)a.pages[0])[0] == 7);
+    rb_kvcache_deinit(&a);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), 0);
+    rb_kvcache_deinit(&b);
+    rb_kvshare_release(acct); /* the last reference: the caches let theirs go */
+    rb_kvshare_release(other);
+}
+
 /* ---- threads ------------------------------------------------------------ */
 
 typedef struct worker {
@@ -365,6 +415,7 @@ int main(void)
         return check_report();
     CHECK_EQ_INT(rb_model_load_weights(m), RB_OK);
     V = 512;
+    kvcache_refs();
     const size_t points[] = {0, 100, 256, 512, 600, N_SRC};
     for (size_t i = 0; i < sizeof points / sizeof *points; i++)
         fork_at(m, points[i]);
