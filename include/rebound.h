@@ -682,6 +682,10 @@ typedef struct rb_pool_stats {
                                         rb_pool_count_process measured it: in
                                         total_bytes, never trimmed */
     char pressure_source[256];       /* what it watches ("" when it does not) */
+    uint64_t shared_kv_bytes;        /* KV pages several sessions hold
+                                        (rb_session_fork), counted once: in
+                                        sessions_bytes and total_bytes */
+    uint64_t n_shared_kv_pages;      /* ... and their number */
 } rb_pool_stats;
 RB_API rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out,
                                          size_t out_size);
@@ -871,6 +875,49 @@ RB_API rb_status rb_session_embed(rb_session *session, const int32_t *tokens, si
  * tokens), RB_E_NOMEM, RB_E_IO (a restore that failed).
  */
 RB_API rb_status rb_session_shift(rb_session *session, size_t n_keep, size_t n_discard);
+
+/*
+ * A new session whose context is src's first n_tokens tokens (n_tokens <=
+ * rb_session_n_tokens(src); 0 and all are allowed), sharing src's KV pages
+ * instead of computing or copying them: the full pages of the prefix are
+ * held by both sessions (copy-on-write at page granularity), the partly
+ * filled last page is copied. Cost: a page-table walk and one page per
+ * layer, after src's evicted pages are brought back (as rb_session_shift
+ * does). Both sessions then go on independently, and each one's logits
+ * are bit-identical to a session fed its tokens alone: a shared page is
+ * never written (a rewind of either into it copies it first, or
+ * recomputes it when the copy's memory is not there), and it is freed
+ * when its last holder lets it go (a rewind below it, a trim, a sliding
+ * window, destroy).
+ *
+ * params: the fork's settings (NULL: src's). The fork is in src's pool
+ * (params->pool NULL or that pool; a src with a pool of its own shares it
+ * with the fork, which keeps it alive); n_ctx 0 or src's, and src's KV
+ * types. The last logits are copied when n_tokens is all of src (else
+ * none, as after a rewind). The fork has no session file (rb_session_save
+ * binds one, holding its own copy of every page).
+ *
+ * Memory: a shared page is counted once, in the pool (rb_pool_stats's
+ * shared_kv_bytes), not in either session's bytes in the pool (each
+ * session's stats, kv_raw_bytes and n_kv_pages, still show every page it
+ * uses, shared or not). A trim of a
+ * session takes its own copy of a shared page to its own tiers (RAM
+ * codec, storage, its session file) and lets the page go; the RAM stays
+ * for the other holders and is freed (and uncounted) with the last. Only
+ * resident pages are shared: the compressed and stored tiers hold one
+ * copy per session.
+ *
+ * Threads: src is taken for the call (it waits for another call on src);
+ * the fork and src may then be used from different threads, trimmed by
+ * the pool from any thread, and destroyed in any order.
+ * Errors: RB_E_INVALID_ARG (NULL src/out, n_tokens beyond src, another
+ * pool, another n_ctx or KV type), RB_E_NOMEM, RB_E_IO (a restore of src
+ * that failed), and those of rb_session_create. On an error *out is
+ * unchanged and src keeps its context.
+ */
+RB_API rb_status rb_session_fork(rb_session *src, size_t n_tokens,
+                                 const rb_session_params *params, rb_session **out,
+                                 rb_error *err);
 
 /* ---- session files ----------------------------------------------------- */
 

@@ -544,6 +544,7 @@ static void snapshot(sv_store *st)
         m.pool_over_bytes = ps.over_bytes;
         m.pool_trimmed_bytes = ps.trimmed_bytes;
         m.pool_weights_released_bytes = ps.weights_released_bytes;
+        m.pool_shared_kv_bytes = ps.shared_kv_bytes;
     }
     sv_metrics_set_mem(st->metrics, &m, per, n_per);
     free(per);
@@ -682,10 +683,31 @@ static int mkdir_ns(const sv_store *st, const char *ns)
     return mkdir(dir, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-rb_session *sv_store_take(sv_store *st, sv_conv *from, int *from_file)
+rb_session *sv_store_take(sv_store *st, sv_conv *from, size_t shared, int *from_file)
 {
     rb_session *ss = NULL;
     *from_file = 0;
+    if (from->session && !from->is_dropped) {
+        /* open: the fork shares its pages and from keeps its session (the
+           store matched from in the request's namespace only) */
+        size_t n = rb_session_n_tokens(from->session);
+        if (shared < n)
+            n = shared;
+        /* room for one more open session (--max-open), never from's */
+        sv_conv *old;
+        while (n_open(st) >= st->cfg->max_open && (old = lru_idle(st, 1, from, NULL)))
+            conv_close(st, old, "more than --max-open sessions");
+        if (n <= from->n_tokens && n_open(st) < st->cfg->max_open &&
+            memcmp(rb_session_get_tokens(from->session), from->tokens, n * sizeof(int32_t)) == 0) {
+            rb_session_params p = st->sp;
+            p.file_flags = RB_SAVE_ON_REQUEST;
+            rb_error e;
+            if (rb_session_fork(from->session, n, &p, &ss, &e) == RB_OK)
+                return ss;
+            sv_log("warning: conversation %s: a fork of its session failed (%s); the fork takes "
+                   "it instead", from->id, e.message);
+        }
+    }
     if (from->session && !from->is_dropped) {
         ss = from->session;
         from->session = NULL;

@@ -157,12 +157,14 @@ size_t sv_common_prefix(const int32_t *a, size_t na, const int32_t *b, size_t nb
  * closed; RB_E_IO/RB_E_FORMAT/RB_E_CORRUPT... from a file that is missing
  * or damaged (the server's log has the path, once). */
 rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, size_t err_n);
-/* For a fork of from: a session with from's state, bound to no file (its
- * open session taken, from then closed; or its file read into a new one),
- * *from_file set when read from the file; NULL when from has neither (or
- * the file cannot be read: the fork computes the prefix again). from keeps
- * its tokens and its file as they are. */
-rb_session *sv_store_take(sv_store *st, sv_conv *from, int *from_file);
+/* For a fork of from at `shared` tokens: a session with from's state,
+ * bound to no file. from's open session is forked (rb_session_fork: the
+ * fork shares from's KV pages up to shared, and from keeps its session);
+ * when that fails, it is taken (from then closed); a closed from's file is
+ * read into a new one (*from_file set). NULL when from has neither (or the
+ * file cannot be read: the fork computes the prefix again). from keeps its
+ * tokens and its file as they are. */
+rb_session *sv_store_take(sv_store *st, sv_conv *from, size_t shared, int *from_file);
 /* After a request: c's replies that its session no longer holds as they
  * were forgotten, the rest written into the session's blob; c's session
  * saved to its file (with --sessions) and its tokens copied for the prefix

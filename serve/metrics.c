@@ -233,14 +233,16 @@ void sv_metrics_write(const sv_counts *m, int with_process, uint64_t mem_budget_
                 m->mem.kv_stored_bytes, m->mem.kv_dropped_bytes, m->mem.scratch_bytes, m->mem.other_bytes);
         fprintf(f, "# HELP rebound_pool_bytes The memory pool (one budget over the weights and "
                    "every session): total as it counts, over the budget after its last check, "
-                   "taken from sessions, weights released (the last two since the start).\n"
+                   "taken from sessions, weights released (the last two since the start), the KV "
+                   "pages forked conversations share (counted once; in total).\n"
                    "# TYPE rebound_pool_bytes gauge\n"
                    "rebound_pool_bytes{what=\"total\"} %" PRIu64 "\n"
                    "rebound_pool_bytes{what=\"over\"} %" PRIu64 "\n"
                    "rebound_pool_bytes{what=\"trimmed\"} %" PRIu64 "\n"
-                   "rebound_pool_bytes{what=\"weights_released\"} %" PRIu64 "\n",
+                   "rebound_pool_bytes{what=\"weights_released\"} %" PRIu64 "\n"
+                   "rebound_pool_bytes{what=\"shared_kv\"} %" PRIu64 "\n",
                 m->mem.pool_total_bytes, m->mem.pool_over_bytes, m->mem.pool_trimmed_bytes,
-                m->mem.pool_weights_released_bytes);
+                m->mem.pool_weights_released_bytes, m->mem.pool_shared_kv_bytes);
     }
     if (with_process)
         fprintf(f, "# HELP rebound_memory_budget_bytes --mem-budget (0: none).\n"

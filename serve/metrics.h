@@ -58,6 +58,7 @@ typedef struct sv_mem_snapshot {
     uint64_t disk_bytes;
     uint64_t pool_total_bytes, pool_over_bytes;   /* rb_pool_stats */
     uint64_t pool_trimmed_bytes, pool_weights_released_bytes;
+    uint64_t pool_shared_kv_bytes; /* KV pages forks share, counted once */
 } sv_mem_snapshot;
 
 #define SV_TTFT_BUCKETS 10

@@ -652,10 +652,11 @@ static void active_free(sv_active *a)
  * differs only inside the last reply (the client re-rendered the server's
  * reply); when r differs before (another chat with the same start, a guess
  * at the stored text) or is the same prompt again, r forks: a new
- * conversation takes the stored one's session (its KV up to the prefix)
- * and the stored one keeps its tokens and its file, as they were (it is
- * reopened from the file, or computed again from its tokens, when it
- * returns). A conversation whose file is missing or damaged is forgotten
+ * conversation forks the stored one's open session (rb_session_fork: it
+ * shares the KV pages of the prefix, and the stored one keeps its session,
+ * its tokens and its file); a closed one's file is read into the new
+ * conversation's session (the stored one is reopened from the file, or
+ * computed again from its tokens, when it returns). A conversation whose file is missing or damaged is forgotten
  * (logged once) and r starts a new one from its full text.
  */
 static int admit(sv_sched *s, sv_request *r, sv_active *a)
@@ -688,10 +689,10 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
         if (from) {
             /* the fork starts from the stored one's state: its KV up to
                the shared prefix is reused (the rewind below) */
-            c->session = sv_store_take(&s->store, from, &c->is_from_file);
+            c->session = sv_store_take(&s->store, from, shared, &c->is_from_file);
             sv_store_inherit_replies(&s->store, from, c, shared);
-            sv_log("conversation %s forked from %s at token %zu of %zu", id, from->id, shared,
-                   from->n_tokens);
+            sv_log("conversation %s forked from %s at token %zu of %zu%s", id, from->id, shared,
+                   from->n_tokens, from->session ? " (its KV pages shared)" : "");
         }
     }
     char err[600];

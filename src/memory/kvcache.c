@@ -7,6 +7,12 @@
  * page, see kvcache.h): the residency manager frees and refills slots with
  * the same allocator. Does
  * not decide what to evict: the residency manager does.
+ *
+ * Shared pages (kvcache.h has the rule): refs[] (malloc'd at the first
+ * share, one pointer per slot), one malloc'd rb_kvpage_ref per shared
+ * page (freed with the page by its last holder), and the pool's account
+ * (rb_kvshare, malloc'd, freed by its last holder). Every count is atomic;
+ * a slot and its refs[] entry change only in the owner's calls.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -16,6 +22,20 @@
 
 #include "kvcache.h"
 #include "status.h"
+
+rb_kvshare *rb_kvshare_create(void)
+{
+    rb_kvshare *a = calloc(1, sizeof *a);
+    if (a)
+        atomic_init(&a->refs, 1);
+    return a;
+}
+
+void rb_kvshare_release(rb_kvshare *a)
+{
+    if (a && atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) == 1)
+        free(a);
+}
 
 void *rb_kvpage_alloc(size_t n)
 {
@@ -113,8 +133,10 @@ void rb_kvcache_deinit(rb_kvcache *kv)
     if (!kv->pages)
         return;
     for (size_t i = 0; i < (size_t)kv->n_layers * kv->pages_per_layer; i++)
-        rb_kvpage_free(kv->pages[i], rb_kvcache_page_alloc_bytes(kv));
+        rb_kvcache_free_slot(kv, i);
     free(kv->pages);
+    free(kv->refs);
+    rb_kvshare_release(kv->share);
     memset(kv, 0, sizeof *kv);
 }
 
@@ -143,10 +165,115 @@ rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err)
     return RB_OK;
 }
 
+/* Lets a shared slot's page go: the last holder (the count taken to 0,
+ * acq_rel: every holder's reads happen before the free) frees the buffer
+ * and its ref and takes it out of the account. */
+static void drop_shared(rb_kvcache *kv, size_t id)
+{
+    rb_kvpage_ref *ref = kv->refs[id];
+    kv->refs[id] = NULL;
+    if (atomic_fetch_sub_explicit(&ref->n, 1, memory_order_acq_rel) != 1)
+        return;
+    const size_t n = rb_kvcache_page_alloc_bytes(kv);
+    rb_kvpage_free(kv->pages[id], n);
+    free(ref);
+    atomic_fetch_sub_explicit(&kv->share->bytes, n, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&kv->share->n_pages, 1, memory_order_relaxed);
+}
+
 void rb_kvcache_free_slot(rb_kvcache *kv, size_t id)
 {
-    rb_kvpage_free(kv->pages[id], rb_kvcache_page_alloc_bytes(kv));
+    if (rb_kvcache_slot_is_shared(kv, id))
+        drop_shared(kv, id);
+    else
+        rb_kvpage_free(kv->pages[id], rb_kvcache_page_alloc_bytes(kv));
     kv->pages[id] = NULL;
+}
+
+int rb_kvcache_same_layout(const rb_kvcache *a, const rb_kvcache *b)
+{
+    return a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&
+           a->head_dim_k == b->head_dim_k && a->head_dim_v == b->head_dim_v &&
+           a->page_tokens == b->page_tokens && a->type_k == b->type_k &&
+           a->type_v == b->type_v && a->n_ctx == b->n_ctx && a->page_bytes == b->page_bytes;
+}
+
+/* refs[] and the account of a cache about to hold a shared page. */
+static rb_status prepare_share(rb_kvcache *kv, rb_kvshare *acct, rb_error *err)
+{
+    if (kv->share && kv->share != acct)
+        return rb_error_set(err, RB_E_INVALID_ARG, "kvcache: pages are shared only inside "
+                            "one pool (this cache shares with another pool's)");
+    if (!kv->refs) {
+        kv->refs = calloc((size_t)kv->n_layers * kv->pages_per_layer, sizeof *kv->refs);
+        if (!kv->refs)
+            return rb_error_set(err, RB_E_NOMEM, "kvcache: out of memory for the page "
+                                "references");
+    }
+    if (!kv->share) {
+        atomic_fetch_add_explicit(&acct->refs, 1, memory_order_relaxed);
+        kv->share = acct;
+    }
+    return RB_OK;
+}
+
+rb_status rb_kvcache_share_slot(rb_kvcache *dst, rb_kvcache *src, size_t id, rb_kvshare *acct,
+                                rb_error *err)
+{
+    rb_status st;
+    if ((st = prepare_share(src, acct, err)) != RB_OK ||
+        (st = prepare_share(dst, acct, err)) != RB_OK)
+        return st;
+    rb_kvpage_ref *ref = src->refs[id];
+    if (!ref) { /* src's own page until now: the account counts it from here */
+        if (!(ref = malloc(sizeof *ref)))
+            return rb_error_set(err, RB_E_NOMEM, "kvcache: out of memory for a page reference");
+        atomic_init(&ref->n, 1);
+        src->refs[id] = ref;
+        atomic_fetch_add_explicit(&acct->bytes, rb_kvcache_page_alloc_bytes(src),
+                                  memory_order_relaxed);
+        atomic_fetch_add_explicit(&acct->n_pages, 1, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&ref->n, 1, memory_order_relaxed); /* src holds it: > 0 */
+    dst->pages[id] = src->pages[id];
+    dst->refs[id] = ref;
+    return RB_OK;
+}
+
+rb_status rb_kvcache_copy_slot(rb_kvcache *dst, const rb_kvcache *src, size_t id, rb_error *err)
+{
+    void *page = rb_kvpage_alloc(rb_kvcache_page_alloc_bytes(dst));
+    if (!page)
+        return rb_error_set(err, RB_E_NOMEM, "kvcache: out of memory copying a page (%zu "
+                            "bytes)", dst->page_bytes);
+    memcpy(page, src->pages[id], src->page_bytes);
+    dst->pages[id] = page;
+    return RB_OK;
+}
+
+rb_status rb_kvcache_unshare_slot(rb_kvcache *kv, size_t id, rb_error *err)
+{
+    if (!kv->pages[id] || !rb_kvcache_slot_is_shared(kv, id))
+        return RB_OK;
+    rb_kvpage_ref *ref = kv->refs[id];
+    const size_t n = rb_kvcache_page_alloc_bytes(kv);
+    if (atomic_load_explicit(&ref->n, memory_order_acquire) == 1) {
+        /* the last holder: nobody else can take it again (a count goes up
+           only from a holder), so the page is this cache's now */
+        kv->refs[id] = NULL;
+        free(ref);
+        atomic_fetch_sub_explicit(&kv->share->bytes, n, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&kv->share->n_pages, 1, memory_order_relaxed);
+        return RB_OK;
+    }
+    void *page = rb_kvpage_alloc(n);
+    if (!page)
+        return rb_error_set(err, RB_E_NOMEM, "kvcache: out of memory copying a shared page "
+                            "(%zu bytes)", kv->page_bytes);
+    memcpy(page, kv->pages[id], kv->page_bytes);
+    drop_shared(kv, id); /* may free it: another holder let go meanwhile */
+    kv->pages[id] = page;
+    return RB_OK;
 }
 
 void rb_kvcache_fill_slot(rb_kvcache *kv, size_t id, void *page)

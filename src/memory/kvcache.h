@@ -27,6 +27,7 @@
 #ifndef RB_KVCACHE_H
 #define RB_KVCACHE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,40 @@
  * a page goes to and from storage with O_DIRECT straight from and into the
  * buffer the forward pass reads (the residency manager's RB_PAGE_ALIGN). */
 #define RB_KV_PAGE_ALIGN 4096
+
+/*
+ * Shared pages (rb_session_fork). A page buffer may be held by the slots of
+ * several caches of one pool: a fork's first pages are its source's
+ * buffers. The rule that makes that safe without a lock:
+ *   - a shared page is immutable: it is a full page (all page_tokens
+ *     positions written) below every holder's valid K/V, and a holder
+ *     writes only from its valid end on; a rewind into a shared page
+ *     unshares it first (rb_kvcache_unshare_slot: a copy, or the page
+ *     itself when this cache is its last holder);
+ *   - its holders count is atomic (rb_kvpage_ref.n); a holder lets go by
+ *     emptying its slot (rb_kvcache_free_slot: residency trims, truncate,
+ *     a sliding window, deinit), and the one that takes the count to 0
+ *     frees the buffer. A count goes up only from a holder (the fork holds
+ *     its source), so a count of 1 seen by its holder stays 1;
+ *   - the account (rb_kvshare) counts each shared page once for the pool;
+ *     the caches that hold a page do not count it (rb_kvcache_slot_is_shared).
+ * The slots and refs[] of one cache are its owner's (the session's, with
+ * the residency manager's rules for its slots), as the page table is.
+ */
+typedef struct rb_kvshare {
+    _Atomic uint64_t bytes;   /* alloc bytes of the shared pages alive */
+    _Atomic uint64_t n_pages;
+    _Atomic uint32_t refs;    /* its pool and each cache that shared a page */
+} rb_kvshare;
+
+/* One per shared page: its holders (caches whose slot holds the buffer). */
+typedef struct rb_kvpage_ref {
+    _Atomic uint32_t n;
+} rb_kvpage_ref;
+
+/* A new account (refs 1) or NULL; released by each holder, freed by the last. */
+rb_kvshare *rb_kvshare_create(void);
+void rb_kvshare_release(rb_kvshare *a);
 
 typedef struct rb_kvcache {
     uint32_t n_layers;
@@ -52,6 +87,9 @@ typedef struct rb_kvcache {
     size_t page_bytes;
     rb_f16 **pages;          /* [n_layers][pages_per_layer]; NULL: not resident */
     uint32_t n_pages_reserved; /* pages [0, n) of every layer were handed out */
+    rb_kvpage_ref **refs;    /* like pages; NULL entry: the page is this cache's
+                                alone; the array is made at the first share */
+    rb_kvshare *share;       /* the account of the shared pages (a ref held), or NULL */
 } rb_kvcache;
 
 static inline size_t rb_kvcache_page_alloc_bytes(const rb_kvcache *kv)
@@ -107,7 +145,8 @@ rb_status rb_kvcache_reserve(rb_kvcache *kv, uint32_t n_pos, rb_error *err);
 void rb_kvcache_truncate(rb_kvcache *kv, uint32_t first_page);
 
 /* Frees one page of one layer (its contents are lost) and empties its
- * slot; no-op on an empty slot. n_pages_reserved stays. */
+ * slot; no-op on an empty slot. n_pages_reserved stays. A shared page is
+ * let go (freed by its last holder). */
 void rb_kvcache_free_page(rb_kvcache *kv, uint32_t layer, uint32_t page);
 /* The same by slot id (layer * pages_per_layer + page), and its inverse:
  * an empty slot takes a page buffer (rb_kvpage_alloc / _alloc_batch) that
@@ -115,6 +154,30 @@ void rb_kvcache_free_page(rb_kvcache *kv, uint32_t layer, uint32_t page);
  * tiers through these two: the cache is the one owner of the slots. */
 void rb_kvcache_free_slot(rb_kvcache *kv, size_t id);
 void rb_kvcache_fill_slot(rb_kvcache *kv, size_t id, void *page);
+
+/* Shared pages (the rule above). Whether a slot's page is shared (its
+ * holders counted in an account, not in this cache). */
+static inline int rb_kvcache_slot_is_shared(const rb_kvcache *kv, size_t id)
+{
+    return kv->refs && kv->refs[id];
+}
+/* dst's empty slot id takes src's page (resident, full, never written again
+ * by src below its valid end) as a shared page, counted in acct (both
+ * caches must use the same account). Geometry must be equal
+ * (rb_kvcache_same_layout). RB_E_NOMEM, RB_E_INVALID_ARG (another account). */
+rb_status rb_kvcache_share_slot(rb_kvcache *dst, rb_kvcache *src, size_t id, rb_kvshare *acct,
+                                rb_error *err);
+/* dst's empty slot id takes a private copy of src's resident page. RB_E_NOMEM. */
+rb_status rb_kvcache_copy_slot(rb_kvcache *dst, const rb_kvcache *src, size_t id,
+                               rb_error *err);
+/* The slot's page becomes this cache's own, to be written: the page
+ * itself when this cache is its last holder (moved out of the account),
+ * else a copy (the other holders keep theirs). No-op on a private or empty
+ * slot. RB_E_NOMEM (the slot unchanged). */
+rb_status rb_kvcache_unshare_slot(rb_kvcache *kv, size_t id, rb_error *err);
+/* 1 when the two caches have the same geometry and types (a page of one
+ * is a page of the other). */
+int rb_kvcache_same_layout(const rb_kvcache *a, const rb_kvcache *b);
 
 /* K / V row of (layer, kv head, position) in the cache's type; the page
  * must be resident. */

@@ -42,6 +42,9 @@ struct rb_pool {
                                     held besides the weights and the members
                                     (the model's metadata and tokenizer, the
                                     app's heap, thread stacks); never trimmed */
+    rb_kvshare *kvshare;         /* KV pages several members hold (forks),
+                                    counted here once and in no member's
+                                    bytes (kvcache.h); atomic, its own lifetime */
     rb_pool_member **members;
     uint32_t n_members, cap;
     uint64_t tick;
@@ -81,6 +84,10 @@ rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **
     if (!model || !out)
         return rb_error_set(err, RB_E_INVALID_ARG, "pool: model and out are required");
     rb_pool *p = calloc(1, sizeof *p);
+    if (p && !(p->kvshare = rb_kvshare_create())) {
+        free(p);
+        p = NULL;
+    }
     if (!p)
         return rb_error_set(err, RB_E_NOMEM, "pool: out of memory");
     pthread_mutex_init(&p->mu, NULL);
@@ -104,6 +111,7 @@ static void pool_free(rb_pool *p)
     pthread_mutex_destroy(&p->watch_mu);
     pthread_mutex_destroy(&p->mu);
     free(p->members);
+    rb_kvshare_release(p->kvshare); /* a cache that still shares keeps it */
     free(p);
 }
 
@@ -121,6 +129,12 @@ void rb_pool_destroy(rb_pool *p)
 }
 
 rb_model *rb_pool_model(const rb_pool *p) { return p->model; }
+rb_kvshare *rb_pool_kvshare(rb_pool *p) { return p->kvshare; }
+
+static uint64_t shared_bytes(const rb_pool *p)
+{
+    return atomic_load_explicit(&p->kvshare->bytes, memory_order_relaxed);
+}
 
 void rb_pool_set_weights(rb_pool *p, rb_wcache *weights, uint64_t fixed_bytes)
 {
@@ -223,7 +237,7 @@ static uint64_t weights_bytes(const rb_pool *p)
 /* mu held */
 static uint64_t total_bytes(const rb_pool *p)
 {
-    uint64_t t = weights_bytes(p) + p->base;
+    uint64_t t = weights_bytes(p) + p->base + shared_bytes(p);
     for (uint32_t i = 0; i < p->n_members; i++)
         t += atomic_load_explicit(&p->members[i]->bytes, memory_order_relaxed);
     return t;
@@ -333,7 +347,7 @@ rb_status rb_pool_count_process(rb_pool *p)
     uint64_t base = process_base(p->model);
     pthread_mutex_lock(&p->mu);
     /* the sessions' own bytes are in the process's too: not twice */
-    uint64_t members = 0;
+    uint64_t members = shared_bytes(p);
     for (uint32_t i = 0; i < p->n_members; i++)
         members += atomic_load_explicit(&p->members[i]->bytes, memory_order_relaxed);
     p->base = base > members ? base - members : 0;
@@ -423,6 +437,8 @@ rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t 
     st.trimmed_bytes = p->trimmed_bytes;
     st.weights_released_bytes = p->weights_released_bytes;
     st.over_bytes = p->over_bytes;
+    st.shared_kv_bytes = shared_bytes(p);
+    st.n_shared_kv_pages = atomic_load_explicit(&p->kvshare->n_pages, memory_order_relaxed);
     pthread_mutex_unlock(&p->mu);
     for (int l = 1; l <= 3; l++)
         st.n_pressure_events[l - 1] = atomic_load(&p->n_pressure[l]);

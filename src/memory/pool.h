@@ -57,6 +57,11 @@ rb_status rb_pool_create_impl(rb_model *model, uint64_t budget_bytes, rb_pool **
  * fixed_bytes, which may be 0 when a member counts them itself). */
 void rb_pool_set_weights(rb_pool *pool, rb_wcache *weights, uint64_t fixed_bytes);
 rb_model *rb_pool_model(const rb_pool *pool);
+/* The account of the KV pages the pool's members share (kvcache.h): the
+ * pool counts them once, in its total; a cache that shares takes a
+ * reference of it (rb_kvcache_share_slot), so it outlives the pool if it
+ * must. */
+rb_kvshare *rb_pool_kvshare(rb_pool *pool);
 
 /* res: the member's residency manager, which the pool trims (borrowed:
  * it must outlive the membership, rb_pool_leave first; NULL: nothing of

@@ -885,6 +885,25 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
         r->n_pages = first_page;
 }
 
+rb_status rb_residency_unshare_page(rb_residency *r, uint32_t page, rb_error *err)
+{
+    rb_status st = RB_OK;
+    pthread_mutex_lock(&r->mu);
+    for (uint32_t l = 0; l < r->kv.n_layers && st == RB_OK; l++) {
+        const uint32_t id = l * r->kv.pages_per_layer + page;
+        if (page >= r->kv.pages_per_layer || !rb_kvcache_slot_is_shared(r->kv.cache, id))
+            continue;
+        if (r->segs[id].pins) { /* the writer reads the old buffer: it stays until unpinned */
+            r->n_pin_waits++;
+            while (r->segs[id].pins)
+                pthread_cond_wait(&r->cv_pin, &r->mu);
+        }
+        st = rb_kvcache_unshare_slot(r->kv.cache, id, err);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return st;
+}
+
 int rb_residency_release_page(rb_residency *r, uint32_t layer, uint32_t page, int in_feed)
 {
     if (layer >= r->kv.n_layers || page >= r->kv.pages_per_layer)
@@ -1260,9 +1279,10 @@ void rb_residency_get_bytes(const rb_residency *cr, rb_residency_bytes *out)
     pthread_mutex_lock(&r->mu);
     for (uint32_t id = 0; id < r->n_kv_segs; id++) {
         const kv_seg *s = &r->segs[id];
-        if (s->tier == RB_TIER_RESIDENT && slot(r, id))
-            kv += page_alloc_bytes(r);
-        else if (s->tier == RB_TIER_COMPRESSED)
+        if (s->tier == RB_TIER_RESIDENT && slot(r, id)) {
+            if (!rb_kvcache_slot_is_shared(r->kv.cache, id)) /* the pool counts those */
+                kv += page_alloc_bytes(r);
+        } else if (s->tier == RB_TIER_COMPRESSED)
             kv += s->frame_bytes;
     }
     out->kv_ram_bytes = kv;

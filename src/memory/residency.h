@@ -248,8 +248,17 @@ void rb_residency_trim_failures(rb_residency *r, uint64_t *n, rb_status *last, d
  * join it. 0 after a pool trim stopped one begun at open. */
 int rb_residency_restore_is_open(rb_residency *r);
 
+/* Every layer's slot of page `page` that is shared (kvcache.h) becomes
+ * the session's own before its positions are written again (a rewind
+ * into the page): a copy, or the page itself for its last holder. Waits
+ * for a pin of the session file's writer on it first. A private or empty
+ * slot is left as it is. RB_E_NOMEM (the layers done so far are private,
+ * the rest still shared). */
+rb_status rb_residency_unshare_page(rb_residency *r, uint32_t page, rb_error *err);
+
 /* The RAM the manager holds, as numbers of its own (the memory pool's
- * accounts): KV pages in RAM (resident buffers, compressed frames) and its
+ * accounts): KV pages in RAM (resident buffers but the shared ones, which
+ * the pool counts once; compressed frames) and its
  * tables and buffers (with the store's RAM). */
 typedef struct rb_residency_bytes {
     uint64_t kv_ram_bytes;

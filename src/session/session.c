@@ -22,7 +22,10 @@
  * thread pool, the memory manager. Invariant: tokens[0..n_tokens) are
  * exactly the positions whose K/V the cache holds, in some tier; a
  * position whose K/V was dropped or damaged is recomputed from its token
- * before anything reads it.
+ * before anything reads it. A fork (rb_session_fork) holds its source's
+ * full prefix pages as shared pages (kvcache.h): writes start at
+ * n_kv_valid, and a rewind whose n_kv_valid falls inside a shared page
+ * makes that page the session's own first.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -648,6 +651,94 @@ static rb_status rewind_locked(rb_session *s, size_t n_tokens)
         s->n_kv_valid = valid;
     s->has_logits = 0;
     rb_session_file_rewound(&s->file, s->n_tokens);
+    /* the next write starts at n_kv_valid: a shared page there is copied
+       first (kvcache.h); without the memory for a copy, the page is
+       recomputed instead */
+    const uint32_t P = s->kv.page_tokens, page = (uint32_t)(s->n_kv_valid / P);
+    if (s->n_kv_valid % P && rb_session_memory_unshare_page(&s->mem, page) != RB_OK) {
+        rb_session_memory_forget_from(&s->mem, page);
+        s->n_kv_valid = (size_t)page * P;
+    }
+    return RB_OK;
+}
+
+static rb_status restore_all(rb_session *s);
+
+/*
+ * The fork, in steps (the source held throughout, the fork held until it
+ * is built):
+ *  1. the fork is created in the source's pool with the source's context
+ *     and KV types;
+ *  2. every page the source evicted comes back (as a shift does), so that
+ *     the prefix is resident;
+ *  3. the full pages of the prefix become shared pages, the partly filled
+ *     last one is copied (rb_session_memory_fork_pages); a page the source
+ *     could not bring back ends what is shared, and the fork's first feed
+ *     recomputes from there;
+ *  4. the tokens are copied, and the last logits when the fork is the
+ *     whole source.
+ */
+rb_status rb_session_fork(rb_session *src, size_t n_tokens, const rb_session_params *params,
+                          rb_session **out, rb_error *err)
+{
+    if (!src || !out)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: fork: src and out are required");
+    rb_session_params p = src->params;
+    if (params) {
+        rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_session_params", err);
+        if (pst != RB_OK)
+            return pst;
+    }
+    rb_pool *pool = rb_session_memory_pool(&src->mem);
+    if (p.pool && p.pool != pool)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: fork: a fork is in its source's "
+                            "pool (params.pool is another pool)");
+    if (p.n_ctx && p.n_ctx != src->kv.n_ctx)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: fork: n_ctx %" PRIu32 " is not "
+                            "the source's %" PRIu32 " (0: the source's)", p.n_ctx,
+                            src->kv.n_ctx);
+    if (kv_type(p.kv_type_k) != src->kv.type_k || kv_type(p.kv_type_v) != src->kv.type_v)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: fork: KV types %s/%s are not the "
+                            "source's %s/%s", rb_kv_type_name(p.kv_type_k),
+                            rb_kv_type_name(p.kv_type_v), rb_kv_type_name(src->params.kv_type_k),
+                            rb_kv_type_name(src->params.kv_type_v));
+    p.pool = pool;
+    p.budget_bytes = 0;
+    p.n_ctx = src->kv.n_ctx;
+    rb_session *f = NULL;
+    rb_status st = create_impl(src->model, &p, 0, &f, err);
+    if (st != RB_OK)
+        return st;
+    rb_session_enter(src);
+    if (n_tokens > src->n_tokens) {
+        st = rb_error_set(err, RB_E_INVALID_ARG, "session: fork: %zu tokens, but the source "
+                          "holds %zu", n_tokens, src->n_tokens);
+        goto out;
+    }
+    if ((st = restore_all(src)) != RB_OK) {
+        rb_error_set(err, st, "session: fork: %s", src->err.message);
+        goto out;
+    }
+    size_t valid = src->n_kv_valid < n_tokens ? src->n_kv_valid : n_tokens, got = 0;
+    st = rb_session_memory_fork_pages(&f->mem, &src->mem, valid, &got, err);
+    if (st != RB_OK)
+        goto out;
+    memcpy(f->tokens, src->tokens, n_tokens * sizeof *f->tokens);
+    f->n_tokens = n_tokens;
+    f->n_kv_valid = got;
+    if (n_tokens == src->n_tokens && src->has_logits && got == n_tokens) {
+        memcpy(f->logits, src->logits, (size_t)f->fwd.hp.n_vocab * sizeof *f->logits);
+        f->has_logits = 1;
+    }
+out:
+    rb_session_leave(src);
+    if (st != RB_OK) {
+        rb_session_destroy(f);
+        return st;
+    }
+    rb_session_memory_after_feed(&f->mem); /* its bytes counted, the budget kept */
+    rb_session_leave(f);
+    *out = f;
     return RB_OK;
 }
 

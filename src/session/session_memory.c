@@ -941,6 +941,61 @@ void rb_session_memory_forget_from(rb_session_mem *m, uint32_t first_page)
         m->window_released_pages = first_page;
 }
 
+struct rb_pool *rb_session_memory_pool(const rb_session_mem *m) { return m->mpool; }
+
+rb_status rb_session_memory_fork_pages(rb_session_mem *dst, rb_session_mem *src, size_t n_valid,
+                                       size_t *dst_valid, rb_error *err)
+{
+    rb_kvcache *d = dst->kv, *s = src->kv;
+    const uint32_t P = s->page_tokens, full = (uint32_t)(n_valid / P);
+    const uint32_t want = (uint32_t)((n_valid + P - 1) / P);
+    *dst_valid = 0;
+    if (!rb_kvcache_same_layout(d, s))
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: a fork's KV cache must have its "
+                            "source's context and types");
+    if (dst->mpool != src->mpool)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: a fork is in its source's pool");
+    /* the leading pages every layer of src holds in RAM */
+    uint32_t k = 0;
+    for (; k < want && k < s->n_pages_reserved; k++) {
+        int all = 1;
+        for (uint32_t l = 0; l < s->n_layers && all; l++)
+            all = s->pages[(size_t)l * s->pages_per_layer + k] != NULL;
+        if (!all)
+            break;
+    }
+    rb_kvshare *acct = rb_pool_kvshare(src->mpool);
+    rb_status st = RB_OK;
+    uint32_t done = 0;
+    for (; done < k && st == RB_OK; done++)
+        for (uint32_t l = 0; l < s->n_layers && st == RB_OK; l++) {
+            const size_t id = (size_t)l * s->pages_per_layer + done;
+            st = done < full ? rb_kvcache_share_slot(d, s, id, acct, err)
+                             : rb_kvcache_copy_slot(d, s, id, err);
+        }
+    if (st != RB_OK) { /* what it took of the failed page goes */
+        done--;
+        rb_kvcache_truncate(d, done);
+    }
+    d->n_pages_reserved = done;
+    if (dst->res)
+        rb_residency_set_pages(dst->res, done);
+    *dst_valid = done == want ? n_valid : (size_t)done * P;
+    publish_bytes(src);
+    publish_bytes(dst);
+    return st;
+}
+
+rb_status rb_session_memory_unshare_page(rb_session_mem *m, uint32_t page)
+{
+    if (m->res)
+        return rb_residency_unshare_page(m->res, page, m->err);
+    rb_status st = RB_OK;
+    for (uint32_t l = 0; l < m->kv->n_layers && st == RB_OK; l++)
+        st = rb_kvcache_unshare_slot(m->kv, (size_t)l * m->kv->pages_per_layer + page, m->err);
+    return st;
+}
+
 void rb_session_memory_adopt_saved(rb_session_mem *m, uint32_t layer, uint32_t page,
                                    int is_clean)
 {

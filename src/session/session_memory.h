@@ -224,6 +224,22 @@ void rb_session_memory_release_window(rb_session_mem *m, size_t next_pos, int in
 size_t rb_session_memory_recompute_point(const rb_session_mem *m, size_t from);
 /* Forgets pages >= first_page in every tier and the cache. */
 void rb_session_memory_forget_from(rb_session_mem *m, uint32_t first_page);
+
+/* Shared pages (rb_session_fork; the rule in kvcache.h). The pool the
+ * session is in. */
+struct rb_pool *rb_session_memory_pool(const rb_session_mem *m);
+/* dst (a new session, held, no page yet) takes src's pages (src held, no
+ * restore running) for positions [0, n_valid): the full pages as shared
+ * pages in the pool's account, the partly filled last one as a copy; only
+ * the leading pages resident in every layer of src (a page src released
+ * or evicted ends it). *dst_valid: the positions whose K/V dst now holds
+ * (n_valid, or the start of the first page it could not take). Both
+ * sessions' bytes are published. RB_E_NOMEM (dst holds what it took). */
+rb_status rb_session_memory_fork_pages(rb_session_mem *dst, rb_session_mem *src, size_t n_valid,
+                                       size_t *dst_valid, rb_error *err);
+/* Page `page` of every layer becomes the session's own (it is about to be
+ * written: a rewind into it). RB_E_NOMEM. */
+rb_status rb_session_memory_unshare_page(rb_session_mem *m, uint32_t page);
 /* A page the session file holds (an open): STORED there; is_clean: a full
  * page whose copy is identical. Then the context's pages (and which
  * sliding-window pages were never adopted). */

@@ -106,6 +106,14 @@ echo "$HELLO" | post /v1/chat/completions c2.json >/dev/null
 [ "$(jget c2.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = $((P1 - 1)) ] && ok || fail "cached tokens of a repeated prompt"
 [ "$(jget c2.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] && ok || fail "the repeated greedy reply differs"
 [ "$(jget c2.json 'd["conversation_id"]')" != "$CONV1" ] && ok || fail "a second chat joined the first one's conversation"
+expect_line s1.log "forked from $CONV1 at token [0-9]+ of [0-9]+ \(its KV pages shared\)"
+# the source kept its session: by its id it returns from RAM, nothing read
+python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["conversation_id"] = sys.argv[2]; print(json.dumps(d))' "$HELLO" "$CONV1" \
+    | post /v1/chat/completions c3.json >/dev/null
+[ "$(jget c3.json 'd["conversation_id"]')" = "$CONV1" ] && ok || fail "the source conversation by its id"
+[ "$(jget c3.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = $((P1 - 1)) ] && ok || fail "cached tokens of the source after a fork"
+[ "$(jget c3.json 'd["timings"]["restore_read_bytes"]')" = 0 ] && ok || { cat c3.json; fail "the source after a fork was read back"; }
+[ "$(jget c3.json 'd["choices"][0]["message"]["content"]')" = "$REPLY1" ] && ok || fail "the source's greedy reply after a fork differs"
 
 check "streaming (SSE): the chunks' text equals the whole reply; usage chunk; [DONE]"
 echo '{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' \

@@ -175,6 +175,8 @@ typedef struct rb_pool_stats {
     uint64_t n_pressure_events[3];
     uint64_t base_bytes;
     char pressure_source[256];
+    uint64_t shared_kv_bytes;
+    uint64_t n_shared_kv_pages;
 } rb_pool_stats;
 rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out, size_t out_size);
 
@@ -247,6 +249,8 @@ rb_status rb_session_get_stats_sized(const rb_session *session, rb_session_stats
 rb_status rb_session_set_restore(rb_session *session, rb_restore_mode mode, rb_ram_codec codec);
 rb_status rb_session_rewind(rb_session *session, size_t n_tokens);
 rb_status rb_session_shift(rb_session *session, size_t n_keep, size_t n_discard);
+rb_status rb_session_fork(rb_session *src, size_t n_tokens, const void *params,
+                          rb_session **out, rb_error *err);
 rb_status rb_session_save(rb_session *session, const char *path, unsigned flags);
 rb_status rb_session_open_saved(rb_model *model, const void *params, const char *path, rb_session **out, rb_error *err);
 rb_status rb_session_unbind(rb_session *session);

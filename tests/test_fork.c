@@ -1,0 +1,426 @@
+/*
+ * test_fork.c - rb_session_fork: sessions that share KV pages.
+ *
+ * Exactness: a source fed 700 tokens (2 full pages and a partly filled
+ * one) is forked at 0, mid-page, a page boundary, mid-page of the last
+ * page and at all of it; both then go on with different tokens, and every
+ * state of either is compared bit for bit with a fresh unshared session
+ * fed the same tokens (check_same). Each then rewinds below the shared
+ * prefix (into a shared page) and feeds; the other must be unaffected.
+ * A trim of one holder (its copies to storage) leaves the other exact,
+ * and its restore is exact.
+ *
+ * Accounting: the pool's shared bytes plus every session's own KV bytes
+ * equal the distinct page buffers that the caches really hold (counted
+ * here from the page tables), before and after rewinds, trims and
+ * destroys; 0 shared bytes once every holder let go.
+ *
+ * Threads (for TSan): a source and two forks are fed on three threads,
+ * each rewinding now and then (once into a page the others share), one
+ * with a session file whose writer reads its pages behind its feeds, while
+ * a fourth trims the pool to storage and back; then each is checked bit
+ * for bit against a fresh session.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kvcache.h"
+#include "rebound_experimental.h"
+#include "residency.h"
+#include "session_debug.h"
+#include "testlib.h"
+
+#define N_CTX 1024
+#define N_SRC 700
+#define N_MORE 300
+
+static char model_path[512];
+static int32_t toks[N_SRC + 3 * N_MORE];
+static size_t V;
+
+static rb_session_params params(rb_pool *pool)
+{
+    rb_session_params p = rb_session_default_params();
+    p.n_ctx = N_CTX;
+    p.n_threads = 2;
+    p.pool = pool;
+    static rb_experimental_params x;
+    x = rb_experimental_default_params();
+    x.decode_bytes_per_s = 1e9;
+    x.storage_bytes_per_s = 1e9;
+    p.experimental = &x;
+    return p;
+}
+
+/* s's last logits against a fresh session (a pool of its own) fed s's
+ * tokens in one feed: 1 when every bit is equal. */
+static int check_same(rb_model *m, rb_session *s, const char *what)
+{
+    const size_t n = rb_session_n_tokens(s);
+    const float *got = rb_session_get_logits(s);
+    if (!got || n == 0) {
+        fprintf(stderr, "%s: no logits\n", what);
+        return 0;
+    }
+    rb_session_params p = params(NULL);
+    rb_session *f = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_session_create(m, &p, &f, &err), RB_OK);
+    if (!f)
+        return 0;
+    CHECK_EQ_INT(rb_session_feed(f, rb_session_get_tokens(s), n, NULL), RB_OK);
+    const float *want = rb_session_get_logits(f);
+    int same = want && memcmp(want, got, V * sizeof *got) == 0;
+    if (!same)
+        fprintf(stderr, "%s: logits differ from a fresh session's (%zu tokens)\n", what, n);
+    rb_session_destroy(f);
+    return same;
+}
+
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The pool's count of the sessions' KV in RAM (its shared account and each
+ * session's own bytes, the numbers the pool sums) against the distinct page
+ * buffers in their page tables plus their compressed frames. */
+static void check_accounts(rb_pool *pool, rb_session **ss, int k, int line)
+{
+    size_t cap = 0, n = 0;
+    for (int i = 0; i < k; i++) {
+        rb_kvcache *kv = rb_session_kvcache(ss[i]);
+        cap += (size_t)kv->n_layers * kv->pages_per_layer;
+    }
+    uintptr_t *ptrs = malloc((cap + 1) * sizeof *ptrs);
+    uint64_t own = 0, frames = 0, alloc = 0;
+    for (int i = 0; i < k; i++) {
+        rb_kvcache *kv = rb_session_kvcache(ss[i]);
+        alloc = rb_kvcache_page_alloc_bytes(kv);
+        for (size_t id = 0; id < (size_t)kv->n_layers * kv->pages_per_layer; id++)
+            if (kv->pages[id])
+                ptrs[n++] = (uintptr_t)kv->pages[id];
+        rb_residency_bytes b;
+        rb_residency_get_bytes(rb_session_debug_residency(ss[i]), &b);
+        own += b.kv_ram_bytes;
+        rb_session_stats st;
+        CHECK_EQ_INT(rb_session_get_stats(ss[i], &st), RB_OK);
+        frames += st.kv_compressed_bytes;
+    }
+    qsort(ptrs, n, sizeof *ptrs, cmp_ptr);
+    size_t distinct = 0;
+    for (size_t i = 0; i < n; i++)
+        distinct += i == 0 || ptrs[i] != ptrs[i - 1];
+    free(ptrs);
+    rb_pool_stats ps;
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    if (ps.shared_kv_bytes + own != distinct * alloc + frames)
+        fprintf(stderr, "line %d: accounts: shared %" PRIu64 " + own %" PRIu64 " != %zu "
+                "distinct pages x %" PRIu64 " + frames %" PRIu64 "\n", line,
+                ps.shared_kv_bytes, own, distinct, alloc, frames);
+    CHECK_EQ_U64(ps.shared_kv_bytes + own, distinct * alloc + frames);
+    CHECK_EQ_U64(ps.shared_kv_bytes, ps.n_shared_kv_pages * alloc);
+}
+
+/* One fork point: the source and its fork diverge, rewind, trim. */
+static void fork_at(rb_model *m, size_t n)
+{
+    char what[96];
+    rb_pool *pool = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(pool);
+    rb_session *src = NULL, *f = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &src, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(src, toks, N_SRC, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_fork(src, n, NULL, &f, &err), RB_OK);
+    if (!f)
+        return;
+    rb_session *both[2] = {src, f};
+    CHECK_EQ_INT(rb_session_n_tokens(f), n);
+    CHECK(memcmp(rb_session_get_tokens(f), toks, n * sizeof *toks) == 0);
+    rb_pool_stats ps;
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    const rb_kvcache *kv = rb_session_kvcache(src);
+    CHECK_EQ_U64(ps.n_shared_kv_pages, (uint64_t)(n / kv->page_tokens) * kv->n_layers);
+    CHECK_EQ_INT(rb_session_debug_kv_valid(f), n); /* nothing to recompute */
+    check_accounts(pool, both, 2, __LINE__);
+    if (n == N_SRC) {
+        snprintf(what, sizeof what, "fork at %zu, as forked", n);
+        CHECK(check_same(m, f, what)); /* the source's last logits */
+    }
+    /* different tokens to each */
+    CHECK_EQ_INT(rb_session_feed(f, toks + N_SRC, 37, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_debug_recomputed_tokens(f), 0);
+    CHECK_EQ_INT(rb_session_feed(src, toks + N_SRC + N_MORE, 20, NULL), RB_OK);
+    snprintf(what, sizeof what, "fork at %zu: the fork", n);
+    CHECK(check_same(m, f, what));
+    snprintf(what, sizeof what, "fork at %zu: the source", n);
+    CHECK(check_same(m, src, what));
+    check_accounts(pool, both, 2, __LINE__);
+    /* the fork rewinds into a shared page and feeds: the source unaffected */
+    if (n > 10) {
+        CHECK_EQ_INT(rb_session_rewind(f, n / 2 + 3), RB_OK);
+        CHECK_EQ_INT(rb_session_feed(f, toks + N_SRC + 2 * N_MORE, 30, NULL), RB_OK);
+        snprintf(what, sizeof what, "fork at %zu: the fork rewound", n);
+        CHECK(check_same(m, f, what));
+        CHECK_EQ_INT(rb_session_feed(src, toks + N_SRC + N_MORE + 20, 1, NULL), RB_OK);
+        snprintf(what, sizeof what, "fork at %zu: the source after the fork's rewind", n);
+        CHECK(check_same(m, src, what));
+        check_accounts(pool, both, 2, __LINE__);
+    }
+    /* the source rewinds into the first page and feeds: the fork unaffected */
+    CHECK_EQ_INT(rb_session_rewind(src, 100), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(src, toks + N_SRC + 2 * N_MORE + 50, 40, NULL), RB_OK);
+    snprintf(what, sizeof what, "fork at %zu: the source rewound", n);
+    CHECK(check_same(m, src, what));
+    CHECK_EQ_INT(rb_session_feed(f, toks + 5, 3, NULL), RB_OK);
+    snprintf(what, sizeof what, "fork at %zu: the fork after the source's rewind", n);
+    CHECK(check_same(m, f, what));
+    check_accounts(pool, both, 2, __LINE__);
+    /* a trim of the fork (its copies to its tiers) leaves the source exact */
+    CHECK_EQ_INT(rb_session_trim(f, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    check_accounts(pool, both, 2, __LINE__);
+    CHECK_EQ_INT(rb_session_feed(src, toks + 9, 2, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(f, toks + 11, 2, NULL), RB_OK);
+    snprintf(what, sizeof what, "fork at %zu: the source after a trim", n);
+    CHECK(check_same(m, src, what));
+    snprintf(what, sizeof what, "fork at %zu: the fork restored", n);
+    CHECK(check_same(m, f, what));
+    check_accounts(pool, both, 2, __LINE__);
+    /* destroy in the other order from the one before */
+    rb_session *first = n % 2 ? f : src, *second = n % 2 ? src : f;
+    rb_session_destroy(first);
+    check_accounts(pool, &second, 1, __LINE__);
+    rb_session_destroy(second);
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    CHECK_EQ_U64(ps.shared_kv_bytes, 0);
+    CHECK_EQ_U64(ps.n_shared_kv_pages, 0);
+    rb_pool_destroy(pool);
+}
+
+/* A fork keeps sharing after its source is trimmed first: the trimmed
+ * prefix is brought back for the fork. And the errors. */
+static void fork_trimmed_and_errors(rb_model *m)
+{
+    rb_pool *pool = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(pool);
+    rb_session *src = NULL, *f = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &src, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(src, toks, N_SRC, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_trim(src, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_fork(src, 600, NULL, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_session_feed(f, toks + N_SRC, 5, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_debug_recomputed_tokens(f), 0);
+        CHECK(check_same(m, f, "fork of a trimmed source"));
+        rb_session *both[2] = {src, f};
+        check_accounts(pool, both, 2, __LINE__);
+    }
+    rb_session *g = NULL;
+    CHECK_EQ_INT(rb_session_fork(src, N_SRC + 1, NULL, &g, &err), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(err.message, "holds 700");
+    rb_pool *other = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &other, &err), RB_OK);
+    rb_session_params q = params(other);
+    CHECK_EQ_INT(rb_session_fork(src, 10, &q, &g, &err), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(err.message, "source's pool");
+    q = params(NULL);
+    q.n_ctx = 512;
+    CHECK_EQ_INT(rb_session_fork(src, 10, &q, &g, &err), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(err.message, "n_ctx");
+    q.n_ctx = 0;
+    q.kv_type_k = RB_KV_Q8_0;
+    CHECK_EQ_INT(rb_session_fork(src, 10, &q, &g, &err), RB_E_INVALID_ARG);
+    CHECK_CONTAINS(err.message, "KV types");
+    CHECK(g == NULL);
+    CHECK_EQ_INT(rb_session_fork(NULL, 0, NULL, &g, &err), RB_E_INVALID_ARG);
+    rb_session_destroy(src);
+    rb_session_destroy(f);
+    rb_pool_destroy(other);
+    rb_pool_destroy(pool);
+    /* a source with a pool of its own: the fork joins it and outlives src */
+    rb_session_params own = params(NULL);
+    own.budget_bytes = 1ull << 40;
+    src = f = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &own, &src, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(src, toks, 300, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_fork(src, 300, NULL, &f, &err), RB_OK);
+    rb_session_destroy(src);
+    if (f) {
+        CHECK_EQ_INT(rb_session_feed(f, toks + 400, 4, NULL), RB_OK);
+        CHECK(check_same(m, f, "a fork whose source (and its pool's owner) is gone"));
+        rb_session_destroy(f);
+    }
+}
+
+/* The page references by themselves: a share, a copy-on-write while
+ * another holds the page, the page taken back by its last holder, the
+ * last holder's free, and the account through all of it. */
+static void kvcache_refs(void)
+{
+    rb_kvcache a, b, c;
+    rb_error err;
+    CHECK_EQ_INT(rb_kvcache_init(&a, 2, 2, 32, 32, 512, 256, &err), RB_OK);
+    CHECK_EQ_INT(rb_kvcache_init(&b, 2, 2, 32, 32, 512, 256, &err), RB_OK);
+    CHECK_EQ_INT(rb_kvcache_init(&c, 2, 2, 32, 32, 512, 256, &err), RB_OK);
+    CHECK(rb_kvcache_same_layout(&a, &b));
+    CHECK_EQ_INT(rb_kvcache_reserve(&a, 512, &err), RB_OK);
+    memset(a.pages[0], 7, a.page_bytes);
+    rb_kvshare *acct = rb_kvshare_create(), *other = rb_kvshare_create();
+    const uint64_t n = rb_kvcache_page_alloc_bytes(&a);
+    CHECK_EQ_INT(rb_kvcache_share_slot(&b, &a, 0, acct, &err), RB_OK);
+    CHECK_EQ_INT(rb_kvcache_share_slot(&c, &a, 0, acct, &err), RB_OK);
+    CHECK(b.pages[0] == a.pages[0] && c.pages[0] == a.pages[0]);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), n);
+    CHECK_EQ_INT(atomic_load(&a.refs[0]->n), 3);
+    CHECK_EQ_INT(rb_kvcache_share_slot(&b, &a, 1, other, &err), RB_E_INVALID_ARG);
+    /* b writes: a copy, a and c keep theirs */
+    void *shared = a.pages[0];
+    CHECK_EQ_INT(rb_kvcache_unshare_slot(&b, 0, &err), RB_OK);
+    CHECK(b.pages[0] != shared && !rb_kvcache_slot_is_shared(&b, 0));
+    CHECK(memcmp(b.pages[0], shared, a.page_bytes) == 0);
+    memset(b.pages[0], 9, 64);
+    CHECK(((uint8_t *)a.pages[0])[0] == 7);
+    CHECK_EQ_INT(atomic_load(&a.refs[0]->n), 2);
+    /* a lets go; c is the last holder: its unshare takes the page itself */
+    rb_kvcache_free_slot(&a, 0);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), n);
+    CHECK_EQ_INT(rb_kvcache_unshare_slot(&c, 0, &err), RB_OK);
+    CHECK(c.pages[0] == shared && !rb_kvcache_slot_is_shared(&c, 0));
+    CHECK_EQ_U64(atomic_load(&acct->bytes), 0);
+    CHECK_EQ_U64(atomic_load(&acct->n_pages), 0);
+    /* shared again, then freed by whichever goes last */
+    CHECK_EQ_INT(rb_kvcache_share_slot(&a, &c, 0, acct, &err), RB_OK);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), n);
+    rb_kvcache_deinit(&c);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), n);
+    CHECK(((uint8_t *)a.pages[0])[0] == 7);
+    rb_kvcache_deinit(&a);
+    CHECK_EQ_U64(atomic_load(&acct->bytes), 0);
+    rb_kvcache_deinit(&b);
+    rb_kvshare_release(acct); /* the last reference: the caches let theirs go */
+    rb_kvshare_release(other);
+}
+
+/* ---- threads ------------------------------------------------------------ */
+
+typedef struct worker {
+    rb_session *s;
+    const int32_t *toks;
+    int n;
+    rb_status st;
+} worker;
+
+static void *feed_worker(void *arg)
+{
+    worker *w = arg;
+    w->st = RB_OK;
+    for (int i = 0; i < w->n && w->st == RB_OK; i++) {
+        w->st = rb_session_feed(w->s, w->toks + i * 3, 3, NULL);
+        if (w->st == RB_OK && i % 5 == 4) /* back 3 tokens, now and then */
+            w->st = rb_session_rewind(w->s, rb_session_n_tokens(w->s) - 3);
+        if (w->st == RB_OK && i == 12) /* into a page the others share */
+            w->st = rb_session_rewind(w->s, 300);
+    }
+    return NULL;
+}
+
+static _Atomic int stop_trims;
+
+static void *trim_worker(void *arg)
+{
+    rb_pool *pool = arg;
+    while (!stop_trims) {
+        rb_pool_trim(pool, 1ull << 40, RB_TRIM_BYTES, NULL);
+        rb_pool_trim(pool, 0, RB_TRIM_BACKGROUND, NULL);
+    }
+    return NULL;
+}
+
+static void threads(rb_model *m)
+{
+    rb_pool *pool = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(pool);
+    p.n_threads = 1;
+    rb_session *ss[3] = {0};
+    CHECK_EQ_INT(rb_session_create(m, &p, &ss[0], &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(ss[0], toks, N_SRC, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_fork(ss[0], 520, &p, &ss[1], &err), RB_OK);
+    CHECK_EQ_INT(rb_session_fork(ss[0], 512, &p, &ss[2], &err), RB_OK);
+    if (!ss[1] || !ss[2])
+        return;
+    /* the fork's file writer reads its pages (shared ones too) behind its feeds */
+    char path[600];
+    snprintf(path, sizeof path, "%s/fork.rbs", REBOUND_TEST_TMP);
+    unlink(path);
+    CHECK_EQ_INT(rb_session_save(ss[1], path, 0), RB_OK);
+    pthread_t th[4];
+    worker w[3];
+    stop_trims = 0;
+    pthread_create(&th[3], NULL, trim_worker, pool);
+    for (int i = 0; i < 3; i++) {
+        w[i] = (worker){ss[i], toks + N_SRC + i * 100, 25, RB_OK};
+        pthread_create(&th[i], NULL, feed_worker, &w[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    stop_trims = 1;
+    pthread_join(th[3], NULL);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(w[i].st, RB_OK);
+        char what[48];
+        snprintf(what, sizeof what, "threads: session %d", i);
+        /* the last feed's logits (a rewind cleared them: feed once more) */
+        CHECK_EQ_INT(rb_session_feed(ss[i], toks + 1, 1, NULL), RB_OK);
+        CHECK(check_same(m, ss[i], what));
+    }
+    check_accounts(pool, ss, 3, __LINE__);
+    for (int i = 0; i < 3; i++)
+        rb_session_destroy(ss[i]);
+    rb_pool_stats ps;
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    CHECK_EQ_U64(ps.shared_kv_bytes, 0);
+    rb_pool_destroy(pool);
+}
+
+int main(void)
+{
+    uint64_t seed = 11;
+    for (size_t i = 0; i < sizeof toks / sizeof *toks; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)(3 + (seed >> 33) % 500);
+    }
+    rb_test_tmp_path(model_path, sizeof model_path, "test_fork", "fork.gguf");
+    CHECK_EQ_INT(rb_test_make_model(model_path, &(rb_test_model_spec){
+                                                    .shape = "tiny", .n_embd = 128,
+                                                    .n_layers = 3, .n_head = 4, .n_head_kv = 2,
+                                                    .head_dim = 32, .n_ff = 256, .n_vocab = 512,
+                                                    .n_ctx = N_CTX, .seed = 5}),
+                 RB_OK);
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(model_path, NULL, &m, &err), RB_OK);
+    if (!m)
+        return check_report();
+    CHECK_EQ_INT(rb_model_load_weights(m), RB_OK);
+    V = 512;
+    kvcache_refs();
+    const size_t points[] = {0, 100, 256, 512, 600, N_SRC};
+    for (size_t i = 0; i < sizeof points / sizeof *points; i++)
+        fork_at(m, points[i]);
+    fork_trimmed_and_errors(m);
+    threads(m);
+    rb_model_close(m);
+    return check_report();
+}
