@@ -235,6 +235,10 @@ int rb_cmd_serve(int argc, char **argv)
          rb_cli_opt_kv_type, NULL},
         {"--spill-dir", RB_OPT_STR, "DIR", "where evicted KV goes on storage (default $TMPDIR or "
          "/tmp)", &cfg->sp.spill_dir, 0, 0, NULL, NULL},
+        {"--weights-budget", RB_OPT_SIZE, "BYTES", "RAM for the model's weights (K/M/G): they "
+         "stream from the file every\ntoken through one cache that every conversation shares "
+         "(the hot set and\na loop prefix stay); with --mem-budget, the pool may give it less",
+         &cfg->sp.weights_budget_bytes, 1, 1e19, NULL, NULL},
         RB_CLI_SAMPLER_OPTS(&cfg->sampler, &seed_given),
         {0},
     };

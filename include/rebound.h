@@ -398,8 +398,9 @@ typedef struct rb_session_params {
        context's KV (n_ctx tokens); budget_bytes then covers everything and
        the weights give up cache to KV as the context grows (before each
        feed). A budget below the least that works: RB_E_BUDGET at creation,
-       naming it. One streaming session per model (a second session on the
-       same model: RB_E_INVALID_ARG). */
+       naming it. Every streaming session of a model shares one stream
+       (rb_session_create); a session without streaming beside them:
+       RB_E_INVALID_ARG. */
     uint64_t weights_budget_bytes; /* 0: none (or from budget_bytes) */
     const char *weights_policy;    /* "class" (NULL: class), or "lru" (the page
                                       cache's policy); the research baselines
@@ -453,8 +454,15 @@ static inline rb_session_params rb_session_default_params(void)
  * open_saved) them at any time (the first loads the weights, the others
  * wait for it). A layer's weights released by one session's trim or its
  * pool are restored by any session's feed that needs them, and a release
- * skips a layer a forward pass computes. A weight-streaming session owns
- * the weights alone: a second session of its model is refused.
+ * skips a layer a forward pass computes. Weight-streaming sessions of one
+ * model share one block cache (created by the first, destroyed with the
+ * last; its budget is the largest of their weights budgets, or in a pool
+ * the share the pool leaves the weights; its RAM counted once) and take
+ * turns over it, one forward pass at a time: two conversations on two
+ * threads both stream, each bit-identical to alone. A model's sessions
+ * all stream or none does: a session without a weights budget is refused
+ * (RB_E_INVALID_ARG, naming the conflict) while one streams, and a
+ * streaming one while one computes from resident weights.
  * Errors: RB_E_UNSUPPORTED (architecture, tensor type), RB_E_FORMAT
  * (missing tensor, wrong shape), RB_E_NOMEM, RB_E_IO; message in err.
  * Cost: the first session of a model reads its weights (blocks on I/O);
@@ -523,8 +531,9 @@ RB_API uint32_t rb_session_n_vocab(const rb_session *session);
  * Errors: RB_E_INVALID_ARG (NULL arguments, a session given twice,
  * sessions of different models or thread counts, a token outside the
  * vocabulary: then no session changed), RB_E_BUDGET (a session's context
- * is full: no session changed), RB_E_UNSUPPORTED (a session streams its
- * weights under a budget: feed it alone); after the pass, a session's own
+ * is full: no session changed), RB_E_INVALID_ARG (some sessions stream
+ * their weights and others do not); streaming sessions share the model's
+ * stream and the pass reads each of its units once; after the pass, a session's own
  * feed error (RB_E_NOMEM, RB_E_IO, RB_E_FORMAT): that session is as a
  * failed rb_session_feed leaves it, the others are fed. The message in
  * err names the session's index (its own rb_session_errmsg has its part).

@@ -13,11 +13,22 @@
  *   - a model file that shrinks under the session fails the feed with an
  *     error naming the file, the tokens stay, and once the file is whole
  *     again the same feed gives the right logits.
+ * Many sessions of one model stream from its one shared stream:
+ *   - two and three sessions with different prompts, one thread alternating
+ *     their tokens and one thread each at once, at the minimum budget and
+ *     above: every session's logits bit-identical to it alone with every
+ *     weight in RAM; the stream's RAM counted once;
+ *   - a session closed while the others stream; a multi-sequence decode of
+ *     streaming sessions; a file cut under two sessions (both fail naming
+ *     it, both go on exactly once it is whole);
+ *   - a session without a weights budget is refused while one streams, and
+ *     the other way round, with a message naming the conflict.
  * And the two weight caches through their own interfaces, no session:
  * wcache releases a layer (its bytes leave RAM) and reloads it byte-equal;
  * wcache_stream at its minimum budget serves every unit in order with the
  * file's bytes while holding no more than its budget, and drops them all.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -454,6 +465,38 @@ static void test_pool_budget(const char *path)
         CHECK_EQ_U64(b.kv_raw_bytes, full.kv_raw_bytes); /* the KV fit: nothing trimmed */
         rb_session_destroy(s);
     }
+    /* two streaming sessions in one pool: one cache, counted once; each
+       session exact */
+    uint64_t budget2 = 2 * (full.scratch_bytes + full.other_bytes + full.kv_raw_bytes) +
+                       W * 7 / 10;
+    rb_pool *pool2 = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, budget2, &pool2, &err), RB_OK);
+    p.pool = pool2;
+    rb_session *s2[2] = {0};
+    CHECK_EQ_INT(rb_session_create(m, &p, &s2[0], &err), RB_OK);
+    CHECK_EQ_INT(rb_session_create(m, &p, &s2[1], &err), RB_OK);
+    if (s2[0] && s2[1]) {
+        for (int i = 0; i < 2; i++) {
+            CHECK_EQ_INT(rb_session_feed(s2[i], prompt, 300, NULL), RB_OK);
+            CHECK(memcmp(rb_session_get_logits(s2[i]), ref, V * sizeof(float)) == 0);
+        }
+        rb_session_stats b0, b1;
+        rb_session_get_stats(s2[0], &b0);
+        rb_session_get_stats(s2[1], &b1);
+        rb_pool_stats ps;
+        rb_pool_get_stats(pool2, &ps);
+        fprintf(stderr, "two streams in a pool of %llu: weights budget %llu, pool total %llu\n",
+                (unsigned long long)budget2, (unsigned long long)b0.weights_budget_bytes,
+                (unsigned long long)ps.total_bytes);
+        CHECK_EQ_U64(b0.weights_budget_bytes, b1.weights_budget_bytes);
+        /* not shrunk by counting it twice (the pool takes the idle
+           session's KV before the weights) */
+        CHECK(b0.weights_budget_bytes >= W / 2);
+        CHECK(ps.total_bytes <= budget2 + budget2 / 20);
+    }
+    rb_session_destroy(s2[0]);
+    rb_session_destroy(s2[1]);
+    rb_pool_destroy(pool2);
     rb_pool_destroy(pool);
     free(ref);
     rb_model_close(m);
@@ -517,6 +560,266 @@ static void test_file_shrinks(const char *path)
     unlink(copy);
 }
 
+
+/* ---- many sessions, one stream ---------------------------------------------- */
+
+#define N_SESS 3
+
+/* session i's prompt and steps: different tokens per session */
+static int32_t sprompt[N_SESS][N_PROMPT], ssteps[N_SESS][N_STEPS];
+static float *sref[N_SESS]; /* [N_STEPS][V] each, weights fully resident */
+
+static void shared_inputs(void)
+{
+    for (int i = 0; i < N_SESS; i++) {
+        for (int t = 0; t < N_PROMPT; t++)
+            sprompt[i][t] = (int32_t)((t * 7919u + 3 + 101u * i) % V);
+        for (int t = 0; t < N_STEPS; t++)
+            ssteps[i][t] = (int32_t)((t * 104729u + 11 + 37u * i) % V);
+    }
+}
+
+/* one step of session i: the prompt at step -1, else its step-th token;
+   the logits compared with the resident reference */
+static int sess_step(rb_session *s, int i, int step)
+{
+    rb_status st = step < 0 ? rb_session_feed(s, sprompt[i], N_PROMPT, NULL)
+                            : rb_session_feed(s, &ssteps[i][step], 1, NULL);
+    if (st != RB_OK) {
+        fprintf(stderr, "session %d step %d: %s\n", i, step, rb_session_errmsg(s));
+        return 0;
+    }
+    if (step < 0)
+        return 1;
+    if (!sref[i]) { /* the reference run itself */
+        return 1;
+    }
+    return memcmp(rb_session_get_logits(s), sref[i] + (size_t)step * V, V * sizeof(float)) == 0;
+}
+
+static void shared_refs(rb_model *m)
+{
+    rb_error err;
+    for (int i = 0; i < N_SESS; i++) {
+        rb_session_params p = params(0, NULL);
+        rb_session *s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+        if (!s)
+            continue;
+        float *r = malloc(sizeof(float) * V * N_STEPS);
+        CHECK_EQ_INT(rb_session_feed(s, sprompt[i], N_PROMPT, NULL), RB_OK);
+        for (int t = 0; t < N_STEPS; t++) {
+            CHECK_EQ_INT(rb_session_feed(s, &ssteps[i][t], 1, NULL), RB_OK);
+            memcpy(r + (size_t)t * V, rb_session_get_logits(s), V * sizeof(float));
+        }
+        rb_session_destroy(s);
+        sref[i] = r;
+    }
+}
+
+typedef struct {
+    rb_session *s;
+    int i, ok;
+} sess_job;
+
+static void *sess_thread(void *arg)
+{
+    sess_job *j = arg;
+    j->ok = sess_step(j->s, j->i, -1);
+    for (int t = 0; t < N_STEPS && j->ok; t++)
+        j->ok = sess_step(j->s, j->i, t);
+    return NULL;
+}
+
+static void test_shared(const char *path)
+{
+    rb_error err;
+    rb_model *m = open_model(path);
+    if (!m)
+        return;
+    uint64_t W = weight_bytes(m);
+    shared_refs(m);
+    /* the minimum, from the error of a budget of 1 byte */
+    rb_session *s[N_SESS] = {0};
+    rb_session_params tiny = params(1, "class");
+    CHECK_EQ_INT(rb_session_create(m, &tiny, &s[0], &err), RB_E_BUDGET);
+    const char *mn = strstr(err.message, "minimum of ");
+    uint64_t min = mn ? strtoull(mn + 11, NULL, 10) : 0;
+    CHECK(min > 0 && min < W);
+    uint64_t budgets[] = {min, W / 2 > min ? W / 2 : min + 8192, W * 2};
+    for (int bi = 0; bi < 3; bi++)
+        for (int n = 2; n <= N_SESS; n++) {
+            /* one thread alternating: prompts, then one token each in turn;
+               with three sessions, session 0 closes half-way */
+            rb_session_params p = params(budgets[bi], "class");
+            int ok = 1;
+            for (int i = 0; i < n; i++) {
+                CHECK_EQ_INT(rb_session_create(m, &p, &s[i], &err), RB_OK);
+                ok &= s[i] != NULL;
+            }
+            if (!ok) {
+                fprintf(stderr, "shared at %llu: %s\n", (unsigned long long)budgets[bi],
+                        err.message);
+                for (int i = 0; i < n; i++)
+                    rb_session_destroy(s[i]), s[i] = NULL;
+                continue;
+            }
+            for (int i = 0; i < n; i++)
+                CHECK(sess_step(s[i], i, -1));
+            for (int t = 0; t < N_STEPS; t++) {
+                if (n == 3 && t == N_STEPS / 2) {
+                    rb_session_destroy(s[0]);
+                    s[0] = NULL;
+                }
+                for (int i = 0; i < n; i++)
+                    if (s[i])
+                        CHECK(sess_step(s[i], i, t));
+            }
+            /* one stream: the same figures seen from every session; its
+               RAM counted in one session's accounts */
+            rb_session_stats a, b;
+            rb_session_get_stats(s[1], &a);
+            rb_session_get_stats(s[n - 1], &b);
+            CHECK_EQ_INT(a.weights_streaming, 1);
+            /* (the worker may still read ahead between the two calls) */
+            CHECK_EQ_U64(a.weights_passes, b.weights_passes);
+            CHECK(b.weights_read_bytes >= a.weights_read_bytes);
+            CHECK_EQ_U64(a.weights_budget_bytes, b.weights_budget_bytes);
+            CHECK(a.weights_max_resident_bytes <= a.weights_budget_bytes);
+            CHECK(a.weights_passes >= (uint64_t)(n - 1) * N_STEPS);
+            fprintf(stderr, "shared x%d at %llu: read %llu, passes %llu, most held %llu\n", n,
+                    (unsigned long long)budgets[bi], (unsigned long long)a.weights_read_bytes,
+                    (unsigned long long)a.weights_passes,
+                    (unsigned long long)a.weights_max_resident_bytes);
+            for (int i = 0; i < n; i++)
+                rb_session_destroy(s[i]), s[i] = NULL;
+
+            /* one thread per session, at once */
+            pthread_t th[N_SESS];
+            sess_job jobs[N_SESS];
+            for (int i = 0; i < n; i++) {
+                CHECK_EQ_INT(rb_session_create(m, &p, &s[i], &err), RB_OK);
+                jobs[i] = (sess_job){.s = s[i], .i = i};
+            }
+            for (int i = 0; i < n; i++)
+                CHECK_EQ_INT(pthread_create(&th[i], NULL, sess_thread, &jobs[i]), 0);
+            for (int i = 0; i < n; i++) {
+                pthread_join(th[i], NULL);
+                CHECK(jobs[i].ok);
+            }
+            for (int i = 0; i < n; i++)
+                rb_session_destroy(s[i]), s[i] = NULL;
+        }
+
+    /* a session closed on its thread while another streams on its own */
+    {
+        rb_session_params p = params(budgets[1], "class");
+        CHECK_EQ_INT(rb_session_create(m, &p, &s[0], &err), RB_OK);
+        CHECK_EQ_INT(rb_session_create(m, &p, &s[1], &err), RB_OK);
+        sess_job j = {.s = s[1], .i = 1};
+        pthread_t th;
+        CHECK_EQ_INT(pthread_create(&th, NULL, sess_thread, &j), 0);
+        CHECK(sess_step(s[0], 0, -1));
+        CHECK(sess_step(s[0], 0, 0));
+        rb_session_destroy(s[0]);
+        s[0] = NULL;
+        pthread_join(th, NULL);
+        CHECK(j.ok);
+        rb_session_destroy(s[1]);
+        s[1] = NULL;
+    }
+
+    /* a multi-sequence decode of two streaming sessions: one pass, each
+       unit acquired once, the logits as alone */
+    {
+        rb_session_params p = params(budgets[0], "class");
+        CHECK_EQ_INT(rb_session_create(m, &p, &s[0], &err), RB_OK);
+        CHECK_EQ_INT(rb_session_create(m, &p, &s[1], &err), RB_OK);
+        if (s[0] && s[1]) {
+            CHECK(sess_step(s[0], 0, -1));
+            CHECK(sess_step(s[1], 1, -1));
+            rb_session_stats a0, a1;
+            rb_session_get_stats(s[0], &a0);
+            for (int t = 0; t < N_STEPS; t++) {
+                int32_t toks[2] = {ssteps[0][t], ssteps[1][t]};
+                CHECK_EQ_INT(rb_session_decode_multi(s, toks, 2, &err), RB_OK);
+                for (int i = 0; i < 2; i++)
+                    CHECK(memcmp(rb_session_get_logits(s[i]), sref[i] + (size_t)t * V,
+                                 V * sizeof(float)) == 0);
+            }
+            rb_session_get_stats(s[0], &a1);
+            CHECK_EQ_U64(a1.weights_passes - a0.weights_passes, N_STEPS); /* one per step */
+        }
+        rb_session_destroy(s[0]);
+        rb_session_destroy(s[1]);
+        s[0] = s[1] = NULL;
+    }
+
+    /* streaming and resident at once: refused, naming the conflict */
+    {
+        rb_session_params ps = params(budgets[1], "class"), pr = params(0, NULL);
+        CHECK_EQ_INT(rb_session_create(m, &ps, &s[0], &err), RB_OK);
+        CHECK_EQ_INT(rb_session_create(m, &pr, &s[1], &err), RB_E_INVALID_ARG);
+        CHECK(strstr(err.message, "weights budget") != NULL);
+        fprintf(stderr, "mixed: %s\n", err.message);
+        CHECK(sess_step(s[0], 0, -1)); /* the streaming one is unharmed */
+        CHECK(sess_step(s[0], 0, 0));
+        rb_session_destroy(s[0]);
+        CHECK_EQ_INT(rb_session_create(m, &pr, &s[1], &err), RB_OK);
+        CHECK_EQ_INT(rb_session_create(m, &ps, &s[0], &err), RB_E_INVALID_ARG);
+        CHECK(strstr(err.message, "weights budget") != NULL);
+        CHECK(sess_step(s[1], 1, -1));
+        CHECK(sess_step(s[1], 1, 0));
+        rb_session_destroy(s[1]);
+        s[0] = s[1] = NULL;
+    }
+    rb_model_close(m);
+}
+
+/* A file cut under two streaming sessions: both feeds fail naming the
+ * file, nothing is fed; once it is whole both go on exactly. */
+static void test_shared_io_error(const char *path)
+{
+    char copy[600];
+    snprintf(copy, sizeof copy, "%s.copy2", path);
+    CHECK_EQ_INT(copy_file(path, copy), 0);
+    rb_error err;
+    rb_model *m = open_model(copy);
+    if (!m)
+        return;
+    uint64_t W = weight_bytes(m);
+    rb_session_params p = params(W / 2, "class");
+    rb_session *s[2] = {0};
+    CHECK_EQ_INT(rb_session_create(m, &p, &s[0], &err), RB_OK);
+    CHECK_EQ_INT(rb_session_create(m, &p, &s[1], &err), RB_OK);
+    if (s[0] && s[1]) {
+        CHECK(sess_step(s[0], 0, -1));
+        CHECK(sess_step(s[1], 1, -1));
+        FILE *f = fopen(copy, "rb");
+        off_t size = 0;
+        if (f) {
+            fseek(f, 0, SEEK_END);
+            size = ftell(f);
+            fclose(f);
+        }
+        CHECK_EQ_INT(truncate(copy, size / 2), 0);
+        for (int i = 0; i < 2; i++) {
+            rb_status st = rb_session_feed(s[i], &ssteps[i][0], 1, NULL);
+            CHECK(st == RB_E_SHORT_READ || st == RB_E_IO);
+            CHECK(strstr(rb_session_errmsg(s[i]), copy) != NULL);
+            CHECK_EQ_INT(rb_session_n_tokens(s[i]), N_PROMPT);
+        }
+        CHECK_EQ_INT(copy_file(path, copy), 0);
+        for (int t = 0; t < N_STEPS; t++)
+            for (int i = 0; i < 2; i++)
+                CHECK(sess_step(s[i], i, t));
+    }
+    rb_session_destroy(s[0]);
+    rb_session_destroy(s[1]);
+    rb_model_close(m);
+    unlink(copy);
+}
+
 int main(void)
 {
     for (int i = 0; i < 600; i++)
@@ -533,6 +836,11 @@ int main(void)
     test_mem_budget(sep);
     test_pool_budget(sep);
     test_file_shrinks(sep);
+    shared_inputs();
+    test_shared(sep);
+    test_shared_io_error(sep);
+    for (int i = 0; i < N_SESS; i++)
+        free(sref[i]);
     unit_test(sep);
     unlink(sep);
     unlink(tied);

@@ -8,7 +8,13 @@
  * the blocks' own addresses (anonymous memory: a dropped block is given
  * back with MADV_DONTNEED and reads as zero until it is read again). Here:
  * per key one state byte and one label byte, the policy's state (policy.h:
- * ~11 bytes per key for class), per unit its key list, the victim list.
+ * ~11 bytes per key for class), per unit its key list, the victim list,
+ * the list of sessions sharing the stream (who, requested budget).
+ *
+ * Sharing (wcache_stream.h): the stream is the model's, joined by each
+ * streaming session; passes take turns under the pass lock (pass_mu +
+ * pass_owner, held across calls by the thread whose pass it is), so the
+ * unit and row holds below are always one pass's.
  *
  * Block states (kstate, guarded by mu):
  *      ABSENT --fetch MISS--> LOADING --read done--> READY
@@ -120,11 +126,30 @@ struct rb_wcache_stream {
 
     struct ws_reader *reader; /* the second reader (NULL: none) */
 
+    /* the sessions sharing the stream (guarded by the model's lock: join
+       and leave run under it; request under pass_mu too) */
+    struct ws_user { const void *who; uint64_t want; } *users;
+    uint32_t n_users, cap_users;
+    rb_throttle *own_throttle;  /* the throttle the stream took over (freed with it) */
+
+    /* the pass: one forward pass at a time over the stream (guarded by
+       pass_mu). A pass is a thread: whoever holds it may call acquire and
+       rows; set_budget and drop take it too, so no pass is ever quiesced
+       under its feet by another thread */
+    pthread_mutex_t pass_mu;
+    pthread_cond_t pass_cv;
+    pthread_t pass_owner;
+    int pass_busy;
+    uint64_t n_pass_waits;      /* passes that waited for another's */
+    double pass_wait_s;         /* the time they waited */
+
     /* the worker's own */
     pthread_t thread;
     int has_thread;
     uint32_t *io_list;        /* [max_unit_blocks] */
 };
+
+static int pass_take(rb_wcache_stream *ws);
 
 /* ---- keys ------------------------------------------------------------------ */
 
@@ -579,7 +604,14 @@ int rb_wcache_stream_acquire(rb_wcache_stream *ws, uint32_t unit)
 {
     if (unit >= ws->n_units)
         return 0;
+    (void)pass_take(ws); /* this thread's pass from now until pass_end */
     pthread_mutex_lock(&ws->mu);
+    if (ws->cur == (int32_t)unit && ws->held[unit] == U_READY) {
+        /* the same pass asks again (a multi-sequence pass asks each
+           session's gate): the unit is held already, nothing to let go */
+        pthread_mutex_unlock(&ws->mu);
+        return 0;
+    }
     release_rows(ws);
     int32_t expected = ws->cur < 0 ? 0 : (int32_t)(((uint32_t)ws->cur + 1) % ws->n_units);
     if (ws->cur >= 0 && (int32_t)unit != expected) {
@@ -606,11 +638,16 @@ int rb_wcache_stream_acquire(rb_wcache_stream *ws, uint32_t unit)
 
 int rb_wcache_stream_rows(rb_wcache_stream *ws, const int32_t *tokens, uint32_t n)
 {
+    (void)pass_take(ws); /* this thread's pass from now until pass_end */
     pthread_mutex_lock(&ws->mu);
-    release_rows(ws);
+    /* the rows of this pass are held until its first acquire: a
+       multi-sequence pass calls this once per sequence before layer 0, so
+       the rows held already stay (new ones are appended after them) */
+    uint32_t n_old = ws->n_rows;
     /* a row spans row_bytes / blk + 2 keys at most (an F32 row may be
        larger than a block) */
-    size_t per_row = (size_t)(ws->embd_row_bytes / ws->blk) + 2, need = per_row * n;
+    size_t per_row = (size_t)(ws->embd_row_bytes / ws->blk) + 2,
+           need = per_row * n + n_old;
     if (ws->cap_rows < need) {
         uint32_t *r = realloc(ws->rows, need * sizeof *r);
         if (!r) {
@@ -621,32 +658,84 @@ int rb_wcache_stream_rows(rb_wcache_stream *ws, const int32_t *tokens, uint32_t 
         ws->rows = r;
         ws->cap_rows = (uint32_t)need;
     }
-    /* the distinct keys of the rows, ascending */
-    uint32_t m = 0;
+    /* the distinct keys of the rows, ascending, and not held already */
+    uint32_t *nr = ws->rows + n_old, m = 0;
     for (uint32_t t = 0; t < n; t++) {
         uint64_t a = ws->embd_off + (uint64_t)tokens[t] * ws->embd_row_bytes;
         uint64_t b = a + ws->embd_row_bytes;
         for (uint64_t k = a / ws->blk; k * ws->blk < b; k++)
-            ws->rows[m++] = (uint32_t)k;
+            nr[m++] = (uint32_t)k;
     }
-    qsort(ws->rows, m, sizeof *ws->rows, cmp_u32);
+    qsort(nr, m, sizeof *nr, cmp_u32);
     uint32_t d = 0;
-    for (uint32_t i = 0; i < m; i++)
-        if (d == 0 || ws->rows[d - 1] != ws->rows[i])
-            ws->rows[d++] = ws->rows[i];
+    for (uint32_t i = 0; i < m; i++) {
+        int dup = d > 0 && nr[d - 1] == nr[i];
+        for (uint32_t j = 0; !dup && j < n_old; j++)
+            dup = ws->rows[j] == nr[i];
+        if (!dup)
+            nr[d++] = nr[i];
+    }
     uint32_t *q = malloc((size_t)(d ? d : 1) * sizeof *q);
     rb_error e = {0};
     uint32_t n_pinned = 0;
-    rb_status st = q ? load_keys(ws, ws->rows, d, 1, q, &n_pinned, &e)
+    rb_status st = q ? load_keys(ws, nr, d, 1, q, &n_pinned, &e)
                      : rb_error_set(&e, RB_E_NOMEM, "wcache: out of memory");
     free(q);
-    ws->n_rows = n_pinned; /* pinned and transient ones, let go of at the next call or acquire */
+    /* pinned and transient ones, let go of at the pass's first acquire */
+    ws->n_rows = n_old + n_pinned;
     if (st != RB_OK) {
         ws->io_status = st;
         ws->io_err = e;
     }
     pthread_mutex_unlock(&ws->mu);
     return st == RB_OK ? 0 : -1;
+}
+
+/* ---- the pass lock ----------------------------------------------------------- */
+
+/* 1 when this thread took the pass (it then lets go of it itself). */
+static int pass_take(rb_wcache_stream *ws)
+{
+    pthread_mutex_lock(&ws->pass_mu);
+    if (ws->pass_busy && pthread_equal(ws->pass_owner, pthread_self())) {
+        pthread_mutex_unlock(&ws->pass_mu);
+        return 0; /* this thread's pass already (a multi-sequence pass, a trim at its stop) */
+    }
+    if (ws->pass_busy) {
+        int64_t t0 = rb_throttle_now_ns();
+        while (ws->pass_busy)
+            pthread_cond_wait(&ws->pass_cv, &ws->pass_mu);
+        ws->n_pass_waits++;
+        ws->pass_wait_s += (double)(rb_throttle_now_ns() - t0) * 1e-9;
+    }
+    ws->pass_busy = 1;
+    ws->pass_owner = pthread_self();
+    pthread_mutex_unlock(&ws->pass_mu);
+    return 1;
+}
+
+static void pass_give(rb_wcache_stream *ws)
+{
+    pthread_mutex_lock(&ws->pass_mu);
+    ws->pass_busy = 0;
+    pthread_cond_broadcast(&ws->pass_cv);
+    pthread_mutex_unlock(&ws->pass_mu);
+}
+
+void rb_wcache_stream_pass_begin(rb_wcache_stream *ws) { (void)pass_take(ws); }
+
+void rb_wcache_stream_pass_end(rb_wcache_stream *ws)
+{
+    pthread_mutex_lock(&ws->pass_mu);
+    int mine = ws->pass_busy && pthread_equal(ws->pass_owner, pthread_self());
+    pthread_mutex_unlock(&ws->pass_mu);
+    if (!mine)
+        return;
+    /* rows a stopped pass fetched and never reached layer 0 with */
+    pthread_mutex_lock(&ws->mu);
+    release_rows(ws);
+    pthread_mutex_unlock(&ws->mu);
+    pass_give(ws);
 }
 
 /* ---- between feeds --------------------------------------------------------- */
@@ -690,6 +779,7 @@ rb_status rb_wcache_stream_set_budget(rb_wcache_stream *ws, uint64_t bytes, rb_e
                             (uint64_t)ws->max_unit_blocks * ws->blk);
     if (cap > ws->n_keys)
         cap = ws->n_keys;
+    int took = pass_take(ws); /* never under another thread's pass */
     pthread_mutex_lock(&ws->mu);
     rb_status st = RB_OK;
     if (cap != ws->pol->cfg.capacity) {
@@ -699,11 +789,14 @@ rb_status rb_wcache_stream_set_budget(rb_wcache_stream *ws, uint64_t bytes, rb_e
             ws->n_rebalances++;
     }
     pthread_mutex_unlock(&ws->mu);
+    if (took)
+        pass_give(ws);
     return st;
 }
 
 uint64_t rb_wcache_stream_drop(rb_wcache_stream *ws)
 {
+    int took = pass_take(ws); /* never under another thread's pass */
     pthread_mutex_lock(&ws->mu);
     quiesce(ws);
     uint64_t before = ws->resident_bytes;
@@ -716,7 +809,157 @@ uint64_t rb_wcache_stream_drop(rb_wcache_stream *ws)
         set_capacity(ws, cap, window, &e);
     uint64_t freed = before - ws->resident_bytes;
     pthread_mutex_unlock(&ws->mu);
+    if (took)
+        pass_give(ws);
     return freed;
+}
+
+/* ---- sharing ------------------------------------------------------------------ */
+
+/* The budget the users ask for together: the largest request. */
+static uint64_t users_want(const rb_wcache_stream *ws)
+{
+    uint64_t w = 0;
+    for (uint32_t i = 0; i < ws->n_users; i++)
+        if (ws->users[i].want > w)
+            w = ws->users[i].want;
+    return w;
+}
+
+static struct ws_user *find_user(rb_wcache_stream *ws, const void *who)
+{
+    for (uint32_t i = 0; i < ws->n_users; i++)
+        if (ws->users[i].who == who)
+            return &ws->users[i];
+    return NULL;
+}
+
+static void free_throttle(rb_throttle *t)
+{
+    if (t) {
+        rb_throttle_deinit(t);
+        free(t);
+    }
+}
+
+rb_status rb_wcache_stream_join(rb_model *model, const char *path, const rb_os *os,
+                                rb_throttle *throttle, const rb_wcache_stream_params *p,
+                                const void *who, rb_wcache_stream **out, rb_error *err)
+{
+    rb_throttle *given = p->takes_throttle ? throttle : NULL; /* ours to free or keep */
+    rb_wcache_stream *ws = rb_model_weights_stream(model);
+    rb_status st = RB_OK;
+    int created = 0;
+    if (!ws) {
+        if ((st = rb_wcache_stream_create(model, path, os, throttle, p, &ws, err)) != RB_OK) {
+            free_throttle(given);
+            return st;
+        }
+        created = 1;
+        ws->own_throttle = given;
+        given = NULL;
+    } else if (p->min_budget_out) {
+        *p->min_budget_out = rb_wcache_stream_min_budget(ws);
+    }
+    free_throttle(given); /* the stream keeps the device it was created with */
+    /* the list grows under pass_mu: a request on another thread reads it */
+    pthread_mutex_lock(&ws->pass_mu);
+    struct ws_user *u = ws->users;
+    if (ws->n_users == ws->cap_users) {
+        uint32_t cap = ws->cap_users ? 2 * ws->cap_users : 4;
+        if ((u = realloc(ws->users, cap * sizeof *u)) != NULL)
+            ws->users = u, ws->cap_users = cap;
+    }
+    pthread_mutex_unlock(&ws->pass_mu);
+    if (!u) {
+        if (created)
+            rb_wcache_stream_destroy(ws);
+        return rb_error_set(err, RB_E_NOMEM, "wcache: out of memory");
+    }
+    uint64_t want = p->budget_bytes;
+    if (!created) {
+        /* the shared budget is the largest request: a larger one grows it */
+        uint64_t min = rb_wcache_stream_min_budget(ws);
+        if (want < min)
+            return rb_error_set(err, RB_E_BUDGET, "wcache: a weight budget of %" PRIu64
+                                " bytes is below the minimum of %" PRIu64 " bytes (%.1f MiB) "
+                                "of the model's shared stream", want, min,
+                                (double)min / 1048576.0);
+        pthread_mutex_lock(&ws->pass_mu);
+        uint64_t now = users_want(ws);
+        pthread_mutex_unlock(&ws->pass_mu);
+        if (want > now && (st = rb_wcache_stream_set_budget(ws, want, err)) != RB_OK)
+            return st;
+    }
+    pthread_mutex_lock(&ws->pass_mu);
+    ws->users[ws->n_users++] = (struct ws_user){.who = who, .want = want};
+    pthread_mutex_unlock(&ws->pass_mu);
+    if (created)
+        rb_model_set_weights_stream(model, ws);
+    *out = ws;
+    return RB_OK;
+}
+
+void rb_wcache_stream_leave(rb_model *model, rb_wcache_stream *ws, const void *who)
+{
+    if (!ws)
+        return;
+    pthread_mutex_lock(&ws->pass_mu);
+    for (uint32_t i = 0; i < ws->n_users; i++)
+        if (ws->users[i].who == who) { /* the others keep their age order */
+            memmove(&ws->users[i], &ws->users[i + 1],
+                    (ws->n_users - 1 - i) * sizeof *ws->users);
+            ws->n_users--;
+            break;
+        }
+    uint32_t n_left = ws->n_users;
+    uint64_t w = users_want(ws);
+    pthread_mutex_unlock(&ws->pass_mu);
+    if (n_left == 0) {
+        if (rb_model_weights_stream(model) == ws)
+            rb_model_set_weights_stream(model, NULL);
+        rb_wcache_stream_destroy(ws);
+        return;
+    }
+    /* the budget follows the largest request left */
+    if (w / ws->blk < rb_wcache_stream_capacity_blocks(ws) && w >= rb_wcache_stream_min_budget(ws))
+        rb_wcache_stream_set_budget(ws, w, NULL);
+}
+rb_status rb_wcache_stream_request(rb_wcache_stream *ws, const void *who, uint64_t bytes,
+                                   rb_error *err)
+{
+    pthread_mutex_lock(&ws->pass_mu);
+    struct ws_user *u = find_user(ws, who);
+    if (u)
+        u->want = bytes;
+    /* the latest request: made before a feed, with every session's
+       bytes as they are now (an older one may count KV since grown) */
+    uint64_t w = bytes;
+    pthread_mutex_unlock(&ws->pass_mu);
+    if (!u)
+        return rb_error_set(err, RB_E_INVALID_ARG, "wcache: not a user of this stream");
+    uint64_t cap = w / ws->blk, now = rb_wcache_stream_capacity_blocks(ws);
+    if (cap == now || (cap >= ws->n_keys && now == ws->n_keys))
+        return RB_OK; /* block granularity: nothing changes (no read-ahead dropped) */
+    return rb_wcache_stream_set_budget(ws, w, err);
+}
+
+int rb_wcache_stream_counts_for(const rb_wcache_stream *ws, const void *who)
+{
+    pthread_mutex_t *mu = (pthread_mutex_t *)&ws->pass_mu;
+    pthread_mutex_lock(mu);
+    int yes = ws->n_users > 0 && ws->users[0].who == who;
+    pthread_mutex_unlock(mu);
+    return yes;
+}
+
+uint32_t rb_wcache_stream_capacity_blocks(const rb_wcache_stream *ws)
+{
+    pthread_mutex_t *mu = (pthread_mutex_t *)&ws->mu;
+    pthread_mutex_lock(mu);
+    uint32_t c = ws->pol->cfg.capacity;
+    pthread_mutex_unlock(mu);
+    return c;
 }
 
 uint64_t rb_wcache_stream_min_budget(const rb_wcache_stream *ws)
@@ -778,6 +1021,11 @@ void rb_wcache_stream_get_stats(const rb_wcache_stream *ws, rb_wcache_stream_sta
     o->idle_s = ws->idle_s;
     o->io_mode = ws->is_direct ? "O_DIRECT" : "buffered + fadvise(DONTNEED)";
     pthread_mutex_unlock(mu);
+    pthread_mutex_lock((pthread_mutex_t *)&ws->pass_mu);
+    o->n_users = ws->n_users;
+    o->n_pass_waits = ws->n_pass_waits;
+    o->pass_wait_s = ws->pass_wait_s;
+    pthread_mutex_unlock((pthread_mutex_t *)&ws->pass_mu);
 }
 
 /* ---- create ---------------------------------------------------------------- */
@@ -947,6 +1195,8 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
     ws->is_class = !strcmp(m->name, "class");
     pthread_mutex_init(&ws->mu, NULL);
     pthread_cond_init(&ws->cv, NULL);
+    pthread_mutex_init(&ws->pass_mu, NULL);
+    pthread_cond_init(&ws->pass_cv, NULL);
     ws->path = strdup(path);
     ws->label = calloc(ws->n_keys, 1);
     ws->kstate = calloc(ws->n_keys, 1);
@@ -1072,6 +1322,10 @@ void rb_wcache_stream_destroy(rb_wcache_stream *ws)
     rb_policy_destroy(ws->pol);
     pthread_cond_destroy(&ws->cv);
     pthread_mutex_destroy(&ws->mu);
+    pthread_cond_destroy(&ws->pass_cv);
+    pthread_mutex_destroy(&ws->pass_mu);
+    free(ws->users);
+    free_throttle(ws->own_throttle);
     free(ws->path);
     free(ws->label);
     free(ws->kstate);

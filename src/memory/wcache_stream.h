@@ -39,10 +39,38 @@
  * compute). Blocks the compute is using, or the worker has read ahead, are
  * held (the policy's in-use pins) and are never victims.
  *
- * Threads: acquire/rows run on the forward pass's thread; one I/O worker
- * reads; everything else between feeds. One mutex guards the policy and
- * all block and unit state (fetches are cheap; reads run unlocked).
- * A streaming cache owns the model's weight buffer: one session per model.
+ * Sharing: one stream per model, shared by every streaming session of it
+ * (rb_wcache_stream_join / _leave, under the model's lock: the first join
+ * creates it and sets it on the model, the last leave destroys it; a
+ * session without a weights budget is refused while any streams, model.c).
+ * Its budget: the largest of its users' weights budgets (join, leave);
+ * under a memory budget, the share the pool leaves as computed by the
+ * session about to feed (_request: it sees every session's bytes as they
+ * are now). Its RAM is counted once, by its oldest user (_counts_for), in
+ * that user's pool; the others' shares do not count it as another's.
+ *
+ * Passes: a forward pass walks units 0..n_layers in order and holds one at
+ * a time, so the unit state above is one pass's. Passes of several
+ * sessions (two threads, or one thread alternating) take turns: the pass
+ * lock is taken by the first acquire or rows of a thread and held until
+ * that thread calls rb_wcache_stream_pass_end (after the forward pass
+ * returns); another thread's acquire, rows, set_budget or drop waits for
+ * it. So one pass never lets go of (or drops) a unit another computes
+ * with, the minimum budget stays the hot set + one unit, and the I/O
+ * worker's read-ahead runs on from one pass into the next (unit n_layers
+ * is followed by unit 0 of whichever pass comes next). Streaming is I/O
+ * bound: a pass spends most of its time waiting for reads, which a second
+ * concurrent pass could not make faster (the device is one), so turns cost
+ * little (docs/benchmarks.md measures it). A multi-sequence pass (one
+ * thread, several sessions' rows) acquires each unit once: a second
+ * acquire of the unit held is a no-op, and rows of several sequences
+ * accumulate until the first acquire.
+ *
+ * Threads: acquire/rows run on the forward pass's thread (holding the
+ * pass); one I/O worker reads; everything else between passes. One mutex
+ * guards the policy and all block and unit state (fetches are cheap; reads
+ * run unlocked); pass_mu guards the pass owner and the users' list.
+ * Lock order: pass (the lock as held across calls), then mu.
  */
 #ifndef RB_WCACHE_STREAM_H
 #define RB_WCACHE_STREAM_H
@@ -66,6 +94,11 @@ typedef struct rb_wcache_stream_params {
     uint32_t max_request_bytes; /* reads merged up to this; 0: 1 MiB */
     uint64_t *min_budget_out;   /* optional: receives the minimum budget (also
                                    when create fails with RB_E_BUDGET) */
+    int takes_throttle;         /* join: the stream owns the throttle from the
+                                   call on (deinit + free with the stream, or at
+                                   once when the stream exists already or the
+                                   call fails): a stream outlives the session
+                                   that created it */
 } rb_wcache_stream_params;
 
 typedef struct rb_wcache_stream_stats {
@@ -91,6 +124,9 @@ typedef struct rb_wcache_stream_stats {
     double room_wait_s;          /* the worker waited for a frame (window full) */
     double idle_s;               /* the worker had nothing to read ahead */
     const char *io_mode;         /* "O_DIRECT" or the fallback */
+    uint32_t n_users;            /* sessions sharing the stream */
+    uint64_t n_pass_waits;       /* passes that waited for another session's */
+    double pass_wait_s;          /* the time they waited */
 } rb_wcache_stream_stats;
 
 /*
@@ -110,25 +146,58 @@ rb_status rb_wcache_stream_create(rb_model *model, const char *path, const rb_os
                                   rb_wcache_stream **out, rb_error *err);
 void rb_wcache_stream_destroy(rb_wcache_stream *ws);
 
+/* The model's shared stream for session `who` (any unique pointer): the
+ * first join creates it (p as for create) and sets it on the model
+ * (rb_model_set_weights_stream); later joins share it, its budget grown
+ * to p->budget_bytes if that is larger (RB_E_BUDGET below its minimum,
+ * which *p->min_budget_out receives). Caller holds the model's lock. */
+rb_status rb_wcache_stream_join(rb_model *model, const char *path, const rb_os *os,
+                                rb_throttle *throttle, const rb_wcache_stream_params *p,
+                                const void *who, rb_wcache_stream **out, rb_error *err);
+/* `who` stops using the stream; the last user destroys it (and clears the
+ * model's pointer); else the budget follows the largest request left
+ * (waits for a pass in flight). Caller holds the model's lock. */
+void rb_wcache_stream_leave(rb_model *model, rb_wcache_stream *ws, const void *who);
+/* Before `who`'s feed under a memory budget: the share its pool leaves
+ * the weights now; the stream takes it (the latest view of the pool).
+ * RB_E_BUDGET below the minimum. Any thread (waits for another thread's
+ * pass). */
+rb_status rb_wcache_stream_request(rb_wcache_stream *ws, const void *who, uint64_t bytes,
+                                   rb_error *err);
+/* 1 when `who` is the user whose accounts count the stream's RAM (the
+ * oldest one), 0 for the others: a pool counts the shared blocks once. */
+int rb_wcache_stream_counts_for(const rb_wcache_stream *ws, const void *who);
+/* The calling thread's pass is over (after the forward pass returned, also
+ * when a gate stopped it): rows it still holds go, and another thread's
+ * pass may start. A no-op when this thread holds no pass. begin: takes the
+ * pass explicitly (acquire and rows take it themselves). */
+void rb_wcache_stream_pass_begin(rb_wcache_stream *ws);
+void rb_wcache_stream_pass_end(rb_wcache_stream *ws);
+/* The capacity in blocks now. */
+uint32_t rb_wcache_stream_capacity_blocks(const rb_wcache_stream *ws);
+
 /* The weight bytes a budget must hold at least (same rule as create). */
 uint64_t rb_wcache_stream_min_budget(const rb_wcache_stream *ws);
 
 /* Ensures the blocks of tokens[0..n)'s embedding rows are resident (reads
- * them on this thread). 0, or -1 after an I/O error (message: see
- * rb_wcache_stream_error). Thread: the forward pass's. */
+ * them on this thread) and held until the pass's first acquire (several
+ * calls in one pass add up). Takes the pass. 0, or -1 after an I/O error
+ * (message: see rb_wcache_stream_error). Thread: the forward pass's. */
 int rb_wcache_stream_rows(rb_wcache_stream *ws, const int32_t *tokens, uint32_t n);
 /* Blocks until unit u (0..n_layers-1 a layer, n_layers the output) is
  * resident and held; lets go of the unit held before and lets the worker
- * read ahead. 0, or -1 after an I/O error. Thread: the forward pass's. */
+ * read ahead (the unit held already: nothing). Takes the pass (waits for
+ * another thread's). 0, or -1 after an I/O error. Thread: the forward
+ * pass's. */
 int rb_wcache_stream_acquire(rb_wcache_stream *ws, uint32_t unit);
 
-/* Between feeds: a new weight budget (KV grew or shrank under a memory
+/* Between passes (waits for another thread's pass): a new weight budget (KV grew or shrank under a memory
  * budget: a long chat gives up loop bytes to KV). Shrinking drops blocks
  * in the policy's eviction order (class: the stream, then the loop
  * prefix's end, the hot set last). RB_E_BUDGET below the minimum (nothing
  * changes). */
 rb_status rb_wcache_stream_set_budget(rb_wcache_stream *ws, uint64_t bytes, rb_error *err);
-/* Between feeds: drops every cached block (a trim to "complete"); they
+/* Between passes (waits for another thread's pass): drops every cached block (a trim to "complete"); they
  * stream back on use. Returns the bytes freed. */
 uint64_t rb_wcache_stream_drop(rb_wcache_stream *ws);
 

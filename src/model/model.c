@@ -52,7 +52,8 @@ struct rb_model {
                                contents after a lazy load are the weight
                                cache's to track: wcache.c, never here) */
     int n_weight_users;     /* sessions computing from the buffer as loaded */
-    int is_streamed;        /* a streaming session owns the buffer */
+    int is_streamed;        /* sessions streaming from the buffer (they share
+                               one stream: weights_stream) */
     rb_tokenizer *tokenizer; /* built on first use */
     rb_model_observer obs;  /* copied from the caller; all NULL: none */
     int is_observed;        /* obs has a member set */
@@ -60,6 +61,8 @@ struct rb_model {
     pthread_mutex_t mu;     /* the weight buffer's setup, claims, the owner
                                below and the tokenizer's first build */
     void *weights_owner;    /* the memory manager's object over the buffer */
+    void *weights_stream;   /* the stream every streaming session shares
+                               (memory/wcache_stream.c creates and destroys it) */
     void (*weights_owner_destroy)(void *);
 };
 
@@ -661,14 +664,18 @@ uint64_t rb_model_drop_mapped_pages(rb_model *m)
 
 rb_status rb_model_claim_weights(rb_model *m, int is_streaming, rb_error *err)
 {
-    if (m->is_streamed || (is_streaming && m->n_weight_users > 0))
-        return rb_error_set(err, RB_E_INVALID_ARG, "model: %s: a streaming session owns its "
-                            "weight buffer alone (%s); close the other session first", m->path,
-                            m->is_streamed ? "one streams from it now"
-                                           : "another session computes from it now");
+    if (is_streaming ? m->n_weight_users > 0 : m->is_streamed > 0)
+        return rb_error_set(err, RB_E_INVALID_ARG, "model: %s: %d session(s) %s; a session "
+                            "%s cannot share the weight buffer with them (the streamed buffer "
+                            "holds only the blocks the stream has read): give every session "
+                            "of the model a weights budget, or none", m->path,
+                            is_streaming ? m->n_weight_users : m->is_streamed,
+                            is_streaming ? "compute from its weights fully resident"
+                                         : "stream its weights under a budget",
+                            is_streaming ? "that streams" : "without a weights budget");
     if (is_streaming) {
-        m->is_streamed = 1;
-        drop_weights_owner(m); /* the stream gives pages back on its own */
+        if (m->is_streamed++ == 0)
+            drop_weights_owner(m); /* the stream gives pages back on its own */
     } else
         m->n_weight_users++;
     return RB_OK;
@@ -676,11 +683,16 @@ rb_status rb_model_claim_weights(rb_model *m, int is_streaming, rb_error *err)
 
 void rb_model_unclaim_weights(rb_model *m, int is_streaming)
 {
-    if (is_streaming)
-        m->is_streamed = 0;
-    else if (m->n_weight_users > 0)
+    if (is_streaming) {
+        if (m->is_streamed > 0)
+            m->is_streamed--;
+    } else if (m->n_weight_users > 0)
         m->n_weight_users--;
 }
+
+void *rb_model_weights_stream(const rb_model *m) { return m->weights_stream; }
+
+void rb_model_set_weights_stream(rb_model *m, void *stream) { m->weights_stream = stream; }
 
 void rb_model_set_weights_unread(rb_model *m)
 {

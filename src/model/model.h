@@ -110,8 +110,9 @@ rb_status rb_model_reserve_weights(rb_model *model, int as_file_mapping);
  * its pages back): the next load reads every tensor again. */
 void rb_model_set_weights_unread(rb_model *model);
 /* Sessions register their use of the weight buffer: any number share it
- * as loaded, or one streaming session owns it (it gives pages back).
- * RB_E_INVALID_ARG when the claim conflicts. The caller holds the model's
+ * as loaded, or any number stream from it through the one stream they
+ * share (rb_model_weights_stream; it gives pages back); never both at
+ * once. RB_E_INVALID_ARG, naming the conflict, when a claim mixes them. The caller holds the model's
  * lock (below) around the claim and the load that follows. */
 rb_status rb_model_claim_weights(rb_model *model, int is_streaming, rb_error *err);
 void rb_model_unclaim_weights(rb_model *model, int is_streaming);
@@ -149,6 +150,12 @@ void rb_model_unlock(rb_model *model);
  */
 void *rb_model_weights_owner(const rb_model *model);
 void rb_model_set_weights_owner(rb_model *model, void *obj, void (*destroy)(void *));
+/* The weight stream the model's streaming sessions share (an
+ * rb_wcache_stream, memory/wcache_stream.h: it is created by the first
+ * streaming session's join and destroyed by the last one's leave, which
+ * set it here); NULL: none. Caller holds the lock. */
+void *rb_model_weights_stream(const rb_model *model);
+void rb_model_set_weights_stream(rb_model *model, void *stream);
 
 /* Bytes of tensor t; NULL before rb_model_load_weights succeeded. */
 const void *rb_model_tensor_data(const rb_model *model, const rb_gguf_tensor *t);

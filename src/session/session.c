@@ -311,6 +311,7 @@ static rb_status run_tokens(rb_session *s, const int32_t *toks, size_t n, uint32
             rc = rb_forward_batch(&s->fwd, &s->kv, toks + done, m, pos, s->logits, 0);
         }
         rb_session_memory_gate_release(&s->mem);
+        rb_session_memory_pass_end(&s->mem); /* another session's pass may run now */
         if (rc != 0) {
             *stopped = 1;
             return RB_OK;

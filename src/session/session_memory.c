@@ -179,7 +179,10 @@ static uint64_t weights_share(const rb_session_mem *m, uint64_t budget, uint64_t
 
 static double mib(uint64_t b) { return (double)b / 1048576.0; }
 
-static rb_status stream_init(rb_session_mem *m, rb_error *err)
+/* Joins the model's shared stream (the caller holds the model's lock:
+ * session.c's setup). The stream reads through a throttle of its own
+ * (the same device profile): it may outlive this session. */
+static rb_status stream_init(rb_session_mem *m, const rb_profile *prof, rb_error *err)
 {
     const rb_session_params *p = m->params;
     /* before the memory manager exists: its tables are not counted yet;
@@ -190,9 +193,20 @@ static rb_status stream_init(rb_session_mem *m, rb_error *err)
                                   .policy = p->weights_policy, .min_budget_out = &min};
     if (wp.budget_bytes == 0)
         wp.budget_bytes = 1; /* nothing left: the error below names the minimum */
+    rb_throttle *t = NULL;
+    if (prof->is_throttled) {
+        if (!(t = calloc(1, sizeof *t)))
+            return rb_error_set(err, RB_E_NOMEM, "session: out of memory");
+        rb_status tst = rb_throttle_init(t, prof->bw_bytes_per_s, prof->latency_s, err);
+        if (tst != RB_OK) {
+            free(t);
+            return tst;
+        }
+        wp.takes_throttle = 1;
+    }
     rb_error e = {0};
-    rb_status st = rb_wcache_stream_create(m->model, rb_model_path(m->model), NULL, m->throttle,
-                                           &wp, &m->wstream, &e);
+    rb_status st = rb_wcache_stream_join(m->model, rb_model_path(m->model), NULL, t, &wp, m,
+                                         &m->wstream, &e);
     if (st == RB_E_BUDGET && !p->weights_budget_bytes) /* in the budget the caller gave */
         return rb_error_set(err, st, "session: a memory budget of %.2f MiB leaves %.2f MiB for "
                             "weights after the run state (%.2f MiB), below the weights' minimum "
@@ -248,7 +262,7 @@ rb_status rb_session_memory_init(rb_session_mem *m, int is_cold, rb_error *err)
 
     rb_error werr = {0};
     if (rb_session_memory_wants_streaming(m)) {
-        if ((st = stream_init(m, err)) != RB_OK)
+        if ((st = stream_init(m, &prof, err)) != RB_OK)
             return st;
         is_cold = 0; /* the stream reads every block on use */
     } else if (rb_wcache_shared(m->model, &m->wcache, &werr) != RB_OK) {
@@ -323,7 +337,12 @@ void rb_session_memory_deinit(rb_session_mem *m)
     m->res = NULL;
     m->fwd->layer_gate = NULL;
     m->fwd->rows_gate = NULL;
-    rb_wcache_stream_destroy(m->wstream);
+    if (m->wstream) { /* the last session of the model destroys the stream */
+        rb_wcache_stream_pass_end(m->wstream);
+        rb_model_lock(m->model);
+        rb_wcache_stream_leave(m->model, m->wstream, m);
+        rb_model_unlock(m->model);
+    }
     m->wstream = NULL;
     m->wcache = NULL; /* the model's */
     rb_store_close(m->store);
@@ -363,7 +382,7 @@ static own_bytes count_own(const rb_session_mem *m)
         o.kv = rb.kv_ram_bytes;
         o.fixed += rb.tables_bytes;
     }
-    if (m->wstream) {
+    if (m->wstream && rb_wcache_stream_counts_for(m->wstream, m)) { /* counted once */
         rb_wcache_stream_stats ws;
         rb_wcache_stream_get_stats(m->wstream, &ws);
         o.stream = ws.resident_bytes;
@@ -725,6 +744,13 @@ void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
        what the pool's budget leaves after the others, its run state and
        its KV (in its own pool: its budget_bytes) */
     uint64_t others = rb_pool_others_bytes(m->mpool, m->member);
+    if (!rb_wcache_stream_counts_for(m->wstream, m)) {
+        /* the shared stream's blocks are in its oldest session's count:
+           they are this session's weights too, not the others' memory */
+        rb_wcache_stream_stats ws;
+        rb_wcache_stream_get_stats(m->wstream, &ws);
+        others = others > ws.resident_bytes ? others - ws.resident_bytes : 0;
+    }
     uint64_t kv = o.kv;
     if (n_pages_after > m->kv->n_pages_reserved)
         kv += (uint64_t)(n_pages_after - m->kv->n_pages_reserved) * m->kv->n_layers *
@@ -738,12 +764,16 @@ void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
         rb_residency_trim(m->res, excess, RB_TRIM_BYTES, NULL, m->err);
         share = min;
     }
-    /* block granularity: the KV grows a page at a time, so this changes
-       the cache (and drops its read-ahead) only when a page is added */
-    rb_wcache_stream_stats ws;
-    rb_wcache_stream_get_stats(m->wstream, &ws);
-    if (share / ws.block_bytes != ws.budget_bytes / ws.block_bytes)
-        rb_wcache_stream_set_budget(m->wstream, share, m->err);
+    /* the shared stream holds the largest request of its sessions; block
+       granularity: the KV grows a page at a time, so this changes the
+       cache (and drops its read-ahead) only when a page is added */
+    rb_wcache_stream_request(m->wstream, m, share, m->err);
+}
+
+void rb_session_memory_pass_end(rb_session_mem *m)
+{
+    if (m->wstream)
+        rb_wcache_stream_pass_end(m->wstream);
 }
 
 rb_status rb_session_memory_set_mode(rb_session_mem *m, rb_restore_mode mode, rb_ram_codec codec)

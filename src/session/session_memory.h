@@ -189,6 +189,10 @@ void rb_session_memory_pass_begin(rb_session_mem *m);
 /* The context uses pages [0, n_pages) of every layer (after a reserve). */
 void rb_session_memory_set_pages(rb_session_mem *m, uint32_t n_pages);
 /* After rb_forward_batch returned: the layer the pass used is let go. */
+/* After a forward pass returned (also when a gate stopped it): a
+ * streaming session lets go of the shared stream's pass, so another
+ * session's pass may run (wcache_stream.h). Thread: the pass's. */
+void rb_session_memory_pass_end(rb_session_mem *m);
 void rb_session_memory_gate_release(rb_session_mem *m);
 /* A batch completed: the grace after a stop is over. */
 void rb_session_memory_batch_done(rb_session_mem *m);

@@ -66,9 +66,11 @@ static rb_status check_set(rb_session **ss, const int32_t *tokens, size_t n, rb_
                                 "threads, session 0 %d: the pass runs on one pool", i,
                                 rb_threadpool_n_threads(s->pool),
                                 rb_threadpool_n_threads(ss[0]->pool));
-        if (s->mem.wstream)
-            return rb_error_set(err, RB_E_UNSUPPORTED, "decode_multi: session %zu streams its "
-                                "weights under a budget; feed it alone", i);
+        if (s->mem.wstream != ss[0]->mem.wstream) /* one model: one shared stream, or none */
+            return rb_error_set(err, RB_E_INVALID_ARG, "decode_multi: session %zu %s its "
+                                "weights and session 0 %s: one pass reads them one way", i,
+                                s->mem.wstream ? "streams" : "does not stream",
+                                ss[0]->mem.wstream ? "does" : "does not");
     }
     return RB_OK;
 }
@@ -105,6 +107,10 @@ static void run_group(rb_session **ss, rb_feed **fd, size_t k, rb_forward_seq *s
     const double t0 = rb_throttle_now_s();
     const int rc = rb_forward_multi(f, seqs, m, logits);
     const double dt = rb_throttle_now_s() - t0;
+    /* the shared stream's pass (every session's gate acquired each unit
+       once: the stream's own; wcache_stream.h) */
+    for (size_t i = 0; i < k; i++)
+        rb_session_memory_pass_end(&ss[i]->mem);
     uint32_t j = 0;
     for (size_t i = 0; i < k; i++) {
         rb_session *s = ss[i];

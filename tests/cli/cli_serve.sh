@@ -461,6 +461,28 @@ grep -Eq '^rebound_decode_passes_total\{streams="several"\} [1-9]' m11b.txt \
 alive
 stop_server
 
+check "--weights-budget: two concurrent conversations stream the weights from one shared cache, replies as resident"
+# slow.gguf holds ~6.4 MB of weights; 3 MB streams about half of them per
+# token. Streams 1 and 2 at once (-np 2, decoded in one pass, each unit
+# read once for both): their texts must be those computed alone above
+start_server s11w.log -m slow.gguf -t 2 -c 2048 --parallel 2 -b 64 --weights-budget 3M
+pids=()
+for i in 1 2; do
+    (conc_body $i "wb-$i" | post /v1/completions "wb$i.sse" -N > "wb$i.code") &
+    pids+=($!)
+done
+wait "${pids[@]}"
+for i in 1 2; do
+    [ "$(cat "wb$i.code")" = 200 ] && ok || { cat "wb$i.sse" s11w.log >&2; fail "streamed-weights stream $i: status $(cat "wb$i.code")"; }
+    [ "$(sse_text "wb$i.sse")" = "$(sse_text "seq$i.sse")" ] \
+        && ok || fail "stream $i under --weights-budget: '$(sse_text "wb$i.sse")' != resident '$(sse_text "seq$i.sse")'"
+done
+curl -s "$URL/metrics" > m11w.txt
+grep -Eq '^rebound_decode_passes_total\{streams="several"\} [1-9]' m11w.txt \
+    && ok || { grep decode_passes m11w.txt >&2; fail "the streaming conversations were never decoded in one pass"; }
+alive
+stop_server
+
 check "prefill chunks: a lone prompt in one pass; beside a decoding stream in chunks, its tokens' gaps bounded"
 # slower.gguf: a 700-token prompt takes seconds of prefill, a decode step
 # tens of ms. (a) alone, with -b 2048, the prompt is one pass; (b) while
