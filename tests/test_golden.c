@@ -58,6 +58,10 @@ static size_t argmax(const float *x, size_t n)
 /* a greedy disagreement counts only where llama.cpp's top two logits are
  * further apart than this (per tier, set in main) */
 static float g_tie = 1e-3f;
+/* rb_session_params.exact_attention of the sessions checked: 1 (the
+ * goldens were made one token per call, llama.cpp's one-query
+ * arithmetic), or 0 for the tiled f32 form's checks */
+static int g_exact = 1;
 
 /* max_tol: per-logit bound (0: bit-identical); mean_tol: mean |d| bound (0:
  * not checked, as max_tol 0 implies it). */
@@ -85,6 +89,7 @@ static void check_model_kv(const char *model_file, const char *golden_dir, doubl
     p.n_batch = n_batch;
     p.n_threads = 2;
     p.kv_type_k = p.kv_type_v = kv_type;
+    p.exact_attention = g_exact;
     rb_session *s = NULL;
     CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
     if (!s) {
@@ -123,9 +128,9 @@ static void check_model_kv(const char *model_file, const char *golden_dir, doubl
         }
     }
     double mean_d = want ? sum_d / (double)(rows * V) : 0;
-    printf("%-7s %-26s kv %-4s batch %3u: %zu positions, max|d| %.2e (bound %.2g), mean|d| "
+    printf("%-7s %-26s kv %-4s batch %3u%s: %zu positions, max|d| %.2e (bound %.2g), mean|d| "
            "%.2e, %zu logits not bit-identical, greedy disagreements %d\n", rb_cpu_tier_name(rb_cpu_tier()), model_file,
-           rb_kv_type_name(kv_type), n_batch, rows, max_d, max_tol, mean_d, n_bits_differ,
+           rb_kv_type_name(kv_type), n_batch, g_exact ? "" : " tiled", rows, max_d, max_tol, mean_d, n_bits_differ,
            greedy_diff);
     if (max_tol == 0)
         CHECK_EQ_U64(n_bits_differ, 0);
