@@ -294,7 +294,8 @@ extern int rb_cli_quiet;
     {"-ngl|--gpu-layers|--n-gpu-layers", RB_OPT_IGNORED, "N",                                 \
      "rebound computes on the CPU only", NULL, 0, 0, NULL, NULL},                             \
     {"-fa|--flash-attn", RB_OPT_IGNORED, "on|off|auto",                                       \
-     "rebound has one attention path on the CPU", NULL, 0, 0, NULL, NULL},                    \
+     "rebound's attention is always flash attention (see --exact-attention)", NULL, 0, 0,     \
+     NULL, NULL},                                                                             \
     {"--mlock", RB_OPT_IGNORED, NULL,                                                         \
      "rebound's memory manager decides what stays in RAM", NULL, 0, 0, NULL, NULL}
 
