@@ -104,9 +104,9 @@ void rb_attn_f16_ref(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float k
 /* exp(x) in f32 (the tiled form's, the same bits on every tier): 2^n *
  * p(r), n = round(x log2 e), r = x - n ln 2 (two-constant Cody-Waite),
  * p the degree-7 Taylor polynomial (Horner, fma). 0 for x < -87.33 (where
- * exp(x) < FLT_MIN) and for a NaN; x is capped at 88. Measured against
- * exp() in double over [-87.3, 88] (tests/test_attention.c): at most 2
- * ulp. */
+ * exp(x) < FLT_MIN) and for a NaN; x is capped at 88. Against exp() in
+ * double over [-87.3, 88] (2M points, tests/test_attention.c): 0.90 ulp
+ * at most, checked <= 2. */
 float rb_attn_exp(float x);
 
 /* Floats of scratch rb_attn_f16_tiled needs for head dim hd. */
