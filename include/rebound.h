@@ -431,8 +431,8 @@ typedef struct rb_session_params {
     void *progress_ctx;
     /* attention's arithmetic over an f16 KV cache. 0 (default): a feed's
        batch of 64 tokens or more is attended in tiles of f32 (scores as a
-       small matrix product, softmax and V sums in f32: prefill ~2x faster
-       at 2048 tokens, 3-5x at depth 4096), fewer tokens (decode, small
+       small matrix product, softmax and V sums in f32: prefill ~1.4x
+       faster at 512 tokens, ~2x at 2048, ~3x at depth 4096), fewer tokens (decode, small
        batches) in llama.cpp's
        exact one-query arithmetic; the rule llama.cpp's own CPU flash
        attention follows, so prefill logits match a llama.cpp prefill to
