@@ -162,7 +162,7 @@ void rb_cli_help(const rb_cli_cmd *c, FILE *f);
 int rb_cli_usage_error(const char *cmd, const char *msg, const char *hint);
 
 /* The rows run and chat share, as initializers for a table:
- * RB_CLI_SESSION_OPTS(p): -c -b -t --device --spill-dir --mem-budget
+ * RB_CLI_SESSION_OPTS(p): -c -b -t --exact-attention --device --spill-dir --mem-budget
  * --weights-budget --policy --restore --ram-codec -ctk -ctv into *p;
  * RB_CLI_SAMPLER_OPTS(sp, seed_given): --temp --top-k --top-p --min-p
  * --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty
@@ -175,6 +175,12 @@ int rb_cli_opt_kv_type(void *dest, const char *v, char *why, size_t why_n);
 int rb_cli_opt_device(void *dest, const char *v, char *why, size_t why_n);
 int rb_cli_opt_batch(void *dest, const char *v, char *why, size_t why_n);
 int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n);
+/* --exact-attention into (p)->exact_attention (run, chat, serve, bench) */
+#define RB_CLI_EXACT_ATTENTION_OPT(p)                                                         \
+    {"--exact-attention", RB_OPT_FLAG, NULL,                                                  \
+     "attend every batch in llama.cpp's one-query arithmetic (logits bit-identical\n"         \
+     "to it fed one token at a time); default: batches of 64+ tokens in tiled f32",           \
+     &(p)->exact_attention, 0, 0, NULL, NULL}
 #define RB_CLI_SESSION_OPTS(p)                                                                \
     {"-c|--ctx-size", RB_OPT_U32, "N", "context length (default: the model's trained context)", \
      &(p)->n_ctx, 0, 0, NULL, NULL},                                                          \
@@ -182,6 +188,7 @@ int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n);
      &(p)->n_batch, 0, 0, rb_cli_opt_batch, NULL},                                            \
     {"-t|--threads", RB_OPT_INT, "N", "threads (default: all cores)", &(p)->n_threads, 0, 256, \
      NULL, NULL},                                                                             \
+    RB_CLI_EXACT_ATTENTION_OPT(p),                                                            \
     {NULL, RB_OPT_SECTION, NULL, "memory manager:", NULL, 0, 0, NULL, NULL},                 \
     {"--device", RB_OPT_CALL, "D", "storage profile for the memory manager: phone, watch, host", \
      (p), 0, 0, rb_cli_opt_device, NULL},                                                     \
@@ -287,7 +294,8 @@ extern int rb_cli_quiet;
     {"-ngl|--gpu-layers|--n-gpu-layers", RB_OPT_IGNORED, "N",                                 \
      "rebound computes on the CPU only", NULL, 0, 0, NULL, NULL},                             \
     {"-fa|--flash-attn", RB_OPT_IGNORED, "on|off|auto",                                       \
-     "rebound has one attention path on the CPU", NULL, 0, 0, NULL, NULL},                    \
+     "rebound's attention is always flash attention (see --exact-attention)", NULL, 0, 0,     \
+     NULL, NULL},                                                                             \
     {"--mlock", RB_OPT_IGNORED, NULL,                                                         \
      "rebound's memory manager decides what stays in RAM", NULL, 0, 0, NULL, NULL}
 

@@ -283,6 +283,7 @@ int rb_cmd_bench(int argc, char **argv)
     rb_cli_list depths = {{0}, 1}, pg = {{0}, 0};
     uint64_t reps = 3;
     int use_mmap = 0, no_cgroup = 0;
+    rb_session_params base = rb_session_default_params(); /* --exact-attention */
     const rb_opt opts[] = {
         {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &model_path, 0, 0, NULL, NULL},
         {"-p|--n-prompt", RB_OPT_LIST, "N[,N..]",
@@ -303,6 +304,7 @@ int rb_cmd_bench(int argc, char **argv)
          "prefill batch (default: the prompt's length up to 512)", &batch, 0, 65536, NULL, NULL},
         {"-r|--repetitions", RB_OPT_SIZE, "N", "runs of each test after a warm-up (default 3)",
          &reps, 1, 100, NULL, NULL},
+        RB_CLI_EXACT_ATTENTION_OPT(&base),
         {"-o|--output", RB_OPT_CALL, "FMT",
          "stdout as md (default: a table), json, jsonl or csv (llama-bench's\n"
          "field names); the result lines on stderr stay", &output, 0, 0, opt_output, NULL},
@@ -420,6 +422,7 @@ int rb_cmd_bench(int argc, char **argv)
                     k++;
                     rb_session_params p = rb_session_default_params();
                     p.n_threads = (int)threads.v[ti];
+                    p.exact_attention = base.exact_attention;
                     p.n_ctx = depth + n_p + n_g + 16;
                     if (batch.v[bi])
                         p.n_batch = (uint32_t)batch.v[bi];

@@ -227,6 +227,7 @@ int rb_cmd_serve(int argc, char **argv)
          rb_cli_opt_batch, NULL},
         {"-t|--threads", RB_OPT_INT, "N", "threads (default: all cores)", &cfg->sp.n_threads, 0,
          256, NULL, NULL},
+        RB_CLI_EXACT_ATTENTION_OPT(&cfg->sp),
         {"--device", RB_OPT_CALL, "D", "storage profile for the memory manager: phone, watch, host",
          &cfg->sp, 0, 0, rb_cli_opt_device, NULL},
         {"-ctk|--cache-type-k", RB_OPT_CALL, "T", "KV cache type of K: f16 (default), q8_0, q4_0",

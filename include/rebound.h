@@ -430,6 +430,18 @@ typedef struct rb_session_params {
        rb_session_abort does. NULL: none. */
     rb_progress_fn progress;
     void *progress_ctx;
+    /* attention's arithmetic over an f16 KV cache. 0 (default): a feed's
+       batch of 64 tokens or more is attended in tiles of f32 (scores as a
+       small matrix product, softmax and V sums in f32: prefill ~1.4x
+       faster at 512 tokens, ~2x at 2048, ~3x at depth 4096), fewer tokens (decode, small
+       batches) in llama.cpp's
+       exact one-query arithmetic; the rule llama.cpp's own CPU flash
+       attention follows, so prefill logits match a llama.cpp prefill to
+       float rounding (not bit for bit). 1: every batch in the exact
+       arithmetic: logits bit-identical to llama.cpp fed one token per
+       call, whatever n_batch. Quantized KV caches always take the exact
+       one. Other values: RB_E_INVALID_ARG. */
+    int exact_attention;
 } rb_session_params;
 
 /* Fills the first struct_size bytes of params with the defaults (n_batch

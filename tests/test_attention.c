@@ -12,6 +12,7 @@
  * this CPU runs (x86-64: ref, avx2, vnni, avx512; aarch64: ref, neon,
  * dotprod - under qemu-user in CI).
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,6 +227,145 @@ static void check_tiled(rb_test_rng *rng, int rounds)
     }
 }
 
+/* 1 ulp of f32 at |x| (x normal) */
+static double ulp_of(double x)
+{
+    int e;
+    frexp(x, &e);
+    return ldexp(1.0, e - 24);
+}
+
+/* rb_attn_exp against exp() in double over [-87.3, 88]: at most 2 ulp
+ * (measured 1 here; the bound in attention.h), 0 below ln(FLT_MIN), and
+ * exp(0) = 1 exactly. */
+static void check_exp(void)
+{
+    double worst = 0;
+    for (int i = 0; i <= 2000000; i++) {
+        const float x = -87.3f + (float)i * (175.3f / 2000000.0f);
+        const double want = exp((double)x);
+        const double d = fabs((double)rb_attn_exp(x) - want) / ulp_of(want);
+        worst = d > worst ? d : worst;
+    }
+    printf("  rb_attn_exp: max error %.2f ulp over [-87.3, 88]\n", worst);
+    CHECK(worst <= 2.0);
+    CHECK(rb_attn_exp(-88.0f) == 0.0f && rb_attn_exp(-INFINITY) == 0.0f);
+    CHECK(rb_attn_exp(-FLT_MAX) == 0.0f && rb_attn_exp(0.0f) == 1.0f);
+}
+
+/*
+ * The tiled f32 form (rb_attn_f16_tiled): the tier's kernel gives the
+ * scalar form's bits (rb_attn_f16_tiled_ref; every lane is the same
+ * sequence of operations, so the bound is 0), and both are within a
+ * derived bound of softmax(kq q.K) V computed in double from the same f16
+ * K and V: a score's f32 fma chain errs by at most E = kq * hd * u *
+ * sum |q_i k_i| (u = 2^-24), which moves a weight by a factor within
+ * e^(+-E), so the normalised sum by at most (e^(2E) - 1) max|v|; the
+ * sequential f32 sums of n weights and of n weighted rows add n u each,
+ * rb_attn_exp 2 ulp per weight: |out - ref| <= max|v| * (e^(2E) - 1 +
+ * (2n + 8) u), doubled for slack. Random shapes: head dims 8..256 (with
+ * and without each tier's kernel), 1..64 queries (a tile or less), KV
+ * lengths that are not multiples of the 64-position block, pages of 8, 12
+ * and 256 positions, causal spans, sliding windows whose starts fall
+ * mid-block, and the pages before the earliest window freed.
+ */
+static void check_f32_tiled(rb_test_rng *rng, int rounds)
+{
+    static const uint32_t dims[] = {64, 128, 8, 32, 256, 96, 72, 40};
+    static const uint32_t pages[] = {256, 8, 12};
+    static float qbuf[RB_ATTN_TILE_Q * 256], got[RB_ATTN_TILE_Q * 256],
+        ref[RB_ATTN_TILE_Q * 256];
+    float *work = malloc(RB_ATTN_TILED_WORK_FLOATS(256) * sizeof *work);
+    double worst = 0; /* |d| / bound */
+    for (int r = 0; r < rounds; r++) {
+        const uint32_t hd = dims[r % 8], pt = pages[(r / 8) % 3];
+        const uint32_t n_kv = 2, kvh = (uint32_t)r % 2;
+        const uint32_t group = 1 + (uint32_t)(rb_test_rng_uniform(rng) * 4); /* 1..4 */
+        const uint32_t max_tok = RB_ATTN_TILE_Q / group;
+        const uint32_t n_tok = r % 5 == 0 ? max_tok : 1 + (uint32_t)(rb_test_rng_uniform(rng) * max_tok);
+        const uint32_t depth = (uint32_t)(rb_test_rng_uniform(rng) * (r % 3 ? 400 : 20));
+        const uint32_t window = r % 4 == 1 ? 1 + (uint32_t)(rb_test_rng_uniform(rng) * 150) : 0;
+        const uint32_t n_pos = depth + n_tok;
+        rb_kvcache kv;
+        rb_error err = {0};
+        CHECK(rb_kvcache_init(&kv, 1, n_kv, hd, hd, n_pos + 16, pt, &err) == RB_OK);
+        CHECK(rb_kvcache_reserve(&kv, n_pos, &err) == RB_OK);
+        for (uint32_t p = 0; p < n_pos; p++)
+            for (uint32_t h = 0; h < n_kv; h++)
+                for (uint32_t i = 0; i < hd; i++) {
+                    rb_kvcache_k(&kv, 0, h, p)[i] = rb_fp32_to_fp16(frand(rng) * (1.0f + (float)(p % 5)));
+                    rb_kvcache_v(&kv, 0, h, p)[i] = rb_fp32_to_fp16(frand(rng));
+                }
+        const float qs_scale = 2.0f / sqrtf((float)hd);
+        rb_attn_query qs[RB_ATTN_TILE_Q];
+        uint32_t nq = 0, lo = UINT32_MAX;
+        for (uint32_t t = 0; t < n_tok; t++)
+            for (uint32_t h = 0; h < group; h++, nq++) {
+                rb_attn_query *a = &qs[nq];
+                for (uint32_t i = 0; i < hd; i++)
+                    qbuf[nq * hd + i] = frand(rng) * qs_scale;
+                a->q = qbuf + nq * hd;
+                a->last = depth + t;
+                a->first = window && a->last >= window ? a->last - window + 1 : 0;
+                lo = a->first < lo ? a->first : lo;
+            }
+        for (uint32_t pg = 0; pg < lo / pt; pg++)
+            rb_kvcache_free_page(&kv, 0, pg);
+        const float kq = 1.0f / sqrtf((float)hd);
+        for (uint32_t i = 0; i < nq; i++)
+            qs[i].out = got + i * hd;
+        rb_attn_f16_tiled(&kv, 0, kvh, kq, qs, nq, work);
+        for (uint32_t i = 0; i < nq; i++)
+            qs[i].out = ref + i * hd;
+        rb_attn_f16_tiled_ref(&kv, 0, kvh, kq, qs, nq, work);
+        int bad = memcmp(got, ref, (size_t)nq * hd * sizeof *got) != 0, far = 0;
+        for (uint32_t i = 0; i < nq; i++) {
+            const rb_attn_query *a = &qs[i];
+            const uint32_t n = a->last - a->first + 1;
+            double *sc = malloc(n * sizeof *sc), mx = -INFINITY, E = 0, vmax = 0;
+            for (uint32_t p = a->first; p <= a->last; p++) {
+                const rb_f16 *k = rb_kvcache_k(&kv, 0, kvh, p);
+                double s = 0, sa = 0;
+                for (uint32_t d = 0; d < hd; d++) {
+                    s += (double)a->q[d] * rb_fp16_to_fp32(k[d]);
+                    sa += fabs((double)a->q[d] * rb_fp16_to_fp32(k[d]));
+                }
+                sc[p - a->first] = s * kq;
+                mx = sc[p - a->first] > mx ? sc[p - a->first] : mx;
+                E = kq * hd * ldexp(sa, -24) > E ? kq * hd * ldexp(sa, -24) : E;
+                for (uint32_t d = 0; d < hd; d++) {
+                    const double v = fabs(rb_fp16_to_fp32(rb_kvcache_v(&kv, 0, kvh, p)[d]));
+                    vmax = v > vmax ? v : vmax;
+                }
+            }
+            const double bound = 2 * vmax * (expm1(2 * E) + (2.0 * n + 8) * ldexp(1, -24));
+            double l = 0;
+            for (uint32_t p = 0; p < n; p++)
+                l += exp(sc[p] - mx);
+            for (uint32_t d = 0; d < hd; d++) {
+                double o = 0;
+                for (uint32_t p = 0; p < n; p++)
+                    o += exp(sc[p] - mx) *
+                         rb_fp16_to_fp32(rb_kvcache_v(&kv, 0, kvh, a->first + p)[d]);
+                o /= l;
+                const double dd = fabs(got[i * hd + d] - o);
+                far += !(dd <= bound);
+                worst = dd / bound > worst ? dd / bound : worst;
+            }
+            free(sc);
+        }
+        if (bad || far)
+            printf("  f32 tiled: head dim %u, page %u, group %u, tokens %u, depth %u, window %u: "
+                   "tier != ref %d, %d values past the bound\n",
+                   hd, pt, group, n_tok, depth, window, bad, far);
+        CHECK_EQ_INT(bad, 0);
+        CHECK_EQ_INT(far, 0);
+        rb_kvcache_deinit(&kv);
+    }
+    printf("  f32 tiled: worst |d| / bound %.3f\n", worst);
+    free(work);
+}
+
 static void check_tier(rb_test_rng *rng)
 {
     rb_test_rng seed = *rng;
@@ -356,6 +496,8 @@ static void check_tier(rb_test_rng *rng)
     }
     check_swiglu(&seed);
     check_tiled(&seed, 72);
+    check_exp();
+    check_f32_tiled(&seed, 96);
     *rng = seed;
 }
 

@@ -270,6 +270,22 @@ static void test_stops(void)
     CHECK_EQ_INT(P("-ub", "512"), RB_CLI_EXIT_USAGE);
 }
 
+/* --exact-attention (run, chat, serve, bench): off unless given, then
+ * rb_session_params.exact_attention = 1, in the shared session rows */
+static void test_exact_attention(void)
+{
+    rb_session_params p = rb_session_default_params();
+    const rb_opt opts[] = {RB_CLI_SESSION_OPTS(&p), {0}};
+    const rb_cli_cmd c = {"test", "[options]", NULL, opts, NULL, NULL, 0, NULL, NULL};
+    char *none[] = {"cmd", "-t", "2"}, *given[] = {"cmd", "--exact-attention"};
+    CHECK_EQ_INT(rb_cli_parse(&c, 3, none), -1);
+    CHECK_EQ_INT(p.exact_attention, 0);
+    CHECK_EQ_INT(rb_cli_parse(&c, 2, given), -1);
+    CHECK_EQ_INT(p.exact_attention, 1);
+    char *bad[] = {"cmd", "--exact-attention=1"};
+    CHECK_EQ_INT(rb_cli_parse(&c, 2, bad), RB_CLI_EXIT_USAGE);
+}
+
 int main(void)
 {
     test_names_and_values();
@@ -279,5 +295,6 @@ int main(void)
     test_help();
     test_text_helpers();
     test_stops();
+    test_exact_attention();
     return check_report();
 }

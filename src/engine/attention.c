@@ -11,17 +11,23 @@
  * f16(fma(v, s, acc)); with a sequential f32 q.k and a separately rounded
  * product in V they drifted to 1.4e-2 and 3.5e-2.
  *
- * llama.cpp 34af94cd9 itself has two other CPU forms, not used here: with
- * 64 or more queries in a call (its prefill) a tiled one (64 queries x 64
- * positions, q.k as an f32 GEMM, a vectorized softmax per tile, V summed
- * in f32), and for one query over 512 or more f16 positions (decode) the
- * positions split into one range per thread, each range's f16 sum widened
- * to f32 and the ranges merged. Both sum in another order than the
- * one-query form, the second differently for every thread count. The
- * goldens (one token per call, 1 thread, n_ctx 512) come from the one-query
- * form, and rebound computes it for every batch: prefill tiles the walk
- * over the KV (rb_attn_f16), not the arithmetic of a query.
+ * llama.cpp 34af94cd9 itself has two other CPU forms: with 64 or more
+ * queries in a call (its prefill) a tiled one (64 queries x 64 positions,
+ * q.k as an f32 GEMM, a vectorized softmax per tile, V summed in f32), and
+ * for one query over 512 or more f16 positions (decode) the positions split
+ * into one range per thread, each range's f16 sum widened to f32 and the
+ * ranges merged. The second is not used here (its order changes with the
+ * thread count). The first has its counterpart at the end of this file
+ * (rb_attn_f16_tiled, rebound's own tiling and exp, taken by forward.c
+ * for a sequence's batch of 64+ tokens unless exact_attention is set): the
+ * one-query form spends ~10.8 ns per query x position x head on a Zen 5
+ * core at depth (scalar expf and f16 rounding at every position), the f32
+ * tiles a fraction of that. The goldens (one token per call, 1 thread,
+ * n_ctx 512) come from the one-query form, which every batch below 64
+ * tokens, and every batch with exact_attention, computes: there prefill
+ * tiles the walk over the KV (rb_attn_f16), not the arithmetic of a query.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -328,4 +334,151 @@ void rb_attn_scale_f32(float *acc, float s, int n)
 #endif
     for (int i = 0; i < n; i++)
         acc[i] *= s;
+}
+
+/*
+ * The tiled f32 form (attention.h). llama.cpp 34af94cd9 switches its CPU
+ * flash attention to such a form when a call has 64 or more queries (its
+ * GGML_FA_TILE_Q); rebound's forward.c takes it for a sequence's batch of
+ * 64 or more tokens unless the session asked for the exact arithmetic.
+ * The order of every operation is fixed per lane (attention.h), so that
+ * the vector kernels in ops_avx2.c / ops_avx512.c are checked against this
+ * scalar code bit for bit. The exp's constants are in ops_kernels.h.
+ */
+float rb_attn_exp(float x)
+{
+    if (!(x >= RB_EXP_LO))
+        return 0.0f;
+    x = x < 88.0f ? x : 88.0f;
+    const float n = fmaf(x, RB_EXP_LOG2E, RB_EXP_SHIFT) - RB_EXP_SHIFT;
+    float r = fmaf(n, -RB_EXP_LN2_HI, x);
+    r = fmaf(n, -RB_EXP_LN2_LO, r);
+    float p = RB_EXP_C7;
+    p = fmaf(p, r, RB_EXP_C6);
+    p = fmaf(p, r, RB_EXP_C5);
+    p = fmaf(p, r, RB_EXP_C4);
+    p = fmaf(p, r, RB_EXP_C3);
+    p = fmaf(p, r, RB_EXP_C2);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+int rb_attn_tblock_f16_ref(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
+                           int nq, const float *qt, const int32_t *first, const int32_t *last,
+                           int32_t p0, float kq_scale, float *kf, float *vf, float *st,
+                           float *acc, float *m, float *l)
+{
+    const int TQ = RB_ATTN_TILE_Q;
+    float ms[RB_ATTN_TILE_Q];
+    for (int p = 0; p < np; p++)
+        for (int d = 0; d < hd; d++) {
+            kf[p * hd + d] = rb_fp16_to_fp32(kr[p][d]);
+            vf[p * hd + d] = rb_fp16_to_fp32(vr[p][d]);
+        }
+    for (int p = 0; p < np; p++)
+        for (int q = 0; q < nq; q++) {
+            float c = 0.0f;
+            for (int d = 0; d < hd; d++)
+                c = fmaf(kf[p * hd + d], qt[d * TQ + q], c);
+            const int32_t pos = p0 + p;
+            st[p * TQ + q] = first[q] <= pos && pos <= last[q] ? c * kq_scale : -FLT_MAX;
+        }
+    for (int q = 0; q < nq; q++) {
+        float mx = m[q];
+        for (int p = 0; p < np; p++)
+            mx = st[p * TQ + q] > mx ? st[p * TQ + q] : mx;
+        ms[q] = rb_attn_exp(m[q] - mx);
+        m[q] = mx;
+        float s = l[q] * ms[q];
+        for (int p = 0; p < np; p++) {
+            const float w = rb_attn_exp(st[p * TQ + q] - mx);
+            st[p * TQ + q] = w;
+            s = s + w;
+        }
+        l[q] = s;
+    }
+    for (int q = 0; q < nq; q++)
+        for (int d = 0; d < hd; d++) {
+            float a = acc[q * hd + d] * ms[q];
+            for (int p = 0; p < np; p++)
+                a = fmaf(st[p * TQ + q], vf[p * hd + d], a);
+            acc[q * hd + d] = a;
+        }
+    return 1;
+}
+
+rb_attn_tblock_fn rb_attn_tblock_f16_for(int hd)
+{
+#if defined(__x86_64__)
+    const int tier = rb_cpu_tier();
+    if (tier == RB_CPU_TIER_AVX512 && hd % 16 == 0)
+        return rb_attn_tblock_f16_avx512;
+    if (RB_ATTN_VEC_TIER(tier) && hd % 8 == 0)
+        return rb_attn_tblock_f16_avx2;
+#endif
+    (void)hd;
+    return rb_attn_tblock_f16_ref;
+}
+
+/* One tile: the queries transposed into qt (zero past nq, whose spans are
+ * empty), the positions lo..end-1 in blocks, out = acc / l. */
+static void attn_tiled(rb_attn_tblock_fn block, const rb_kvcache *kv, uint32_t layer,
+                       uint32_t kvh, float kq_scale, const rb_attn_query *qs, uint32_t nq,
+                       float *work)
+{
+    const int TQ = RB_ATTN_TILE_Q, TKV = RB_ATTN_TILE_KV;
+    const int hd = (int)kv->head_dim_k;
+    float *qt = work, *acc = qt + (size_t)hd * TQ, *kf = acc + (size_t)hd * TQ;
+    float *vf = kf + (size_t)hd * TKV, *st = vf + (size_t)hd * TKV, *m = st + TQ * TKV;
+    float *l = m + TQ;
+    int32_t *first = (int32_t *)(l + TQ), *last = first + TQ;
+    const rb_f16 *kr[RB_ATTN_TILE_KV], *vr[RB_ATTN_TILE_KV];
+    uint32_t lo = UINT32_MAX, end = 0;
+    if (nq == 0)
+        return;
+    for (int q = 0; q < TQ; q++) {
+        const int real = q < (int)nq;
+        for (int d = 0; d < hd; d++)
+            qt[d * TQ + q] = real ? qs[q].q[d] : 0.0f;
+        first[q] = real ? (int32_t)qs[q].first : 1;
+        last[q] = real ? (int32_t)qs[q].last : 0;
+        m[q] = -FLT_MAX;
+        l[q] = 0.0f;
+        if (real) {
+            lo = qs[q].first < lo ? qs[q].first : lo;
+            end = qs[q].last + 1 > end ? qs[q].last + 1 : end;
+        }
+    }
+    memset(acc, 0, (size_t)TQ * hd * sizeof *acc);
+    for (uint32_t p0 = lo; p0 < end; p0 += TKV) {
+        const int np = end - p0 < (uint32_t)TKV ? (int)(end - p0) : TKV;
+        for (int p = 0; p < np; p++) {
+            kr[p] = rb_kvcache_k(kv, layer, kvh, p0 + p);
+            vr[p] = rb_kvcache_v(kv, layer, kvh, p0 + p);
+        }
+        block(kr, vr, np, hd, (int)nq, qt, first, last, (int32_t)p0, kq_scale, kf, vf, st, acc,
+              m, l);
+    }
+    for (uint32_t q = 0; q < nq; q++) {
+        const float inv = 1.0f / l[q];
+        for (int d = 0; d < hd; d++)
+            qs[q].out[d] = acc[(size_t)q * hd + d] * inv;
+    }
+}
+
+void rb_attn_f16_tiled(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
+                       const rb_attn_query *qs, uint32_t nq, float *work)
+{
+    attn_tiled(rb_attn_tblock_f16_for((int)kv->head_dim_k), kv, layer, kvh, kq_scale, qs, nq,
+               work);
+}
+
+void rb_attn_f16_tiled_ref(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
+                           const rb_attn_query *qs, uint32_t nq, float *work)
+{
+    attn_tiled(rb_attn_tblock_f16_ref, kv, layer, kvh, kq_scale, qs, nq, work);
 }

@@ -307,6 +307,7 @@ typedef struct attn_job {
     uint32_t heads;         /* query heads of a KV head's group per task */
     uint32_t n_splits;      /* tasks a group is split into (heads > the cap) */
     _Atomic uint32_t next;  /* next (sequence, KV head, token chunk, heads) task */
+    int tiled;              /* tasks are tiles of the f32 form (attend_tiled) */
 } attn_job;
 
 /* Queries one task keeps in flight (attention.h's limits): a task is a KV
@@ -352,6 +353,57 @@ static void attend(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t
             a->first = window && a->last >= window ? a->last - window + 1 : 0;
         }
     rb_attn_f16(sq->kv, j->layer, kvh, f->kq_scale, qs, nq);
+}
+
+/* Splits a task of the tiled job's size (up to RB_ATTN_TILE_Q queries) into
+ * calls of the exact form's size (attn_queries_per_task): for a sequence of the job
+ * that is not tiled. The exact form's bits do not depend on how queries
+ * are grouped. */
+static void attend_exact(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
+                         uint32_t g1, uint32_t t0, uint32_t t1,
+                         void (*fn)(attn_job *, const rb_forward_seq *, uint32_t, uint32_t,
+                                    uint32_t, uint32_t, uint32_t))
+{
+    const uint32_t nh = g1 - g0, cap = attn_queries_per_task(&j->f->hp);
+    if (nh >= cap) {
+        for (uint32_t t = t0; t < t1; t++)
+            for (uint32_t g = g0; g < g1; g += cap)
+                fn(j, sq, kvh, g, g + cap < g1 ? g + cap : g1, t, t + 1);
+        return;
+    }
+    const uint32_t step = cap / nh;
+    for (uint32_t t = t0; t < t1; t += step)
+        fn(j, sq, kvh, g0, g1, t, t + step < t1 ? t + step : t1);
+}
+
+/* attend() in the tiled f32 form: the task's queries are one tile
+ * (rb_attn_f16_tiled), in the worker's scratch slot. No scratch (out of
+ * memory): the exact form, which needs none. */
+static void attend_tiled(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
+                         uint32_t g1, uint32_t t0, uint32_t t1, int ith)
+{
+    rb_forward *f = j->f;
+    const rb_hparams *hp = &f->hp;
+    const uint32_t hd = hp->head_dim_k, group = hp->n_head / hp->n_head_kv;
+    const uint32_t window = f->layers[j->layer].window;
+    float *work = rb_threadpool_scratch(f->pool, ith,
+                                        RB_ATTN_TILED_WORK_FLOATS(hd) * sizeof(float));
+    if (!work) {
+        attend_exact(j, sq, kvh, g0, g1, t0, t1, attend);
+        return;
+    }
+    rb_attn_query qs[RB_ATTN_TILE_Q];
+    uint32_t nq = 0;
+    for (uint32_t t = t0; t < t1; t++)
+        for (uint32_t g = g0; g < g1; g++, nq++) {
+            const uint32_t h = kvh * group + g;
+            rb_attn_query *a = &qs[nq];
+            a->q = f->q + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
+            a->out = f->ao + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
+            a->last = sq->pos0 + t;
+            a->first = window && a->last >= window ? a->last - window + 1 : 0;
+        }
+    rb_attn_f16_tiled(sq->kv, j->layer, kvh, f->kq_scale, qs, nq, work);
 }
 
 /* A quantized K or V (llama.cpp's flash attention with such a cache): q
@@ -442,7 +494,6 @@ static void attn_worker(void *ctx, int ith, int nth)
     attn_job *j = ctx;
     const uint32_t n_kv = j->f->hp.n_head_kv, group = j->f->hp.n_head / n_kv;
     const uint32_t per_chunk = n_kv * j->n_splits;
-    (void)ith;
     (void)nth;
     /* relaxed: the task index is the only thing shared, results go to
        disjoint rows, and the pool's job barrier orders them for the caller.
@@ -463,7 +514,12 @@ static void attn_worker(void *ctx, int ith, int nth)
         uint32_t t1 = t0 + j->chunk < sq->n ? t0 + j->chunk : sq->n;
         uint32_t kvh = task % per_chunk / j->n_splits, g0 = task % j->n_splits * j->heads;
         uint32_t g1 = g0 + j->heads < group ? g0 + j->heads : group;
-        if (sq->kv->type_k == RB_TYPE_F16 && sq->kv->type_v == RB_TYPE_F16)
+        const int f16 = sq->kv->type_k == RB_TYPE_F16 && sq->kv->type_v == RB_TYPE_F16;
+        if (j->tiled && f16 && sq->n >= RB_FORWARD_TILED_MIN)
+            attend_tiled(j, sq, kvh, g0, g1, t0, t1, ith);
+        else if (j->tiled)
+            attend_exact(j, sq, kvh, g0, g1, t0, t1, f16 ? attend : attend_quant);
+        else if (f16)
             attend(j, sq, kvh, g0, g1, t0, t1);
         else
             attend_quant(j, sq, kvh, g0, g1, t0, t1);
@@ -552,9 +608,18 @@ static void attention_block(rb_forward *f, const rb_forward_seq *seqs, uint32_t 
             rb_forward_store_row(kv->type_v, v + h * hd, rb_kvcache_v_row(kv, l, h, pos), hd);
         }
     }
-    const uint32_t cap = attn_queries_per_task(hp), group = hp->n_head / hp->n_head_kv;
+    /* a task is a KV head's group (or part of it) over a chunk of tokens:
+       one tile of the f32 form when a sequence of the pass takes it (the
+       others' tasks are split into the exact form's calls), else one call
+       of the exact form */
+    int tiled = 0;
+    for (uint32_t i = 0; i < n_seqs && !f->exact_attention; i++)
+        tiled |= seqs[i].n >= RB_FORWARD_TILED_MIN && seqs[i].kv->type_k == RB_TYPE_F16 &&
+                 seqs[i].kv->type_v == RB_TYPE_F16;
+    const uint32_t group = hp->n_head / hp->n_head_kv;
+    const uint32_t cap = tiled ? RB_ATTN_TILE_Q : attn_queries_per_task(hp);
     const uint32_t heads = group < cap ? group : cap, chunk = group < cap ? cap / group : 1;
-    attn_job job = {f, seqs, n_seqs, l, chunk, heads, (group + heads - 1) / heads, 0};
+    attn_job job = {f, seqs, n_seqs, l, chunk, heads, (group + heads - 1) / heads, 0, tiled};
     rb_threadpool_run(f->pool, attn_worker, &job);
     matmul(f, &w->wo, f->ao, f->q_dim, n, f->y, E);
     post_norm(f, w->attn_post_norm, n);

@@ -8,6 +8,7 @@
 #include "ops_kernels.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -344,6 +345,137 @@ float rb_attn_dot_q4_0_avx2(const void *k_row, const void *q_row, int n)
         acc = _mm256_fmadd_ps(d, q, acc);
     }
     return kv_hsum8_avx2(acc);
+}
+
+/*
+ * rb_attn_tblock_f16_avx2: attention.h's tiled block in 8-lane registers
+ * (the 64 queries of a tile are 8 ymm). Scores: 4 positions x 16 queries
+ * in 8 accumulators; V: 4 queries x 16 dims in 8 accumulators; the
+ * softmax down the lanes. Each lane takes rb_attn_tblock_f16_ref's
+ * operations in its order: the same bits.
+ */
+static inline __attribute__((always_inline)) __m256 rb_texp8(__m256 x)
+{
+    const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(RB_EXP_LO), _CMP_GE_OQ);
+    x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+    const __m256 sh = _mm256_set1_ps(RB_EXP_SHIFT);
+    const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(RB_EXP_LOG2E), sh), sh);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-RB_EXP_LN2_HI), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-RB_EXP_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(RB_EXP_C7);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(RB_EXP_C6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(RB_EXP_C5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(RB_EXP_C4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(RB_EXP_C3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(RB_EXP_C2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(ok, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* NP positions (4 or 1) from p, queries q..q+15 */
+static inline __attribute__((always_inline)) void
+rb_tscore8(const float *kf, const float *qt, int hd, int p, int q, int32_t p0, __m256 scale,
+           const int32_t *first, const int32_t *last, float *st, const int NP)
+{
+    __m256 c[4][2];
+    _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
+        c[i][0] = _mm256_setzero_ps();
+        c[i][1] = _mm256_setzero_ps();
+    }
+    for (int d = 0; d < hd; d++) {
+        const __m256 q0 = _mm256_loadu_ps(qt + d * 64 + q), q1 = _mm256_loadu_ps(qt + d * 64 + q + 8);
+        _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
+            const __m256 k = _mm256_broadcast_ss(kf + (p + i) * hd + d);
+            c[i][0] = _mm256_fmadd_ps(k, q0, c[i][0]);
+            c[i][1] = _mm256_fmadd_ps(k, q1, c[i][1]);
+        }
+    }
+    const __m256 neg = _mm256_set1_ps(-FLT_MAX);
+    _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
+        const __m256i pos = _mm256_set1_epi32(p0 + p + i);
+        _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) {
+            const __m256i f = _mm256_loadu_si256((const __m256i *)(first + q + 8 * j));
+            const __m256i l = _mm256_loadu_si256((const __m256i *)(last + q + 8 * j));
+            const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(f, pos), _mm256_cmpgt_epi32(pos, l));
+            _mm256_storeu_ps(st + (p + i) * 64 + q + 8 * j,
+                             _mm256_blendv_ps(_mm256_mul_ps(c[i][j], scale), neg,
+                                              _mm256_castsi256_ps(out)));
+        }
+    }
+}
+
+/* queries q..q+3, NV vectors (2 or 1) of dims from d */
+static inline __attribute__((always_inline)) void
+rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd, int np, int q,
+          int d, const int NV)
+{
+    __m256 a[4][2];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        const __m256 s = _mm256_set1_ps(ms[q + i]);
+        _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++)
+            a[i][j] = _mm256_mul_ps(_mm256_loadu_ps(acc + (q + i) * hd + d + 8 * j), s);
+    }
+    for (int p = 0; p < np; p++) {
+        __m256 v[2];
+        _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++) v[j] = _mm256_loadu_ps(vf + p * hd + d + 8 * j);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+            const __m256 w = _mm256_broadcast_ss(st + p * 64 + q + i);
+            _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++) a[i][j] = _mm256_fmadd_ps(w, v[j], a[i][j]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++)
+            _mm256_storeu_ps(acc + (q + i) * hd + d + 8 * j, a[i][j]);
+}
+
+int rb_attn_tblock_f16_avx2(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
+                            int nq, const float *qt, const int32_t *first, const int32_t *last,
+                            int32_t p0, float kq_scale, float *kf, float *vf, float *st,
+                            float *acc, float *m, float *l)
+{
+    if (hd % 8 != 0)
+        return 0;
+    float ms[64];
+    for (int p = 0; p < np; p++)
+        for (int d = 0; d < hd; d += 8) {
+            _mm256_storeu_ps(kf + p * hd + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr[p] + d))));
+            _mm256_storeu_ps(vf + p * hd + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr[p] + d))));
+        }
+    const __m256 scale = _mm256_set1_ps(kq_scale);
+    for (int q = 0; q < nq; q += 16) {
+        int p = 0;
+        for (; p + 4 <= np; p += 4)
+            rb_tscore8(kf, qt, hd, p, q, p0, scale, first, last, st, 4);
+        for (; p < np; p++)
+            rb_tscore8(kf, qt, hd, p, q, p0, scale, first, last, st, 1);
+    }
+    for (int q = 0; q < nq; q += 8) {
+        const __m256 mo = _mm256_loadu_ps(m + q);
+        __m256 mx = mo;
+        for (int p = 0; p < np; p++)
+            mx = _mm256_max_ps(_mm256_loadu_ps(st + p * 64 + q), mx);
+        const __m256 msv = rb_texp8(_mm256_sub_ps(mo, mx));
+        _mm256_storeu_ps(ms + q, msv);
+        _mm256_storeu_ps(m + q, mx);
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(l + q), msv);
+        for (int p = 0; p < np; p++) {
+            const __m256 w = rb_texp8(_mm256_sub_ps(_mm256_loadu_ps(st + p * 64 + q), mx));
+            _mm256_storeu_ps(st + p * 64 + q, w);
+            s = _mm256_add_ps(s, w);
+        }
+        _mm256_storeu_ps(l + q, s);
+    }
+    for (int q = 0; q < nq; q += 4) {
+        int d = 0;
+        for (; d + 16 <= hd; d += 16)
+            rb_tvacc8(vf, st, ms, acc, hd, np, q, d, 2);
+        for (; d < hd; d += 8)
+            rb_tvacc8(vf, st, ms, acc, hd, np, q, d, 1);
+    }
+    return 1;
 }
 
 #else

@@ -22,6 +22,7 @@
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__) && \
     defined(__F16C__)
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 
@@ -214,6 +215,136 @@ int rb_attn_tile8_f16_avx512(const rb_f16 *k, const rb_f16 *v, int64_t stride, i
     case 256: rb_tile8(k, v, stride, kq_scale, nq, idx, qh, acc, m, sum, 256); return 1;
     default: return 0;
     }
+}
+
+/*
+ * rb_attn_tblock_f16_avx512: attention.h's tiled block, 16 queries to a
+ * register (the 64 queries of a tile are 4 zmm). Scores: 4 positions x 64
+ * queries in 16 accumulators, each lane the fma chain over d of the
+ * scalar form (K broadcast from the widened row, q from the transposed
+ * tile). Softmax: the tile's queries down the lanes, positions in order.
+ * V: 4 queries x 64 dims in 16 accumulators, positions in order. The same
+ * operations per lane as rb_attn_tblock_f16_ref, so the same bits.
+ */
+RB_INLINE __m512 rb_exp16(__m512 x)
+{
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(RB_EXP_LO), _CMP_GE_OQ);
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.0f));
+    const __m512 sh = _mm512_set1_ps(RB_EXP_SHIFT);
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(RB_EXP_LOG2E), sh), sh);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-RB_EXP_LN2_HI), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-RB_EXP_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(RB_EXP_C7);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(RB_EXP_C6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(RB_EXP_C5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(RB_EXP_C4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(RB_EXP_C3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(RB_EXP_C2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps(ok, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
+/* NP positions (1 or 4) from p of the scores, all 64 queries */
+RB_INLINE void rb_tscore(const float *kf, const float *qt, int hd, int p, int32_t p0,
+                         __m512 scale, const __m512i *fv, const __m512i *lv, float *st,
+                         const int NP)
+{
+    __m512 c[4][4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) c[i][j] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m512 qv[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) qv[j] = _mm512_loadu_ps(qt + d * 64 + 16 * j);
+        _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
+            const __m512 k = _mm512_set1_ps(kf[(p + i) * hd + d]);
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) c[i][j] = _mm512_fmadd_ps(k, qv[j], c[i][j]);
+        }
+    }
+    const __m512 neg = _mm512_set1_ps(-FLT_MAX);
+    _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
+        const __m512i pos = _mm512_set1_epi32(p0 + p + i);
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            const __mmask16 in = _mm512_cmple_epi32_mask(fv[j], pos) & _mm512_cmple_epi32_mask(pos, lv[j]);
+            _mm512_storeu_ps(st + (p + i) * 64 + 16 * j,
+                             _mm512_mask_mov_ps(neg, in, _mm512_mul_ps(c[i][j], scale)));
+        }
+    }
+}
+
+/* NQ queries (4) from q, NV vectors (4 or 1) of dims from d */
+RB_INLINE void rb_tvacc(const float *vf, const float *st, const float *ms, float *acc, int hd,
+                        int np, int q, int d, const int NV)
+{
+    __m512 a[4][4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        const __m512 s = _mm512_set1_ps(ms[q + i]);
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+            a[i][j] = _mm512_mul_ps(_mm512_loadu_ps(acc + (q + i) * hd + d + 16 * j), s);
+    }
+    for (int p = 0; p < np; p++) {
+        __m512 v[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = _mm512_loadu_ps(vf + p * hd + d + 16 * j);
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+            const __m512 w = _mm512_set1_ps(st[p * 64 + q + i]);
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] = _mm512_fmadd_ps(w, v[j], a[i][j]);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+            _mm512_storeu_ps(acc + (q + i) * hd + d + 16 * j, a[i][j]);
+}
+
+int rb_attn_tblock_f16_avx512(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
+                              int nq, const float *qt, const int32_t *first, const int32_t *last,
+                              int32_t p0, float kq_scale, float *kf, float *vf, float *st,
+                              float *acc, float *m, float *l)
+{
+    if (hd % 16 != 0)
+        return 0;
+    float ms[64];
+    for (int p = 0; p < np; p++)
+        for (int d = 0; d < hd; d += 16) {
+            _mm512_storeu_ps(kf + p * hd + d, rb_load16_f16(kr[p] + d));
+            _mm512_storeu_ps(vf + p * hd + d, rb_load16_f16(vr[p] + d));
+        }
+    __m512i fv[4], lv[4];
+    for (int j = 0; j < 4; j++) {
+        fv[j] = _mm512_loadu_si512(first + 16 * j);
+        lv[j] = _mm512_loadu_si512(last + 16 * j);
+    }
+    const __m512 scale = _mm512_set1_ps(kq_scale);
+    int p = 0;
+    for (; p + 4 <= np; p += 4)
+        rb_tscore(kf, qt, hd, p, p0, scale, fv, lv, st, 4);
+    for (; p < np; p++)
+        rb_tscore(kf, qt, hd, p, p0, scale, fv, lv, st, 1);
+    for (int q = 0; q < nq; q += 16) {
+        const __m512 mo = _mm512_loadu_ps(m + q);
+        __m512 mx = mo;
+        for (p = 0; p < np; p++)
+            mx = _mm512_max_ps(_mm512_loadu_ps(st + p * 64 + q), mx);
+        const __m512 msv = rb_exp16(_mm512_sub_ps(mo, mx));
+        _mm512_storeu_ps(ms + q, msv);
+        _mm512_storeu_ps(m + q, mx);
+        __m512 s = _mm512_mul_ps(_mm512_loadu_ps(l + q), msv);
+        for (p = 0; p < np; p++) {
+            const __m512 w = rb_exp16(_mm512_sub_ps(_mm512_loadu_ps(st + p * 64 + q), mx));
+            _mm512_storeu_ps(st + p * 64 + q, w);
+            s = _mm512_add_ps(s, w);
+        }
+        _mm512_storeu_ps(l + q, s);
+    }
+    for (int q = 0; q < nq; q += 4) {
+        int d = 0;
+        for (; d + 64 <= hd; d += 64)
+            rb_tvacc(vf, st, ms, acc, hd, np, q, d, 4);
+        for (; d < hd; d += 16)
+            rb_tvacc(vf, st, ms, acc, hd, np, q, d, 1);
+    }
+    return 1;
 }
 
 #else

@@ -14,6 +14,19 @@
 
 #include "quant.h"
 
+/* rb_attn_exp's constants (attention.h), shared by every tier's copy */
+#define RB_EXP_LOG2E 1.44269504088896341f
+#define RB_EXP_SHIFT 12582912.0f /* 1.5 * 2^23: adding it rounds to an integer */
+#define RB_EXP_LN2_HI 0.693359375f
+#define RB_EXP_LN2_LO -2.12194440e-4f
+#define RB_EXP_LO -87.33654f /* ln(FLT_MIN) */
+#define RB_EXP_C7 (1.0f / 5040)
+#define RB_EXP_C6 (1.0f / 720)
+#define RB_EXP_C5 (1.0f / 120)
+#define RB_EXP_C4 (1.0f / 24)
+#define RB_EXP_C3 (1.0f / 6)
+#define RB_EXP_C2 0.5f
+
 #if defined(__x86_64__)
 /* gate[i] = silu(gate[i]) * up[i] for the first n - n % 8 values, in
  * ggml's vector exp; returns how many it did */
@@ -49,6 +62,17 @@ int rb_attn_block8_f16_avx512(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v,
 int rb_attn_tile8_f16_avx512(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
                              float kq_scale, int nq, const uint8_t *idx, const rb_f16 *qh,
                              rb_f16 *acc, float *m, float *sum);
+/* attention.h's tiled block (rb_attn_tblock_f16_ref's contract and bits):
+ * avx2 for head dims that are multiples of 8, avx512 for multiples of 16;
+ * return 0 (and do nothing) for other hd */
+int rb_attn_tblock_f16_avx2(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
+                            int nq, const float *qt, const int32_t *first, const int32_t *last,
+                            int32_t p0, float kq_scale, float *kf, float *vf, float *st,
+                            float *acc, float *m, float *l);
+int rb_attn_tblock_f16_avx512(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
+                              int nq, const float *qt, const int32_t *first, const int32_t *last,
+                              int32_t p0, float kq_scale, float *kf, float *vf, float *st,
+                              float *acc, float *m, float *l);
 #endif
 
 #if defined(__aarch64__)

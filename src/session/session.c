@@ -144,6 +144,9 @@ static rb_status create_impl(rb_model *model, const rb_session_params *params,
     if (p.pool && p.budget_bytes)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: a session in a pool has no budget "
                             "of its own (the pool holds it): budget_bytes must be 0");
+    if (p.exact_attention != 0 && p.exact_attention != 1)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: exact_attention %d is not 0 "
+                            "(tiled f32 at 64+ tokens) or 1 (always exact)", p.exact_attention);
     if ((unsigned)p.priority > RB_PRIORITY_BACKGROUND)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: priority %d is not foreground or "
                             "background", (int)p.priority);
@@ -180,6 +183,7 @@ static rb_status create_impl(rb_model *model, const rb_session_params *params,
         goto fail;
     if ((st = rb_forward_init(&s->fwd, model, n_ctx, n_batch, s->pool, err)) != RB_OK)
         goto fail;
+    s->fwd.exact_attention = p.exact_attention;
     if ((unsigned)p.kv_type_k > RB_KV_Q4_0 || (unsigned)p.kv_type_v > RB_KV_Q4_0) {
         st = rb_error_set(err, RB_E_INVALID_ARG, "session: KV cache types %d / %d are not f16, "
                           "q8_0 or q4_0", (int)p.kv_type_k, (int)p.kv_type_v);

@@ -23,6 +23,7 @@ import os as _os
 
 from ._lib import ffi as _ffi, lib as _lib, library_path
 from ._lib import model_params as _model_params, session_params as _session_params
+from ._lib import PARAMS as _PARAMS
 
 __all__ = ["Error", "Model", "Session", "Pool", "Sampler", "version", "cpu_describe",
            "decode_multi", "TRIM_BYTES", "TRIM_BACKGROUND", "TRIM_MODERATE", "TRIM_COMPLETE",
@@ -492,6 +493,9 @@ class Session:
                                     thread between layers; a true return stops
                                     the feed (Error RB_E_ABORTED)
       save_flags                    rebound.SAVE_* for open_session
+      exact_attention               True: every batch in llama.cpp's one-query
+                                    arithmetic (bit-identical logits); False
+                                    (default): batches of 64+ tokens tiled in f32
     """
 
     def __init__(self, model, n_ctx=0, n_batch=0, n_threads=0, pool=None,
@@ -499,7 +503,7 @@ class Session:
                  kv_type_v="f16", restore="pipelined", ram_codec="lossless", spill_dir=None,
                  weights_budget_bytes=0, weights_policy=None, device=None,
                  decode_bytes_per_s=0.0, storage_bytes_per_s=0.0, progress=None, save_flags=0,
-                 _path=None):
+                 exact_attention=False, _path=None):
         self._h = _ffi.NULL
         self.model = model
         self.pool = pool
@@ -520,6 +524,10 @@ class Session:
             setattr(p, field, t)
         p.restore = _choice("restore", restore, _RESTORE)
         p.ram_codec = _choice("ram_codec", ram_codec, _RAM_CODEC)
+        if exact_attention:
+            if _PARAMS != "v3":
+                raise ValueError("exact_attention: this librebound predates it")
+            p.exact_attention = 1
         self._keep = []  # C strings and structs the params point to
         if spill_dir is not None:
             self._keep.append(_ffi.new("char[]", _os.fsencode(spill_dir)))

@@ -302,3 +302,19 @@ def test_closed_objects_refuse(model):
         s.tokens
     with pytest.raises(ValueError):
         model.create_session(n_ctx=64, priority="sometimes")
+
+
+def test_exact_attention_is_one_token_at_a_time(model):
+    """exact_attention=True: a batch of 64+ tokens gives the logits of
+    feeding them one by one, bit for bit; the default (tiled f32 for such a
+    batch) need not, but stays close."""
+    toks = [3 + (i * 37) % 200 for i in range(80)]
+    with model.create_session(n_ctx=128, exact_attention=True) as e, \
+            model.create_session(n_ctx=128) as t, \
+            model.create_session(n_ctx=128, exact_attention=True) as one:
+        e.feed(toks)
+        t.feed(toks)
+        for tok in toks:
+            one.feed([tok])
+        assert e.logits() == one.logits()
+        assert max(abs(a - b) for a, b in zip(t.logits(), one.logits())) < 0.5
