@@ -330,18 +330,16 @@ typedef struct attn_query {
     float m, sum;
 } attn_query;
 
-/* Every query of one KV head over a chunk of tokens: causal attention over
- * positions 0..pos0+t (in a sliding-window layer the last `window` of
- * them), llama.cpp's CPU flash attention (attention.h). No page before the
- * earliest query's window is touched (such pages may have been freed). */
-static void attend(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
-                   uint32_t g1, uint32_t t0, uint32_t t1)
+/* The queries of heads g0..g1 of KV head kvh's group for tokens t0..t1 of
+ * sq (token-major), their spans: positions 0..pos0+t, in a sliding-window
+ * layer the last `window` of them. Returns how many. */
+static uint32_t fill_queries(const attn_job *j, const rb_forward_seq *sq, uint32_t kvh,
+                             uint32_t g0, uint32_t g1, uint32_t t0, uint32_t t1,
+                             rb_attn_query *qs)
 {
-    rb_forward *f = j->f;
-    const rb_hparams *hp = &f->hp;
-    const uint32_t hd = hp->head_dim_k, group = hp->n_head / hp->n_head_kv;
+    const rb_forward *f = j->f;
+    const uint32_t hd = f->hp.head_dim_k, group = f->hp.n_head / f->hp.n_head_kv;
     const uint32_t window = f->layers[j->layer].window;
-    rb_attn_query qs[ATTN_MAX_QUERIES];
     uint32_t nq = 0;
     for (uint32_t t = t0; t < t1; t++)
         for (uint32_t g = g0; g < g1; g++, nq++) {
@@ -352,6 +350,19 @@ static void attend(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t
             a->last = sq->pos0 + t;
             a->first = window && a->last >= window ? a->last - window + 1 : 0;
         }
+    return nq;
+}
+
+/* Every query of one KV head over a chunk of tokens: causal attention over
+ * positions 0..pos0+t (in a sliding-window layer the last `window` of
+ * them), llama.cpp's CPU flash attention (attention.h). No page before the
+ * earliest query's window is touched (such pages may have been freed). */
+static void attend(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
+                   uint32_t g1, uint32_t t0, uint32_t t1)
+{
+    rb_forward *f = j->f;
+    rb_attn_query qs[ATTN_MAX_QUERIES];
+    const uint32_t nq = fill_queries(j, sq, kvh, g0, g1, t0, t1, qs);
     rb_attn_f16(sq->kv, j->layer, kvh, f->kq_scale, qs, nq);
 }
 
@@ -383,9 +394,7 @@ static void attend_tiled(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, ui
                          uint32_t g1, uint32_t t0, uint32_t t1, int ith)
 {
     rb_forward *f = j->f;
-    const rb_hparams *hp = &f->hp;
-    const uint32_t hd = hp->head_dim_k, group = hp->n_head / hp->n_head_kv;
-    const uint32_t window = f->layers[j->layer].window;
+    const uint32_t hd = f->hp.head_dim_k;
     float *work = rb_threadpool_scratch(f->pool, ith,
                                         RB_ATTN_TILED_WORK_FLOATS(hd) * sizeof(float));
     if (!work) {
@@ -393,16 +402,7 @@ static void attend_tiled(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, ui
         return;
     }
     rb_attn_query qs[RB_ATTN_TILE_Q];
-    uint32_t nq = 0;
-    for (uint32_t t = t0; t < t1; t++)
-        for (uint32_t g = g0; g < g1; g++, nq++) {
-            const uint32_t h = kvh * group + g;
-            rb_attn_query *a = &qs[nq];
-            a->q = f->q + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
-            a->out = f->ao + (size_t)(sq->row0 + t) * f->q_dim + (size_t)h * hd;
-            a->last = sq->pos0 + t;
-            a->first = window && a->last >= window ? a->last - window + 1 : 0;
-        }
+    const uint32_t nq = fill_queries(j, sq, kvh, g0, g1, t0, t1, qs);
     rb_attn_f16_tiled(sq->kv, j->layer, kvh, f->kq_scale, qs, nq, work);
 }
 
