@@ -15,7 +15,11 @@
  * weights stream. Worker ith takes chunk ith first, then claims the next
  * with an atomic counter that lives in the job (on the caller's stack; the
  * pool's completion protocol orders its initialisation before every worker
- * and every result before rb_matmul returns). Inside a chunk, tiles of
+ * and every result before rb_matmul returns). A decode step (one token, or
+ * a few kernel's step) maps claim k to the (k / nth)-th chunk of part
+ * k % nth, each part a contiguous nth-th of the rows: each thread then
+ * streams its own rows in order and its prefetches stay in them. Inside a
+ * chunk, tiles of
  * tile_rows x tile_toks go through the ISA's tile kernel:
  *   decode  (n_tokens == 1): 4 rows x 1 token, a pure matrix-vector product,
  *           4 independent accumulator chains sharing each activation block;
@@ -180,7 +184,7 @@ typedef struct rb_matmul_job {
     int64_t chunk_rows, tok_block, n_row_chunks, n_chunks;
     int tile_rows, tile_toks;
     rb_gemv_fn gemv; /* decode's row kernel (NULL: tiles) */
-    int64_t gemv_part;  /* gemv, few: row chunks per thread's part (claims below) */
+    int64_t part_chunks; /* decode, few: row chunks per thread's part (claims below) */
     rb_few_fn few;   /* a step of several sequences' decode (NULL: tiles) */
     /* gemm (the ISA's panel kernel, NULL: tiles): its side tables */
     rb_gemm_fn gemm;
@@ -195,13 +199,13 @@ typedef struct rb_matmul_job {
 
 static void rb_matmul_chunk(const rb_matmul_job *job, int64_t c)
 {
-    if (job->gemv || job->few) {
+    if (job->part_chunks) {
         /* claim k goes to part k % nth, its (k / nth)-th chunk: threads
            that claim in turn each walk a contiguous part, so the lines a
            kernel prefetches ahead are its own next rows, not the other
            thread's (which it would pull into its own L2) */
-        const int64_t nth = job->n_chunks / job->gemv_part;
-        c = (c % nth) * job->gemv_part + c / nth;
+        const int64_t nth = job->n_chunks / job->part_chunks;
+        c = (c % nth) * job->part_chunks + c / nth;
         if (c >= job->n_row_chunks)
             return;
     }
@@ -328,9 +332,14 @@ void rb_matmul(rb_threadpool *pool, uint32_t w_type, const void *w, int64_t n_ro
     job.n_row_chunks = (n_rows + job.chunk_rows - 1) / job.chunk_rows;
     job.n_chunks = job.n_row_chunks * ((n_tokens + job.tok_block - 1) / job.tok_block);
     const int nth = rb_threadpool_n_threads(pool);
-    if (job.gemv || job.few) { /* claims of every part; those past the last chunk do nothing */
-        job.gemv_part = (job.n_row_chunks + nth - 1) / nth;
-        job.n_chunks = job.gemv_part * nth;
+    if (n_tokens == 1 || job.few) {
+        /* every decode and few split: claims of every part; those past the
+         * last chunk do nothing. Measured on qwen3-0.6b, Zen 5, 2 threads:
+         * the tiles' decode with chunks claimed in turn (each thread's next
+         * chunk 16 rows past the other's, its prefetches landing in the
+         * other's rows) ran Q8_0 tg128 at 47 tok/s, with parts at 59 */
+        job.part_chunks = (job.n_row_chunks + nth - 1) / nth;
+        job.n_chunks = job.part_chunks * nth;
     }
     atomic_init(&job.next_chunk, nth);
     if (n_tokens >= RB_MATMUL_GEMM_MIN_TOKENS && isa->gemm[w_type] && pool) {
