@@ -1022,6 +1022,99 @@ static void rb_gemv_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     rb_few_q4_0(n, w, wrb, n_rows, a, 0, y, 0, 1);
 }
 
+/* ---- decode: Q6_K, two rows per zmm ---------------------------------------
+ * One token against up to four rows (the decode tile): the prefill panel's
+ * arithmetic (row 2p in the low 256 bits, 2p + 1 in the high, each half the
+ * AVX2 kernel's ymm lanes, from -32 * (scale * bsum)) with the codes
+ * unpacked straight from the rows, no repack: per super-block one
+ * vpmaddubsw and one vpdpwssd per chunk and row pair where the vnni tile
+ * runs two of each, and one fma per row pair. The lanes' integers are the
+ * AVX2 kernel's and each half's floats go through fma(dw * da, float(lanes),
+ * acc) in its order, so the bits are the vnni tile's (test_matmul). The
+ * next tile's rows (R rows on) are prefetched as the vnni tile does. */
+RB_INLINE __m512i rb_join256(const void *lo, const void *hi)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
+                              _mm256_loadu_si256((const __m256i *)hi), 1);
+}
+
+RB_INLINE void rb_dec_q6_K(int64_t n, const char *w, size_t wrb, const char *a, float *y,
+                           const int R)
+{
+    enum { P = 2 };
+    const int np = (R + 1) / 2;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x30);
+    __m512 acc[P];
+    RB_FOR(p, P) acc[p] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        const rb_block_q8_K *ab = (const rb_block_q8_K *)a + b;
+        const __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)ab->bsums));
+        const __m512 da = _mm512_set1_ps(ab->d);
+        RB_FOR(p, P) {
+            if (p >= np)
+                break;
+            const rb_block_q6_K *x0 = (const rb_block_q6_K *)(w + (size_t)(2 * p) * wrb) + b;
+            /* an odd last row pairs with itself; its high half is dropped */
+            const rb_block_q6_K *x1 = 2 * p + 1 < R ? (const rb_block_q6_K *)(w + (size_t)(2 * p + 1) * wrb) + b : x0;
+            RB_FOR8(l, 4) _mm_prefetch((const char *)x0 + R * wrb + 64 * l, _MM_HINT_T1);
+            if (x1 != x0)
+                RB_FOR8(l, 4) _mm_prefetch((const char *)x1 + R * wrb + 64 * l, _MM_HINT_T1);
+            const __m512i sc16 = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x0->scales))),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x1->scales)), 1);
+            __m512i sumi = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(bs, sc16), 5));
+            RB_FOR8(h, 2) {
+                const __m512i l0 = rb_join256(x0->ql + 64 * h, x1->ql + 64 * h);
+                const __m512i l1 = rb_join256(x0->ql + 64 * h + 32, x1->ql + 64 * h + 32);
+                const __m512i qh = rb_join256(x0->qh + 32 * h, x1->qh + 32 * h);
+                __m512i q[4];
+                q[0] = _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 4), m3));
+                q[1] = _mm512_or_si512(_mm512_and_si512(l1, m4), _mm512_and_si512(_mm512_slli_epi16(qh, 2), m3));
+                q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), _mm512_and_si512(qh, m3));
+                q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                       _mm512_and_si512(_mm512_srli_epi16(qh, 2), m3));
+                RB_FOR8(k, 4) {
+                    /* words 0..7 of each row: scale 8h + 2k, 8..15: 8h + 2k + 1 */
+                    const int s = 8 * h + 2 * k;
+                    const __m512i sel = _mm512_set_epi16(
+                        16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1, 16 + s + 1,
+                        16 + s + 1, 16 + s, 16 + s, 16 + s, 16 + s, 16 + s, 16 + s, 16 + s, 16 + s, s + 1,
+                        s + 1, s + 1, s + 1, s + 1, s + 1, s + 1, s + 1, s, s, s, s, s, s, s, s);
+                    const __m512i av = _mm512_broadcast_i64x4(
+                        _mm256_loadu_si256((const __m256i *)(ab->qs + 128 * h + 32 * k)));
+                    sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[k], av),
+                                               _mm512_permutexvar_epi16(sel, sc16));
+                }
+            }
+            const __m512 dw = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(rb_h2f(x0->d))),
+                                                 _mm256_set1_ps(rb_h2f(x1->d)), 1);
+            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(sumi), acc[p]);
+        }
+    }
+    RB_FOR(p, P) {
+        if (2 * p < R)
+            y[2 * p] = rb_hsum8(_mm512_castps512_ps256(acc[p]));
+        if (2 * p + 1 < R)
+            y[2 * p + 1] = rb_hsum8(_mm512_extractf32x8_ps(acc[p], 1));
+    }
+}
+
+static void rb_tile_q6_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int n_tok, float *y, int64_t ys)
+{
+    if (n_tok != 1) {
+        rb_matmul_isa_vnni.tile[RB_TYPE_Q6_K](n, w, wrb, n_rows, a, arb, n_tok, y, ys);
+        return;
+    }
+    switch (n_rows) {
+    case 1: rb_dec_q6_K(n, w, wrb, a, y, 1); break;
+    case 2: rb_dec_q6_K(n, w, wrb, a, y, 2); break;
+    case 3: rb_dec_q6_K(n, w, wrb, a, y, 3); break;
+    case 4: rb_dec_q6_K(n, w, wrb, a, y, 4); break;
+    default: break;
+    }
+}
+
 /* ---- instantiation (matmul_avx2.c's shape switch) ---------------------------- */
 
 #define RB_SHAPES(CALL)                                                               \
@@ -1083,6 +1176,7 @@ const rb_matmul_isa rb_matmul_isa_avx512_own = {
     .tile = {
         [RB_TYPE_Q4_0] = rb_tile_q4_0_avx512,
         [RB_TYPE_Q8_0] = rb_tile_q8_0_avx512,
+        [RB_TYPE_Q6_K] = rb_tile_q6_K_avx512,
     },
     .gemv = {
         [RB_TYPE_Q4_0] = rb_gemv_q4_0_avx512,
