@@ -315,12 +315,7 @@ static void rb_quantize_act_bf16_avx2(const float *x, void *dst, int64_t n)
 static inline __m128i k_scales_mins(const uint8_t scales[12])
 {
     uint32_t u[4];
-    memcpy(u, scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const uint32_t u1 = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = u1;
-    u[0] &= 0x3f3f3f3fu;
+    rb_k4_scales_mins_u32(scales, u);
     return _mm_loadu_si128((const __m128i *)u);
 }
 

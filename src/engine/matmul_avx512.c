@@ -1115,6 +1115,107 @@ static void rb_tile_q6_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     }
 }
 
+/* ---- decode: Q4_K, two rows per zmm for the integers, chains by row ------
+ * The chains (matmul_avx2.c's rb_chains: one float per output row, per
+ * super-block acc = fma(float(isum), dw * da, acc) and accm = fma(float(
+ * imin), dmin * da, accm), y = acc - accm) need each row's exact integers
+ * only, so these are computed two rows per zmm: the codes' low and high
+ * nibbles by vpmaddubsw against the token's chunk broadcast to both halves,
+ * vpdpwssd with the sub-block's scale of each row (vpermw), and the mins of
+ * all four rows in one vpmaddwd against the sub-block sums; one transpose
+ * gives the four rows' isum and imin. The chains run as the vnni tile's
+ * four-row lanes, whose per-lane arithmetic is also that of its scalar
+ * chains for fewer rows: the vnni tile's bits (test_matmul). */
+RB_INLINE void rb_dec_q4_K(int64_t n, const char *w, size_t wrb, const char *a, float *y,
+                           const int R)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    const char *xr[4];
+    RB_FOR(r, 4) xr[r] = w + (size_t)(r < R ? r : 0) * wrb;
+    __m128 acc = _mm_setzero_ps(), accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        const rb_block_q8_K *ab = (const rb_block_q8_K *)a + b;
+        const __m128i bsp = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                           _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+        uint32_t sm[4][4];
+        __m512i z[2];
+        RB_FOR(p, 2) {
+            const rb_block_q4_K *x0 = (const rb_block_q4_K *)xr[2 * p] + b;
+            const rb_block_q4_K *x1 = (const rb_block_q4_K *)xr[2 * p + 1] + b;
+            if (2 * p < R)
+                RB_FOR8(l, 3) _mm_prefetch((const char *)x0 + R * wrb + 64 * l, _MM_HINT_T1);
+            if (2 * p + 1 < R)
+                RB_FOR8(l, 3) _mm_prefetch((const char *)x1 + R * wrb + 64 * l, _MM_HINT_T1);
+            rb_k4_scales_mins_u32(x0->scales, sm[2 * p]);
+            rb_k4_scales_mins_u32(x1->scales, sm[2 * p + 1]);
+            /* words 0..7: row 2p's scales, 16..23: row 2p + 1's */
+            const __m512i sc = _mm512_inserti64x4(
+                _mm512_zextsi256_si512(_mm256_zextsi128_si256(
+                    _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm[2 * p])))),
+                _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm[2 * p + 1]))), 1);
+            __m512i si = _mm512_setzero_si512();
+            RB_FOR8(g, 4) {
+                const __m512i raw = rb_join256(x0->qs + 32 * g, x1->qs + 32 * g);
+                const __m512i lo = _mm512_and_si512(raw, m4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                const __m512i alo = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(ab->qs + 64 * g)));
+                const __m512i ahi =
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(ab->qs + 64 * g + 32)));
+                const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * g)),
+                                                      _mm256_set1_epi16((short)(16 + 2 * g)), 1);
+                const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * g + 1)),
+                                                      _mm256_set1_epi16((short)(17 + 2 * g)), 1);
+                si = _mm512_dpwssd_epi32(si, _mm512_maddubs_epi16(lo, alo), _mm512_permutexvar_epi16(s0, sc));
+                si = _mm512_dpwssd_epi32(si, _mm512_maddubs_epi16(hi, ahi), _mm512_permutexvar_epi16(s1, sc));
+            }
+            z[p] = si;
+        }
+        /* the mins of row r in 128-bit lane r, against the 8 sub-block sums */
+        __m512i mn = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&sm[0][2])));
+        mn = _mm512_inserti32x4(mn, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&sm[1][2])), 1);
+        mn = _mm512_inserti32x4(mn, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&sm[2][2])), 2);
+        mn = _mm512_inserti32x4(mn, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&sm[3][2])), 3);
+        const __m512i im = _mm512_madd_epi16(mn, _mm512_broadcast_i32x4(bsp));
+        /* lane r: row r's 8 integer lanes folded to 4, then each lane's 4 of
+         * isum and imin summed: isum of row r at dword 4r, imin at 4r + 1 */
+        const __m512i u = _mm512_add_epi32(_mm512_shuffle_i64x2(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                           _mm512_shuffle_i64x2(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(u, im), _mm512_unpackhi_epi32(u, im));
+        t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
+        const __m256i is = _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, t));
+        const __m128 dy = _mm_set1_ps(ab->d);
+        rb_f16 hd[4], hm[4];
+        RB_FOR(r, 4) {
+            memcpy(&hd[r], xr[r] + b * sizeof(rb_block_q4_K) + offsetof(rb_block_q4_K, d), sizeof(rb_f16));
+            memcpy(&hm[r], xr[r] + b * sizeof(rb_block_q4_K) + offsetof(rb_block_q4_K, dmin), sizeof(rb_f16));
+        }
+        const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16((short)hd[0], (short)hd[1], (short)hd[2], (short)hd[3], 0, 0, 0, 0));
+        const __m128 dwm = _mm_cvtph_ps(_mm_setr_epi16((short)hm[0], (short)hm[1], (short)hm[2], (short)hm[3], 0, 0, 0, 0));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm256_castsi256_si128(is)), _mm_mul_ps(dw, dy), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm256_extracti128_si256(is, 1)), _mm_mul_ps(dwm, dy), accm);
+    }
+    float out[4];
+    _mm_storeu_ps(out, _mm_sub_ps(acc, accm));
+    RB_FOR(r, R) y[r] = out[r];
+}
+
+static void rb_tile_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int n_tok, float *y, int64_t ys)
+{
+    if (n_tok != 1) {
+        rb_matmul_isa_vnni.tile[RB_TYPE_Q4_K](n, w, wrb, n_rows, a, arb, n_tok, y, ys);
+        return;
+    }
+    switch (n_rows) {
+    case 1: rb_dec_q4_K(n, w, wrb, a, y, 1); break;
+    case 2: rb_dec_q4_K(n, w, wrb, a, y, 2); break;
+    case 3: rb_dec_q4_K(n, w, wrb, a, y, 3); break;
+    case 4: rb_dec_q4_K(n, w, wrb, a, y, 4); break;
+    default: break;
+    }
+}
+
 /* ---- instantiation (matmul_avx2.c's shape switch) ---------------------------- */
 
 #define RB_SHAPES(CALL)                                                               \
@@ -1177,6 +1278,7 @@ const rb_matmul_isa rb_matmul_isa_avx512_own = {
         [RB_TYPE_Q4_0] = rb_tile_q4_0_avx512,
         [RB_TYPE_Q8_0] = rb_tile_q8_0_avx512,
         [RB_TYPE_Q6_K] = rb_tile_q6_K_avx512,
+        [RB_TYPE_Q4_K] = rb_tile_q4_K_avx512,
     },
     .gemv = {
         [RB_TYPE_Q4_0] = rb_gemv_q4_0_avx512,

@@ -152,6 +152,18 @@ float rb_vec_dot_f16_f16_ref(int64_t n, const void *w, const void *a);
 float rb_vec_dot_bf16_bf16_ref(int64_t n, const void *w, const void *a);
 
 /* The 6-bit scales and mins of a Q4_K / Q5_K super-block, unpacked. */
+/* the same values as four words: bytes 0..7 the scales, 8..15 the mins
+ * (ggml's kmask arithmetic), for the kernels that load them as a vector */
+static inline void rb_k4_scales_mins_u32(const uint8_t q[RB_K_SCALE_SIZE], uint32_t u[4])
+{
+    memcpy(u, q, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t u1 = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = u1;
+    u[0] &= 0x3f3f3f3fu;
+}
+
 static inline void rb_k4_scales_mins(const uint8_t q[RB_K_SCALE_SIZE], uint8_t sc[8],
                                      uint8_t m[8])
 {
