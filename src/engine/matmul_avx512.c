@@ -1216,6 +1216,102 @@ static void rb_tile_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     }
 }
 
+/* ---- decode: Q5_K, two rows per zmm ---------------------------------------
+ * matmul_avx2.c's rb_tile_q5_K with row 2p in the low 256 bits and 2p + 1
+ * in the high: the 5-bit codes (bit j of qh as bit 4 of chunk j), each
+ * half's 8 int32 lanes the AVX2 kernel's integers, fused per super-block by
+ * fma(da * dw, float(lanes), acc); the four rows' mins in one vpmaddwd and
+ * their scalar chains summs = fma(-da * dmin, imin, summs) as four lanes of
+ * one vector (the same operations per lane). y = hsum8 + summs: the vnni
+ * tile's bits (test_matmul). */
+RB_INLINE void rb_dec_q5_K(int64_t n, const char *w, size_t wrb, const char *a, float *y,
+                           const int R)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m16 = _mm512_set1_epi8(0x10);
+    const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const char *xr[4];
+    RB_FOR(r, 4) xr[r] = w + (size_t)(r < R ? r : 0) * wrb;
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    __m128 summs = _mm_setzero_ps();
+    for (int64_t b = 0; b < n / RB_QK_K; b++) {
+        const rb_block_q8_K *ab = (const rb_block_q8_K *)a + b;
+        const __m128i bsp = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                           _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
+        uint32_t sm[4][4];
+        RB_FOR(p, 2) {
+            const rb_block_q5_K *x0 = (const rb_block_q5_K *)xr[2 * p] + b;
+            const rb_block_q5_K *x1 = (const rb_block_q5_K *)xr[2 * p + 1] + b;
+            if (2 * p < R)
+                RB_FOR8(l, 3) _mm_prefetch((const char *)x0 + R * wrb + 64 * l, _MM_HINT_T1);
+            if (2 * p + 1 < R)
+                RB_FOR8(l, 3) _mm_prefetch((const char *)x1 + R * wrb + 64 * l, _MM_HINT_T1);
+            rb_k4_scales_mins_u32(x0->scales, sm[2 * p]);
+            rb_k4_scales_mins_u32(x1->scales, sm[2 * p + 1]);
+            const __m512i sc = _mm512_inserti64x4(
+                _mm512_zextsi256_si512(_mm256_zextsi128_si256(
+                    _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm[2 * p])))),
+                _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sm[2 * p + 1]))), 1);
+            const __m512i hb = rb_join256(x0->qh, x1->qh);
+            __m512i si = _mm512_setzero_si512();
+            RB_FOR8(g, 4) {
+                const __m512i raw = rb_join256(x0->qs + 32 * g, x1->qs + 32 * g);
+                const int j0 = 2 * g, j1 = 2 * g + 1;
+                const __m512i h0 = j0 <= 4 ? _mm512_slli_epi16(hb, 4 - j0) : _mm512_srli_epi16(hb, j0 - 4);
+                const __m512i h1 = j1 <= 4 ? _mm512_slli_epi16(hb, 4 - j1) : _mm512_srli_epi16(hb, j1 - 4);
+                const __m512i q0 = _mm512_or_si512(_mm512_and_si512(raw, m4), _mm512_and_si512(h0, m16));
+                const __m512i q1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(raw, 4), m4),
+                                                   _mm512_and_si512(h1, m16));
+                const __m512i y0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j0)));
+                const __m512i y1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(ab->qs + 32 * j1)));
+                const __m512i s0 = _mm512_inserti64x4(_mm512_set1_epi16((short)j0), _mm256_set1_epi16((short)(16 + j0)), 1);
+                const __m512i s1 = _mm512_inserti64x4(_mm512_set1_epi16((short)j1), _mm256_set1_epi16((short)(16 + j1)), 1);
+                si = _mm512_dpwssd_epi32(si, _mm512_maddubs_epi16(q0, y0), _mm512_permutexvar_epi16(s0, sc));
+                si = _mm512_dpwssd_epi32(si, _mm512_maddubs_epi16(q1, y1), _mm512_permutexvar_epi16(s1, sc));
+            }
+            const __m512 dw = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(rb_h2f(x0->d))),
+                                                 _mm256_set1_ps(rb_h2f(x1->d)), 1);
+            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(ab->d), dw), _mm512_cvtepi32_ps(si), acc[p]);
+        }
+        __m512i mn = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&sm[0][2])));
+        mn = _mm512_inserti32x4(mn, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&sm[1][2])), 1);
+        mn = _mm512_inserti32x4(mn, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&sm[2][2])), 2);
+        mn = _mm512_inserti32x4(mn, _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&sm[3][2])), 3);
+        __m512i im = _mm512_madd_epi16(mn, _mm512_broadcast_i32x4(bsp));
+        im = _mm512_add_epi32(im, _mm512_shuffle_epi32(im, _MM_PERM_BADC));
+        im = _mm512_add_epi32(im, _mm512_shuffle_epi32(im, _MM_PERM_CDAB));
+        const __m128i imin = _mm512_castsi512_si128(_mm512_permutexvar_epi32(gather, im));
+        rb_f16 hm[4];
+        RB_FOR(r, 4)
+            memcpy(&hm[r], xr[r] + b * sizeof(rb_block_q5_K) + offsetof(rb_block_q5_K, dmin), sizeof(rb_f16));
+        const __m128 dwm = _mm_cvtph_ps(_mm_setr_epi16((short)hm[0], (short)hm[1], (short)hm[2], (short)hm[3], 0, 0, 0, 0));
+        summs = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(-ab->d), dwm), _mm_cvtepi32_ps(imin), summs);
+    }
+    float sv[4];
+    _mm_storeu_ps(sv, summs);
+    RB_FOR(p, 2) {
+        if (2 * p < R)
+            y[2 * p] = rb_hsum8(_mm512_castps512_ps256(acc[p])) + sv[2 * p];
+        if (2 * p + 1 < R)
+            y[2 * p + 1] = rb_hsum8(_mm512_extractf32x8_ps(acc[p], 1)) + sv[2 * p + 1];
+    }
+}
+
+static void rb_tile_q5_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                size_t arb, int n_tok, float *y, int64_t ys)
+{
+    if (n_tok != 1) {
+        rb_matmul_isa_vnni.tile[RB_TYPE_Q5_K](n, w, wrb, n_rows, a, arb, n_tok, y, ys);
+        return;
+    }
+    switch (n_rows) {
+    case 1: rb_dec_q5_K(n, w, wrb, a, y, 1); break;
+    case 2: rb_dec_q5_K(n, w, wrb, a, y, 2); break;
+    case 3: rb_dec_q5_K(n, w, wrb, a, y, 3); break;
+    case 4: rb_dec_q5_K(n, w, wrb, a, y, 4); break;
+    default: break;
+    }
+}
+
 /* ---- instantiation (matmul_avx2.c's shape switch) ---------------------------- */
 
 #define RB_SHAPES(CALL)                                                               \
@@ -1279,6 +1375,7 @@ const rb_matmul_isa rb_matmul_isa_avx512_own = {
         [RB_TYPE_Q8_0] = rb_tile_q8_0_avx512,
         [RB_TYPE_Q6_K] = rb_tile_q6_K_avx512,
         [RB_TYPE_Q4_K] = rb_tile_q4_K_avx512,
+        [RB_TYPE_Q5_K] = rb_tile_q5_K_avx512,
     },
     .gemv = {
         [RB_TYPE_Q4_0] = rb_gemv_q4_0_avx512,
