@@ -13,7 +13,8 @@
 #   BENCH_ARGS   the tests, passed to both tools as they are (default:
 #                -p 512 -n 128 -t 2 -r 1); both accept -p -n -pg -d -t -r
 #   ROUNDS=3     rounds (environment); REBOUND_COMMIT names the commit of a
-#                rebound binary that is not in its git checkout
+#                rebound binary that is not in its git checkout, LLAMA_COMMIT
+#                that of a llama.cpp built from an exported tree
 # Each run's results are read from -o jsonl (llama-bench's field names,
 # which rebound bench writes too): n_prompt, n_gen, n_depth, avg_ts.
 # Needs python3 for the table.
@@ -55,7 +56,7 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg)
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') (family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' '), model $(grep -m1 '^model[[:space:]]' /proc/cpuinfo | cut -d: -f2 | tr -d ' '); $(grep -qw avx512f /proc/cpuinfo && echo AVX-512 || echo no AVX-512))"
 # REBOUND_COMMIT names a binary copied out of its checkout
 rb_commit=${REBOUND_COMMIT:-$(git -C "$(dirname "$(readlink -f "$rebound")")" rev-parse --short HEAD 2>/dev/null || echo unknown)}
-lc_commit=$(git -C "$(dirname "$(readlink -f "$llama_bench")")" rev-parse --short HEAD 2>/dev/null || echo unknown)
+lc_commit=${LLAMA_COMMIT:-$(git -C "$(dirname "$(readlink -f "$llama_bench")")" rev-parse --short HEAD 2>/dev/null || echo unknown)}
 echo "Command: \`bench/vs_llamacpp.sh $llama_bench $rebound ${models[*]} -- ${args[*]}\` (ROUNDS=$rounds)"
 echo
 echo "CPU: $cpu, $(nproc) cores. rebound $rb_commit, llama.cpp $lc_commit. Load average (1, 5, 15 min) before: $load0, after: $load1."
