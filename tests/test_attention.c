@@ -474,7 +474,7 @@ static void check_tblock(rb_test_rng *rng)
 
 #if defined(__aarch64__)
 /* rb_attn_exp_f32_neon == rb_attn_exp bit for bit on ~3M values: every
- * 2^-13 from -104 to 104 (1.7M), 4096 floats on each side of
+ * 2^-13 from -104 to 104 (1.7M), 4096 floats on each side of (and at)
  * RB_EXP_LO, 88, 0, +-1, ln 2 * (-126, -125, 127) and the ties of n's
  * rounding (+-ln 2 / 2), 1.2M random bit patterns (NaNs, infs,
  * subnormals, huge) and the named special values; a length that is not a
@@ -490,6 +490,7 @@ static void check_exp_neon(rb_test_rng *rng)
                                -0.34657359f, -86.6433976f, 1.0f, -1.0f};
     for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
         float lo = at[a], hi = at[a];
+        x[n++] = at[a];
         for (int k = 0; k < 4096; k++) {
             lo = nextafterf(lo, -INFINITY);
             hi = nextafterf(hi, INFINITY);
