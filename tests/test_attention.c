@@ -23,6 +23,7 @@
 #include "cpu.h"
 #include "kvcache.h"
 #include "ops.h"
+#include "ops_kernels.h"
 #include "quant.h"
 #include "testlib.h"
 
@@ -366,6 +367,160 @@ static void check_f32_tiled(rb_test_rng *rng, int rounds)
     free(work);
 }
 
+/*
+ * One block of the tiled form (rb_attn_tblock_f16_for(hd), the tier's
+ * kernel) against rb_attn_tblock_f16_ref, bit for bit, on acc, m and l of
+ * the first nq queries after three blocks on the same state: head dims
+ * that are and are not multiples of 4, 8 and 16; 1..64 positions (the
+ * 4-position steps and their tails) and queries; spans that cover the
+ * block, start or end in it, miss it, and are empty (rows all -FLT_MAX);
+ * a state of -FLT_MAX (a tile's start), -inf, or above the scores. Edge
+ * blocks: kq_scale 1e30 (scores of +-inf: exp(inf - inf) and
+ * exp(-inf - -inf) are 0 in both), a NaN and an inf in K (a NaN score
+ * never becomes the max: compare and select, not FMAX) and a score of +0
+ * against a state of -0. On aarch64 the neon, dotprod and i8mm tiers must
+ * run rb_attn_tblock_f16_neon for every head dim that is a multiple of 4.
+ */
+static void check_tblock(rb_test_rng *rng)
+{
+    enum { TQ = RB_ATTN_TILE_Q, TKV = RB_ATTN_TILE_KV, MAXD = 256 };
+    static const int dims[] = {4, 8, 12, 20, 64, 128, 256, 6, 36, 80, 96, 2};
+    static const int nps[] = {64, 1, 3, 4, 5, 17, 63, 64, 2, 40, 64, 7};
+    static const int nqs[] = {64, 1, 5, 16, 33, 64, 4, 63, 17, 64, 2, 48};
+    static rb_f16 kh[TKV * MAXD], vh[TKV * MAXD];
+    static float qt[MAXD * TQ], kf[TKV * MAXD], vf[TKV * MAXD], st[TQ * TKV];
+    static float acc[2][TQ * MAXD], m[2][TQ], l[2][TQ];
+    const rb_f16 *kr[TKV], *vr[TKV];
+    int32_t first[TQ], last[TQ];
+    int cases = 0, bad_cases = 0;
+    for (int c = 0; c < 3 * (int)(sizeof dims / sizeof dims[0]); c++) {
+        const int hd = dims[c % 12], np = nps[(c + c / 12) % 12], nq = nqs[(c * 5 + c / 12) % 12];
+        const int edge = c / 12; /* 0: plain, 1: +-inf scores, 2: NaN, inf and zeros in K */
+        const rb_attn_tblock_fn fn = rb_attn_tblock_f16_for(hd);
+#if defined(__aarch64__)
+        {
+            const int t = rb_cpu_tier();
+            const int neon = t >= RB_CPU_TIER_NEON && t <= RB_CPU_TIER_I8MM && hd % 4 == 0;
+            CHECK(fn == (neon ? rb_attn_tblock_f16_neon : rb_attn_tblock_f16_ref));
+        }
+#endif
+        const float kq = edge == 1 ? 1e30f : 1.0f / sqrtf((float)hd);
+        for (int d = 0; d < hd; d++)
+            for (int q = 0; q < TQ; q++)
+                qt[d * TQ + q] = q < nq ? frand(rng) * 0.6f : 0.0f;
+        for (int q = 0; q < TQ; q++) {
+            const float u = (float)rb_test_rng_uniform(rng);
+            float m0 = q % 4 == 0 ? -FLT_MAX : q % 4 == 1 ? -INFINITY : q % 4 == 2 ? 30.0f : frand(rng);
+            if (edge == 2 && q % 8 == 3)
+                m0 = -0.0f; /* a +0 score must leave it -0 (FMAX gives +0) */
+            m[0][q] = m[1][q] = m0;
+            l[0][q] = l[1][q] = m0 == -FLT_MAX || m0 == -INFINITY ? 0.0f : 1.0f + u * 10.0f;
+            for (int d = 0; d < hd; d++)
+                acc[0][q * hd + d] = acc[1][q * hd + d] = frand(rng);
+        }
+        int good = 1;
+        for (int blk = 0; blk < 3; blk++) {
+            const int32_t p0 = 100 + blk * TKV;
+            for (int p = 0; p < np; p++) {
+                for (int d = 0; d < hd; d++) {
+                    kh[p * hd + d] = rb_fp32_to_fp16(frand(rng) * (1.0f + (float)(p % 3)));
+                    vh[p * hd + d] = rb_fp32_to_fp16(frand(rng));
+                }
+                kr[p] = kh + p * hd;
+                vr[p] = vh + p * hd;
+            }
+            if (edge == 2 && np >= 3) {
+                kh[1 * hd + 0] = 0x7e00;                 /* NaN */
+                kh[2 * hd + hd - 1] = (rb_f16)(blk % 2 ? 0x7c00 : 0xfc00); /* +-inf */
+                memset(kh, 0, (size_t)hd * sizeof *kh); /* a score of +0 */
+            }
+            for (int q = 0; q < TQ; q++) {
+                const int kind = (q + blk + c) % 6;
+                int32_t f = p0, e = p0 + np - 1; /* 0: the whole block */
+                if (q >= nq || kind == 1)        /* empty: all -FLT_MAX */
+                    f = 1, e = 0;
+                else if (kind == 2)              /* starts in it */
+                    f = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
+                else if (kind == 3)              /* ends in it */
+                    e = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
+                else if (kind == 4)              /* misses it */
+                    f = 0, e = p0 - 1;
+                else if (kind == 5) {            /* a window inside it */
+                    f = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
+                    e = f + (int32_t)(rb_test_rng_uniform(rng) * 5);
+                }
+                if (edge == 2 && q % 8 == 3 && q < nq)
+                    f = e = p0; /* its state -0, its one score +0 (row 0) */
+                first[q] = f;
+                last[q] = e;
+            }
+            CHECK(rb_attn_tblock_f16_ref(kr, vr, np, hd, nq, qt, first, last, p0, kq, kf, vf, st,
+                                         acc[0], m[0], l[0]) == 1);
+            CHECK(fn(kr, vr, np, hd, nq, qt, first, last, p0, kq, kf, vf, st, acc[1], m[1],
+                     l[1]) == 1);
+            good &= memcmp(acc[0], acc[1], (size_t)nq * hd * sizeof(float)) == 0 &&
+                    memcmp(m[0], m[1], (size_t)nq * sizeof(float)) == 0 &&
+                    memcmp(l[0], l[1], (size_t)nq * sizeof(float)) == 0;
+        }
+        if (!good)
+            printf("  tblock: head dim %d, %d positions, %d queries, edge %d: tier != ref\n", hd,
+                   np, nq, edge);
+        cases++;
+        bad_cases += !good;
+    }
+    printf("  tblock: %d cases, %d differ from the ref\n", cases, bad_cases);
+    CHECK_EQ_INT(bad_cases, 0);
+}
+
+#if defined(__aarch64__)
+/* rb_attn_exp_f32_neon == rb_attn_exp bit for bit on ~3M values: every
+ * 2^-13 from -104 to 104 (1.7M), 4096 floats on each side of (and at)
+ * RB_EXP_LO, 88, 0, +-1, ln 2 * (-126, -125, 127) and the ties of n's
+ * rounding (+-ln 2 / 2), 1.2M random bit patterns (NaNs, infs,
+ * subnormals, huge) and the named special values; a length that is not a
+ * multiple of 4 runs the tail path. */
+static void check_exp_neon(rb_test_rng *rng)
+{
+    enum { N = 3000000 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    int n = 0;
+    for (int i = -(104 << 13); i < (104 << 13); i++)
+        x[n++] = (float)i * 0x1p-13f;
+    static const float at[] = {RB_EXP_LO, 88.0f, 0.0f, -87.3365447f, 88.0296919f, 0.34657359f,
+                               -0.34657359f, -86.6433976f, 1.0f, -1.0f};
+    for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+        float lo = at[a], hi = at[a];
+        x[n++] = at[a];
+        for (int k = 0; k < 4096; k++) {
+            lo = nextafterf(lo, -INFINITY);
+            hi = nextafterf(hi, INFINITY);
+            x[n++] = lo;
+            x[n++] = hi;
+        }
+    }
+    for (int i = 0; i < 1200000; i++)
+        x[n++] = f32_from((uint32_t)(rb_test_rng_uniform(rng) * 4294967296.0));
+    static const float special[] = {INFINITY, -INFINITY, NAN, -NAN, FLT_MAX, -FLT_MAX, FLT_MIN,
+                                    -FLT_MIN, 0.0f, -0.0f, 88.0f, 89.0f, -88.0f, -87.0f};
+    for (size_t a = 0; a < sizeof special / sizeof special[0]; a++)
+        x[n++] = special[a];
+    if (n % 4 == 0)
+        x[n++] = -1.5f;
+    CHECK(n <= N);
+    rb_attn_exp_f32_neon(x, y, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const float want = rb_attn_exp(x[i]);
+        if (memcmp(&want, &y[i], sizeof want) != 0 && bad++ < 5)
+            printf("  exp4(%a) = %a, rb_attn_exp %a\n", (double)x[i], (double)y[i], (double)want);
+    }
+    printf("  rb_attn_exp_f32_neon: %d values, %d differ from rb_attn_exp\n", n, bad);
+    CHECK_EQ_INT(bad, 0);
+    free(x);
+    free(y);
+}
+#endif
+
 static void check_tier(rb_test_rng *rng)
 {
     rb_test_rng seed = *rng;
@@ -498,6 +653,7 @@ static void check_tier(rb_test_rng *rng)
     check_tiled(&seed, 72);
     check_exp();
     check_f32_tiled(&seed, 96);
+    check_tblock(&seed);
     *rng = seed;
 }
 
@@ -517,5 +673,8 @@ int main(void)
     }
     rb_cpu_set_tier(tier0);
     CHECK(ran >= 1);
+#if defined(__aarch64__)
+    check_exp_neon(&seed);
+#endif
     return check_report();
 }

@@ -419,6 +419,9 @@ rb_attn_tblock_fn rb_attn_tblock_f16_for(int hd)
         return rb_attn_tblock_f16_avx512;
     if (RB_ATTN_VEC_TIER(tier) && hd % 8 == 0)
         return rb_attn_tblock_f16_avx2;
+#elif defined(__aarch64__)
+    if (RB_ATTN_VEC_TIER(rb_cpu_tier()) && hd % 4 == 0)
+        return rb_attn_tblock_f16_neon;
 #endif
     (void)hd;
     return rb_attn_tblock_f16_ref;

@@ -19,12 +19,16 @@
  *   - SwiGLU: the vector exp of ops_avx2.c step for step (fused where it
  *     fuses), 4 lanes twice per 8 values, so that the first n - n % 8
  *     values of a row get llama.cpp's AVX2 bits on ARM too.
+ *   - the tiled f32 form's block (attention.h): rb_attn_tblock_f16_ref's
+ *     operations lane by lane, its exp (rb_attn_exp) in 4 lanes.
  */
 #include "ops_kernels.h"
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
+#include <float.h>
 #include <math.h>
+#include <string.h>
 
 #if defined(RB_OPS_DOTPROD_BUILD)
 #if !defined(__ARM_FEATURE_DOTPROD)
@@ -242,6 +246,181 @@ int64_t rb_swiglu8_neon(float *gate, const float *up, int64_t n)
             vst1q_f32(gate + j, vmulq_f32(silu, vld1q_f32(up + j)));
         }
     return i;
+}
+
+/* ---- the tiled f32 form ------------------------------------------------------ */
+
+/*
+ * rb_attn_tblock_f16_neon: attention.h's tiled block in 4-lane registers,
+ * for head dims that are multiples of 4. Each lane takes
+ * rb_attn_tblock_f16_ref's operations in its order, so the same bits:
+ *   - scores: 4 positions x 16 queries in 16 accumulators; for each d in
+ *     order one fused multiply-add per lane (FMLA by element, the K value
+ *     taken from a 4-dim load of the widened row), from 0, then one
+ *     product by kq_scale, or -FLT_MAX outside the query's span;
+ *   - softmax: 4 queries down the lanes, positions in order; the max is a
+ *     compare and select (s > m ? s : m, as the scalar form writes it: a
+ *     NaN score never wins, and m's sign of zero and -inf stay as they
+ *     are; FMAX would differ on both), the sum a plain add per position;
+ *   - V: 4 queries x 16 dims in 16 accumulators, acc * ms first, then one
+ *     fused multiply-add per position in order;
+ *   - exp: rb_attn_exp step for step (rb_attn_exp4 below).
+ * Scores and softmax run to the next multiple of 16 and 4 queries past nq
+ * (attention.h: the tile's qt, first, last, m, l and acc hold 64 queries).
+ */
+
+/* rb_attn_exp in 4 lanes: each fmaf is one vfmaq (one rounding), the
+ * clamp to 88 a minimum (x < 88 ? x : 88 wherever x is not a NaN, and a
+ * NaN lane is zeroed below), n converted exactly (it is an integer), and
+ * the lanes where !(x >= RB_EXP_LO) (below, or a NaN) set to +0 */
+static inline float32x4_t rb_attn_exp4(float32x4_t x)
+{
+    const uint32x4_t ok = vcgeq_f32(x, vdupq_n_f32(RB_EXP_LO));
+    x = vminq_f32(x, vdupq_n_f32(88.0f));
+    const float32x4_t sh = vdupq_n_f32(RB_EXP_SHIFT);
+    const float32x4_t n = vsubq_f32(vfmaq_f32(sh, x, vdupq_n_f32(RB_EXP_LOG2E)), sh);
+    float32x4_t r = vfmaq_f32(x, n, vdupq_n_f32(-RB_EXP_LN2_HI));
+    r = vfmaq_f32(r, n, vdupq_n_f32(-RB_EXP_LN2_LO));
+    float32x4_t p = vdupq_n_f32(RB_EXP_C7);
+    p = vfmaq_f32(vdupq_n_f32(RB_EXP_C6), p, r);
+    p = vfmaq_f32(vdupq_n_f32(RB_EXP_C5), p, r);
+    p = vfmaq_f32(vdupq_n_f32(RB_EXP_C4), p, r);
+    p = vfmaq_f32(vdupq_n_f32(RB_EXP_C3), p, r);
+    p = vfmaq_f32(vdupq_n_f32(RB_EXP_C2), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    p = vfmaq_f32(vdupq_n_f32(1.0f), p, r);
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    const float32x4_t y = vmulq_f32(p, vreinterpretq_f32_s32(e));
+    return vreinterpretq_f32_u32(vandq_u32(ok, vreinterpretq_u32_f32(y)));
+}
+
+void rb_attn_exp_f32_neon(const float *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        vst1q_f32(y + i, rb_attn_exp4(vld1q_f32(x + i)));
+    if (i < n) {
+        float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        memcpy(t, x + i, (size_t)(n - i) * sizeof *t);
+        vst1q_f32(t, rb_attn_exp4(vld1q_f32(t)));
+        memcpy(y + i, t, (size_t)(n - i) * sizeof *t);
+    }
+}
+
+/* FMLA by element: c += a * b[lane], lane a constant */
+#define RB_FMA_LANE(c, a, b, lane) ((c) = vfmaq_laneq_f32((c), (a), (b), (lane)))
+
+/* the scores' dim d + L: each accumulator c[i][j] += q (dim d + L,
+ * queries q + 4j..) * K (position p + i, dim d + L: lane L of k[i]) */
+#define RB_TSCORE_DIM(L)                                                                         \
+    do {                                                                                         \
+        float32x4_t qv[4];                                                                       \
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                                      \
+            qv[j] = vld1q_f32(qt + (d + (L)) * 64 + q + 4 * j);                                  \
+        _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++)                                     \
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++)                                  \
+                RB_FMA_LANE(c[i][j], qv[j], k[i], (L));                                          \
+    } while (0)
+
+/* NP positions (4 or 1) from p of the scores, queries q..q+15 */
+static inline __attribute__((always_inline)) void
+rb_tscore4(const float *kf, const float *qt, int hd, int p, int q, int32_t p0, float kq_scale,
+           const int32_t *first, const int32_t *last, float *st, const int NP)
+{
+    float32x4_t c[4][4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) c[i][j] = vdupq_n_f32(0.0f);
+    for (int d = 0; d < hd; d += 4) {
+        float32x4_t k[4];
+        _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) k[i] = vld1q_f32(kf + (p + i) * hd + d);
+        RB_TSCORE_DIM(0);
+        RB_TSCORE_DIM(1);
+        RB_TSCORE_DIM(2);
+        RB_TSCORE_DIM(3);
+    }
+    const float32x4_t neg = vdupq_n_f32(-FLT_MAX);
+    _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
+        const int32x4_t pos = vdupq_n_s32(p0 + p + i);
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+            const uint32x4_t in = vandq_u32(vcleq_s32(vld1q_s32(first + q + 4 * j), pos),
+                                            vcleq_s32(pos, vld1q_s32(last + q + 4 * j)));
+            vst1q_f32(st + (p + i) * 64 + q + 4 * j,
+                      vbslq_f32(in, vmulq_n_f32(c[i][j], kq_scale), neg));
+        }
+    }
+}
+
+/* queries q..q+3, NV vectors (4 or 1) of dims from d */
+static inline __attribute__((always_inline)) void
+rb_tvacc4(const float *vf, const float *st, const float *ms, float *acc, int hd, int np, int q,
+          int d, const int NV)
+{
+    float32x4_t a[4][4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+            a[i][j] = vmulq_n_f32(vld1q_f32(acc + (q + i) * hd + d + 4 * j), ms[q + i]);
+    for (int p = 0; p < np; p++) {
+        float32x4_t v[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = vld1q_f32(vf + p * hd + d + 4 * j);
+        const float32x4_t w = vld1q_f32(st + p * 64 + q);
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) {
+            RB_FMA_LANE(a[0][j], v[j], w, 0);
+            RB_FMA_LANE(a[1][j], v[j], w, 1);
+            RB_FMA_LANE(a[2][j], v[j], w, 2);
+            RB_FMA_LANE(a[3][j], v[j], w, 3);
+        }
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+            vst1q_f32(acc + (q + i) * hd + d + 4 * j, a[i][j]);
+}
+
+int rb_attn_tblock_f16_neon(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
+                            int nq, const float *qt, const int32_t *first, const int32_t *last,
+                            int32_t p0, float kq_scale, float *kf, float *vf, float *st,
+                            float *acc, float *m, float *l)
+{
+    if (hd % 4 != 0)
+        return 0;
+    float ms[64];
+    for (int p = 0; p < np; p++)
+        for (int d = 0; d < hd; d += 4) {
+            vst1q_f32(kf + p * hd + d, rb_ops_ld4_f16(kr[p] + d));
+            vst1q_f32(vf + p * hd + d, rb_ops_ld4_f16(vr[p] + d));
+        }
+    for (int q = 0; q < nq; q += 16) {
+        int p = 0;
+        for (; p + 4 <= np; p += 4)
+            rb_tscore4(kf, qt, hd, p, q, p0, kq_scale, first, last, st, 4);
+        for (; p < np; p++)
+            rb_tscore4(kf, qt, hd, p, q, p0, kq_scale, first, last, st, 1);
+    }
+    for (int q = 0; q < nq; q += 4) {
+        const float32x4_t mo = vld1q_f32(m + q);
+        float32x4_t mx = mo;
+        for (int p = 0; p < np; p++) {
+            const float32x4_t s = vld1q_f32(st + p * 64 + q);
+            mx = vbslq_f32(vcgtq_f32(s, mx), s, mx);
+        }
+        const float32x4_t msv = rb_attn_exp4(vsubq_f32(mo, mx));
+        vst1q_f32(ms + q, msv);
+        vst1q_f32(m + q, mx);
+        float32x4_t s = vmulq_f32(vld1q_f32(l + q), msv);
+        for (int p = 0; p < np; p++) {
+            const float32x4_t w = rb_attn_exp4(vsubq_f32(vld1q_f32(st + p * 64 + q), mx));
+            vst1q_f32(st + p * 64 + q, w);
+            s = vaddq_f32(s, w);
+        }
+        vst1q_f32(l + q, s);
+    }
+    for (int q = 0; q < nq; q += 4) {
+        int d = 0;
+        for (; d + 16 <= hd; d += 16)
+            rb_tvacc4(vf, st, ms, acc, hd, np, q, d, 4);
+        for (; d < hd; d += 4)
+            rb_tvacc4(vf, st, ms, acc, hd, np, q, d, 1);
+    }
+    return 1;
 }
 
 #endif /* !RB_OPS_DOTPROD_BUILD */
