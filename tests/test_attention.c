@@ -21,6 +21,7 @@
 #include "attention.h"
 #include "check.h"
 #include "cpu.h"
+#include "forward.h"
 #include "kvcache.h"
 #include "ops.h"
 #include "quant.h"
@@ -254,8 +255,8 @@ static void check_exp(void)
 }
 
 /*
- * The tiled f32 form (rb_attn_f16_tiled): the tier's kernel gives the
- * scalar form's bits (rb_attn_f16_tiled_ref; every lane is the same
+ * The tiled f32 form (rb_attn_kv_tiled): the tier's kernel gives the
+ * scalar form's bits (rb_attn_kv_tiled_ref; every lane is the same
  * sequence of operations, so the bound is 0), and both are within a
  * derived bound of softmax(kq q.K) V computed in double from the same f16
  * K and V: a score's f32 fma chain errs by at most E = kq * hd * u *
@@ -267,14 +268,19 @@ static void check_exp(void)
  * and without each tier's kernel), 1..64 queries (a tile or less), KV
  * lengths that are not multiples of the 64-position block, pages of 8, 12
  * and 256 positions, causal spans, sliding windows whose starts fall
- * mid-block, and the pages before the earliest window freed.
+ * mid-block, and the pages before the earliest window freed; K and V f16,
+ * q8_0 or q4_0 (head dims of 32s; the reference in double reads the same
+ * dequantized values). And a query's result is the same bits computed
+ * alone (a decode) as in its tile (attention.h: the blocks are absolute,
+ * a position outside a span adds nothing).
  */
 static void check_f32_tiled(rb_test_rng *rng, int rounds)
 {
     static const uint32_t dims[] = {64, 128, 8, 32, 256, 96, 72, 40};
     static const uint32_t pages[] = {256, 8, 12};
     static float qbuf[RB_ATTN_TILE_Q * 256], got[RB_ATTN_TILE_Q * 256],
-        ref[RB_ATTN_TILE_Q * 256];
+        ref[RB_ATTN_TILE_Q * 256], solo[256], kd[256], vd[256];
+    static const uint32_t types[] = {RB_TYPE_F16, RB_TYPE_Q8_0, RB_TYPE_Q4_0};
     float *work = malloc(RB_ATTN_TILED_WORK_FLOATS(256) * sizeof *work);
     double worst = 0; /* |d| / bound */
     for (int r = 0; r < rounds; r++) {
@@ -286,16 +292,21 @@ static void check_f32_tiled(rb_test_rng *rng, int rounds)
         const uint32_t depth = (uint32_t)(rb_test_rng_uniform(rng) * (r % 3 ? 400 : 20));
         const uint32_t window = r % 4 == 1 ? 1 + (uint32_t)(rb_test_rng_uniform(rng) * 150) : 0;
         const uint32_t n_pos = depth + n_tok;
+        const uint32_t tk = hd % 32 ? RB_TYPE_F16 : types[(r / 3) % 3];
+        const uint32_t tv = hd % 32 ? RB_TYPE_F16 : types[(r / 5) % 3];
         rb_kvcache kv;
         rb_error err = {0};
-        CHECK(rb_kvcache_init(&kv, 1, n_kv, hd, hd, n_pos + 16, pt, &err) == RB_OK);
+        CHECK(rb_kvcache_init_typed(&kv, 1, n_kv, hd, hd, n_pos + 16, pt, tk, tv, &err) == RB_OK);
         CHECK(rb_kvcache_reserve(&kv, n_pos, &err) == RB_OK);
         for (uint32_t p = 0; p < n_pos; p++)
-            for (uint32_t h = 0; h < n_kv; h++)
+            for (uint32_t h = 0; h < n_kv; h++) {
                 for (uint32_t i = 0; i < hd; i++) {
-                    rb_kvcache_k(&kv, 0, h, p)[i] = rb_fp32_to_fp16(frand(rng) * (1.0f + (float)(p % 5)));
-                    rb_kvcache_v(&kv, 0, h, p)[i] = rb_fp32_to_fp16(frand(rng));
+                    kd[i] = frand(rng) * (1.0f + (float)(p % 5));
+                    vd[i] = frand(rng);
                 }
+                rb_forward_store_row(tk, kd, rb_kvcache_k_row(&kv, 0, h, p), hd);
+                rb_forward_store_row(tv, vd, rb_kvcache_v_row(&kv, 0, h, p), hd);
+            }
         const float qs_scale = 2.0f / sqrtf((float)hd);
         rb_attn_query qs[RB_ATTN_TILE_Q];
         uint32_t nq = 0, lo = UINT32_MAX;
@@ -314,27 +325,37 @@ static void check_f32_tiled(rb_test_rng *rng, int rounds)
         const float kq = 1.0f / sqrtf((float)hd);
         for (uint32_t i = 0; i < nq; i++)
             qs[i].out = got + i * hd;
-        rb_attn_f16_tiled(&kv, 0, kvh, kq, qs, nq, work);
+        rb_attn_kv_tiled(&kv, 0, kvh, kq, qs, nq, work);
         for (uint32_t i = 0; i < nq; i++)
             qs[i].out = ref + i * hd;
-        rb_attn_f16_tiled_ref(&kv, 0, kvh, kq, qs, nq, work);
-        int bad = memcmp(got, ref, (size_t)nq * hd * sizeof *got) != 0, far = 0;
+        rb_attn_kv_tiled_ref(&kv, 0, kvh, kq, qs, nq, work);
+        int bad = memcmp(got, ref, (size_t)nq * hd * sizeof *got) != 0, far = 0, alone = 0;
+        for (uint32_t i = 0; i < nq; i++) {
+            rb_attn_query a = qs[i];
+            a.out = solo;
+            rb_attn_kv_tiled(&kv, 0, kvh, kq, &a, 1, work);
+            alone += memcmp(solo, got + i * hd, hd * sizeof *solo) != 0;
+        }
         for (uint32_t i = 0; i < nq; i++) {
             const rb_attn_query *a = &qs[i];
             const uint32_t n = a->last - a->first + 1;
             double *sc = malloc(n * sizeof *sc), mx = -INFINITY, E = 0, vmax = 0;
+            float *vrows = malloc((size_t)n * hd * sizeof *vrows);
             for (uint32_t p = a->first; p <= a->last; p++) {
-                const rb_f16 *k = rb_kvcache_k(&kv, 0, kvh, p);
+                const void *kr = rb_kvcache_k_row(&kv, 0, kvh, p);
+                const void *vr = rb_kvcache_v_row(&kv, 0, kvh, p);
+                rb_attn_widen_ref(tk, &kr, 1, (int)hd, kd);
+                rb_attn_widen_ref(tv, &vr, 1, (int)hd, vrows + (size_t)(p - a->first) * hd);
                 double s = 0, sa = 0;
                 for (uint32_t d = 0; d < hd; d++) {
-                    s += (double)a->q[d] * rb_fp16_to_fp32(k[d]);
-                    sa += fabs((double)a->q[d] * rb_fp16_to_fp32(k[d]));
+                    s += (double)a->q[d] * kd[d];
+                    sa += fabs((double)a->q[d] * kd[d]);
                 }
                 sc[p - a->first] = s * kq;
                 mx = sc[p - a->first] > mx ? sc[p - a->first] : mx;
                 E = kq * hd * ldexp(sa, -24) > E ? kq * hd * ldexp(sa, -24) : E;
                 for (uint32_t d = 0; d < hd; d++) {
-                    const double v = fabs(rb_fp16_to_fp32(rb_kvcache_v(&kv, 0, kvh, p)[d]));
+                    const double v = fabs(vrows[(size_t)(p - a->first) * hd + d]);
                     vmax = v > vmax ? v : vmax;
                 }
             }
@@ -345,21 +366,23 @@ static void check_f32_tiled(rb_test_rng *rng, int rounds)
             for (uint32_t d = 0; d < hd; d++) {
                 double o = 0;
                 for (uint32_t p = 0; p < n; p++)
-                    o += exp(sc[p] - mx) *
-                         rb_fp16_to_fp32(rb_kvcache_v(&kv, 0, kvh, a->first + p)[d]);
+                    o += exp(sc[p] - mx) * vrows[(size_t)p * hd + d];
                 o /= l;
                 const double dd = fabs(got[i * hd + d] - o);
                 far += !(dd <= bound);
                 worst = dd / bound > worst ? dd / bound : worst;
             }
             free(sc);
+            free(vrows);
         }
-        if (bad || far)
-            printf("  f32 tiled: head dim %u, page %u, group %u, tokens %u, depth %u, window %u: "
-                   "tier != ref %d, %d values past the bound\n",
-                   hd, pt, group, n_tok, depth, window, bad, far);
+        if (bad || far || alone)
+            printf("  f32 tiled: head dim %u, page %u, group %u, tokens %u, depth %u, window %u, "
+                   "kv %s/%s: tier != ref %d, %d values past the bound, %d queries differ "
+                   "alone\n", hd, pt, group, n_tok, depth, window, rb_type_name(tk),
+                   rb_type_name(tv), bad, far, alone);
         CHECK_EQ_INT(bad, 0);
         CHECK_EQ_INT(far, 0);
+        CHECK_EQ_INT(alone, 0);
         rb_kvcache_deinit(&kv);
     }
     printf("  f32 tiled: worst |d| / bound %.3f\n", worst);

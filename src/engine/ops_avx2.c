@@ -348,11 +348,11 @@ float rb_attn_dot_q4_0_avx2(const void *k_row, const void *q_row, int n)
 }
 
 /*
- * rb_attn_tblock_f16_avx2: attention.h's tiled block in 8-lane registers
+ * rb_attn_tblock_avx2: attention.h's tiled block in 8-lane registers
  * (the 64 queries of a tile are 8 ymm). Scores: 4 positions x 16 queries
- * in 8 accumulators; V: 4 queries x 16 dims in 8 accumulators; the
- * softmax down the lanes. Each lane takes rb_attn_tblock_f16_ref's
- * operations in its order: the same bits.
+ * in 8 accumulators; V: 4 queries x 16 dims in 8 accumulators (a zero
+ * weight's fma blended away); the softmax down the lanes. Each lane takes
+ * rb_attn_tblock_ref's operations in its order: the same bits.
  */
 static inline __attribute__((always_inline)) __m256 rb_texp8(__m256 x)
 {
@@ -393,7 +393,7 @@ rb_tscore8(const float *kf, const float *qt, int hd, int p, int q, int32_t p0, _
             c[i][1] = _mm256_fmadd_ps(k, q1, c[i][1]);
         }
     }
-    const __m256 neg = _mm256_set1_ps(-FLT_MAX);
+    const __m256 neg = _mm256_set1_ps(-INFINITY);
     _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
         const __m256i pos = _mm256_set1_epi32(p0 + p + i);
         _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) {
@@ -413,6 +413,7 @@ rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd,
           int d, const int NV)
 {
     __m256 a[4][2];
+    const __m256 zero = _mm256_setzero_ps();
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
         const __m256 s = _mm256_set1_ps(ms[q + i]);
         _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++)
@@ -423,7 +424,9 @@ rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd,
         _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++) v[j] = _mm256_loadu_ps(vf + p * hd + d + 8 * j);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
             const __m256 w = _mm256_broadcast_ss(st + p * 64 + q + i);
-            _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++) a[i][j] = _mm256_fmadd_ps(w, v[j], a[i][j]);
+            const __m256 nz = _mm256_cmp_ps(w, zero, _CMP_NEQ_OQ);
+            _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++)
+                a[i][j] = _mm256_blendv_ps(a[i][j], _mm256_fmadd_ps(w, v[j], a[i][j]), nz);
         }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -431,19 +434,50 @@ rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd,
             _mm256_storeu_ps(acc + (q + i) * hd + d + 8 * j, a[i][j]);
 }
 
-int rb_attn_tblock_f16_avx2(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
-                            int nq, const float *qt, const int32_t *first, const int32_t *last,
-                            int32_t p0, float kq_scale, float *kf, float *vf, float *st,
-                            float *acc, float *m, float *l)
+/* 32 q8_0 values from qs, times d, into o */
+static inline __attribute__((always_inline)) void rb_widen_q8(const int8_t *qs, __m256 d, float *o)
 {
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * i)));
+        _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(v)));
+    }
+}
+
+void rb_attn_widen_avx2(uint32_t type, const void *const *rows, int np, int hd, float *out)
+{
+    for (int p = 0; p < np; p++) {
+        float *o = out + (size_t)p * hd;
+        if (type == RB_TYPE_F16) {
+            const rb_f16 *r = rows[p];
+            for (int d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(o + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + d))));
+        } else if (type == RB_TYPE_Q8_0) {
+            const rb_block_q8_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK8_0; b++)
+                rb_widen_q8(x[b].qs, _mm256_set1_ps(rb_fp16_to_fp32(x[b].d)), o + b * RB_QK8_0);
+        } else {
+            const rb_block_q4_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK4_0; b++) {
+                const __m128i raw = _mm_loadu_si128((const __m128i *)x[b].qs);
+                const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
+                int8_t q[32];
+                _mm_storeu_si128((__m128i *)q, _mm_sub_epi8(_mm_and_si128(raw, m4), e8));
+                _mm_storeu_si128((__m128i *)(q + 16),
+                                 _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), e8));
+                rb_widen_q8(q, _mm256_set1_ps(rb_fp16_to_fp32(x[b].d)), o + b * RB_QK4_0);
+            }
+        }
+    }
+}
+
+int rb_attn_tblock_avx2(const float *kf, const float *vf, int np, int hd, int nq,
+                        const float *qt, const int32_t *first, const int32_t *last, int32_t p0,
+                        float kq_scale, float *st, float *kt, float *acc, float *m, float *l)
+{
+    (void)kt;
     if (hd % 8 != 0)
         return 0;
     float ms[64];
-    for (int p = 0; p < np; p++)
-        for (int d = 0; d < hd; d += 8) {
-            _mm256_storeu_ps(kf + p * hd + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr[p] + d))));
-            _mm256_storeu_ps(vf + p * hd + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr[p] + d))));
-        }
     const __m256 scale = _mm256_set1_ps(kq_scale);
     for (int q = 0; q < nq; q += 16) {
         int p = 0;

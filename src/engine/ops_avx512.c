@@ -218,13 +218,14 @@ int rb_attn_tile8_f16_avx512(const rb_f16 *k, const rb_f16 *v, int64_t stride, i
 }
 
 /*
- * rb_attn_tblock_f16_avx512: attention.h's tiled block, 16 queries to a
+ * rb_attn_tblock_avx512: attention.h's tiled block, 16 queries to a
  * register (the 64 queries of a tile are 4 zmm). Scores: 4 positions x 64
  * queries in 16 accumulators, each lane the fma chain over d of the
  * scalar form (K broadcast from the widened row, q from the transposed
  * tile). Softmax: the tile's queries down the lanes, positions in order.
- * V: 4 queries x 64 dims in 16 accumulators, positions in order. The same
- * operations per lane as rb_attn_tblock_f16_ref, so the same bits.
+ * V: 4 queries x 64 dims in 16 accumulators, positions in order, a zero
+ * weight's fma masked off. The same operations per lane as
+ * rb_attn_tblock_ref, so the same bits.
  */
 RB_INLINE __m512 rb_exp16(__m512 x)
 {
@@ -247,26 +248,26 @@ RB_INLINE __m512 rb_exp16(__m512 x)
     return _mm512_maskz_mov_ps(ok, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
 }
 
-/* NP positions (1 or 4) from p of the scores, all 64 queries */
+/* NP positions (1 or 4) from p of the scores, NQV vectors of 16 queries */
 RB_INLINE void rb_tscore(const float *kf, const float *qt, int hd, int p, int32_t p0,
                          __m512 scale, const __m512i *fv, const __m512i *lv, float *st,
-                         const int NP)
+                         const int NP, const int NQV)
 {
     __m512 c[4][4];
     _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++)
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) c[i][j] = _mm512_setzero_ps();
+        _Pragma("GCC unroll 4") for (int j = 0; j < NQV; j++) c[i][j] = _mm512_setzero_ps();
     for (int d = 0; d < hd; d++) {
         __m512 qv[4];
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) qv[j] = _mm512_loadu_ps(qt + d * 64 + 16 * j);
+        _Pragma("GCC unroll 4") for (int j = 0; j < NQV; j++) qv[j] = _mm512_loadu_ps(qt + d * 64 + 16 * j);
         _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
             const __m512 k = _mm512_set1_ps(kf[(p + i) * hd + d]);
-            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) c[i][j] = _mm512_fmadd_ps(k, qv[j], c[i][j]);
+            _Pragma("GCC unroll 4") for (int j = 0; j < NQV; j++) c[i][j] = _mm512_fmadd_ps(k, qv[j], c[i][j]);
         }
     }
-    const __m512 neg = _mm512_set1_ps(-FLT_MAX);
+    const __m512 neg = _mm512_set1_ps(-INFINITY);
     _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
         const __m512i pos = _mm512_set1_epi32(p0 + p + i);
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        _Pragma("GCC unroll 4") for (int j = 0; j < NQV; j++) {
             const __mmask16 in = _mm512_cmple_epi32_mask(fv[j], pos) & _mm512_cmple_epi32_mask(pos, lv[j]);
             _mm512_storeu_ps(st + (p + i) * 64 + 16 * j,
                              _mm512_mask_mov_ps(neg, in, _mm512_mul_ps(c[i][j], scale)));
@@ -288,8 +289,10 @@ RB_INLINE void rb_tvacc(const float *vf, const float *st, const float *ms, float
         __m512 v[4];
         _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = _mm512_loadu_ps(vf + p * hd + d + 16 * j);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-            const __m512 w = _mm512_set1_ps(st[p * 64 + q + i]);
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] = _mm512_fmadd_ps(w, v[j], a[i][j]);
+            const float ws = st[p * 64 + q + i];
+            const __m512 w = _mm512_set1_ps(ws);
+            const __mmask16 nz = ws != 0.0f ? 0xffff : 0;
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] = _mm512_mask3_fmadd_ps(w, v[j], a[i][j], nz);
         }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -297,40 +300,81 @@ RB_INLINE void rb_tvacc(const float *vf, const float *st, const float *ms, float
             _mm512_storeu_ps(acc + (q + i) * hd + d + 16 * j, a[i][j]);
 }
 
-int rb_attn_tblock_f16_avx512(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
-                              int nq, const float *qt, const int32_t *first, const int32_t *last,
-                              int32_t p0, float kq_scale, float *kf, float *vf, float *st,
-                              float *acc, float *m, float *l)
+/* 32 q8_0 values from qs (two 16-byte loads), times d, into o */
+RB_INLINE void rb_widen32_q8(__m128i lo, __m128i hi, __m512 d, float *o)
 {
+    _mm512_storeu_ps(o, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
+    _mm512_storeu_ps(o + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
+}
+
+void rb_attn_widen_avx512(uint32_t type, const void *const *rows, int np, int hd, float *out)
+{
+    for (int p = 0; p < np; p++) {
+        float *o = out + (size_t)p * hd;
+        if (type == RB_TYPE_F16) {
+            const rb_f16 *r = rows[p];
+            for (int d = 0; d < hd; d += 16)
+                _mm512_storeu_ps(o + d, rb_load16_f16(r + d));
+        } else if (type == RB_TYPE_Q8_0) {
+            const rb_block_q8_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK8_0; b++)
+                rb_widen32_q8(_mm_loadu_si128((const __m128i *)x[b].qs),
+                              _mm_loadu_si128((const __m128i *)(x[b].qs + 16)),
+                              _mm512_set1_ps(rb_fp16_to_fp32(x[b].d)), o + b * RB_QK8_0);
+        } else {
+            const rb_block_q4_0 *x = rows[p];
+            const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
+            for (int b = 0; b < hd / RB_QK4_0; b++) {
+                const __m128i raw = _mm_loadu_si128((const __m128i *)x[b].qs);
+                rb_widen32_q8(_mm_sub_epi8(_mm_and_si128(raw, m4), e8),
+                              _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), e8),
+                              _mm512_set1_ps(rb_fp16_to_fp32(x[b].d)), o + b * RB_QK4_0);
+            }
+        }
+    }
+}
+
+/* The scores of all 64 lanes (NQV = 4) or of the first 16 (1) */
+RB_INLINE void rb_tscores(const float *kf, const float *qt, int hd, int np, int32_t p0,
+                          __m512 scale, const __m512i *fv, const __m512i *lv, float *st,
+                          const int NQV)
+{
+    int p = 0;
+    for (; p + 4 <= np; p += 4)
+        rb_tscore(kf, qt, hd, p, p0, scale, fv, lv, st, 4, NQV);
+    for (; p < np; p++)
+        rb_tscore(kf, qt, hd, p, p0, scale, fv, lv, st, 1, NQV);
+}
+
+int rb_attn_tblock_avx512(const float *kf, const float *vf, int np, int hd, int nq,
+                          const float *qt, const int32_t *first, const int32_t *last,
+                          int32_t p0, float kq_scale, float *st, float *kt, float *acc,
+                          float *m, float *l)
+{
+    (void)kt;
     if (hd % 16 != 0)
         return 0;
     float ms[64];
-    for (int p = 0; p < np; p++)
-        for (int d = 0; d < hd; d += 16) {
-            _mm512_storeu_ps(kf + p * hd + d, rb_load16_f16(kr[p] + d));
-            _mm512_storeu_ps(vf + p * hd + d, rb_load16_f16(vr[p] + d));
-        }
     __m512i fv[4], lv[4];
     for (int j = 0; j < 4; j++) {
         fv[j] = _mm512_loadu_si512(first + 16 * j);
         lv[j] = _mm512_loadu_si512(last + 16 * j);
     }
     const __m512 scale = _mm512_set1_ps(kq_scale);
-    int p = 0;
-    for (; p + 4 <= np; p += 4)
-        rb_tscore(kf, qt, hd, p, p0, scale, fv, lv, st, 4);
-    for (; p < np; p++)
-        rb_tscore(kf, qt, hd, p, p0, scale, fv, lv, st, 1);
+    if (nq <= 16)
+        rb_tscores(kf, qt, hd, np, p0, scale, fv, lv, st, 1);
+    else
+        rb_tscores(kf, qt, hd, np, p0, scale, fv, lv, st, 4);
     for (int q = 0; q < nq; q += 16) {
         const __m512 mo = _mm512_loadu_ps(m + q);
         __m512 mx = mo;
-        for (p = 0; p < np; p++)
+        for (int p = 0; p < np; p++)
             mx = _mm512_max_ps(_mm512_loadu_ps(st + p * 64 + q), mx);
         const __m512 msv = rb_exp16(_mm512_sub_ps(mo, mx));
         _mm512_storeu_ps(ms + q, msv);
         _mm512_storeu_ps(m + q, mx);
         __m512 s = _mm512_mul_ps(_mm512_loadu_ps(l + q), msv);
-        for (p = 0; p < np; p++) {
+        for (int p = 0; p < np; p++) {
             const __m512 w = rb_exp16(_mm512_sub_ps(_mm512_loadu_ps(st + p * 64 + q), mx));
             _mm512_storeu_ps(st + p * 64 + q, w);
             s = _mm512_add_ps(s, w);
