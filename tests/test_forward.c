@@ -440,7 +440,10 @@ static void test_batching(void)
                                       .n_ff = 256, .n_vocab = 512, .n_ctx = 1024,
                                       .sliding_window = 100, .seed = 7};
     check_batching("llama", &llama, RB_KV_F16);
+    check_batching("llama", &llama, RB_KV_Q8_0);
+    check_batching("llama", &llama, RB_KV_Q4_0);
     check_batching("gemma3", &gemma, RB_KV_F16);
+    check_batching("gemma3", &gemma, RB_KV_Q8_0);
 }
 
 int main(void)

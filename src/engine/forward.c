@@ -375,10 +375,15 @@ static int is_f16_kv(const rb_kvcache *kv)
     return kv->type_k == RB_TYPE_F16 && kv->type_v == RB_TYPE_F16;
 }
 
-/* The caches the tiled form takes (rb_attn_kv_tiled) */
+/* The caches the tiled form takes (rb_attn_kv_tiled): K and V each f16,
+ * q8_0 or q4_0 (every type a cache holds) */
 static int tiled_kv(const rb_kvcache *kv)
 {
-    return is_f16_kv(kv);
+    const uint32_t t[2] = {kv->type_k, kv->type_v};
+    for (int i = 0; i < 2; i++)
+        if (t[i] != RB_TYPE_F16 && t[i] != RB_TYPE_Q8_0 && t[i] != RB_TYPE_Q4_0)
+            return 0;
+    return 1;
 }
 
 /* The first token of sq (its index in the pass) that takes the tiled
