@@ -439,17 +439,26 @@ int rb_attn_tblock_ref(const float *kf, const float *vf, int np, int hd, int nq,
     return 1;
 }
 
+/* The decode kernel's type (rb_attn_tblock_few_avx512) */
+typedef int (*attn_few_fn)(uint32_t type_k, uint32_t type_v, const void *const *kr,
+                           const void *const *vr, int np, int hd, int nq, const float *qt,
+                           const int32_t *first, const int32_t *last, int32_t p0,
+                           float kq_scale, float *kt, float *acc, float *m, float *l);
+
 /* The kernels of this CPU's tier for head dim hd (the portable ones
- * where it has none). */
-static void tiled_kernels(int hd, rb_attn_widen_fn *widen, rb_attn_tblock_fn *block)
+ * where it has none; few: NULL where the tier has no decode kernel). */
+static void tiled_kernels(int hd, rb_attn_widen_fn *widen, rb_attn_tblock_fn *block,
+                          attn_few_fn *few)
 {
     *widen = rb_attn_widen_ref;
     *block = rb_attn_tblock_ref;
+    *few = NULL;
 #if defined(__x86_64__)
     const int tier = rb_cpu_tier();
     if (tier == RB_CPU_TIER_AVX512 && hd % 16 == 0) {
         *widen = rb_attn_widen_avx512;
         *block = rb_attn_tblock_avx512;
+        *few = rb_attn_tblock_few_avx512;
     } else if (RB_ATTN_VEC_TIER(tier) && hd % 8 == 0) {
         *widen = rb_attn_widen_avx2;
         *block = rb_attn_tblock_avx2;
@@ -478,9 +487,9 @@ static void prefetch_rows(const void *const *rows, int np, size_t bytes)
  * they meet (a block cut to lo..end-1: the positions outside add nothing
  * to any query, attention.h), out = acc / l. While a block is computed
  * the next one's rows are prefetched. */
-static void attn_tiled(rb_attn_widen_fn widen, rb_attn_tblock_fn block, const rb_kvcache *kv,
-                       uint32_t layer, uint32_t kvh, float kq_scale, const rb_attn_query *qs,
-                       uint32_t nq, float *work)
+static void attn_tiled(rb_attn_widen_fn widen, rb_attn_tblock_fn block, attn_few_fn few,
+                       const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
+                       const rb_attn_query *qs, uint32_t nq, float *work)
 {
     const int TQ = RB_ATTN_TILE_Q, TKV = RB_ATTN_TILE_KV;
     const int hd = (int)kv->head_dim_k;
@@ -525,10 +534,13 @@ static void attn_tiled(rb_attn_widen_fn widen, rb_attn_tblock_fn block, const rb
             prefetch_rows(rows[!cur][0], (int)(n1 - n0), kb);
             prefetch_rows(rows[!cur][1], (int)(n1 - n0), vb);
         }
-        widen(kv->type_k, rows[cur][0], np, hd, kf);
-        widen(kv->type_v, rows[cur][1], np, hd, vf);
-        block(kf, vf, np, hd, (int)nq, qt, first, last, (int32_t)b0, kq_scale, st, kt, acc, m,
-              l);
+        if (!few || !few(kv->type_k, kv->type_v, rows[cur][0], rows[cur][1], np, hd, (int)nq,
+                         qt, first, last, (int32_t)b0, kq_scale, kt, acc, m, l)) {
+            widen(kv->type_k, rows[cur][0], np, hd, kf);
+            widen(kv->type_v, rows[cur][1], np, hd, vf);
+            block(kf, vf, np, hd, (int)nq, qt, first, last, (int32_t)b0, kq_scale, st, kt, acc,
+                  m, l);
+        }
         b0 = n0;
         b1 = n1;
         cur = !cur;
@@ -545,12 +557,14 @@ void rb_attn_kv_tiled(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float 
 {
     rb_attn_widen_fn widen;
     rb_attn_tblock_fn block;
-    tiled_kernels((int)kv->head_dim_k, &widen, &block);
-    attn_tiled(widen, block, kv, layer, kvh, kq_scale, qs, nq, work);
+    attn_few_fn few;
+    tiled_kernels((int)kv->head_dim_k, &widen, &block, &few);
+    attn_tiled(widen, block, few, kv, layer, kvh, kq_scale, qs, nq, work);
 }
 
 void rb_attn_kv_tiled_ref(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
                           const rb_attn_query *qs, uint32_t nq, float *work)
 {
-    attn_tiled(rb_attn_widen_ref, rb_attn_tblock_ref, kv, layer, kvh, kq_scale, qs, nq, work);
+    attn_tiled(rb_attn_widen_ref, rb_attn_tblock_ref, NULL, kv, layer, kvh, kq_scale, qs, nq,
+               work);
 }
