@@ -462,6 +462,7 @@ static void tiled_kernels(int hd, rb_attn_widen_fn *widen, rb_attn_tblock_fn *bl
     } else if (RB_ATTN_VEC_TIER(tier) && hd % 8 == 0) {
         *widen = rb_attn_widen_avx2;
         *block = rb_attn_tblock_avx2;
+        *few = rb_attn_tblock_few_avx2;
     }
 #endif
     (void)hd;
@@ -479,7 +480,27 @@ static void prefetch_rows(const void *const *rows, int np, size_t bytes)
 {
     for (int p = 0; p < np; p++)
         for (size_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch((const char *)rows[p] + o, 0, 3);
+            __builtin_prefetch((const char *)rows[p] + o, 0, 2);
+}
+
+/* The K and V rows of positions p0..p1-1: a division per page, not per
+ * row (the rows of a page are consecutive) */
+static void block_rows(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, uint32_t p0,
+                       uint32_t p1, const void *rows[2][RB_ATTN_TILE_KV])
+{
+    const uint32_t pt = kv->page_tokens;
+    const uint8_t *k = NULL, *v = NULL;
+    for (uint32_t p = p0, in_page = p0 % pt; p < p1; p++, in_page++) {
+        if (p == p0 || in_page == pt) {
+            in_page = p % pt;
+            k = rb_kvcache_k_row(kv, layer, kvh, p);
+            v = rb_kvcache_v_row(kv, layer, kvh, p);
+        }
+        rows[0][p - p0] = k;
+        rows[1][p - p0] = v;
+        k += kv->row_k;
+        v += kv->row_v;
+    }
 }
 
 /* One tile: the queries transposed into qt (zero past nq, whose spans are
@@ -502,9 +523,12 @@ static void attn_tiled(rb_attn_widen_fn widen, rb_attn_tblock_fn block, attn_few
     uint32_t lo = UINT32_MAX, end = 0;
     if (nq == 0)
         return;
+    /* the lanes a kernel reads: 16 queries for a tile of up to 16 (a
+       decode), else all 64 */
+    const int lanes = nq <= 16 ? 16 : TQ;
     for (int q = 0; q < TQ; q++) {
         const int real = q < (int)nq;
-        for (int d = 0; d < hd; d++)
+        for (int d = 0; d < hd && q < lanes; d++)
             qt[d * TQ + q] = real ? qs[q].q[d] : 0.0f;
         first[q] = real ? (int32_t)qs[q].first : 1;
         last[q] = real ? (int32_t)qs[q].last : 0;
@@ -515,21 +539,15 @@ static void attn_tiled(rb_attn_widen_fn widen, rb_attn_tblock_fn block, attn_few
             end = qs[q].last + 1 > end ? qs[q].last + 1 : end;
         }
     }
-    memset(acc, 0, (size_t)TQ * hd * sizeof *acc);
+    memset(acc, 0, (size_t)lanes * hd * sizeof *acc);
     int cur = 0;
     uint32_t b0 = lo, b1 = (lo / TKV + 1) * TKV < end ? (lo / TKV + 1) * TKV : end;
-    for (uint32_t p = b0; p < b1; p++) {
-        rows[cur][0][p - b0] = rb_kvcache_k_row(kv, layer, kvh, p);
-        rows[cur][1][p - b0] = rb_kvcache_v_row(kv, layer, kvh, p);
-    }
+    block_rows(kv, layer, kvh, b0, b1, rows[cur]);
     while (b0 < end) {
         const int np = (int)(b1 - b0);
         /* the next block's rows, prefetched while this one is computed */
         const uint32_t n0 = b1, n1 = b1 + TKV < end ? b1 + TKV : end;
-        for (uint32_t p = n0; p < n1; p++) {
-            rows[!cur][0][p - n0] = rb_kvcache_k_row(kv, layer, kvh, p);
-            rows[!cur][1][p - n0] = rb_kvcache_v_row(kv, layer, kvh, p);
-        }
+        block_rows(kv, layer, kvh, n0, n1, rows[!cur]);
         if (n1 > n0) {
             prefetch_rows(rows[!cur][0], (int)(n1 - n0), kb);
             prefetch_rows(rows[!cur][1], (int)(n1 - n0), vb);

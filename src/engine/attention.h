@@ -160,10 +160,11 @@ void rb_attn_widen_ref(uint32_t type, const void *const *rows, int np, int hd, f
 /* One block of the tiled form (the kernel every tier implements): kf, vf:
  * the block's np <= RB_ATTN_TILE_KV K and V rows as f32 (np x hd),
  * positions p0..p0+np-1; qt: the tile's queries transposed, qt[d * 64 +
- * q], zero past nq; first/last: the 64 queries' spans (an empty span past
- * nq); st: 64 x 64 floats of scratch (scores, then weights, st[p * 64 +
- * q]); kt: hd x 64 floats of scratch; acc: 64 x hd accumulators; m, l:
- * the 64 running max and sum. Only the first nq queries' acc, m and l are
+ * q], zero past nq (lanes 0..15 only are read when nq <= 16); first/last:
+ * the 64 queries' spans (an empty span past nq); st: 64 x 64 floats of
+ * scratch (scores, then weights, st[p * 64 + q]); kt: hd x 64 floats of
+ * scratch; acc: 64 x hd accumulators (16 x hd when nq <= 16); m, l: the
+ * 64 running max and sum. Only the first nq queries' acc, m and l are
  * defined afterwards. Returns 0 (and does nothing) when the tier has no
  * kernel for hd. */
 typedef int (*rb_attn_tblock_fn)(const float *kf, const float *vf, int np, int hd, int nq,

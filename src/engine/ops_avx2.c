@@ -470,6 +470,165 @@ void rb_attn_widen_avx2(uint32_t type, const void *const *rows, int np, int hd, 
     }
 }
 
+/*
+ * rb_attn_tblock_few_avx2: the decode kernel of ops_avx512.c in 8-lane
+ * registers: the block's K rows widened and transposed once (8 x 8 in
+ * registers), each query dotted with 8 positions per fma (8 independent
+ * chains over the block's 64 positions), its softmax over the block's
+ * scores in 8 registers, the V rows read once for two queries, a zero
+ * weight's fma blended away. The same operations per (query, position) as
+ * rb_attn_tblock_ref: the same bits.
+ */
+static inline __attribute__((always_inline)) void rb_tr8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* t[2i], 128-bit half h: rows 2i, 2i+1 of columns 4h, 4h+1; t[2i+1]: 4h+2, 4h+3 */
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+    }
+    /* u[4i + j], half h: column 4h + j of rows 4i..4i+3 */
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* values c..c+7 of a row of type (f16, q8_0, q4_0; c a multiple of 8), as
+ * rb_attn_widen_ref gives them */
+static inline __attribute__((always_inline)) __m256 rb_row8(uint32_t type, const void *row, int c)
+{
+    if (type == RB_TYPE_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const rb_f16 *)row + c)));
+    if (type == RB_TYPE_Q8_0) {
+        const rb_block_q8_0 *x = (const rb_block_q8_0 *)row + c / RB_QK8_0;
+        const __m128i v = _mm_loadl_epi64((const __m128i *)(x->qs + c % RB_QK8_0));
+        return _mm256_mul_ps(_mm256_set1_ps(rb_fp16_to_fp32(x->d)),
+                             _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)));
+    }
+    const rb_block_q4_0 *x = (const rb_block_q4_0 *)row + c / RB_QK4_0;
+    const int off = c % RB_QK4_0;
+    __m128i v = _mm_loadl_epi64((const __m128i *)(x->qs + (off & 15)));
+    if (off >= 16)
+        v = _mm_srli_epi16(v, 4);
+    v = _mm_sub_epi8(_mm_and_si128(v, _mm_set1_epi8(0x0f)), _mm_set1_epi8(8));
+    return _mm256_mul_ps(_mm256_set1_ps(rb_fp16_to_fp32(x->d)),
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)));
+}
+
+/* query q's NG groups of 8 positions' raw scores (NG independent chains) */
+static inline __attribute__((always_inline)) void
+rb_dscore8(const float *kt, const float *qt, int hd, int q, __m256 *s, const int NG)
+{
+    _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++) s[g] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const __m256 qd = _mm256_broadcast_ss(qt + d * 64 + q);
+        _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++)
+            s[g] = _mm256_fmadd_ps(_mm256_loadu_ps(kt + d * 64 + 8 * g), qd, s[g]);
+    }
+}
+
+/* QB queries (1 or 2) from q, NV vectors (4 or 1) of dims from d */
+static inline __attribute__((always_inline)) void
+rb_dvacc8(uint32_t type_v, const void *const *vr, int np, int hd, int q, int d,
+          const float (*w)[64], const float *ms, float *acc, const int QB, const int NV)
+{
+    __m256 a[2][4];
+    _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+            a[i][j] = _mm256_mul_ps(_mm256_loadu_ps(acc + (size_t)(q + i) * hd + d + 8 * j),
+                                    _mm256_set1_ps(ms[q + i]));
+    for (int p = 0; p < np; p++) {
+        __m256 v[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = rb_row8(type_v, vr[p], d + 8 * j);
+        _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++) {
+            const float ws = w[q + i][p];
+            const __m256 wv = _mm256_set1_ps(ws);
+            const __m256 nz = _mm256_castsi256_ps(_mm256_set1_epi32(ws != 0.0f ? -1 : 0));
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+                a[i][j] = _mm256_blendv_ps(a[i][j], _mm256_fmadd_ps(wv, v[j], a[i][j]), nz);
+        }
+    }
+    _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+            _mm256_storeu_ps(acc + (size_t)(q + i) * hd + d + 8 * j, a[i][j]);
+}
+
+int rb_attn_tblock_few_avx2(uint32_t type_k, uint32_t type_v, const void *const *kr,
+                            const void *const *vr, int np, int hd, int nq, const float *qt,
+                            const int32_t *first, const int32_t *last, int32_t p0,
+                            float kq_scale, float *kt, float *acc, float *m, float *l)
+{
+    if (hd % 8 != 0 || nq > RB_ATTN_TBLOCK_FEW)
+        return 0;
+    for (int g = 0; g < np; g += 8) { /* kt[d * 64 + p], rows past np zero */
+        const int nr = np - g < 8 ? np - g : 8;
+        for (int c = 0; c < hd; c += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = i < nr ? rb_row8(type_k, kr[g + i], c) : _mm256_setzero_ps();
+            rb_tr8(r);
+            for (int i = 0; i < 8; i++)
+                _mm256_storeu_ps(kt + (size_t)(c + i) * 64 + g, r[i]);
+        }
+    }
+    const int ng = (np + 7) / 8;
+    const __m256 scale = _mm256_set1_ps(kq_scale), neg = _mm256_set1_ps(-INFINITY);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    float w[RB_ATTN_TBLOCK_FEW][64], ms[RB_ATTN_TBLOCK_FEW];
+    for (int q = 0; q < nq; q++) {
+        __m256 s[8];
+        if (ng == 8)
+            rb_dscore8(kt, qt, hd, q, s, 8);
+        else
+            for (int g = 0; g < ng; g++)
+                rb_dscore8(kt + 8 * g, qt, hd, q, s + g, 1);
+        const __m256i fq = _mm256_set1_epi32(first[q] - 1), lq = _mm256_set1_epi32(last[q] + 1);
+        __m256 mxv = _mm256_set1_ps(m[q]);
+        for (int g = 0; g < ng; g++) {
+            const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(8 * g), lane);
+            const __m256i pos = _mm256_add_epi32(_mm256_set1_epi32(p0), idx);
+            const __m256i in = _mm256_and_si256(
+                _mm256_and_si256(_mm256_cmpgt_epi32(pos, fq), _mm256_cmpgt_epi32(lq, pos)),
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(np), idx));
+            s[g] = _mm256_blendv_ps(neg, _mm256_mul_ps(s[g], scale), _mm256_castsi256_ps(in));
+            mxv = _mm256_max_ps(s[g], mxv);
+        }
+        float mt[8], mx = m[q];
+        _mm256_storeu_ps(mt, mxv);
+        for (int i = 0; i < 8; i++)
+            mx = mt[i] > mx ? mt[i] : mx;
+        ms[q] = _mm256_cvtss_f32(rb_texp8(_mm256_set1_ps(m[q] - mx)));
+        for (int g = 0; g < ng; g++)
+            _mm256_storeu_ps(w[q] + 8 * g, rb_texp8(_mm256_sub_ps(s[g], _mm256_set1_ps(mx))));
+        float sum = l[q] * ms[q];
+        for (int p = 0; p < np; p++)
+            sum = sum + w[q][p];
+        l[q] = sum;
+        m[q] = mx;
+    }
+    for (int q = 0; q < nq; q += 2) {
+        const int qb = nq - q >= 2 ? 2 : 1;
+        int d = 0;
+        for (; d + 32 <= hd; d += 32) {
+            if (qb == 2)
+                rb_dvacc8(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, 2, 4);
+            else
+                rb_dvacc8(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, 1, 4);
+        }
+        for (; d < hd; d += 8)
+            for (int i = 0; i < qb; i++)
+                rb_dvacc8(type_v, vr, np, hd, q + i, d, (const float (*)[64])w, ms, acc, 1, 1);
+    }
+    return 1;
+}
+
 int rb_attn_tblock_avx2(const float *kf, const float *vf, int np, int hd, int nq,
                         const float *qt, const int32_t *first, const int32_t *last, int32_t p0,
                         float kq_scale, float *st, float *kt, float *acc, float *m, float *l)

@@ -71,12 +71,16 @@ void rb_attn_widen_avx512(uint32_t type, const void *const *rows, int np, int hd
 int rb_attn_tblock_avx2(const float *kf, const float *vf, int np, int hd, int nq,
                         const float *qt, const int32_t *first, const int32_t *last, int32_t p0,
                         float kq_scale, float *st, float *kt, float *acc, float *m, float *l);
-/* The block of a tile of up to RB_ATTN_TBLOCK_FEW queries (a decode) on
- * the avx512 tier, from the K and V rows themselves (type_k, type_v: f16,
- * q8_0, q4_0): rb_attn_tblock_ref's results and bits for the first nq
- * queries, kt its scratch (hd x 64 floats); returns 0 (and does nothing)
- * when hd is not a multiple of 16 or nq is above RB_ATTN_TBLOCK_FEW */
+/* The block of a tile of up to RB_ATTN_TBLOCK_FEW queries (a decode),
+ * from the K and V rows themselves (type_k, type_v: f16, q8_0, q4_0):
+ * rb_attn_tblock_ref's results and bits for the first nq queries, kt its
+ * scratch (hd x 64 floats); returns 0 (and does nothing) when hd is not a
+ * multiple of 16 (avx512) or 8 (avx2), or nq is above RB_ATTN_TBLOCK_FEW */
 #define RB_ATTN_TBLOCK_FEW 8
+int rb_attn_tblock_few_avx2(uint32_t type_k, uint32_t type_v, const void *const *kr,
+                            const void *const *vr, int np, int hd, int nq, const float *qt,
+                            const int32_t *first, const int32_t *last, int32_t p0,
+                            float kq_scale, float *kt, float *acc, float *m, float *l);
 int rb_attn_tblock_few_avx512(uint32_t type_k, uint32_t type_v, const void *const *kr,
                               const void *const *vr, int np, int hd, int nq, const float *qt,
                               const int32_t *first, const int32_t *last, int32_t p0,
