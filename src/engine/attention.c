@@ -432,7 +432,7 @@ int rb_attn_tblock_ref(const float *kf, const float *vf, int np, int hd, int nq,
         for (int d = 0; d < hd; d++) {
             float a = acc[q * hd + d] * ms[q];
             for (int p = 0; p < np; p++)
-                if (st[p * TQ + q] != 0.0f)
+                if (first[q] <= p0 + p && p0 + p <= last[q])
                     a = fmaf(st[p * TQ + q], vf[p * hd + d], a);
             acc[q * hd + d] = a;
         }

@@ -104,12 +104,11 @@ void rb_attn_f16_ref(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float k
  * or -inf where p is outside q's span; then per query the online step:
  * M' = max(M, the block's scores), ms = rb_attn_exp(M - M'), l = l * ms,
  * then for p in order w_p = rb_attn_exp(s_p - M'), l = l + w_p;
- * acc = acc * ms, then for p in order, where w_p != 0,
- * acc = fma(w_p, v_p, acc). M starts at -inf, l and acc at +0. At the end
- * out = acc * (1 / l).
+ * acc = acc * ms, then for p of q's span in order acc = fma(w_p, v_p,
+ * acc). M starts at -inf, l and acc at +0. At the end out = acc * (1 / l).
  * Why a query's result does not depend on the tile it shares: a position
  * outside its span has w = 0 (rb_attn_exp(-inf) = 0) and adds nothing (l +
- * 0 = l, the fma is skipped); a block wholly outside its span leaves its
+ * 0 = l, no fma); a block wholly outside its span leaves its
  * state as it was (before the span: M' = -inf, ms = rb_attn_exp(NaN) = 0
  * on l = +0 and acc = +0; after it: M' = M, ms = 1), and the blocks of its
  * span hold the same positions whatever the tile. So a query computes the

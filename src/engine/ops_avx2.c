@@ -350,8 +350,9 @@ float rb_attn_dot_q4_0_avx2(const void *k_row, const void *q_row, int n)
 /*
  * rb_attn_tblock_avx2: attention.h's tiled block in 8-lane registers
  * (the 64 queries of a tile are 8 ymm). Scores: 4 positions x 16 queries
- * in 8 accumulators; V: 4 queries x 16 dims in 8 accumulators (a zero
- * weight's fma blended away); the softmax down the lanes. Each lane takes
+ * in 8 accumulators; V: 4 queries x 16 dims in 8 accumulators (the fma of
+ * a position outside a query's span blended away where some span does not
+ * hold the whole block); the softmax down the lanes. Each lane takes
  * rb_attn_tblock_ref's operations in its order: the same bits.
  */
 static inline __attribute__((always_inline)) __m256 rb_texp8(__m256 x)
@@ -407,13 +408,37 @@ rb_tscore8(const float *kf, const float *qt, int hd, int p, int q, int32_t p0, _
     }
 }
 
-/* queries q..q+3, NV vectors (2 or 1) of dims from d */
+/* 1 when the spans of queries q..q+n-1 all hold positions p0..p0+np-1 */
+static inline __attribute__((always_inline)) int
+rb_tcover8(const int32_t *first, const int32_t *last, int q, int n, int32_t p0, int np)
+{
+    int all = 1;
+    for (int i = 0; i < n; i++)
+        all &= first[q + i] <= p0 && p0 + np - 1 <= last[q + i];
+    return all;
+}
+
+/* the fma of query q at position pos, or a where pos is outside its span */
+static inline __attribute__((always_inline)) __m256
+rb_span_fma8(const int32_t *first, const int32_t *last, int q, int32_t pos, __m256 w, __m256 v,
+             __m256 a, const int MASKED)
+{
+    if (!MASKED)
+        return _mm256_fmadd_ps(w, v, a);
+    const __m256 in = _mm256_castsi256_ps(
+        _mm256_set1_epi32(first[q] <= pos && pos <= last[q] ? -1 : 0));
+    return _mm256_blendv_ps(a, _mm256_fmadd_ps(w, v, a), in);
+}
+
+/* queries q..q+3, NV vectors (2 or 1) of dims from d; MASKED: the fma of
+ * a position outside a query's span left out (else every span holds the
+ * block) */
 static inline __attribute__((always_inline)) void
 rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd, int np, int q,
-          int d, const int NV)
+          int d, int32_t p0, const int32_t *first, const int32_t *last, const int NV,
+          const int MASKED)
 {
     __m256 a[4][2];
-    const __m256 zero = _mm256_setzero_ps();
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
         const __m256 s = _mm256_set1_ps(ms[q + i]);
         _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++)
@@ -424,9 +449,8 @@ rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd,
         _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++) v[j] = _mm256_loadu_ps(vf + p * hd + d + 8 * j);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
             const __m256 w = _mm256_broadcast_ss(st + p * 64 + q + i);
-            const __m256 nz = _mm256_cmp_ps(w, zero, _CMP_NEQ_OQ);
             _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++)
-                a[i][j] = _mm256_blendv_ps(a[i][j], _mm256_fmadd_ps(w, v[j], a[i][j]), nz);
+                a[i][j] = rb_span_fma8(first, last, q + i, p0 + p, w, v[j], a[i][j], MASKED);
         }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -475,8 +499,8 @@ void rb_attn_widen_avx2(uint32_t type, const void *const *rows, int np, int hd, 
  * registers: the block's K rows widened and transposed once (8 x 8 in
  * registers), each query dotted with 8 positions per fma (8 independent
  * chains over the block's 64 positions), its softmax over the block's
- * scores in 8 registers, the V rows read once for two queries, a zero
- * weight's fma blended away. The same operations per (query, position) as
+ * scores in 8 registers, the V rows read once for two queries, the fma of
+ * a position outside a query's span blended away. The same operations per (query, position) as
  * rb_attn_tblock_ref: the same bits.
  */
 static inline __attribute__((always_inline)) void rb_tr8(__m256 r[8])
@@ -537,7 +561,8 @@ rb_dscore8(const float *kt, const float *qt, int hd, int q, __m256 *s, const int
 /* QB queries (1 or 2) from q, NV vectors (4 or 1) of dims from d */
 static inline __attribute__((always_inline)) void
 rb_dvacc8(uint32_t type_v, const void *const *vr, int np, int hd, int q, int d,
-          const float (*w)[64], const float *ms, float *acc, const int QB, const int NV)
+          const float (*w)[64], const float *ms, float *acc, int32_t p0, const int32_t *first,
+          const int32_t *last, const int QB, const int NV)
 {
     __m256 a[2][4];
     _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++)
@@ -548,11 +573,9 @@ rb_dvacc8(uint32_t type_v, const void *const *vr, int np, int hd, int q, int d,
         __m256 v[4];
         _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = rb_row8(type_v, vr[p], d + 8 * j);
         _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++) {
-            const float ws = w[q + i][p];
-            const __m256 wv = _mm256_set1_ps(ws);
-            const __m256 nz = _mm256_castsi256_ps(_mm256_set1_epi32(ws != 0.0f ? -1 : 0));
+            const __m256 wv = _mm256_set1_ps(w[q + i][p]);
             _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
-                a[i][j] = _mm256_blendv_ps(a[i][j], _mm256_fmadd_ps(wv, v[j], a[i][j]), nz);
+                a[i][j] = rb_span_fma8(first, last, q + i, p0 + p, wv, v[j], a[i][j], 1);
         }
     }
     _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++)
@@ -618,13 +641,14 @@ int rb_attn_tblock_few_avx2(uint32_t type_k, uint32_t type_v, const void *const 
         int d = 0;
         for (; d + 32 <= hd; d += 32) {
             if (qb == 2)
-                rb_dvacc8(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, 2, 4);
+                rb_dvacc8(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, p0, first, last, 2, 4);
             else
-                rb_dvacc8(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, 1, 4);
+                rb_dvacc8(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, p0, first, last, 1, 4);
         }
         for (; d < hd; d += 8)
             for (int i = 0; i < qb; i++)
-                rb_dvacc8(type_v, vr, np, hd, q + i, d, (const float (*)[64])w, ms, acc, 1, 1);
+                rb_dvacc8(type_v, vr, np, hd, q + i, d, (const float (*)[64])w, ms, acc, p0, first,
+                          last, 1, 1);
     }
     return 1;
 }
@@ -663,10 +687,17 @@ int rb_attn_tblock_avx2(const float *kf, const float *vf, int np, int hd, int nq
     }
     for (int q = 0; q < nq; q += 4) {
         int d = 0;
-        for (; d + 16 <= hd; d += 16)
-            rb_tvacc8(vf, st, ms, acc, hd, np, q, d, 2);
-        for (; d < hd; d += 8)
-            rb_tvacc8(vf, st, ms, acc, hd, np, q, d, 1);
+        if (rb_tcover8(first, last, q, 4, p0, np)) {
+            for (; d + 16 <= hd; d += 16)
+                rb_tvacc8(vf, st, ms, acc, hd, np, q, d, p0, first, last, 2, 0);
+            for (; d < hd; d += 8)
+                rb_tvacc8(vf, st, ms, acc, hd, np, q, d, p0, first, last, 1, 0);
+        } else {
+            for (; d + 16 <= hd; d += 16)
+                rb_tvacc8(vf, st, ms, acc, hd, np, q, d, p0, first, last, 2, 1);
+            for (; d < hd; d += 8)
+                rb_tvacc8(vf, st, ms, acc, hd, np, q, d, p0, first, last, 1, 1);
+        }
     }
     return 1;
 }

@@ -225,8 +225,9 @@ int rb_attn_tile8_f16_avx512(const rb_f16 *k, const rb_f16 *v, int64_t stride, i
  * queries in 16 accumulators, each lane the fma chain over d of the
  * scalar form (K broadcast from the widened row, q from the transposed
  * tile). Softmax: the tile's queries down the lanes, positions in order.
- * V: 4 queries x 64 dims in 16 accumulators, positions in order, a zero
- * weight's fma masked off. The same operations per lane as
+ * V: 4 queries x 64 dims in 16 accumulators, positions in order, the fma
+ * of a position outside a query's span masked off (where some span does
+ * not hold the whole block). The same operations per lane as
  * rb_attn_tblock_ref, so the same bits.
  */
 RB_INLINE __m512 rb_exp16(__m512 x)
@@ -277,9 +278,22 @@ RB_INLINE void rb_tscore(const float *kf, const float *qt, int hd, int p, int32_
     }
 }
 
-/* NQ queries (4) from q, NV vectors (4 or 1) of dims from d */
+/* 1 when the spans of queries q..q+n-1 all hold positions p0..p0+np-1 */
+RB_INLINE int rb_tcover(const int32_t *first, const int32_t *last, int q, int n, int32_t p0,
+                        int np)
+{
+    int all = 1;
+    for (int i = 0; i < n; i++)
+        all &= first[q + i] <= p0 && p0 + np - 1 <= last[q + i];
+    return all;
+}
+
+/* NQ queries (4) from q, NV vectors (4 or 1) of dims from d; MASKED: the
+ * fma of a position outside a query's span left out (else every span
+ * holds the block) */
 RB_INLINE void rb_tvacc(const float *vf, const float *st, const float *ms, float *acc, int hd,
-                        int np, int q, int d, const int NV)
+                        int np, int q, int d, int32_t p0, const int32_t *first,
+                        const int32_t *last, const int NV, const int MASKED)
 {
     __m512 a[4][4];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
@@ -291,10 +305,13 @@ RB_INLINE void rb_tvacc(const float *vf, const float *st, const float *ms, float
         __m512 v[4];
         _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = _mm512_loadu_ps(vf + p * hd + d + 16 * j);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-            const float ws = st[p * 64 + q + i];
-            const __m512 w = _mm512_set1_ps(ws);
-            const __mmask16 nz = ws != 0.0f ? 0xffff : 0;
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] = _mm512_mask3_fmadd_ps(w, v[j], a[i][j], nz);
+            const __m512 w = _mm512_set1_ps(st[p * 64 + q + i]);
+            if (MASKED) {
+                const __mmask16 in = first[q + i] <= p0 + p && p0 + p <= last[q + i] ? 0xffff : 0;
+                _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] = _mm512_mask3_fmadd_ps(w, v[j], a[i][j], in);
+            } else {
+                _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] = _mm512_fmadd_ps(w, v[j], a[i][j]);
+            }
         }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -356,8 +373,8 @@ RB_INLINE void rb_tscores(const float *kf, const float *qt, int hd, int np, int3
  * chains), each lane the same fma chain over d as the scalar form; a
  * query's softmax takes the block's 64 scores in 4 registers (the max is
  * exact in any order; the weights are summed position by position); the V
- * rows are read (widened) once for two queries, positions in order, a zero
- * weight's fma masked off. The same operations per (query, position) as
+ * rows are read (widened) once for two queries, positions in order, the
+ * fma of a position outside a query's span masked off. The same operations per (query, position) as
  * rb_attn_tblock_ref: the same bits. The 64-lane tile kernel would spend
  * 64 - nq of its lanes on empty queries; no f32 copy of K or V is made.
  */
@@ -463,9 +480,11 @@ RB_INLINE void rb_dscores(const float *kt, const float *qt, int hd, int q, __m51
 }
 
 /* QB queries from q: acc[q + i][d..d + 16 NV) = acc * ms, then the block's
- * weighted V rows in position order, a zero weight skipped */
+ * weighted V rows in position order, a position outside the query's span
+ * left out */
 RB_INLINE void rb_dvacc(uint32_t type_v, const void *const *vr, int np, int hd, int q, int d,
-                        const float (*w)[64], const float *ms, float *acc, const int QB,
+                        const float (*w)[64], const float *ms, float *acc, int32_t p0,
+                        const int32_t *first, const int32_t *last, const int QB,
                         const int NV)
 {
     __m512 a[2][4];
@@ -482,10 +501,9 @@ RB_INLINE void rb_dvacc(uint32_t type_v, const void *const *vr, int np, int hd, 
             _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = rb_row16(type_v, vr[p], d + 16 * j);
         }
         _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++) {
-            const float ws = w[q + i][p];
-            const __m512 wv = _mm512_set1_ps(ws);
-            const __mmask16 nz = ws != 0.0f ? 0xffff : 0;
-            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] = _mm512_mask3_fmadd_ps(wv, v[j], a[i][j], nz);
+            const __m512 wv = _mm512_set1_ps(w[q + i][p]);
+            const __mmask16 in = first[q + i] <= p0 + p && p0 + p <= last[q + i] ? 0xffff : 0;
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) a[i][j] = _mm512_mask3_fmadd_ps(wv, v[j], a[i][j], in);
         }
     }
     _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++)
@@ -541,14 +559,14 @@ int rb_attn_tblock_few_avx512(uint32_t type_k, uint32_t type_v, const void *cons
         for (int q = 0; q < nq; q += 2) {
             const int qb = nq - q >= 2 ? 2 : 1;
             if (nv == 4 && qb == 2)
-                rb_dvacc(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, 2, 4);
+                rb_dvacc(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, p0, first, last, 2, 4);
             else if (nv == 4)
-                rb_dvacc(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, 1, 4);
+                rb_dvacc(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, p0, first, last, 1, 4);
             else
                 for (int j = 0; j < nv; j++)
                     for (int i = 0; i < qb; i++)
                         rb_dvacc(type_v, vr, np, hd, q + i, d + 16 * j,
-                                 (const float (*)[64])w, ms, acc, 1, 1);
+                                 (const float (*)[64])w, ms, acc, p0, first, last, 1, 1);
         }
     }
     return 1;
@@ -591,10 +609,17 @@ int rb_attn_tblock_avx512(const float *kf, const float *vf, int np, int hd, int 
     }
     for (int q = 0; q < nq; q += 4) {
         int d = 0;
-        for (; d + 64 <= hd; d += 64)
-            rb_tvacc(vf, st, ms, acc, hd, np, q, d, 4);
-        for (; d < hd; d += 16)
-            rb_tvacc(vf, st, ms, acc, hd, np, q, d, 1);
+        if (rb_tcover(first, last, q, 4, p0, np)) {
+            for (; d + 64 <= hd; d += 64)
+                rb_tvacc(vf, st, ms, acc, hd, np, q, d, p0, first, last, 4, 0);
+            for (; d < hd; d += 16)
+                rb_tvacc(vf, st, ms, acc, hd, np, q, d, p0, first, last, 1, 0);
+        } else {
+            for (; d + 64 <= hd; d += 64)
+                rb_tvacc(vf, st, ms, acc, hd, np, q, d, p0, first, last, 4, 1);
+            for (; d < hd; d += 16)
+                rb_tvacc(vf, st, ms, acc, hd, np, q, d, p0, first, last, 1, 1);
+        }
     }
     return 1;
 }
