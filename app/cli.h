@@ -178,8 +178,8 @@ int rb_cli_opt_seed(void *dest, const char *v, char *why, size_t why_n);
 /* --exact-attention into (p)->exact_attention (run, chat, serve, bench) */
 #define RB_CLI_EXACT_ATTENTION_OPT(p)                                                         \
     {"--exact-attention", RB_OPT_FLAG, NULL,                                                  \
-     "attend every batch in llama.cpp's one-query arithmetic (logits bit-identical\n"         \
-     "to it fed one token at a time); default: batches of 64+ tokens in tiled f32",           \
+     "attend every position in llama.cpp's one-query arithmetic (logits bit-identical\n"      \
+     "to it fed one token at a time); default: positions 256+ in tiled f32",                  \
      &(p)->exact_attention, 0, 0, NULL, NULL}
 #define RB_CLI_SESSION_OPTS(p)                                                                \
     {"-c|--ctx-size", RB_OPT_U32, "N", "context length (default: the model's trained context)", \

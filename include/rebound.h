@@ -430,17 +430,17 @@ typedef struct rb_session_params {
        rb_session_abort does. NULL: none. */
     rb_progress_fn progress;
     void *progress_ctx;
-    /* attention's arithmetic over an f16 KV cache. 0 (default): a feed's
-       batch of 64 tokens or more is attended in tiles of f32 (scores as a
-       small matrix product, softmax and V sums in f32: prefill ~1.4x
-       faster at 512 tokens, ~2x at 2048, ~3x at depth 4096), fewer tokens (decode, small
-       batches) in llama.cpp's
-       exact one-query arithmetic; the rule llama.cpp's own CPU flash
-       attention follows, so prefill logits match a llama.cpp prefill to
-       float rounding (not bit for bit). 1: every batch in the exact
+    /* attention's arithmetic. 0 (default): a query at position 256 or
+       later is attended in tiles of f32 (scores as a small matrix
+       product, softmax and V sums in f32), over f16, q8_0 and q4_0 KV
+       caches, in a prefill and in a decode alike; earlier positions take
+       llama.cpp's exact one-query arithmetic. The rule is by position, so
+       a conversation's logits are the same bits however its tokens were
+       batched (one per call, chunks, one prefill); up to position 255
+       they are bit-identical to llama.cpp fed one token per call, later
+       ones match it to float rounding. 1: every position in the exact
        arithmetic: logits bit-identical to llama.cpp fed one token per
-       call, whatever n_batch. Quantized KV caches always take the exact
-       one. Other values: RB_E_INVALID_ARG. */
+       call throughout. Other values: RB_E_INVALID_ARG. */
     int exact_attention;
 } rb_session_params;
 

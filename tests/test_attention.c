@@ -21,6 +21,7 @@
 #include "attention.h"
 #include "check.h"
 #include "cpu.h"
+#include "forward.h"
 #include "kvcache.h"
 #include "ops.h"
 #include "ops_kernels.h"
@@ -255,8 +256,8 @@ static void check_exp(void)
 }
 
 /*
- * The tiled f32 form (rb_attn_f16_tiled): the tier's kernel gives the
- * scalar form's bits (rb_attn_f16_tiled_ref; every lane is the same
+ * The tiled f32 form (rb_attn_kv_tiled): the tier's kernel gives the
+ * scalar form's bits (rb_attn_kv_tiled_ref; every lane is the same
  * sequence of operations, so the bound is 0), and both are within a
  * derived bound of softmax(kq q.K) V computed in double from the same f16
  * K and V: a score's f32 fma chain errs by at most E = kq * hd * u *
@@ -268,14 +269,19 @@ static void check_exp(void)
  * and without each tier's kernel), 1..64 queries (a tile or less), KV
  * lengths that are not multiples of the 64-position block, pages of 8, 12
  * and 256 positions, causal spans, sliding windows whose starts fall
- * mid-block, and the pages before the earliest window freed.
+ * mid-block, and the pages before the earliest window freed; K and V f16,
+ * q8_0 or q4_0 (head dims of 32s; the reference in double reads the same
+ * dequantized values). And a query's result is the same bits computed
+ * alone (a decode) as in its tile (attention.h: the blocks are absolute,
+ * a position outside a span adds nothing).
  */
 static void check_f32_tiled(rb_test_rng *rng, int rounds)
 {
     static const uint32_t dims[] = {64, 128, 8, 32, 256, 96, 72, 40};
     static const uint32_t pages[] = {256, 8, 12};
     static float qbuf[RB_ATTN_TILE_Q * 256], got[RB_ATTN_TILE_Q * 256],
-        ref[RB_ATTN_TILE_Q * 256];
+        ref[RB_ATTN_TILE_Q * 256], solo[256], kd[256], vd[256];
+    static const uint32_t types[] = {RB_TYPE_F16, RB_TYPE_Q8_0, RB_TYPE_Q4_0};
     float *work = malloc(RB_ATTN_TILED_WORK_FLOATS(256) * sizeof *work);
     double worst = 0; /* |d| / bound */
     for (int r = 0; r < rounds; r++) {
@@ -287,16 +293,21 @@ static void check_f32_tiled(rb_test_rng *rng, int rounds)
         const uint32_t depth = (uint32_t)(rb_test_rng_uniform(rng) * (r % 3 ? 400 : 20));
         const uint32_t window = r % 4 == 1 ? 1 + (uint32_t)(rb_test_rng_uniform(rng) * 150) : 0;
         const uint32_t n_pos = depth + n_tok;
+        const uint32_t tk = hd % 32 ? RB_TYPE_F16 : types[(r / 3) % 3];
+        const uint32_t tv = hd % 32 ? RB_TYPE_F16 : types[(r / 5) % 3];
         rb_kvcache kv;
         rb_error err = {0};
-        CHECK(rb_kvcache_init(&kv, 1, n_kv, hd, hd, n_pos + 16, pt, &err) == RB_OK);
+        CHECK(rb_kvcache_init_typed(&kv, 1, n_kv, hd, hd, n_pos + 16, pt, tk, tv, &err) == RB_OK);
         CHECK(rb_kvcache_reserve(&kv, n_pos, &err) == RB_OK);
         for (uint32_t p = 0; p < n_pos; p++)
-            for (uint32_t h = 0; h < n_kv; h++)
+            for (uint32_t h = 0; h < n_kv; h++) {
                 for (uint32_t i = 0; i < hd; i++) {
-                    rb_kvcache_k(&kv, 0, h, p)[i] = rb_fp32_to_fp16(frand(rng) * (1.0f + (float)(p % 5)));
-                    rb_kvcache_v(&kv, 0, h, p)[i] = rb_fp32_to_fp16(frand(rng));
+                    kd[i] = frand(rng) * (1.0f + (float)(p % 5));
+                    vd[i] = frand(rng);
                 }
+                rb_forward_store_row(tk, kd, rb_kvcache_k_row(&kv, 0, h, p), hd);
+                rb_forward_store_row(tv, vd, rb_kvcache_v_row(&kv, 0, h, p), hd);
+            }
         const float qs_scale = 2.0f / sqrtf((float)hd);
         rb_attn_query qs[RB_ATTN_TILE_Q];
         uint32_t nq = 0, lo = UINT32_MAX;
@@ -315,27 +326,37 @@ static void check_f32_tiled(rb_test_rng *rng, int rounds)
         const float kq = 1.0f / sqrtf((float)hd);
         for (uint32_t i = 0; i < nq; i++)
             qs[i].out = got + i * hd;
-        rb_attn_f16_tiled(&kv, 0, kvh, kq, qs, nq, work);
+        rb_attn_kv_tiled(&kv, 0, kvh, kq, qs, nq, work);
         for (uint32_t i = 0; i < nq; i++)
             qs[i].out = ref + i * hd;
-        rb_attn_f16_tiled_ref(&kv, 0, kvh, kq, qs, nq, work);
-        int bad = memcmp(got, ref, (size_t)nq * hd * sizeof *got) != 0, far = 0;
+        rb_attn_kv_tiled_ref(&kv, 0, kvh, kq, qs, nq, work);
+        int bad = memcmp(got, ref, (size_t)nq * hd * sizeof *got) != 0, far = 0, alone = 0;
+        for (uint32_t i = 0; i < nq; i++) {
+            rb_attn_query a = qs[i];
+            a.out = solo;
+            rb_attn_kv_tiled(&kv, 0, kvh, kq, &a, 1, work);
+            alone += memcmp(solo, got + i * hd, hd * sizeof *solo) != 0;
+        }
         for (uint32_t i = 0; i < nq; i++) {
             const rb_attn_query *a = &qs[i];
             const uint32_t n = a->last - a->first + 1;
             double *sc = malloc(n * sizeof *sc), mx = -INFINITY, E = 0, vmax = 0;
+            float *vrows = malloc((size_t)n * hd * sizeof *vrows);
             for (uint32_t p = a->first; p <= a->last; p++) {
-                const rb_f16 *k = rb_kvcache_k(&kv, 0, kvh, p);
+                const void *kr = rb_kvcache_k_row(&kv, 0, kvh, p);
+                const void *vr = rb_kvcache_v_row(&kv, 0, kvh, p);
+                rb_attn_widen_ref(tk, &kr, 1, (int)hd, kd);
+                rb_attn_widen_ref(tv, &vr, 1, (int)hd, vrows + (size_t)(p - a->first) * hd);
                 double s = 0, sa = 0;
                 for (uint32_t d = 0; d < hd; d++) {
-                    s += (double)a->q[d] * rb_fp16_to_fp32(k[d]);
-                    sa += fabs((double)a->q[d] * rb_fp16_to_fp32(k[d]));
+                    s += (double)a->q[d] * kd[d];
+                    sa += fabs((double)a->q[d] * kd[d]);
                 }
                 sc[p - a->first] = s * kq;
                 mx = sc[p - a->first] > mx ? sc[p - a->first] : mx;
                 E = kq * hd * ldexp(sa, -24) > E ? kq * hd * ldexp(sa, -24) : E;
                 for (uint32_t d = 0; d < hd; d++) {
-                    const double v = fabs(rb_fp16_to_fp32(rb_kvcache_v(&kv, 0, kvh, p)[d]));
+                    const double v = fabs(vrows[(size_t)(p - a->first) * hd + d]);
                     vmax = v > vmax ? v : vmax;
                 }
             }
@@ -346,130 +367,27 @@ static void check_f32_tiled(rb_test_rng *rng, int rounds)
             for (uint32_t d = 0; d < hd; d++) {
                 double o = 0;
                 for (uint32_t p = 0; p < n; p++)
-                    o += exp(sc[p] - mx) *
-                         rb_fp16_to_fp32(rb_kvcache_v(&kv, 0, kvh, a->first + p)[d]);
+                    o += exp(sc[p] - mx) * vrows[(size_t)p * hd + d];
                 o /= l;
                 const double dd = fabs(got[i * hd + d] - o);
                 far += !(dd <= bound);
                 worst = dd / bound > worst ? dd / bound : worst;
             }
             free(sc);
+            free(vrows);
         }
-        if (bad || far)
-            printf("  f32 tiled: head dim %u, page %u, group %u, tokens %u, depth %u, window %u: "
-                   "tier != ref %d, %d values past the bound\n",
-                   hd, pt, group, n_tok, depth, window, bad, far);
+        if (bad || far || alone)
+            printf("  f32 tiled: head dim %u, page %u, group %u, tokens %u, depth %u, window %u, "
+                   "kv %s/%s: tier != ref %d, %d values past the bound, %d queries differ "
+                   "alone\n", hd, pt, group, n_tok, depth, window, rb_type_name(tk),
+                   rb_type_name(tv), bad, far, alone);
         CHECK_EQ_INT(bad, 0);
         CHECK_EQ_INT(far, 0);
+        CHECK_EQ_INT(alone, 0);
         rb_kvcache_deinit(&kv);
     }
     printf("  f32 tiled: worst |d| / bound %.3f\n", worst);
     free(work);
-}
-
-/*
- * One block of the tiled form (rb_attn_tblock_f16_for(hd), the tier's
- * kernel) against rb_attn_tblock_f16_ref, bit for bit, on acc, m and l of
- * the first nq queries after three blocks on the same state: head dims
- * that are and are not multiples of 4, 8 and 16; 1..64 positions (the
- * 4-position steps and their tails) and queries; spans that cover the
- * block, start or end in it, miss it, and are empty (rows all -FLT_MAX);
- * a state of -FLT_MAX (a tile's start), -inf, or above the scores. Edge
- * blocks: kq_scale 1e30 (scores of +-inf: exp(inf - inf) and
- * exp(-inf - -inf) are 0 in both), a NaN and an inf in K (a NaN score
- * never becomes the max: compare and select, not FMAX) and a score of +0
- * against a state of -0. On aarch64 the neon, dotprod and i8mm tiers must
- * run rb_attn_tblock_f16_neon for every head dim that is a multiple of 4.
- */
-static void check_tblock(rb_test_rng *rng)
-{
-    enum { TQ = RB_ATTN_TILE_Q, TKV = RB_ATTN_TILE_KV, MAXD = 256 };
-    static const int dims[] = {4, 8, 12, 20, 64, 128, 256, 6, 36, 80, 96, 2};
-    static const int nps[] = {64, 1, 3, 4, 5, 17, 63, 64, 2, 40, 64, 7};
-    static const int nqs[] = {64, 1, 5, 16, 33, 64, 4, 63, 17, 64, 2, 48};
-    static rb_f16 kh[TKV * MAXD], vh[TKV * MAXD];
-    static float qt[MAXD * TQ], kf[TKV * MAXD], vf[TKV * MAXD], st[TQ * TKV];
-    static float acc[2][TQ * MAXD], m[2][TQ], l[2][TQ];
-    const rb_f16 *kr[TKV], *vr[TKV];
-    int32_t first[TQ], last[TQ];
-    int cases = 0, bad_cases = 0;
-    for (int c = 0; c < 3 * (int)(sizeof dims / sizeof dims[0]); c++) {
-        const int hd = dims[c % 12], np = nps[(c + c / 12) % 12], nq = nqs[(c * 5 + c / 12) % 12];
-        const int edge = c / 12; /* 0: plain, 1: +-inf scores, 2: NaN, inf and zeros in K */
-        const rb_attn_tblock_fn fn = rb_attn_tblock_f16_for(hd);
-#if defined(__aarch64__)
-        {
-            const int t = rb_cpu_tier();
-            const int neon = t >= RB_CPU_TIER_NEON && t <= RB_CPU_TIER_I8MM && hd % 4 == 0;
-            CHECK(fn == (neon ? rb_attn_tblock_f16_neon : rb_attn_tblock_f16_ref));
-        }
-#endif
-        const float kq = edge == 1 ? 1e30f : 1.0f / sqrtf((float)hd);
-        for (int d = 0; d < hd; d++)
-            for (int q = 0; q < TQ; q++)
-                qt[d * TQ + q] = q < nq ? frand(rng) * 0.6f : 0.0f;
-        for (int q = 0; q < TQ; q++) {
-            const float u = (float)rb_test_rng_uniform(rng);
-            float m0 = q % 4 == 0 ? -FLT_MAX : q % 4 == 1 ? -INFINITY : q % 4 == 2 ? 30.0f : frand(rng);
-            if (edge == 2 && q % 8 == 3)
-                m0 = -0.0f; /* a +0 score must leave it -0 (FMAX gives +0) */
-            m[0][q] = m[1][q] = m0;
-            l[0][q] = l[1][q] = m0 == -FLT_MAX || m0 == -INFINITY ? 0.0f : 1.0f + u * 10.0f;
-            for (int d = 0; d < hd; d++)
-                acc[0][q * hd + d] = acc[1][q * hd + d] = frand(rng);
-        }
-        int good = 1;
-        for (int blk = 0; blk < 3; blk++) {
-            const int32_t p0 = 100 + blk * TKV;
-            for (int p = 0; p < np; p++) {
-                for (int d = 0; d < hd; d++) {
-                    kh[p * hd + d] = rb_fp32_to_fp16(frand(rng) * (1.0f + (float)(p % 3)));
-                    vh[p * hd + d] = rb_fp32_to_fp16(frand(rng));
-                }
-                kr[p] = kh + p * hd;
-                vr[p] = vh + p * hd;
-            }
-            if (edge == 2 && np >= 3) {
-                kh[1 * hd + 0] = 0x7e00;                 /* NaN */
-                kh[2 * hd + hd - 1] = (rb_f16)(blk % 2 ? 0x7c00 : 0xfc00); /* +-inf */
-                memset(kh, 0, (size_t)hd * sizeof *kh); /* a score of +0 */
-            }
-            for (int q = 0; q < TQ; q++) {
-                const int kind = (q + blk + c) % 6;
-                int32_t f = p0, e = p0 + np - 1; /* 0: the whole block */
-                if (q >= nq || kind == 1)        /* empty: all -FLT_MAX */
-                    f = 1, e = 0;
-                else if (kind == 2)              /* starts in it */
-                    f = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
-                else if (kind == 3)              /* ends in it */
-                    e = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
-                else if (kind == 4)              /* misses it */
-                    f = 0, e = p0 - 1;
-                else if (kind == 5) {            /* a window inside it */
-                    f = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
-                    e = f + (int32_t)(rb_test_rng_uniform(rng) * 5);
-                }
-                if (edge == 2 && q % 8 == 3 && q < nq)
-                    f = e = p0; /* its state -0, its one score +0 (row 0) */
-                first[q] = f;
-                last[q] = e;
-            }
-            CHECK(rb_attn_tblock_f16_ref(kr, vr, np, hd, nq, qt, first, last, p0, kq, kf, vf, st,
-                                         acc[0], m[0], l[0]) == 1);
-            CHECK(fn(kr, vr, np, hd, nq, qt, first, last, p0, kq, kf, vf, st, acc[1], m[1],
-                     l[1]) == 1);
-            good &= memcmp(acc[0], acc[1], (size_t)nq * hd * sizeof(float)) == 0 &&
-                    memcmp(m[0], m[1], (size_t)nq * sizeof(float)) == 0 &&
-                    memcmp(l[0], l[1], (size_t)nq * sizeof(float)) == 0;
-        }
-        if (!good)
-            printf("  tblock: head dim %d, %d positions, %d queries, edge %d: tier != ref\n", hd,
-                   np, nq, edge);
-        cases++;
-        bad_cases += !good;
-    }
-    printf("  tblock: %d cases, %d differ from the ref\n", cases, bad_cases);
-    CHECK_EQ_INT(bad_cases, 0);
 }
 
 #if defined(__aarch64__)
@@ -653,7 +571,6 @@ static void check_tier(rb_test_rng *rng)
     check_tiled(&seed, 72);
     check_exp();
     check_f32_tiled(&seed, 96);
-    check_tblock(&seed);
     *rng = seed;
 }
 

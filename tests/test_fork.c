@@ -46,7 +46,6 @@ static size_t V;
 static rb_session_params params(rb_pool *pool)
 {
     rb_session_params p = rb_session_default_params();
-    p.exact_attention = 1; /* compared bit for bit across batchings: one-query arithmetic */
     p.n_ctx = N_CTX;
     p.n_threads = 2;
     p.pool = pool;

@@ -1,20 +1,23 @@
 /*
  * test_forward.c - the engine's forward pass against a naive f32 reference
  * (weights dequantized to f32, no activation rounding, f32 KV), for every
- * weight type rebound computes with and for batch sizes 1, 7 and 64; and
- * bad input (unsupported architecture, missing tensor, wrong shape, context
+ * weight type rebound computes with and for batch sizes 1, 7 and 64; the
+ * attention rule by position (check_batching: the same bits however a
+ * sequence is batched); and bad input (unsupported architecture, missing tensor, wrong shape, context
  * overflow, out-of-range token).
  */
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "attention.h"
 #include "forward.h"
 #include "gguf_write.h"
 #include "model.h"
 #include "ops.h"
 #include "quant.h"
 #include "synth.h"
+#include "testlib.h"
 
 /* ---- the naive reference ------------------------------------------------- */
 
@@ -360,6 +363,89 @@ static void test_unsupported_arch(void)
     unlink(path);
 }
 
+/*
+ * The attention rule is by position (attention.h, RB_ATTN_EXACT_BELOW):
+ * positions below 256 take the exact form, the others the tiled one,
+ * whose blocks are absolute and whose queries do not see their tile-mates.
+ * So a sequence's logits are the same bits however it is batched: 700
+ * tokens in one pass, in passes of 128, in feeds of 37 tokens, and one
+ * token at a time (exact_attention 0, the default), over f16, q8_0 and
+ * q4_0 KV; a llama shape (GQA 2) and a gemma3 one (sliding window of 100
+ * on 5 of its 6 layers, one KV head).
+ */
+static void check_batching(const char *name, const rb_test_model_spec *spec, rb_kv_type kv_type)
+{
+    enum { N = 700 };
+    char path[512];
+    rb_test_tmp_path(path, sizeof path, "test_forward", "batching.gguf");
+    CHECK_EQ_INT(rb_test_make_model(path, spec), RB_OK);
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    if (!m)
+        return;
+    int32_t tokens[N];
+    for (int i = 0; i < N; i++)
+        tokens[i] = (int32_t)((i * 7919 + 13) % spec->n_vocab);
+    const size_t V = spec->n_vocab;
+    float *lg[5] = {NULL, NULL, NULL, NULL, NULL};
+    static const uint32_t batch[5] = {N, 128, 512, 1, N}, feed[5] = {N, N, 37, N, N};
+    static const char *how[5] = {"one pass", "passes of 128", "feeds of 37", "one at a time",
+                                 "exact"};
+    for (int k = 0; k < 5; k++) {
+        rb_session_params p = rb_session_default_params();
+        p.n_ctx = N + 16;
+        p.n_batch = batch[k];
+        p.n_threads = 2;
+        p.kv_type_k = p.kv_type_v = kv_type;
+        p.exact_attention = k == 4;
+        rb_session *s = NULL;
+        CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+        if (!s)
+            break;
+        lg[k] = malloc((size_t)N * V * sizeof(float));
+        for (uint32_t t = 0; t < N; t += feed[k]) {
+            const uint32_t n = t + feed[k] < N ? feed[k] : N - t;
+            CHECK_EQ_INT(rb_session_feed(s, tokens + t, n, lg[k] + (size_t)t * V), RB_OK);
+        }
+        rb_session_destroy(s);
+        if (k == 0)
+            continue;
+        int first_diff = -1;
+        for (int t = 0; t < N && first_diff < 0; t++)
+            if (memcmp(lg[0] + (size_t)t * V, lg[k] + (size_t)t * V, V * sizeof(float)) != 0)
+                first_diff = t;
+        printf("  batching %-6s kv %-4s %-14s: %s", name, rb_kv_type_name(kv_type), how[k],
+               first_diff < 0 ? "the same bits\n" : "");
+        if (first_diff >= 0)
+            printf("first differs at position %d\n", first_diff);
+        if (k == 4) /* the exact form: the same below the rule, not above */
+            CHECK_EQ_INT(first_diff, RB_ATTN_EXACT_BELOW);
+        else
+            CHECK_EQ_INT(first_diff, -1);
+    }
+    for (int k = 0; k < 5; k++)
+        free(lg[k]);
+    rb_model_close(m);
+    unlink(path);
+}
+
+static void test_batching(void)
+{
+    const rb_test_model_spec llama = {.shape = "tiny", .n_embd = 256, .n_layers = 2,
+                                      .n_head = 4, .n_head_kv = 2, .head_dim = 64, .n_ff = 256,
+                                      .n_vocab = 512, .n_ctx = 1024, .kind = "q8_0", .seed = 5};
+    const rb_test_model_spec gemma = {.shape = "gemma3-270m", .n_embd = 128, .n_layers = 6,
+                                      .n_head = 4, .n_head_kv = 1, .head_dim = 32,
+                                      .n_ff = 256, .n_vocab = 512, .n_ctx = 1024,
+                                      .sliding_window = 100, .seed = 7};
+    check_batching("llama", &llama, RB_KV_F16);
+    check_batching("llama", &llama, RB_KV_Q8_0);
+    check_batching("llama", &llama, RB_KV_Q4_0);
+    check_batching("gemma3", &gemma, RB_KV_F16);
+    check_batching("gemma3", &gemma, RB_KV_Q8_0);
+}
+
 int main(void)
 {
     rb_synth_shape llama = test_shape("llama"), qwen3 = test_shape("qwen3");
@@ -387,6 +473,7 @@ int main(void)
     odd_ff.n_ff = 288;
     engine_vs_reference("q5_k", &odd_ff, 0.1, 0.02);
     engine_vs_reference("q8_0", &qwen3, 0.1, 0.02);
+    test_batching();
     test_bad_input();
     test_unsupported_arch();
     return check_report();

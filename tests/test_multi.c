@@ -178,7 +178,6 @@ static void engine_gate_test(rb_model *m)
 static rb_session *new_session(rb_model *m, rb_kv_type kv, uint32_t n_batch, int n_threads)
 {
     rb_session_params p = rb_session_default_params();
-    p.exact_attention = 1; /* compared bit for bit across batchings: one-query arithmetic */
     p.n_ctx = N_CTX;
     p.n_batch = n_batch;
     p.n_threads = n_threads;
@@ -300,7 +299,6 @@ static void pool_test(rb_model *m)
     for (uint32_t s = 0; s < S_SEQS; s++) {
         ref[s] = new_session(m, RB_KV_F16, 64, 2);
         rb_session_params p = rb_session_default_params();
-        p.exact_attention = 1; /* compared bit for bit across batchings: one-query arithmetic */
         p.n_ctx = N_CTX;
         p.n_threads = 2;
         p.pool = pool;

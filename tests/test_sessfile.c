@@ -66,7 +66,6 @@ static void make_model(const char *path, uint64_t seed)
 static rb_session_params params(void)
 {
     rb_session_params p = rb_session_default_params();
-    p.exact_attention = 1; /* compared bit for bit across batchings: one-query arithmetic */
     p.n_ctx = 1024;
     p.n_threads = 2;
     return p;

@@ -49,7 +49,6 @@ static float *reference(rb_model *m, uint32_t kv_type)
     rb_threadpool *pool = NULL;
     CHECK_EQ_INT(rb_threadpool_create(2, &pool, &err), RB_OK);
     CHECK_EQ_INT(rb_forward_init(&f, m, N_CTX, 128, pool, &err), RB_OK);
-    f.exact_attention = 1; /* the session side is exact too: bit for bit */
     const rb_hparams *hp = &f.hp;
     CHECK_EQ_INT(rb_kvcache_init_typed(&kv, hp->n_layers, hp->n_head_kv, hp->head_dim_k,
                                        hp->head_dim_v, N_CTX, RB_KV_PAGE_TOKENS, kv_type,
@@ -84,7 +83,6 @@ static float *reference(rb_model *m, uint32_t kv_type)
 static rb_session *open_session(rb_model *m, rb_kv_type kt)
 {
     rb_session_params p = rb_session_default_params();
-    p.exact_attention = 1; /* compared bit for bit across batchings: one-query arithmetic */
     p.n_ctx = N_CTX;
     p.n_threads = 2;
     p.kv_type_k = kt;
@@ -126,7 +124,6 @@ static int shifted(rb_model *m, rb_kv_type kt, const float *want, int trim, int 
         CHECK_EQ_INT(rb_session_save(s, path, 0), RB_OK);
         rb_session_destroy(s);
         rb_session_params p = rb_session_default_params();
-        p.exact_attention = 1; /* compared bit for bit across batchings: one-query arithmetic */
         p.n_ctx = N_CTX;
         p.n_threads = 2;
         p.kv_type_k = kt;

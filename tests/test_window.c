@@ -71,7 +71,6 @@ static rb_session *open_session(rb_model *m, uint32_t n_batch)
     p.n_ctx = N_CTX;
     p.n_batch = n_batch;
     p.n_threads = 2;
-    p.exact_attention = 1; /* the reference is one token per pass (exact) */
     static rb_experimental_params x;
     x = rb_experimental_default_params();
     x.decode_bytes_per_s = 1e9;

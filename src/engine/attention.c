@@ -18,13 +18,15 @@
  * into one range per thread, each range's f16 sum widened to f32 and the
  * ranges merged. The second is not used here (its order changes with the
  * thread count). The first has its counterpart at the end of this file
- * (rb_attn_f16_tiled, rebound's own tiling and exp, taken by forward.c
- * for a sequence's batch of 64+ tokens unless exact_attention is set): the
- * one-query form spends ~10.8 ns per query x position x head on a Zen 5
- * core at depth (scalar expf and f16 rounding at every position), the f32
- * tiles a fraction of that. The goldens (one token per call, 1 thread,
- * n_ctx 512) come from the one-query form, which every batch below 64
- * tokens, and every batch with exact_attention, computes: there prefill
+ * (rb_attn_kv_tiled, rebound's own tiling and exp, over f16, q8_0 and q4_0
+ * KV): the one-query form spends ~10.8 ns per query x position x head on
+ * a Zen 5 core at depth (scalar expf and f16 rounding at every position),
+ * the f32 tiles a fraction of that. forward.c takes it by position, not by
+ * batch (attention.h, RB_ATTN_EXACT_BELOW): every query at position 256
+ * or later, in a prefill or a decode, unless exact_attention is set; so a
+ * sequence's bits do not depend on how it was batched. The goldens (one
+ * token per call, 1 thread, n_ctx 512, positions below 144) come from the
+ * one-query form, which every position below 256 computes: there prefill
  * tiles the walk over the KV (rb_attn_f16), not the arithmetic of a query.
  */
 #include <float.h>
@@ -339,9 +341,9 @@ void rb_attn_scale_f32(float *acc, float s, int n)
 /*
  * The tiled f32 form (attention.h). llama.cpp 34af94cd9 switches its CPU
  * flash attention to such a form when a call has 64 or more queries (its
- * GGML_FA_TILE_Q); rebound's forward.c takes it for a sequence's batch of
- * 64 or more tokens unless the session asked for the exact arithmetic.
- * The order of every operation is fixed per lane (attention.h), so that
+ * GGML_FA_TILE_Q); rebound's forward.c takes it for every query at a
+ * position >= RB_ATTN_EXACT_BELOW unless the session asked for the exact
+ * arithmetic. The order of every operation is fixed per lane (attention.h), so that
  * the vector kernels in ops_avx2.c / ops_avx512.c are checked against this
  * scalar code bit for bit. The exp's constants are in ops_kernels.h.
  */
@@ -367,25 +369,50 @@ float rb_attn_exp(float x)
     return p * scale;
 }
 
-int rb_attn_tblock_f16_ref(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
-                           int nq, const float *qt, const int32_t *first, const int32_t *last,
-                           int32_t p0, float kq_scale, float *kf, float *vf, float *st,
-                           float *acc, float *m, float *l)
+/* Exact conversions (attention.h): an f16 widened, a q8_0 / q4_0 value
+ * d * q (rb_dequantize_row_q8_0's products). */
+void rb_attn_widen_ref(uint32_t type, const void *const *rows, int np, int hd, float *out)
+{
+    for (int p = 0; p < np; p++) {
+        float *o = out + (size_t)p * hd;
+        if (type == RB_TYPE_F16) {
+            const rb_f16 *r = rows[p];
+            for (int d = 0; d < hd; d++)
+                o[d] = rb_fp16_to_fp32(r[d]);
+        } else if (type == RB_TYPE_Q8_0) {
+            const rb_block_q8_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK8_0; b++) {
+                const float dd = rb_fp16_to_fp32(x[b].d);
+                for (int i = 0; i < RB_QK8_0; i++)
+                    o[b * RB_QK8_0 + i] = dd * (float)x[b].qs[i];
+            }
+        } else { /* q4_0: values 0..15 the low nibbles, 16..31 the high ones */
+            const rb_block_q4_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK4_0; b++) {
+                const float dd = rb_fp16_to_fp32(x[b].d);
+                for (int i = 0; i < RB_QK4_0 / 2; i++) {
+                    o[b * RB_QK4_0 + i] = dd * (float)((x[b].qs[i] & 0x0f) - 8);
+                    o[b * RB_QK4_0 + i + 16] = dd * (float)((x[b].qs[i] >> 4) - 8);
+                }
+            }
+        }
+    }
+}
+
+int rb_attn_tblock_ref(const float *kf, const float *vf, int np, int hd, int nq,
+                       const float *qt, const int32_t *first, const int32_t *last, int32_t p0,
+                       float kq_scale, float *st, float *kt, float *acc, float *m, float *l)
 {
     const int TQ = RB_ATTN_TILE_Q;
     float ms[RB_ATTN_TILE_Q];
-    for (int p = 0; p < np; p++)
-        for (int d = 0; d < hd; d++) {
-            kf[p * hd + d] = rb_fp16_to_fp32(kr[p][d]);
-            vf[p * hd + d] = rb_fp16_to_fp32(vr[p][d]);
-        }
+    (void)kt;
     for (int p = 0; p < np; p++)
         for (int q = 0; q < nq; q++) {
             float c = 0.0f;
             for (int d = 0; d < hd; d++)
                 c = fmaf(kf[p * hd + d], qt[d * TQ + q], c);
             const int32_t pos = p0 + p;
-            st[p * TQ + q] = first[q] <= pos && pos <= last[q] ? c * kq_scale : -FLT_MAX;
+            st[p * TQ + q] = first[q] <= pos && pos <= last[q] ? c * kq_scale : -INFINITY;
         }
     for (int q = 0; q < nq; q++) {
         float mx = m[q];
@@ -405,66 +432,136 @@ int rb_attn_tblock_f16_ref(const rb_f16 *const *kr, const rb_f16 *const *vr, int
         for (int d = 0; d < hd; d++) {
             float a = acc[q * hd + d] * ms[q];
             for (int p = 0; p < np; p++)
-                a = fmaf(st[p * TQ + q], vf[p * hd + d], a);
+                if (first[q] <= p0 + p && p0 + p <= last[q])
+                    a = fmaf(st[p * TQ + q], vf[p * hd + d], a);
             acc[q * hd + d] = a;
         }
     return 1;
 }
 
-rb_attn_tblock_fn rb_attn_tblock_f16_for(int hd)
+/* The decode kernel's type (rb_attn_tblock_few_avx512) */
+typedef int (*attn_few_fn)(uint32_t type_k, uint32_t type_v, const void *const *kr,
+                           const void *const *vr, int np, int hd, int nq, const float *qt,
+                           const int32_t *first, const int32_t *last, int32_t p0,
+                           float kq_scale, float *kt, float *acc, float *m, float *l);
+
+/* The kernels of this CPU's tier for head dim hd (the portable ones
+ * where it has none; few: NULL where the tier has no decode kernel). */
+static void tiled_kernels(int hd, rb_attn_widen_fn *widen, rb_attn_tblock_fn *block,
+                          attn_few_fn *few)
 {
+    *widen = rb_attn_widen_ref;
+    *block = rb_attn_tblock_ref;
+    *few = NULL;
 #if defined(__x86_64__)
     const int tier = rb_cpu_tier();
-    if (tier == RB_CPU_TIER_AVX512 && hd % 16 == 0)
-        return rb_attn_tblock_f16_avx512;
-    if (RB_ATTN_VEC_TIER(tier) && hd % 8 == 0)
-        return rb_attn_tblock_f16_avx2;
-#elif defined(__aarch64__)
-    if (RB_ATTN_VEC_TIER(rb_cpu_tier()) && hd % 4 == 0)
-        return rb_attn_tblock_f16_neon;
+    if (tier == RB_CPU_TIER_AVX512 && hd % 16 == 0) {
+        *widen = rb_attn_widen_avx512;
+        *block = rb_attn_tblock_avx512;
+        *few = rb_attn_tblock_few_avx512;
+    } else if (RB_ATTN_VEC_TIER(tier) && hd % 8 == 0) {
+        *widen = rb_attn_widen_avx2;
+        *block = rb_attn_tblock_avx2;
+        *few = rb_attn_tblock_few_avx2;
+    }
 #endif
     (void)hd;
-    return rb_attn_tblock_f16_ref;
+}
+
+/* Bytes of a row of n values of type (f16, q8_0, q4_0) */
+static size_t row_bytes(uint32_t type, int n)
+{
+    return type == RB_TYPE_F16   ? (size_t)n * 2
+           : type == RB_TYPE_Q8_0 ? (size_t)n / RB_QK8_0 * sizeof(rb_block_q8_0)
+                                  : (size_t)n / RB_QK4_0 * sizeof(rb_block_q4_0);
+}
+
+static void prefetch_rows(const void *const *rows, int np, size_t bytes)
+{
+    for (int p = 0; p < np; p++)
+        for (size_t o = 0; o < bytes; o += 64)
+            __builtin_prefetch((const char *)rows[p] + o, 0, 2);
+}
+
+/* The K and V rows of positions p0..p1-1: a division per page, not per
+ * row (the rows of a page are consecutive) */
+static void block_rows(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, uint32_t p0,
+                       uint32_t p1, const void *rows[2][RB_ATTN_TILE_KV])
+{
+    const uint32_t pt = kv->page_tokens;
+    const uint8_t *k = NULL, *v = NULL;
+    for (uint32_t p = p0, in_page = p0 % pt; p < p1; p++, in_page++) {
+        if (p == p0 || in_page == pt) {
+            in_page = p % pt;
+            k = rb_kvcache_k_row(kv, layer, kvh, p);
+            v = rb_kvcache_v_row(kv, layer, kvh, p);
+        }
+        rows[0][p - p0] = k;
+        rows[1][p - p0] = v;
+        k += kv->row_k;
+        v += kv->row_v;
+    }
 }
 
 /* One tile: the queries transposed into qt (zero past nq, whose spans are
- * empty), the positions lo..end-1 in blocks, out = acc / l. */
-static void attn_tiled(rb_attn_tblock_fn block, const rb_kvcache *kv, uint32_t layer,
-                       uint32_t kvh, float kq_scale, const rb_attn_query *qs, uint32_t nq,
-                       float *work)
+ * empty), the positions lo..end-1 in the absolute blocks [64k, 64k + 64)
+ * they meet (a block cut to lo..end-1: the positions outside add nothing
+ * to any query, attention.h), out = acc / l. While a block is computed
+ * the next one's rows are prefetched. */
+static void attn_tiled(rb_attn_widen_fn widen, rb_attn_tblock_fn block, attn_few_fn few,
+                       const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
+                       const rb_attn_query *qs, uint32_t nq, float *work)
 {
     const int TQ = RB_ATTN_TILE_Q, TKV = RB_ATTN_TILE_KV;
     const int hd = (int)kv->head_dim_k;
-    float *qt = work, *acc = qt + (size_t)hd * TQ, *kf = acc + (size_t)hd * TQ;
-    float *vf = kf + (size_t)hd * TKV, *st = vf + (size_t)hd * TKV, *m = st + TQ * TKV;
-    float *l = m + TQ;
+    float *qt = work, *acc = qt + (size_t)hd * TQ, *kt = acc + (size_t)hd * TQ;
+    float *kf = kt + (size_t)hd * TKV, *vf = kf + (size_t)hd * TKV, *st = vf + (size_t)hd * TKV;
+    float *m = st + TQ * TKV, *l = m + TQ;
     int32_t *first = (int32_t *)(l + TQ), *last = first + TQ;
-    const rb_f16 *kr[RB_ATTN_TILE_KV], *vr[RB_ATTN_TILE_KV];
+    const void *rows[2][2][RB_ATTN_TILE_KV]; /* [block parity][K, V][position] */
+    const size_t kb = row_bytes(kv->type_k, hd), vb = row_bytes(kv->type_v, hd);
     uint32_t lo = UINT32_MAX, end = 0;
     if (nq == 0)
         return;
+    /* the lanes a kernel reads: 16 queries for a tile of up to 16 (a
+       decode), else all 64 */
+    const int lanes = nq <= 16 ? 16 : TQ;
     for (int q = 0; q < TQ; q++) {
         const int real = q < (int)nq;
-        for (int d = 0; d < hd; d++)
+        for (int d = 0; d < hd && q < lanes; d++)
             qt[d * TQ + q] = real ? qs[q].q[d] : 0.0f;
         first[q] = real ? (int32_t)qs[q].first : 1;
         last[q] = real ? (int32_t)qs[q].last : 0;
-        m[q] = -FLT_MAX;
+        m[q] = -INFINITY;
         l[q] = 0.0f;
         if (real) {
             lo = qs[q].first < lo ? qs[q].first : lo;
             end = qs[q].last + 1 > end ? qs[q].last + 1 : end;
         }
     }
-    memset(acc, 0, (size_t)TQ * hd * sizeof *acc);
-    for (uint32_t p0 = lo; p0 < end; p0 += TKV) {
-        const int np = end - p0 < (uint32_t)TKV ? (int)(end - p0) : TKV;
-        for (int p = 0; p < np; p++) {
-            kr[p] = rb_kvcache_k(kv, layer, kvh, p0 + p);
-            vr[p] = rb_kvcache_v(kv, layer, kvh, p0 + p);
+    memset(acc, 0, (size_t)lanes * hd * sizeof *acc);
+    int cur = 0;
+    uint32_t b0 = lo, b1 = (lo / TKV + 1) * TKV < end ? (lo / TKV + 1) * TKV : end;
+    block_rows(kv, layer, kvh, b0, b1, rows[cur]);
+    while (b0 < end) {
+        const int np = (int)(b1 - b0);
+        /* the next block's rows, prefetched while this one is computed */
+        const uint32_t n0 = b1, n1 = b1 + TKV < end ? b1 + TKV : end;
+        block_rows(kv, layer, kvh, n0, n1, rows[!cur]);
+        if (n1 > n0) {
+            prefetch_rows(rows[!cur][0], (int)(n1 - n0), kb);
+            prefetch_rows(rows[!cur][1], (int)(n1 - n0), vb);
         }
-        block(kr, vr, np, hd, (int)nq, qt, first, last, (int32_t)p0, kq_scale, kf, vf, st, acc,
-              m, l);
+        if (!few || !few(kv->type_k, kv->type_v, rows[cur][0], rows[cur][1], np, hd, (int)nq,
+                         qt, first, last, (int32_t)b0, kq_scale, kt, acc, m, l)) {
+            widen(kv->type_k, rows[cur][0], np, hd, kf);
+            widen(kv->type_v, rows[cur][1], np, hd, vf);
+            block(kf, vf, np, hd, (int)nq, qt, first, last, (int32_t)b0, kq_scale, st, kt, acc,
+                  m, l);
+        }
+        b0 = n0;
+        b1 = n1;
+        cur = !cur;
     }
     for (uint32_t q = 0; q < nq; q++) {
         const float inv = 1.0f / l[q];
@@ -473,15 +570,19 @@ static void attn_tiled(rb_attn_tblock_fn block, const rb_kvcache *kv, uint32_t l
     }
 }
 
-void rb_attn_f16_tiled(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
-                       const rb_attn_query *qs, uint32_t nq, float *work)
+void rb_attn_kv_tiled(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
+                      const rb_attn_query *qs, uint32_t nq, float *work)
 {
-    attn_tiled(rb_attn_tblock_f16_for((int)kv->head_dim_k), kv, layer, kvh, kq_scale, qs, nq,
-               work);
+    rb_attn_widen_fn widen;
+    rb_attn_tblock_fn block;
+    attn_few_fn few;
+    tiled_kernels((int)kv->head_dim_k, &widen, &block, &few);
+    attn_tiled(widen, block, few, kv, layer, kvh, kq_scale, qs, nq, work);
 }
 
-void rb_attn_f16_tiled_ref(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
-                           const rb_attn_query *qs, uint32_t nq, float *work)
+void rb_attn_kv_tiled_ref(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
+                          const rb_attn_query *qs, uint32_t nq, float *work)
 {
-    attn_tiled(rb_attn_tblock_f16_ref, kv, layer, kvh, kq_scale, qs, nq, work);
+    attn_tiled(rb_attn_widen_ref, rb_attn_tblock_ref, NULL, kv, layer, kvh, kq_scale, qs, nq,
+               work);
 }

@@ -366,6 +366,39 @@ static void attend(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t
     rb_attn_f16(sq->kv, j->layer, kvh, f->kq_scale, qs, nq);
 }
 
+static void attend_quant(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
+                         uint32_t g1, uint32_t t0, uint32_t t1);
+
+/* K and V both f16: the exact form is attend(), else attend_quant() */
+static int is_f16_kv(const rb_kvcache *kv)
+{
+    return kv->type_k == RB_TYPE_F16 && kv->type_v == RB_TYPE_F16;
+}
+
+/* The caches the tiled form takes (rb_attn_kv_tiled): K and V each f16,
+ * q8_0 or q4_0 (every type a cache holds) */
+static int tiled_kv(const rb_kvcache *kv)
+{
+    const uint32_t t[2] = {kv->type_k, kv->type_v};
+    for (int i = 0; i < 2; i++)
+        if (t[i] != RB_TYPE_F16 && t[i] != RB_TYPE_Q8_0 && t[i] != RB_TYPE_Q4_0)
+            return 0;
+    return 1;
+}
+
+/* The first token of sq (its index in the pass) that takes the tiled
+ * form: the first at a position >= RB_ATTN_EXACT_BELOW (attention.h), or
+ * sq->n when none does or exact_attention is set. The rule is by position,
+ * so a sequence's bits do not depend on how it was batched. */
+static uint32_t first_tiled(const rb_forward *f, const rb_forward_seq *sq)
+{
+    if (f->exact_attention || !tiled_kv(sq->kv))
+        return sq->n;
+    if (sq->pos0 >= RB_ATTN_EXACT_BELOW)
+        return 0;
+    return RB_ATTN_EXACT_BELOW - sq->pos0 < sq->n ? RB_ATTN_EXACT_BELOW - sq->pos0 : sq->n;
+}
+
 /* Splits a task of the tiled job's size (up to RB_ATTN_TILE_Q queries) into
  * calls of the exact form's size (attn_queries_per_task): for a sequence of the job
  * that is not tiled. The exact form's bits do not depend on how queries
@@ -388,7 +421,7 @@ static void attend_exact(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, ui
 }
 
 /* attend() in the tiled f32 form: the task's queries are one tile
- * (rb_attn_f16_tiled), in the worker's scratch slot. No scratch (out of
+ * (rb_attn_kv_tiled), in the worker's scratch slot. No scratch (out of
  * memory): the exact form, which needs none. */
 static void attend_tiled(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, uint32_t g0,
                          uint32_t g1, uint32_t t0, uint32_t t1, int ith)
@@ -398,12 +431,12 @@ static void attend_tiled(attn_job *j, const rb_forward_seq *sq, uint32_t kvh, ui
     float *work = rb_threadpool_scratch(f->pool, ith,
                                         RB_ATTN_TILED_WORK_FLOATS(hd) * sizeof(float));
     if (!work) {
-        attend_exact(j, sq, kvh, g0, g1, t0, t1, attend);
+        attend_exact(j, sq, kvh, g0, g1, t0, t1, is_f16_kv(sq->kv) ? attend : attend_quant);
         return;
     }
     rb_attn_query qs[RB_ATTN_TILE_Q];
     const uint32_t nq = fill_queries(j, sq, kvh, g0, g1, t0, t1, qs);
-    rb_attn_f16_tiled(sq->kv, j->layer, kvh, f->kq_scale, qs, nq, work);
+    rb_attn_kv_tiled(sq->kv, j->layer, kvh, f->kq_scale, qs, nq, work);
 }
 
 /* A quantized K or V (llama.cpp's flash attention with such a cache): q
@@ -514,15 +547,21 @@ static void attn_worker(void *ctx, int ith, int nth)
         uint32_t t1 = t0 + j->chunk < sq->n ? t0 + j->chunk : sq->n;
         uint32_t kvh = task % per_chunk / j->n_splits, g0 = task % j->n_splits * j->heads;
         uint32_t g1 = g0 + j->heads < group ? g0 + j->heads : group;
-        const int f16 = sq->kv->type_k == RB_TYPE_F16 && sq->kv->type_v == RB_TYPE_F16;
-        if (j->tiled && f16 && sq->n >= RB_FORWARD_TILED_MIN)
-            attend_tiled(j, sq, kvh, g0, g1, t0, t1, ith);
-        else if (j->tiled)
-            attend_exact(j, sq, kvh, g0, g1, t0, t1, f16 ? attend : attend_quant);
-        else if (f16)
+        const int f16 = is_f16_kv(sq->kv);
+        if (j->tiled) {
+            /* tokens below the rule's position: the exact form, in calls of
+               its size; from it on, one tile */
+            uint32_t ts = first_tiled(j->f, sq);
+            ts = ts < t0 ? t0 : ts > t1 ? t1 : ts;
+            if (ts > t0)
+                attend_exact(j, sq, kvh, g0, g1, t0, ts, f16 ? attend : attend_quant);
+            if (ts < t1)
+                attend_tiled(j, sq, kvh, g0, g1, ts, t1, ith);
+        } else if (f16) {
             attend(j, sq, kvh, g0, g1, t0, t1);
-        else
+        } else {
             attend_quant(j, sq, kvh, g0, g1, t0, t1);
+        }
     }
 }
 
@@ -609,13 +648,12 @@ static void attention_block(rb_forward *f, const rb_forward_seq *seqs, uint32_t 
         }
     }
     /* a task is a KV head's group (or part of it) over a chunk of tokens:
-       one tile of the f32 form when a sequence of the pass takes it (the
-       others' tasks are split into the exact form's calls), else one call
-       of the exact form */
+       one tile of the f32 form when a token of the pass takes it (the
+       exact form's tokens of such a task are split into its calls), else
+       one call of the exact form */
     int tiled = 0;
-    for (uint32_t i = 0; i < n_seqs && !f->exact_attention; i++)
-        tiled |= seqs[i].n >= RB_FORWARD_TILED_MIN && seqs[i].kv->type_k == RB_TYPE_F16 &&
-                 seqs[i].kv->type_v == RB_TYPE_F16;
+    for (uint32_t i = 0; i < n_seqs; i++)
+        tiled |= first_tiled(f, &seqs[i]) < seqs[i].n;
     const uint32_t group = hp->n_head / hp->n_head_kv;
     const uint32_t cap = tiled ? RB_ATTN_TILE_Q : attn_queries_per_task(hp);
     const uint32_t heads = group < cap ? group : cap, chunk = group < cap ? cap / group : 1;

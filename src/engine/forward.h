@@ -19,11 +19,6 @@
 #include "ops.h"
 #include "threadpool.h"
 
-/* A sequence's tokens in one pass from which its attention is tiled in f32
- * (llama.cpp 34af94cd9's GGML_FA_TILE_Q: its CPU flash attention tiles a
- * call of that many queries or more). */
-#define RB_FORWARD_TILED_MIN 64
-
 typedef struct rb_wmat {
     uint32_t type;           /* rb_type */
     const void *data;        /* n_rows rows of n_cols elements */
@@ -83,10 +78,10 @@ typedef struct rb_forward {
     float *embd_rows;        /* [embd_n][n_embd] */
     uint32_t embd_pos0, embd_n;
     /* attention's arithmetic (attention.h): 0 (rb_forward_init's default):
-       a sequence with RB_FORWARD_TILED_MIN tokens or more in a pass, over
-       an f16 cache, takes the tiled f32 form, fewer the exact one-query
-       form (llama.cpp's rule); 1: always the exact form. Set between
-       passes (rb_session_params.exact_attention). */
+       a query at a position >= RB_ATTN_EXACT_BELOW takes the tiled f32
+       form, one below it the exact one-query form, however the tokens are
+       batched; 1: always the exact form. Set between passes
+       (rb_session_params.exact_attention). */
     int exact_attention;
 
     /* run state, one allocation; shapes per batch row t < n_batch */

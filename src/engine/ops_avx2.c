@@ -348,11 +348,12 @@ float rb_attn_dot_q4_0_avx2(const void *k_row, const void *q_row, int n)
 }
 
 /*
- * rb_attn_tblock_f16_avx2: attention.h's tiled block in 8-lane registers
+ * rb_attn_tblock_avx2: attention.h's tiled block in 8-lane registers
  * (the 64 queries of a tile are 8 ymm). Scores: 4 positions x 16 queries
- * in 8 accumulators; V: 4 queries x 16 dims in 8 accumulators; the
- * softmax down the lanes. Each lane takes rb_attn_tblock_f16_ref's
- * operations in its order: the same bits.
+ * in 8 accumulators; V: 4 queries x 16 dims in 8 accumulators (the fma of
+ * a position outside a query's span blended away where some span does not
+ * hold the whole block); the softmax down the lanes. Each lane takes
+ * rb_attn_tblock_ref's operations in its order: the same bits.
  */
 static inline __attribute__((always_inline)) __m256 rb_texp8(__m256 x)
 {
@@ -393,7 +394,7 @@ rb_tscore8(const float *kf, const float *qt, int hd, int p, int q, int32_t p0, _
             c[i][1] = _mm256_fmadd_ps(k, q1, c[i][1]);
         }
     }
-    const __m256 neg = _mm256_set1_ps(-FLT_MAX);
+    const __m256 neg = _mm256_set1_ps(-INFINITY);
     _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
         const __m256i pos = _mm256_set1_epi32(p0 + p + i);
         _Pragma("GCC unroll 2") for (int j = 0; j < 2; j++) {
@@ -407,10 +408,35 @@ rb_tscore8(const float *kf, const float *qt, int hd, int p, int q, int32_t p0, _
     }
 }
 
-/* queries q..q+3, NV vectors (2 or 1) of dims from d */
+/* 1 when the spans of queries q..q+n-1 all hold positions p0..p0+np-1 */
+static inline __attribute__((always_inline)) int
+rb_tcover8(const int32_t *first, const int32_t *last, int q, int n, int32_t p0, int np)
+{
+    int all = 1;
+    for (int i = 0; i < n; i++)
+        all &= first[q + i] <= p0 && p0 + np - 1 <= last[q + i];
+    return all;
+}
+
+/* the fma of query q at position pos, or a where pos is outside its span */
+static inline __attribute__((always_inline)) __m256
+rb_span_fma8(const int32_t *first, const int32_t *last, int q, int32_t pos, __m256 w, __m256 v,
+             __m256 a, const int MASKED)
+{
+    if (!MASKED)
+        return _mm256_fmadd_ps(w, v, a);
+    const __m256 in = _mm256_castsi256_ps(
+        _mm256_set1_epi32(first[q] <= pos && pos <= last[q] ? -1 : 0));
+    return _mm256_blendv_ps(a, _mm256_fmadd_ps(w, v, a), in);
+}
+
+/* queries q..q+3, NV vectors (2 or 1) of dims from d; MASKED: the fma of
+ * a position outside a query's span left out (else every span holds the
+ * block) */
 static inline __attribute__((always_inline)) void
 rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd, int np, int q,
-          int d, const int NV)
+          int d, int32_t p0, const int32_t *first, const int32_t *last, const int NV,
+          const int MASKED)
 {
     __m256 a[4][2];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
@@ -423,7 +449,8 @@ rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd,
         _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++) v[j] = _mm256_loadu_ps(vf + p * hd + d + 8 * j);
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
             const __m256 w = _mm256_broadcast_ss(st + p * 64 + q + i);
-            _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++) a[i][j] = _mm256_fmadd_ps(w, v[j], a[i][j]);
+            _Pragma("GCC unroll 2") for (int j = 0; j < NV; j++)
+                a[i][j] = rb_span_fma8(first, last, q + i, p0 + p, w, v[j], a[i][j], MASKED);
         }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -431,19 +458,209 @@ rb_tvacc8(const float *vf, const float *st, const float *ms, float *acc, int hd,
             _mm256_storeu_ps(acc + (q + i) * hd + d + 8 * j, a[i][j]);
 }
 
-int rb_attn_tblock_f16_avx2(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
-                            int nq, const float *qt, const int32_t *first, const int32_t *last,
-                            int32_t p0, float kq_scale, float *kf, float *vf, float *st,
-                            float *acc, float *m, float *l)
+/* 32 q8_0 values from qs, times d, into o */
+static inline __attribute__((always_inline)) void rb_widen_q8(const int8_t *qs, __m256 d, float *o)
 {
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * i)));
+        _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(v)));
+    }
+}
+
+void rb_attn_widen_avx2(uint32_t type, const void *const *rows, int np, int hd, float *out)
+{
+    for (int p = 0; p < np; p++) {
+        float *o = out + (size_t)p * hd;
+        if (type == RB_TYPE_F16) {
+            const rb_f16 *r = rows[p];
+            for (int d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(o + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + d))));
+        } else if (type == RB_TYPE_Q8_0) {
+            const rb_block_q8_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK8_0; b++)
+                rb_widen_q8(x[b].qs, _mm256_set1_ps(rb_fp16_to_fp32(x[b].d)), o + b * RB_QK8_0);
+        } else {
+            const rb_block_q4_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK4_0; b++) {
+                const __m128i raw = _mm_loadu_si128((const __m128i *)x[b].qs);
+                const __m128i m4 = _mm_set1_epi8(0x0f), e8 = _mm_set1_epi8(8);
+                int8_t q[32];
+                _mm_storeu_si128((__m128i *)q, _mm_sub_epi8(_mm_and_si128(raw, m4), e8));
+                _mm_storeu_si128((__m128i *)(q + 16),
+                                 _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m4), e8));
+                rb_widen_q8(q, _mm256_set1_ps(rb_fp16_to_fp32(x[b].d)), o + b * RB_QK4_0);
+            }
+        }
+    }
+}
+
+/*
+ * rb_attn_tblock_few_avx2: the decode kernel of ops_avx512.c in 8-lane
+ * registers: the block's K rows widened and transposed once (8 x 8 in
+ * registers), each query dotted with 8 positions per fma (8 independent
+ * chains over the block's 64 positions), its softmax over the block's
+ * scores in 8 registers, the V rows read once for two queries, the fma of
+ * a position outside a query's span blended away. The same operations per (query, position) as
+ * rb_attn_tblock_ref: the same bits.
+ */
+static inline __attribute__((always_inline)) void rb_tr8(__m256 r[8])
+{
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* t[2i], 128-bit half h: rows 2i, 2i+1 of columns 4h, 4h+1; t[2i+1]: 4h+2, 4h+3 */
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xee);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xee);
+    }
+    /* u[4i + j], half h: column 4h + j of rows 4i..4i+3 */
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* values c..c+7 of a row of type (f16, q8_0, q4_0; c a multiple of 8), as
+ * rb_attn_widen_ref gives them */
+static inline __attribute__((always_inline)) __m256 rb_row8(uint32_t type, const void *row, int c)
+{
+    if (type == RB_TYPE_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const rb_f16 *)row + c)));
+    if (type == RB_TYPE_Q8_0) {
+        const rb_block_q8_0 *x = (const rb_block_q8_0 *)row + c / RB_QK8_0;
+        const __m128i v = _mm_loadl_epi64((const __m128i *)(x->qs + c % RB_QK8_0));
+        return _mm256_mul_ps(_mm256_set1_ps(rb_fp16_to_fp32(x->d)),
+                             _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)));
+    }
+    const rb_block_q4_0 *x = (const rb_block_q4_0 *)row + c / RB_QK4_0;
+    const int off = c % RB_QK4_0;
+    __m128i v = _mm_loadl_epi64((const __m128i *)(x->qs + (off & 15)));
+    if (off >= 16)
+        v = _mm_srli_epi16(v, 4);
+    v = _mm_sub_epi8(_mm_and_si128(v, _mm_set1_epi8(0x0f)), _mm_set1_epi8(8));
+    return _mm256_mul_ps(_mm256_set1_ps(rb_fp16_to_fp32(x->d)),
+                         _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)));
+}
+
+/* query q's NG groups of 8 positions' raw scores (NG independent chains) */
+static inline __attribute__((always_inline)) void
+rb_dscore8(const float *kt, const float *qt, int hd, int q, __m256 *s, const int NG)
+{
+    _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++) s[g] = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        const __m256 qd = _mm256_broadcast_ss(qt + d * 64 + q);
+        _Pragma("GCC unroll 8") for (int g = 0; g < NG; g++)
+            s[g] = _mm256_fmadd_ps(_mm256_loadu_ps(kt + d * 64 + 8 * g), qd, s[g]);
+    }
+}
+
+/* QB queries (1 or 2) from q, NV vectors (4 or 1) of dims from d */
+static inline __attribute__((always_inline)) void
+rb_dvacc8(uint32_t type_v, const void *const *vr, int np, int hd, int q, int d,
+          const float (*w)[64], const float *ms, float *acc, int32_t p0, const int32_t *first,
+          const int32_t *last, const int QB, const int NV)
+{
+    __m256 a[2][4];
+    _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+            a[i][j] = _mm256_mul_ps(_mm256_loadu_ps(acc + (size_t)(q + i) * hd + d + 8 * j),
+                                    _mm256_set1_ps(ms[q + i]));
+    for (int p = 0; p < np; p++) {
+        __m256 v[4];
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = rb_row8(type_v, vr[p], d + 8 * j);
+        _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++) {
+            const __m256 wv = _mm256_set1_ps(w[q + i][p]);
+            _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+                a[i][j] = rb_span_fma8(first, last, q + i, p0 + p, wv, v[j], a[i][j], 1);
+        }
+    }
+    _Pragma("GCC unroll 2") for (int i = 0; i < QB; i++)
+        _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++)
+            _mm256_storeu_ps(acc + (size_t)(q + i) * hd + d + 8 * j, a[i][j]);
+}
+
+int rb_attn_tblock_few_avx2(uint32_t type_k, uint32_t type_v, const void *const *kr,
+                            const void *const *vr, int np, int hd, int nq, const float *qt,
+                            const int32_t *first, const int32_t *last, int32_t p0,
+                            float kq_scale, float *kt, float *acc, float *m, float *l)
+{
+    if (hd % 8 != 0 || nq > RB_ATTN_TBLOCK_FEW)
+        return 0;
+    for (int g = 0; g < np; g += 8) { /* kt[d * 64 + p], rows past np zero */
+        const int nr = np - g < 8 ? np - g : 8;
+        for (int c = 0; c < hd; c += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = i < nr ? rb_row8(type_k, kr[g + i], c) : _mm256_setzero_ps();
+            rb_tr8(r);
+            for (int i = 0; i < 8; i++)
+                _mm256_storeu_ps(kt + (size_t)(c + i) * 64 + g, r[i]);
+        }
+    }
+    const int ng = (np + 7) / 8;
+    const __m256 scale = _mm256_set1_ps(kq_scale), neg = _mm256_set1_ps(-INFINITY);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    float w[RB_ATTN_TBLOCK_FEW][64], ms[RB_ATTN_TBLOCK_FEW];
+    for (int q = 0; q < nq; q++) {
+        __m256 s[8];
+        if (ng == 8)
+            rb_dscore8(kt, qt, hd, q, s, 8);
+        else
+            for (int g = 0; g < ng; g++)
+                rb_dscore8(kt + 8 * g, qt, hd, q, s + g, 1);
+        const __m256i fq = _mm256_set1_epi32(first[q] - 1), lq = _mm256_set1_epi32(last[q] + 1);
+        __m256 mxv = _mm256_set1_ps(m[q]);
+        for (int g = 0; g < ng; g++) {
+            const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(8 * g), lane);
+            const __m256i pos = _mm256_add_epi32(_mm256_set1_epi32(p0), idx);
+            const __m256i in = _mm256_and_si256(
+                _mm256_and_si256(_mm256_cmpgt_epi32(pos, fq), _mm256_cmpgt_epi32(lq, pos)),
+                _mm256_cmpgt_epi32(_mm256_set1_epi32(np), idx));
+            s[g] = _mm256_blendv_ps(neg, _mm256_mul_ps(s[g], scale), _mm256_castsi256_ps(in));
+            mxv = _mm256_max_ps(s[g], mxv);
+        }
+        float mt[8], mx = m[q];
+        _mm256_storeu_ps(mt, mxv);
+        for (int i = 0; i < 8; i++)
+            mx = mt[i] > mx ? mt[i] : mx;
+        ms[q] = _mm256_cvtss_f32(rb_texp8(_mm256_set1_ps(m[q] - mx)));
+        for (int g = 0; g < ng; g++)
+            _mm256_storeu_ps(w[q] + 8 * g, rb_texp8(_mm256_sub_ps(s[g], _mm256_set1_ps(mx))));
+        float sum = l[q] * ms[q];
+        for (int p = 0; p < np; p++)
+            sum = sum + w[q][p];
+        l[q] = sum;
+        m[q] = mx;
+    }
+    for (int q = 0; q < nq; q += 2) {
+        const int qb = nq - q >= 2 ? 2 : 1;
+        int d = 0;
+        for (; d + 32 <= hd; d += 32) {
+            if (qb == 2)
+                rb_dvacc8(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, p0, first, last, 2, 4);
+            else
+                rb_dvacc8(type_v, vr, np, hd, q, d, (const float (*)[64])w, ms, acc, p0, first, last, 1, 4);
+        }
+        for (; d < hd; d += 8)
+            for (int i = 0; i < qb; i++)
+                rb_dvacc8(type_v, vr, np, hd, q + i, d, (const float (*)[64])w, ms, acc, p0, first,
+                          last, 1, 1);
+    }
+    return 1;
+}
+
+int rb_attn_tblock_avx2(const float *kf, const float *vf, int np, int hd, int nq,
+                        const float *qt, const int32_t *first, const int32_t *last, int32_t p0,
+                        float kq_scale, float *st, float *kt, float *acc, float *m, float *l)
+{
+    (void)kt;
     if (hd % 8 != 0)
         return 0;
     float ms[64];
-    for (int p = 0; p < np; p++)
-        for (int d = 0; d < hd; d += 8) {
-            _mm256_storeu_ps(kf + p * hd + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kr[p] + d))));
-            _mm256_storeu_ps(vf + p * hd + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vr[p] + d))));
-        }
     const __m256 scale = _mm256_set1_ps(kq_scale);
     for (int q = 0; q < nq; q += 16) {
         int p = 0;
@@ -470,10 +687,17 @@ int rb_attn_tblock_f16_avx2(const rb_f16 *const *kr, const rb_f16 *const *vr, in
     }
     for (int q = 0; q < nq; q += 4) {
         int d = 0;
-        for (; d + 16 <= hd; d += 16)
-            rb_tvacc8(vf, st, ms, acc, hd, np, q, d, 2);
-        for (; d < hd; d += 8)
-            rb_tvacc8(vf, st, ms, acc, hd, np, q, d, 1);
+        if (rb_tcover8(first, last, q, 4, p0, np)) {
+            for (; d + 16 <= hd; d += 16)
+                rb_tvacc8(vf, st, ms, acc, hd, np, q, d, p0, first, last, 2, 0);
+            for (; d < hd; d += 8)
+                rb_tvacc8(vf, st, ms, acc, hd, np, q, d, p0, first, last, 1, 0);
+        } else {
+            for (; d + 16 <= hd; d += 16)
+                rb_tvacc8(vf, st, ms, acc, hd, np, q, d, p0, first, last, 2, 1);
+            for (; d < hd; d += 8)
+                rb_tvacc8(vf, st, ms, acc, hd, np, q, d, p0, first, last, 1, 1);
+        }
     }
     return 1;
 }

@@ -62,17 +62,33 @@ int rb_attn_block8_f16_avx512(const rb_f16 *q, const rb_f16 *k, const rb_f16 *v,
 int rb_attn_tile8_f16_avx512(const rb_f16 *k, const rb_f16 *v, int64_t stride, int n,
                              float kq_scale, int nq, const uint8_t *idx, const rb_f16 *qh,
                              rb_f16 *acc, float *m, float *sum);
-/* attention.h's tiled block (rb_attn_tblock_f16_ref's contract and bits):
- * avx2 for head dims that are multiples of 8, avx512 for multiples of 16;
- * return 0 (and do nothing) for other hd */
-int rb_attn_tblock_f16_avx2(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
-                            int nq, const float *qt, const int32_t *first, const int32_t *last,
-                            int32_t p0, float kq_scale, float *kf, float *vf, float *st,
-                            float *acc, float *m, float *l);
-int rb_attn_tblock_f16_avx512(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
-                              int nq, const float *qt, const int32_t *first, const int32_t *last,
-                              int32_t p0, float kq_scale, float *kf, float *vf, float *st,
-                              float *acc, float *m, float *l);
+/* attention.h's tiled form: rb_attn_widen_ref's and rb_attn_tblock_ref's
+ * contracts and bits; avx2 for head dims that are multiples of 8, avx512
+ * for multiples of 16 (the block kernels return 0, and do nothing, for
+ * other hd) */
+void rb_attn_widen_avx2(uint32_t type, const void *const *rows, int np, int hd, float *out);
+void rb_attn_widen_avx512(uint32_t type, const void *const *rows, int np, int hd, float *out);
+int rb_attn_tblock_avx2(const float *kf, const float *vf, int np, int hd, int nq,
+                        const float *qt, const int32_t *first, const int32_t *last, int32_t p0,
+                        float kq_scale, float *st, float *kt, float *acc, float *m, float *l);
+/* The block of a tile of up to RB_ATTN_TBLOCK_FEW queries (a decode),
+ * from the K and V rows themselves (type_k, type_v: f16, q8_0, q4_0):
+ * rb_attn_tblock_ref's results and bits for the first nq queries, kt its
+ * scratch (hd x 64 floats); returns 0 (and does nothing) when hd is not a
+ * multiple of 16 (avx512) or 8 (avx2), or nq is above RB_ATTN_TBLOCK_FEW */
+#define RB_ATTN_TBLOCK_FEW 8
+int rb_attn_tblock_few_avx2(uint32_t type_k, uint32_t type_v, const void *const *kr,
+                            const void *const *vr, int np, int hd, int nq, const float *qt,
+                            const int32_t *first, const int32_t *last, int32_t p0,
+                            float kq_scale, float *kt, float *acc, float *m, float *l);
+int rb_attn_tblock_few_avx512(uint32_t type_k, uint32_t type_v, const void *const *kr,
+                              const void *const *vr, int np, int hd, int nq, const float *qt,
+                              const int32_t *first, const int32_t *last, int32_t p0,
+                              float kq_scale, float *kt, float *acc, float *m, float *l);
+int rb_attn_tblock_avx512(const float *kf, const float *vf, int np, int hd, int nq,
+                          const float *qt, const int32_t *first, const int32_t *last,
+                          int32_t p0, float kq_scale, float *st, float *kt, float *acc,
+                          float *m, float *l);
 #endif
 
 #if defined(__aarch64__)

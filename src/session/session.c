@@ -146,7 +146,7 @@ static rb_status create_impl(rb_model *model, const rb_session_params *params,
                             "of its own (the pool holds it): budget_bytes must be 0");
     if (p.exact_attention != 0 && p.exact_attention != 1)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: exact_attention %d is not 0 "
-                            "(tiled f32 at 64+ tokens) or 1 (always exact)", p.exact_attention);
+                            "(tiled f32 from position 256) or 1 (always exact)", p.exact_attention);
     if ((unsigned)p.priority > RB_PRIORITY_BACKGROUND)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: priority %d is not foreground or "
                             "background", (int)p.priority);
