@@ -544,7 +544,9 @@ void rb_residency_destroy(rb_residency *r)
 
 void rb_residency_set_pages(rb_residency *r, uint32_t n_pages)
 {
+    pthread_mutex_lock(&r->mu); /* read by rb_residency_restore_need, any thread */
     r->n_pages = n_pages < r->kv.pages_per_layer ? n_pages : r->kv.pages_per_layer;
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- trim ------------------------------------------------------------------ */
