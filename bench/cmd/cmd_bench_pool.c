@@ -455,19 +455,18 @@ stop:
            pf_names[o.prefetch]);
     /* where a return's time went: the forward pass waited for restored
        layers (wait), computed the rest; the workers' busy times overlap it */
-    printf("| return | conversation | prefetch (MiB before the feed) | TTFT ms | vs warm | "
-           "waited for the restore ms | "
+    printf("| return | conversation | TTFT ms | vs warm | waited for the restore ms | "
            "restored from storage MiB (I/O ms) | decoded MiB (ms) | recomputed tokens | "
-           "RSS during / after, MiB |\n"
+           "RSS during / after, MiB | prefetch (MiB before the feed) |\n"
            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n_ret; i++)
-        printf("| %d | %d | %s (%.1f) | %.1f | %.2fx | %.1f | %.2f (%.1f) | %.2f (%.1f) | %u | "
-               "%.1f / %.1f |\n",
-               i + 1, rec[i].conv, rec[i].prefetch ? "on" : "off",
-               rec[i].prefetch_bytes / mib, 1e3 * rec[i].ttft_s, rec[i].ttft_s / warm_p50,
+        printf("| %d | %d | %.1f | %.2fx | %.1f | %.2f (%.1f) | %.2f (%.1f) | %u | "
+               "%.1f / %.1f | %s (%.1f) |\n",
+               i + 1, rec[i].conv, 1e3 * rec[i].ttft_s, rec[i].ttft_s / warm_p50,
                1e3 * rec[i].wait_s, rec[i].bytes_io / mib, 1e3 * rec[i].io_s,
                rec[i].bytes_dec / mib, 1e3 * rec[i].dec_s, rec[i].recomputed,
-               rec[i].rss_max_mib, rec[i].rss_after_mib);
+               rec[i].rss_max_mib, rec[i].rss_after_mib, rec[i].prefetch ? "on" : "off",
+               rec[i].prefetch_bytes / mib);
     printf("\n| figure | value |\n|---|---:|\n");
     printf("| warm turn TTFT, median | %.1f ms |\n", 1e3 * warm_p50);
     printf("| returning turn TTFT, median / p95 / max | %.1f / %.1f / %.1f ms |\n", 1e3 * ret_p50,
