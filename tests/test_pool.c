@@ -524,6 +524,18 @@ static void test_prefetch_full(void)
     printf("prefetch full: %u pages and the released layers (%llu bytes planned, %llu "
            "brought) before the feed; the feed restored 0 bytes, logits identical\n",
            out, (unsigned long long)planned, (unsigned long long)st.prefetch_bytes);
+    /* a server's admit: foreground (its restore begins), then at once a
+       rewind to the common prefix; the prefetch ends cleanly and the
+       replayed turn is exact */
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_set_priority(s, RB_PRIORITY_FOREGROUND), RB_OK);
+    CHECK_EQ_INT(rb_session_rewind(s, (TURNS - 1) * TURN), RB_OK);
+    rb_session_get_stats(s, &st);
+    CHECK_EQ_INT(st.prefetch_pending, 0);
+    CHECK_EQ_U64(st.n_prefetches, 2);
+    CHECK_EQ_INT(rb_session_feed(s, refs[0].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+    CHECK(!memcmp(rb_session_get_logits(s), refs[0].logits[TURNS - 1],
+                  n_vocab * sizeof(float)));
     rb_session_destroy(s);
     rb_model_close(m);
 }

@@ -154,7 +154,7 @@ uint32_t rb_session_n_vocab(const rb_session *session);
 rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_level level, uint64_t *freed_out);
 void rb_session_abort(rb_session *session);
 rb_status rb_session_set_priority(rb_session *session, rb_priority priority);
-rb_status rb_session_prefetch(rb_session *session, uint64_t *planned_bytes);  /* 0.5 */
+rb_status rb_session_prefetch(rb_session *session, uint64_t *planned_bytes);
 
 rb_status rb_pool_create(rb_model *model, uint64_t budget_bytes, rb_pool **out, rb_error *err);
 void rb_pool_destroy(rb_pool *pool);
