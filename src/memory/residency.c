@@ -36,7 +36,10 @@
  * by the holder when it serves the request the pool left (the rule is
  * above rb_residency_hold, at the end of the file). `hold_mu` guards the
  * holder's fields and the request; lock order: the pool's mutex, then
- * hold_mu, then mu.
+ * hold_mu, then mu. A prefetch (rb_residency_begin_prefetch) is the one
+ * restore in flight while the session is idle: every trim stops it first
+ * (stop_open_restore: its queued jobs dropped, the running ones waited
+ * for), so a trim still never overlaps a restore.
  *
  * Pins (the session file's storage worker, which writes pages while the
  * session goes on): a pinned page is RESIDENT and its slot's buffer stays
