@@ -32,7 +32,8 @@
  *     handles are independent (sessions of one model may be created,
  *     opened, fed and destroyed from different threads at once). The
  *     exceptions, callable from any thread at any time: rb_session_trim,
- *     rb_session_abort, rb_session_set_priority and every rb_pool_* call;
+ *     rb_session_abort, rb_session_set_priority, rb_session_prefetch and
+ *     every rb_pool_* call;
  *     a feed running on another thread honours a trim or an abort at its
  *     next layer boundary. A model is shared by its sessions: which
  *     rb_model_* calls may run at once is said after rb_model_errmsg.
@@ -619,8 +620,39 @@ RB_API rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_le
 RB_API void rb_session_abort(rb_session *session);
 
 /* Moves the session in its pool: a background session gives its memory
- * back before any foreground one. Any thread, any time. */
+ * back before any foreground one. RB_PRIORITY_FOREGROUND also begins, at
+ * once, the restore of whatever of the session is out of RAM (its KV in
+ * the compressed or stored tier, the model's released layers), as
+ * rb_session_prefetch does: the app's conversation comes to the front,
+ * and its next feed waits only for what has not arrived by then. Does
+ * not block: a session busy on another thread is only moved. Any thread,
+ * any time. Errors: RB_E_INVALID_ARG (NULL, an unknown priority). */
 RB_API rb_status rb_session_set_priority(rb_session *session, rb_priority priority);
+
+/*
+ * Restores the session ahead of its next feed: the restore that feed would
+ * begin starts now on the session's restore workers (storage reads,
+ * decodes of the compressed tier, released weights), layer by layer from
+ * the first, and this call returns without waiting for it. The next feed
+ * takes over: it waits only for what has not arrived, and restores the rest
+ * as usual. What it may take: in a pool with a budget, the budget's free
+ * bytes; a foreground session's prefetch makes room first, from
+ * background sessions only, least recently used first (never from another
+ * foreground one); a background session's never trims anything. A plan
+ * that does not fit is cut: the first layers' pages come, the rest waits
+ * for the feed. A prefetch never holds memory the budget wants back: any
+ * trim (the session's, the pool's, a rewind) cancels what has not started
+ * first, and what came stays, counted as the session's. Pages of the
+ * context whose K/V must be recomputed are not touched (the feed does it).
+ * *planned_bytes (may be NULL): the RAM bytes it will bring back; 0 when
+ * nothing is out of RAM, the budget has no room, a prefetch or a feed runs
+ * (the session busy on another thread: this call does not wait for it).
+ * Cost: maps the restore's page buffers; no I/O on this thread. Any
+ * thread, any time (rb_session_prefetch and rb_session_set_priority).
+ * The stats count it (n_prefetches, prefetch_bytes, n_prefetch_cancelled,
+ * prefetch_pending). Errors: RB_E_INVALID_ARG (NULL session).
+ */
+RB_API rb_status rb_session_prefetch(rb_session *session, uint64_t *planned_bytes);
 
 /* ---- memory pool ------------------------------------------------------- */
 
@@ -686,6 +718,25 @@ RB_API rb_status rb_pool_trim(rb_pool *pool, uint64_t bytes, rb_trim_level level
  */
 RB_API rb_session *rb_pool_next_to_close(rb_pool *pool, uint32_t max_sessions);
 
+/*
+ * Restores ahead of time the idle session of the pool most likely to
+ * return next: among the sessions with something out of RAM, no open
+ * prefetch and no call running, the one with the highest score
+ * feeds / (1 + feeds of the pool's other sessions since its last feed) -
+ * frequency, decayed by what the others did since (recency); ties go to
+ * the most recently used. It prefetches as rb_session_prefetch does, but
+ * with the budget's free bytes only, whatever its priority: it never trims
+ * anything. An app calls it when it is idle (between turns, while the
+ * user reads). *picked (may be NULL): the session prefetched, NULL when no
+ * session qualified; *planned_bytes (may be NULL): the bytes it brings
+ * (0 when the budget has no room). Cost: as rb_session_prefetch, and a
+ * scan of the pool's sessions. Any thread; the app must not destroy a
+ * session of the pool from another thread meanwhile.
+ * Errors: RB_E_INVALID_ARG (NULL pool), RB_E_NOMEM.
+ */
+RB_API rb_status rb_pool_prefetch_next(rb_pool *pool, rb_session **picked,
+                                       uint64_t *planned_bytes);
+
 typedef struct rb_pool_stats {
     uint64_t budget_bytes;       /* 0: none */
     uint64_t total_bytes;        /* weights + sessions + base, as the pool counts them */
@@ -707,6 +758,12 @@ typedef struct rb_pool_stats {
                                         (rb_session_fork), counted once: in
                                         sessions_bytes and total_bytes */
     uint64_t n_shared_kv_pages;      /* ... and their number */
+    /* restoring ahead of time: prefetches begun in the pool's sessions,
+       the bytes they were granted (planned), and what background sessions
+       gave up to make room for a foreground one's */
+    uint64_t n_prefetches;
+    uint64_t prefetch_granted_bytes;
+    uint64_t prefetch_trimmed_bytes;
 } rb_pool_stats;
 RB_API rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out,
                                          size_t out_size);
@@ -841,6 +898,18 @@ typedef struct rb_session_stats {
                                         holds the session and return to no
                                         caller; none changes rb_session_errmsg */
     rb_status trim_status;           /* the last failed one's (RB_OK: none) */
+    /* restoring ahead of time (rb_session_prefetch, rb_pool_prefetch_next,
+       rb_session_set_priority to foreground) */
+    uint64_t n_prefetches;           /* prefetches begun (with something to bring) */
+    uint64_t prefetch_pages;         /* KV pages they brought back */
+    uint64_t prefetch_bytes;         /* bytes they brought back (KV pages and
+                                        released layers' weights) */
+    uint64_t n_prefetch_cancelled;   /* stopped with segments left by a trim
+                                        (the session's, the pool's: any), a
+                                        rewind or a close; a feed that takes
+                                        over a prefetch does not count */
+    uint32_t prefetch_pending;       /* segments of the open prefetch still
+                                        to arrive (0: none open, or all in) */
 } rb_session_stats;
 
 /* Fills out (out_size bytes of it: the caller's sizeof, which the macro

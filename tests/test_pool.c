@@ -452,6 +452,370 @@ static void test_pool_trims_residency(void)
     rb_model_close(m);
 }
 
+/* ---- restoring ahead of time (rb_session_prefetch, rb_pool_prefetch_next) --- */
+
+/* Feeds turns [0, n) of conversation k into s. */
+static void feed_turns(rb_session *s, int k, int n)
+{
+    for (int t = 0; t < n; t++)
+        CHECK_EQ_INT(rb_session_feed(s, refs[k].toks + t * TURN, TURN, NULL), RB_OK);
+}
+
+/* Waits (up to 10 s) until s's open prefetch has nothing left to bring. */
+static void wait_prefetch(rb_session *s)
+{
+    const struct timespec ms = {0, 1000000};
+    rb_session_stats st;
+    for (int i = 0; i < 10000; i++) {
+        rb_session_get_stats(s, &st);
+        if (st.prefetch_pending == 0)
+            return;
+        nanosleep(&ms, NULL);
+    }
+    CHECK(!"the prefetch never finished");
+}
+
+static uint32_t pages_out(rb_session *s)
+{
+    rb_session_stats st;
+    rb_session_get_stats(s, &st);
+    return st.n_kv_pages[RB_TIER_STORED] + st.n_kv_pages[RB_TIER_COMPRESSED];
+}
+
+/* A session trimmed completely (its KV to the RAM codec or storage, the
+ * model's weights released) is prefetched whole: every page and layer is
+ * back before its next feed, which then restores nothing, and its logits
+ * are a never-trimmed session's, bit for bit. */
+static void test_prefetch_full(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_session_params p = params(1);
+    rb_session *s = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    feed_turns(s, 0, TURNS - 1);
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    rb_session_stats st;
+    rb_session_get_stats(s, &st);
+    const uint32_t out = pages_out(s);
+    CHECK(out > 0);
+    CHECK(st.n_layers_weights_evicted > 0);
+    uint64_t planned = 0;
+    CHECK_EQ_INT(rb_session_prefetch(s, &planned), RB_OK);
+    CHECK(planned > 0);
+    wait_prefetch(s);
+    rb_session_get_stats(s, &st);
+    CHECK_EQ_U64(pages_out(s), 0);
+    CHECK_EQ_INT(st.n_layers_weights_evicted, 0);
+    CHECK_EQ_U64(st.n_prefetches, 1);
+    CHECK_EQ_U64(st.prefetch_pages, out);
+    CHECK(st.prefetch_bytes >= (uint64_t)out * (conv_kv / (out ? out : 1)) / 2);
+    uint64_t again = 1;
+    CHECK_EQ_INT(rb_session_prefetch(s, &again), RB_OK); /* open: nothing more */
+    CHECK_EQ_U64(again, 0);
+    CHECK_EQ_INT(rb_session_feed(s, refs[0].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+    rb_session_get_stats(s, &st);
+    CHECK_EQ_U64(st.restore_bytes_io + st.restore_bytes_decoded, 0);
+    CHECK_EQ_U64(st.n_prefetch_cancelled, 0);
+    CHECK_EQ_INT(st.prefetch_pending, 0);
+    CHECK(!memcmp(rb_session_get_logits(s), refs[0].logits[TURNS - 1],
+                  n_vocab * sizeof(float)));
+    printf("prefetch full: %u pages and the released layers (%llu bytes planned, %llu "
+           "brought) before the feed; the feed restored 0 bytes, logits identical\n",
+           out, (unsigned long long)planned, (unsigned long long)st.prefetch_bytes);
+    /* a server's admit: foreground (its restore begins), then at once a
+       rewind to the common prefix; the prefetch ends cleanly and the
+       replayed turn is exact */
+    CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_set_priority(s, RB_PRIORITY_FOREGROUND), RB_OK);
+    CHECK_EQ_INT(rb_session_rewind(s, (TURNS - 1) * TURN), RB_OK);
+    rb_session_get_stats(s, &st);
+    CHECK_EQ_INT(st.prefetch_pending, 0);
+    CHECK_EQ_U64(st.n_prefetches, 2);
+    CHECK_EQ_INT(rb_session_feed(s, refs[0].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+    CHECK(!memcmp(rb_session_get_logits(s), refs[0].logits[TURNS - 1],
+                  n_vocab * sizeof(float)));
+    rb_session_destroy(s);
+    rb_model_close(m);
+}
+
+/* Under a budget with room for about two of a session's four pages, the
+ * pool's prefetch brings the first layers' pages and no more, trims
+ * nothing (the other session keeps its KV), and the feed restores the
+ * rest: the logits are still the reference's. Then a foreground session
+ * with no room makes it from the background session, never from another
+ * foreground one. */
+static void test_prefetch_budget(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(1);
+    p.pool = pool;
+    p.priority = RB_PRIORITY_BACKGROUND;
+    rb_session *a = NULL, *c = NULL, *d = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &a, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_create(m, &p, &c, &err), RB_OK);
+    p.priority = RB_PRIORITY_FOREGROUND;
+    CHECK_EQ_INT(rb_session_create(m, &p, &d, &err), RB_OK);
+    feed_turns(a, 0, TURNS - 1);
+    feed_turns(c, 1, TURNS - 1);
+    feed_turns(d, 2, TURNS - 1);
+    /* the pool's trim: a is the least recently used background session;
+       its KV goes to storage, the weights stay */
+    CHECK_EQ_INT(rb_pool_trim(pool, conv_kv, RB_TRIM_BYTES, NULL), RB_OK);
+    const uint32_t out = pages_out(a);
+    CHECK(out >= 3);
+    rb_session_stats st;
+    rb_session_get_stats(c, &st);
+    const uint64_t page = st.kv_raw_bytes / st.n_kv_pages[RB_TIER_RESIDENT];
+    rb_pool_stats ps;
+    rb_pool_get_stats(pool, &ps);
+    const uint64_t budget = ps.total_bytes + 2 * page + page / 2;
+    CHECK_EQ_INT(rb_pool_set_budget(pool, budget), RB_OK);
+    const uint64_t kv_c = kv_ram(c), kv_d = kv_ram(d);
+    const uint64_t trimmed0 = ps.trimmed_bytes;
+
+    rb_session *picked = NULL;
+    uint64_t planned = 0;
+    CHECK_EQ_INT(rb_pool_prefetch_next(pool, &picked, &planned), RB_OK);
+    CHECK(picked == a); /* the only one with something out of RAM */
+    CHECK(planned > 0 && planned <= 2 * page + page / 2);
+    wait_prefetch(a);
+    rb_session_get_stats(a, &st);
+    CHECK_EQ_U64(st.prefetch_pages, 2);
+    CHECK_EQ_U64(pages_out(a), out - 2);
+    CHECK_EQ_U64(kv_ram(c), kv_c); /* nothing trimmed for it */
+    CHECK_EQ_U64(kv_ram(d), kv_d);
+    rb_pool_get_stats(pool, &ps);
+    CHECK(ps.total_bytes <= budget);
+    CHECK_EQ_U64(ps.n_prefetches, 1);
+    CHECK_EQ_U64(ps.prefetch_granted_bytes, planned);
+    CHECK_EQ_U64(ps.prefetch_trimmed_bytes, 0);
+    CHECK_EQ_U64(ps.trimmed_bytes, trimmed0);
+    CHECK_EQ_INT(rb_session_feed(a, refs[0].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+    rb_session_get_stats(a, &st);
+    CHECK(st.restore_bytes_io + st.restore_bytes_decoded > 0); /* the rest */
+    CHECK(!memcmp(rb_session_get_logits(a), refs[0].logits[TURNS - 1],
+                  n_vocab * sizeof(float)));
+    printf("prefetch under a budget: %llu of %u pages' bytes planned (room for 2.5), "
+           "nothing trimmed; the feed restored the rest, logits identical\n",
+           (unsigned long long)planned, out);
+
+    /* a foreground return with no room: background sessions give it */
+    CHECK_EQ_INT(rb_pool_set_budget(pool, 0), RB_OK);
+    CHECK_EQ_INT(rb_session_rewind(c, (TURNS - 2) * TURN), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(c, refs[1].toks + (TURNS - 2) * TURN, TURN, NULL), RB_OK);
+    CHECK_EQ_INT(rb_pool_trim(pool, conv_kv, RB_TRIM_BYTES, NULL), RB_OK); /* a's */
+    CHECK(pages_out(a) > 0);
+    CHECK_EQ_U64(pages_out(c), 0);
+    rb_pool_get_stats(pool, &ps);
+    CHECK_EQ_INT(rb_pool_set_budget(pool, ps.total_bytes), RB_OK);
+    const uint64_t kv_c2 = kv_ram(c), kv_d2 = kv_ram(d);
+    CHECK(kv_c2 > 0);
+    CHECK_EQ_INT(rb_session_set_priority(a, RB_PRIORITY_FOREGROUND), RB_OK);
+    wait_prefetch(a);
+    rb_pool_get_stats(pool, &ps);
+    CHECK(ps.prefetch_trimmed_bytes > 0);
+    CHECK(kv_ram(c) < kv_c2);      /* the background one gave */
+    CHECK_EQ_U64(kv_ram(d), kv_d2); /* never another foreground one */
+    rb_session_get_stats(a, &st);
+    CHECK_EQ_U64(st.n_prefetches, 2);
+    /* any trim cancels an open prefetch first; the pages that came stay valid */
+    CHECK_EQ_INT(rb_session_trim(a, UINT64_MAX, RB_TRIM_BYTES, NULL), RB_OK);
+    rb_session_get_stats(a, &st);
+    CHECK_EQ_INT(st.prefetch_pending, 0);
+    CHECK_EQ_INT(rb_session_rewind(a, (TURNS - 1) * TURN), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(a, refs[0].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+    CHECK(!memcmp(rb_session_get_logits(a), refs[0].logits[TURNS - 1],
+                  n_vocab * sizeof(float)));
+    printf("foreground prefetch: background sessions gave %llu bytes, the foreground "
+           "one none\n", (unsigned long long)ps.prefetch_trimmed_bytes);
+    rb_session_destroy(a);
+    rb_session_destroy(c);
+    rb_session_destroy(d);
+    rb_pool_destroy(pool);
+    rb_model_close(m);
+}
+
+/* The pool picks by feeds / (1 + the others' feeds since): x fed 4 times
+ * then y once then z once scores x 4/3, z 1/1, y 1/2. A session with an
+ * open prefetch or nothing out of RAM is not picked. */
+static void test_prefetch_order(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(1);
+    p.pool = pool;
+    rb_session *x = NULL, *y = NULL, *z = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &x, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_create(m, &p, &y, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_create(m, &p, &z, &err), RB_OK);
+    feed_turns(x, 0, 4);
+    feed_turns(y, 1, 1);
+    feed_turns(z, 2, 1);
+    rb_session *picked = (rb_session *)1;
+    CHECK_EQ_INT(rb_pool_prefetch_next(pool, &picked, NULL), RB_OK);
+    CHECK(picked == NULL); /* everything is resident */
+    CHECK_EQ_INT(rb_pool_trim(pool, 0, RB_TRIM_MODERATE, NULL), RB_OK);
+    rb_session *want[3] = {x, z, y};
+    for (int i = 0; i < 3; i++) {
+        uint64_t planned = 0;
+        CHECK_EQ_INT(rb_pool_prefetch_next(pool, &picked, &planned), RB_OK);
+        CHECK(picked == want[i]);
+        CHECK(planned > 0);
+    }
+    CHECK_EQ_INT(rb_pool_prefetch_next(pool, &picked, NULL), RB_OK);
+    CHECK(picked == NULL);
+    rb_pool_stats ps;
+    rb_pool_get_stats(pool, &ps);
+    CHECK_EQ_U64(ps.n_prefetches, 3);
+    wait_prefetch(x);
+    wait_prefetch(y);
+    wait_prefetch(z);
+    printf("prefetch order: x (4 feeds, 2 since) before z (1, 0 since) before y (1, 1 "
+           "since)\n");
+    rb_session_destroy(x);
+    rb_session_destroy(y);
+    rb_session_destroy(z);
+    rb_pool_destroy(pool);
+    rb_model_close(m);
+}
+
+typedef struct prefetcher {
+    rb_session **s;
+    rb_pool *pool;
+    int n_calls;
+    uint64_t planned;
+} prefetcher;
+
+static atomic_int stop_prefetch;
+
+static void *prefetch_loop(void *arg)
+{
+    prefetcher *f = arg;
+    rb_test_rng r = rb_test_rng_seed(123);
+    while (!atomic_load(&stop_prefetch)) {
+        uint64_t planned = 0;
+        uint32_t what = rb_test_rng_below(&r, 5), i = rb_test_rng_below(&r, 2);
+        if (what == 0)
+            rb_pool_prefetch_next(f->pool, NULL, &planned);
+        else if (what == 1)
+            rb_session_set_priority(f->s[i], RB_PRIORITY_FOREGROUND);
+        else if (what == 2)
+            rb_session_set_priority(f->s[i], RB_PRIORITY_BACKGROUND);
+        else
+            rb_session_prefetch(f->s[i], &planned);
+        f->planned += planned;
+        f->n_calls++;
+        const struct timespec pause = {0, 50000};
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+static void *trim_both_loop(void *arg)
+{
+    prefetcher *f = arg;
+    rb_test_rng r = rb_test_rng_seed(321);
+    const struct timespec pause = {0, 100000};
+    while (!atomic_load(&stop_prefetch)) {
+        uint32_t what = rb_test_rng_below(&r, 4), i = rb_test_rng_below(&r, 2);
+        if (what == 0)
+            rb_pool_trim(f->pool, 0, RB_TRIM_MODERATE, NULL);
+        else if (what == 1)
+            rb_pool_trim(f->pool, conv_kv / 2, RB_TRIM_BYTES, NULL);
+        else
+            rb_session_trim(f->s[i], 0, (rb_trim_level)(1 + rb_test_rng_below(&r, 3)), NULL);
+        f->n_calls++;
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+/* Prefetches (the session's, the pool's, a priority set to foreground)
+ * race with trims (the session's, the pool's) and with two sessions'
+ * feeds and rewinds, on four threads; every logit stays the reference's.
+ * Then the same without feeds: an idle session trimmed and prefetched
+ * from two threads at once ends consistent, and its next feed exact. */
+static void test_prefetch_race(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(1);
+    p.pool = pool;
+    rewinder f[2] = {{NULL, 0, 0, 0, RB_OK}, {NULL, 1, 0, 0, RB_OK}};
+    rb_session *s[2];
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(rb_session_create(m, &p, &f[i].s, &err), RB_OK);
+        s[i] = f[i].s;
+    }
+    prefetcher pf = {s, pool, 0, 0}, tr = {s, pool, 0, 0};
+    pthread_t th[4];
+    atomic_store(&stop_prefetch, 0);
+    pthread_create(&th[2], NULL, prefetch_loop, &pf);
+    pthread_create(&th[3], NULL, trim_both_loop, &tr);
+    pthread_create(&th[0], NULL, feed_rewind, &f[0]);
+    pthread_create(&th[1], NULL, feed_rewind, &f[1]);
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    atomic_store(&stop_prefetch, 1);
+    pthread_join(th[2], NULL);
+    pthread_join(th[3], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(f[i].st, RB_OK);
+        CHECK_EQ_INT(f[i].mismatches, 0);
+        CHECK_EQ_INT(f[i].n_checked, 3 * TURNS - 2);
+    }
+    rb_session_stats st[2];
+    for (int i = 0; i < 2; i++)
+        rb_session_get_stats(s[i], &st[i]);
+    printf("prefetch race with feeds: %d prefetch calls (%llu bytes planned), %d trims; "
+           "%llu + %llu prefetches, %llu + %llu cancelled; logits identical\n", pf.n_calls,
+           (unsigned long long)pf.planned, tr.n_calls,
+           (unsigned long long)st[0].n_prefetches, (unsigned long long)st[1].n_prefetches,
+           (unsigned long long)st[0].n_prefetch_cancelled,
+           (unsigned long long)st[1].n_prefetch_cancelled);
+
+    /* idle sessions: prefetch against trim only */
+    atomic_store(&stop_prefetch, 0);
+    pf.n_calls = tr.n_calls = 0;
+    pthread_create(&th[2], NULL, prefetch_loop, &pf);
+    pthread_create(&th[3], NULL, trim_both_loop, &tr);
+    const struct timespec run = {0, 300000000};
+    nanosleep(&run, NULL);
+    atomic_store(&stop_prefetch, 1);
+    pthread_join(th[2], NULL);
+    pthread_join(th[3], NULL);
+    for (int i = 0; i < 2; i++) {
+        rb_session_get_stats(s[i], &st[i]);
+        CHECK_EQ_INT(rb_session_rewind(f[i].s, (TURNS - 1) * TURN), RB_OK);
+        f[i].mismatches = 0;
+        CHECK_EQ_INT(feed_check(&f[i], TURNS - 1), 0);
+        CHECK_EQ_INT(f[i].mismatches, 0);
+    }
+    rb_pool_stats ps;
+    rb_pool_get_stats(pool, &ps);
+    printf("prefetch race, idle: %d prefetch calls, %d trims; %llu + %llu cancelled; the "
+           "pool granted %llu bytes to %llu prefetches\n", pf.n_calls, tr.n_calls,
+           (unsigned long long)st[0].n_prefetch_cancelled,
+           (unsigned long long)st[1].n_prefetch_cancelled,
+           (unsigned long long)ps.prefetch_granted_bytes, (unsigned long long)ps.n_prefetches);
+    rb_pool_destroy(pool);
+    for (int i = 0; i < 2; i++)
+        rb_session_destroy(s[i]);
+    rb_model_close(m);
+}
+
 /* ---- a randomized schedule under one budget ---------------------------------- */
 
 static int progress_stop_after(void *ctx, rb_progress_phase phase, uint64_t done,
@@ -818,6 +1182,10 @@ int main(void)
     make_refs();
     test_threads();
     test_pool_trims_residency();
+    test_prefetch_full();
+    test_prefetch_budget();
+    test_prefetch_order();
+    test_prefetch_race();
     test_schedule();
     test_abort_thread();
     test_concurrent_open();

@@ -14,6 +14,17 @@
  * Then (unless --no-verify) the same turns run again on never-trimmed
  * sessions, and every turn's logits are compared bit for bit.
  *
+ * Think time and prefetch (--think-ms, --prefetch): the user spends N ms
+ * in a conversation before its turn (opens it, reads, types). With
+ * prefetch on, at the start of that time the app does what a real one
+ * would: the returning conversation goes to the foreground
+ * (rb_session_set_priority, which begins its restore at once) and the
+ * pool prefetches, with what budget is left free, the conversation most
+ * likely to come next (rb_pool_prefetch_next). Off: all conversations
+ * stay background (the pool's order is the same: the feeding one is
+ * trimmed last) and nothing restores before the feed. alternate: returns
+ * take turns, so both are measured in one run, under the same load.
+ *
  * Output: a table on stdout, every figure as JSON (--json), and the
  * timeline picture (--svg): each return's TTFT, and RSS against the
  * budget over the run.
@@ -37,6 +48,8 @@
 
 typedef struct ret_rec {
     int conv;
+    int prefetch;         /* this return prefetched during its think time */
+    uint64_t prefetch_bytes; /* what its prefetches brought before the feed */
     double t_start, ttft_s;
     uint64_t bytes_io, bytes_dec;
     uint32_t recomputed;
@@ -106,6 +119,18 @@ static uint64_t splitmix(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+static int opt_prefetch(void *dest, const char *v, char *why, size_t why_n)
+{
+    static const char *const names[] = {"off", "on", "alternate"};
+    for (int i = 0; v && i < 3; i++)
+        if (!strcmp(v, names[i])) {
+            *(int *)dest = i;
+            return 0;
+        }
+    snprintf(why, why_n, "off, on or alternate");
+    return -1;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -125,7 +150,8 @@ static double quantile(double *v, int n, double q)
 
 typedef struct bench_opts {
     const char *model, *device, *json, *svg;
-    uint32_t k, ctx, turn, rounds, n_batch;
+    uint32_t k, ctx, turn, rounds, n_batch, think_ms;
+    int prefetch; /* 0 off, 1 on, 2 alternate */
     int n_threads, no_verify;
     uint64_t budget, seed;
     rb_restore_mode restore;
@@ -205,6 +231,13 @@ int rb_cmd_bench_pool(int argc, char **argv)
          NULL, NULL},
         {"--seed", RB_OPT_SIZE, "N", "tokens and order seed (default 1)", &o.seed, 0, 1e18, NULL,
          NULL},
+        {"--think-ms", RB_OPT_U32, "N",
+         "idle time before each return's turn (the user reads, types; default 0)",
+         &o.think_ms, 0, 600000, NULL, NULL},
+        {"--prefetch", RB_OPT_CALL, "MODE",
+         "restore during the think time: off (default), on, alternate\n"
+         "(returns take turns: both measured in one run)", &o.prefetch, 0, 0, opt_prefetch,
+         NULL},
         {"--json", RB_OPT_STR, "FILE", "every figure as JSON", &o.json, 0, 0, NULL, NULL},
         {"--svg", RB_OPT_STR, "FILE", "the timeline picture", &o.svg, 0, 0, NULL, NULL},
         {"--no-verify", RB_OPT_FLAG, NULL,
@@ -214,7 +247,8 @@ int rb_cmd_bench_pool(int argc, char **argv)
     };
     const rb_cli_cmd cmd = {
         "bench-pool",
-        "-m MODEL [-k 4] [-c 2048] [--turn 8] [--rounds 3] [--device phone] [--json F] [--svg F]",
+        "-m MODEL [-k 4] [-c 2048] [--turn 8] [--rounds 3] [--device phone]\n"
+        "    [--think-ms N] [--prefetch off|on|alternate] [--json F] [--svg F]",
         "K conversations of one model under one memory pool whose budget holds the\n"
         "weights and about 1/K of their KV; the user returns to them in shuffled\n"
         "order with short turns. Reports each return's TTFT against the warm turn\n"
@@ -297,11 +331,24 @@ int rb_cmd_bench_pool(int argc, char **argv)
     uint64_t max_rss_before = smp.max_rss;
     smp.max_rss = smp.max_anon = 0; /* from the budget on */
 
+    for (uint32_t j = 0; j < o.k; j++) /* off: nothing restores before a feed */
+        rb_session_set_priority(s[j], RB_PRIORITY_BACKGROUND);
     for (int i = 0; i < n_ret; i++) {
         int k = order[i];
+        const int pre = o.prefetch == 1 || (o.prefetch == 2 && i % 2 == 0);
+        rb_session_stats st0;
+        rb_session_get_stats(s[k], &st0);
         for (uint32_t j = 0; j < o.k; j++)
-            rb_session_set_priority(s[j], (int)j == k ? RB_PRIORITY_FOREGROUND
-                                                      : RB_PRIORITY_BACKGROUND);
+            if ((int)j != k || !pre)
+                rb_session_set_priority(s[j], RB_PRIORITY_BACKGROUND);
+        if (pre) { /* the user opens conversation k: it comes to the front */
+            rb_session_set_priority(s[k], RB_PRIORITY_FOREGROUND);
+            rb_pool_prefetch_next(pool, NULL, NULL); /* the free rest, for the next one */
+        }
+        if (o.think_ms) {
+            struct timespec ts = {o.think_ms / 1000, (long)(o.think_ms % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
         double t0 = rb_cli_now_s();
         if (rb_session_feed(s[k], toks[k] + pos[k], o.turn, NULL) != RB_OK) {
             rb_cli_fail("bench-pool", rb_session_errmsg(s[k]), NULL);
@@ -310,9 +357,11 @@ int rb_cmd_bench_pool(int argc, char **argv)
         double t1 = rb_cli_now_s();
         rb_session_stats st;
         rb_session_get_stats(s[k], &st);
-        rec[i] = (ret_rec){k, t0 - smp.t0, t1 - t0, st.restore_bytes_io, st.restore_bytes_decoded,
-                           st.restore_recomputed_tokens, st.restore_io_s, st.restore_decode_s,
-                           st.restore_wait_s, fnv(rb_session_get_logits(s[k]), n_vocab), 0, 0};
+        rec[i] = (ret_rec){k, pre, st.prefetch_bytes - st0.prefetch_bytes, t0 - smp.t0, t1 - t0, st.restore_bytes_io,
+                           st.restore_bytes_decoded, st.restore_recomputed_tokens,
+                           st.restore_io_s, st.restore_decode_s, st.restore_wait_s,
+                           fnv(rb_session_get_logits(s[k]), n_vocab), 0, 0};
+
         pos[k] += o.turn;
     }
     rc = 0;
@@ -374,6 +423,18 @@ stop:
         v[i] = rec[i].ttft_s;
     double ret_p50 = quantile(v, n_ret, 0.5), ret_p95 = quantile(v, n_ret, 0.95);
     double ret_max = quantile(v, n_ret, 1.0);
+    /* by mode: the returns that prefetched during their think time, and not */
+    double mode_p50[2] = {0, 0}, mode_p95[2] = {0, 0};
+    int mode_n[2] = {0, 0};
+    for (int m = 0; m < 2; m++) {
+        int n = 0;
+        for (int i = 0; i < n_ret; i++)
+            if (rec[i].prefetch == m)
+                v[n++] = rec[i].ttft_s;
+        mode_n[m] = n;
+        mode_p50[m] = quantile(v, n, 0.5);
+        mode_p95[m] = quantile(v, n, 0.95);
+    }
     for (uint32_t k = 0; k < o.k; k++)
         v[k] = warm_s[k];
     double warm_p50 = quantile(v, (int)o.k, 0.5);
@@ -388,25 +449,33 @@ stop:
         recomputed += rec[i].recomputed;
     }
     const double mib = 1048576.0;
-    printf("## bench-pool: %u conversations x %u tokens, %u-token turns, %u rounds, device %s\n\n",
-           o.k, o.ctx, o.turn, o.rounds, o.device);
+    static const char *const pf_names[] = {"off", "on", "alternate"};
+    printf("## bench-pool: %u conversations x %u tokens, %u-token turns, %u rounds, device %s, "
+           "think %u ms, prefetch %s\n\n", o.k, o.ctx, o.turn, o.rounds, o.device, o.think_ms,
+           pf_names[o.prefetch]);
     /* where a return's time went: the forward pass waited for restored
        layers (wait), computed the rest; the workers' busy times overlap it */
     printf("| return | conversation | TTFT ms | vs warm | waited for the restore ms | "
            "restored from storage MiB (I/O ms) | decoded MiB (ms) | recomputed tokens | "
-           "RSS during / after, MiB |\n"
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "RSS during / after, MiB | prefetch (MiB before the feed) |\n"
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n_ret; i++)
-        printf("| %d | %d | %.1f | %.2fx | %.1f | %.2f (%.1f) | %.2f (%.1f) | %u | %.1f / %.1f |\n",
+        printf("| %d | %d | %.1f | %.2fx | %.1f | %.2f (%.1f) | %.2f (%.1f) | %u | "
+               "%.1f / %.1f | %s (%.1f) |\n",
                i + 1, rec[i].conv, 1e3 * rec[i].ttft_s, rec[i].ttft_s / warm_p50,
                1e3 * rec[i].wait_s, rec[i].bytes_io / mib, 1e3 * rec[i].io_s,
                rec[i].bytes_dec / mib, 1e3 * rec[i].dec_s, rec[i].recomputed,
-               rec[i].rss_max_mib, rec[i].rss_after_mib);
+               rec[i].rss_max_mib, rec[i].rss_after_mib, rec[i].prefetch ? "on" : "off",
+               rec[i].prefetch_bytes / mib);
     printf("\n| figure | value |\n|---|---:|\n");
     printf("| warm turn TTFT, median | %.1f ms |\n", 1e3 * warm_p50);
     printf("| returning turn TTFT, median / p95 / max | %.1f / %.1f / %.1f ms |\n", 1e3 * ret_p50,
            1e3 * ret_p95, 1e3 * ret_max);
     printf("| p95 return / warm | %.2fx (target <= 1.5x) |\n", ret_p95 / warm_p50);
+    for (int m = 1; m >= 0; m--)
+        if (mode_n[m])
+            printf("| returns with prefetch %s (%d): TTFT median / p95 | %.1f / %.1f ms |\n",
+                   m ? "on" : "off", mode_n[m], 1e3 * mode_p50[m], 1e3 * mode_p95[m]);
     printf("| recompute baseline (prefill + turn), median | %.1f ms |\n", 1e3 * rec_p50);
     printf("| recompute / p95 return | %.1fx (target >= 10x) |\n", rec_p50 / ret_p95);
     printf("| restored: storage / RAM tier / recomputed tokens | %.1f MiB / %.1f MiB / %" PRIu64
@@ -441,14 +510,21 @@ stop:
                        "\"restored_io_bytes\": %" PRIu64 ", \"decoded_bytes\": %" PRIu64 ", "
                        "\"recomputed_tokens\": %u, \"restore_io_s\": %.6f, "
                        "\"restore_decode_s\": %.6f, \"restore_wait_s\": %.6f, "
-                       "\"rss_max_mib\": %.1f, \"rss_after_mib\": %.1f}%s\n",
+                       "\"rss_max_mib\": %.1f, \"rss_after_mib\": %.1f, \"prefetch\": %s, "
+                       "\"prefetched_bytes\": %" PRIu64 "}%s\n",
                     rec[i].conv, rec[i].t_start, rec[i].ttft_s, rec[i].bytes_io, rec[i].bytes_dec,
                     rec[i].recomputed, rec[i].io_s, rec[i].dec_s, rec[i].wait_s,
-                    rec[i].rss_max_mib, rec[i].rss_after_mib, i + 1 < n_ret ? "," : "");
+                    rec[i].rss_max_mib, rec[i].rss_after_mib, rec[i].prefetch ? "true" : "false",
+                    rec[i].prefetch_bytes, i + 1 < n_ret ? "," : "");
         fprintf(f, " ],\n \"return_ttft_p50_s\": %.6f, \"return_ttft_p95_s\": %.6f, "
                    "\"warm_ttft_p50_s\": %.6f, \"recompute_ttft_p50_s\": %.6f,\n"
+                   " \"think_ms\": %u, \"prefetch\": \"%s\", \"prefetch_on_p50_s\": %.6f, "
+                   "\"prefetch_on_p95_s\": %.6f, \"prefetch_off_p50_s\": %.6f, "
+                   "\"prefetch_off_p95_s\": %.6f,\n"
                    " \"max_rss_bytes\": %" PRIu64 ", \"max_anon_bytes\": %" PRIu64 ", "
-                   "\"lossless\": %s}\n", ret_p50, ret_p95, warm_p50, rec_p50, smp.max_rss,
+                   "\"lossless\": %s}\n", ret_p50, ret_p95, warm_p50, rec_p50, o.think_ms,
+                pf_names[o.prefetch], mode_p50[1], mode_p95[1], mode_p50[0], mode_p95[0],
+                smp.max_rss,
                 smp.max_anon, verified < 0 ? "null" : verified ? "true" : "false");
         fclose(f);
     }

@@ -28,8 +28,14 @@ struct rb_pool_member {
     rb_residency *res;    /* the member's KV, trimmed here (NULL: none) */
     rb_session *handle;   /* the app's, for rb_pool_next_to_close */
     _Atomic uint64_t bytes;
+    _Atomic uint64_t prefetch_bytes; /* RAM its open prefetch may still take
+                                        (a reservation in the total: the
+                                        restored pages are in no published
+                                        count until the session settles) */
     rb_priority priority; /* under the pool's mu */
     uint64_t last_used;   /* under the pool's mu */
+    uint64_t n_feeds;     /* its feeds (mu) */
+    uint64_t feeds_mark;  /* the pool's n_feeds after its last feed (mu) */
 };
 
 struct rb_pool {
@@ -51,6 +57,8 @@ struct rb_pool {
     int is_destroyed;            /* the app let go: freed with its last member */
     /* counters (under mu) */
     uint64_t n_enforce, n_posted, trimmed_bytes, weights_released_bytes, over_bytes;
+    uint64_t n_feeds;            /* every member's feeds (the prefetch score) */
+    uint64_t n_prefetches, prefetch_granted_bytes, prefetch_trimmed_bytes;
     /* the pressure monitor (rb_pool_watch_pressure); its thread calls
        rb_pool_trim. watch_mu orders start, stop and destroy. */
     pthread_mutex_t watch_mu;
@@ -207,6 +215,8 @@ void rb_pool_member_touch(rb_pool_member *m)
 {
     pthread_mutex_lock(&m->pool->mu);
     m->last_used = ++m->pool->tick;
+    m->n_feeds++;
+    m->feeds_mark = ++m->pool->n_feeds;
     pthread_mutex_unlock(&m->pool->mu);
 }
 
@@ -239,8 +249,29 @@ static uint64_t total_bytes(const rb_pool *p)
 {
     uint64_t t = weights_bytes(p) + p->base + shared_bytes(p);
     for (uint32_t i = 0; i < p->n_members; i++)
-        t += atomic_load_explicit(&p->members[i]->bytes, memory_order_relaxed);
+        t += atomic_load_explicit(&p->members[i]->bytes, memory_order_relaxed) +
+             atomic_load_explicit(&p->members[i]->prefetch_bytes, memory_order_relaxed);
     return t;
+}
+
+/* Every open prefetch but except's stops (mu held): a prefetch never holds
+ * memory the budget wants back, so any trim cancels them first. What they
+ * restored stays (resident, in the member's count from now on: it grew by
+ * what its manager grew) and is trimmed like any page; their reservations
+ * go. A member held by its session is settled by that session's next step
+ * (its feed or trim), not here. */
+static void cancel_prefetches(rb_pool *p, const rb_pool_member *except)
+{
+    for (uint32_t i = 0; i < p->n_members; i++) {
+        rb_pool_member *m = p->members[i];
+        uint64_t growth = 0;
+        if (m == except || !m->res ||
+            !atomic_load_explicit(&m->prefetch_bytes, memory_order_relaxed) ||
+            !rb_residency_pool_stop_prefetch(m->res, &growth))
+            continue;
+        atomic_fetch_add_explicit(&m->bytes, growth, memory_order_relaxed);
+        atomic_store_explicit(&m->prefetch_bytes, 0, memory_order_relaxed);
+    }
 }
 
 uint64_t rb_pool_others_bytes(rb_pool *p, const rb_pool_member *self)
@@ -321,6 +352,10 @@ uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int s
     p->n_enforce++;
     uint64_t total = total_bytes(p) + extra;
     if (total > budget && p->n_members) {
+        cancel_prefetches(p, NULL);
+        total = total_bytes(p) + extra;
+    }
+    if (total > budget && p->n_members) {
         rb_pool_member **order = malloc(p->n_members * sizeof *order);
         uint32_t n = order ? trim_order(p, self, order) : 0;
         for (uint32_t i = 0; i < n && total > budget; i++) {
@@ -376,6 +411,7 @@ rb_status rb_pool_trim(rb_pool *p, uint64_t bytes, rb_trim_level level, uint64_t
         pthread_mutex_unlock(&p->mu);
         return RB_E_NOMEM;
     }
+    cancel_prefetches(p, NULL);
     for (uint32_t i = 0; i < n; i++) {
         if (level == RB_TRIM_BYTES && freed >= bytes)
             break;
@@ -415,6 +451,98 @@ rb_session *rb_pool_next_to_close(rb_pool *p, uint32_t max_sessions)
     return pick;
 }
 
+uint64_t rb_pool_grant_prefetch(rb_pool *p, rb_pool_member *self, uint64_t want,
+                                int trim_background)
+{
+    const uint64_t budget = atomic_load(&p->budget);
+    pthread_mutex_lock(&p->mu);
+    uint64_t grant = want;
+    if (budget) {
+        uint64_t total = total_bytes(p);
+        uint64_t room = budget > total ? budget - total : 0;
+        if (room < want && trim_background && p->n_members) {
+            /* a foreground session's restore: the others' prefetches go
+               first, then background sessions, least recently used first;
+               never a foreground one */
+            cancel_prefetches(p, self);
+            total = total_bytes(p);
+            room = budget > total ? budget - total : 0;
+            rb_pool_member **order = malloc(p->n_members * sizeof *order);
+            uint32_t n = order ? trim_order(p, self, order) : 0;
+            for (uint32_t i = 0; i < n && room < want; i++) {
+                if (order[i] == self || order[i]->priority != RB_PRIORITY_BACKGROUND)
+                    continue;
+                uint64_t freed = trim_member(p, order[i], want - room, RB_TRIM_BYTES);
+                p->trimmed_bytes += freed;
+                uint64_t after = total_bytes(p);
+                if (after < total)
+                    p->prefetch_trimmed_bytes += total - after;
+                total = after;
+                room = budget > total ? budget - total : 0;
+            }
+            free(order);
+        }
+        grant = want < room ? want : room;
+    }
+    atomic_store_explicit(&self->prefetch_bytes, grant, memory_order_relaxed);
+    pthread_mutex_unlock(&p->mu);
+    return grant;
+}
+
+void rb_pool_member_set_prefetch(rb_pool_member *m, uint64_t planned)
+{
+    rb_pool *p = m->pool;
+    pthread_mutex_lock(&p->mu);
+    atomic_store_explicit(&m->prefetch_bytes, planned, memory_order_relaxed);
+    if (planned) {
+        p->n_prefetches++;
+        p->prefetch_granted_bytes += planned;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* The score of a member's return (mu held): feeds / (1 + the other
+ * members' feeds since its last one). Frequent members score high, and a
+ * member's score halves, thirds... as the others go on without it: a
+ * frequency decayed by recency, with no clock and no tuning. */
+static double return_score(const rb_pool *p, const rb_pool_member *m)
+{
+    return (double)m->n_feeds / (1.0 + (double)(p->n_feeds - m->feeds_mark));
+}
+
+uint32_t rb_pool_prefetch_candidates(rb_pool *p, rb_session **out, uint32_t max)
+{
+    pthread_mutex_lock(&p->mu);
+    rb_pool_member **c = p->n_members ? malloc(p->n_members * sizeof *c) : NULL;
+    uint32_t n = 0;
+    for (uint32_t i = 0; c && i < p->n_members; i++) {
+        rb_pool_member *m = p->members[i];
+        if (m->handle && m->res && !atomic_load(&m->prefetch_bytes) &&
+            rb_residency_restore_need(m->res) > 0)
+            c[n++] = m;
+    }
+    for (uint32_t i = 1; i < n; i++) { /* by score, then the most recent first */
+        rb_pool_member *m = c[i];
+        const double sm = return_score(p, m);
+        uint32_t j = i;
+        while (j > 0) {
+            const double sj = return_score(p, c[j - 1]);
+            if (sj > sm || (sj == sm && c[j - 1]->last_used > m->last_used))
+                break;
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = m;
+    }
+    if (n > max)
+        n = max;
+    for (uint32_t i = 0; i < n; i++)
+        out[i] = c[i]->handle;
+    pthread_mutex_unlock(&p->mu);
+    free(c);
+    return n;
+}
+
 rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t out_size)
 {
     if (!cp || !out || !out_size)
@@ -439,6 +567,9 @@ rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t 
     st.over_bytes = p->over_bytes;
     st.shared_kv_bytes = shared_bytes(p);
     st.n_shared_kv_pages = atomic_load_explicit(&p->kvshare->n_pages, memory_order_relaxed);
+    st.n_prefetches = p->n_prefetches;
+    st.prefetch_granted_bytes = p->prefetch_granted_bytes;
+    st.prefetch_trimmed_bytes = p->prefetch_trimmed_bytes;
     pthread_mutex_unlock(&p->mu);
     for (int l = 1; l <= 3; l++)
         st.n_pressure_events[l - 1] = atomic_load(&p->n_pressure[l]);

@@ -91,6 +91,26 @@ rb_priority rb_pool_member_priority(const rb_pool_member *m);
 uint64_t rb_pool_enforce(rb_pool *pool, rb_pool_member *self, uint64_t extra, int self_too,
                          int weights_too);
 
+/*
+ * Restoring ahead of time (a prefetch, session_memory.c). grant: self
+ * (whose session holds it, its bytes just published) asks for `want`
+ * bytes; the pool grants what its budget has free, and for a foreground
+ * session (trim_background) first makes room: the other members' open
+ * prefetches stop, then background members are trimmed, least recently
+ * used first (never a foreground one). The grant is reserved in the
+ * total at once. set_prefetch: the bytes the member's prefetch planned
+ * (its reservation from now on; 0: none, or the prefetch ended and the
+ * session published what it holds). Any trim of the pool stops every open
+ * prefetch of an idle member first (pool.c, cancel_prefetches).
+ */
+uint64_t rb_pool_grant_prefetch(rb_pool *pool, rb_pool_member *self, uint64_t want,
+                                int trim_background);
+void rb_pool_member_set_prefetch(rb_pool_member *m, uint64_t planned);
+/* rb_pool_prefetch_next's choice: the handles of the members with
+ * something to restore and no open prefetch, most likely to return next
+ * first (feeds / (1 + the others' feeds since its last)), at most max. */
+uint32_t rb_pool_prefetch_candidates(rb_pool *pool, rb_session **out, uint32_t max);
+
 /* The pool's budget in bytes (0: none; rb_pool_set_budget's last value;
  * the stats' budget_bytes). Any thread. */
 uint64_t rb_pool_budget(const rb_pool *pool);

@@ -36,7 +36,10 @@
  * by the holder when it serves the request the pool left (the rule is
  * above rb_residency_hold, at the end of the file). `hold_mu` guards the
  * holder's fields and the request; lock order: the pool's mutex, then
- * hold_mu, then mu.
+ * hold_mu, then mu. A prefetch (rb_residency_begin_prefetch) is the one
+ * restore in flight while the session is idle: every trim stops it first
+ * (stop_open_restore: its queued jobs dropped, the running ones waited
+ * for), so a trim still never overlaps a restore.
  *
  * Pins (the session file's storage worker, which writes pages while the
  * session goes on): a pinned page is RESIDENT and its slot's buffer stays
@@ -156,6 +159,11 @@ struct rb_residency {
     double R_seen;         /* what the storage path delivered (0: not yet) */
     uint64_t bytes_io, bytes_dec, n_disk_full, n_damaged;
     int is_restore_open;   /* begin_restore ran, end_restore not yet (mu) */
+    /* a prefetch (rb_residency_begin_prefetch): the open restore was begun
+       by no feed; its counters (mu) */
+    int is_prefetch;
+    uint64_t prefetch_ram_base; /* KV + tables in RAM when it began */
+    uint64_t n_prefetches, prefetch_pages, prefetch_bytes, n_prefetch_cancelled;
     uint64_t n_trim_failures; /* the pool's trims that failed (mu) */
     rb_status trim_status;    /* the last one's, */
     double trim_fail_s;       /* and when (rb_throttle_now_s) */
@@ -392,6 +400,10 @@ static void worker_loop(rb_residency *r, int own_is_io)
         r->t_last_done = t1;
         if (is_io)
             r->t_last_io_done = t1;
+        if (r->is_prefetch && rc == 0) {
+            r->prefetch_pages += id < r->n_kv_segs;
+            r->prefetch_bytes += bytes;
+        }
         r->pending[layer]--;
         r->n_busy--;
         pthread_cond_broadcast(&r->cv_layer);
@@ -535,7 +547,9 @@ void rb_residency_destroy(rb_residency *r)
 
 void rb_residency_set_pages(rb_residency *r, uint32_t n_pages)
 {
+    pthread_mutex_lock(&r->mu); /* read by rb_residency_restore_need, any thread */
     r->n_pages = n_pages < r->kv.pages_per_layer ? n_pages : r->kv.pages_per_layer;
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* ---- trim ------------------------------------------------------------------ */
@@ -958,20 +972,20 @@ uint32_t rb_residency_n_restoring(rb_residency *r)
     return n;
 }
 
-rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, rb_error *err)
-{
-    (void)err;
-    pthread_mutex_lock(&r->mu);
-    uint32_t first_dropped = UINT32_MAX;
-    for (uint32_t l = 0; l < r->kv.n_layers; l++)
-        for (uint32_t pg = 0; pg < r->n_pages && pg < first_dropped; pg++)
-            if (r->segs[l * r->kv.pages_per_layer + pg].tier == RB_TIER_DROPPED)
-                first_dropped = pg;
-    if (first_dropped != UINT32_MAX)
-        forget_locked(r, first_dropped);
-    *recompute_from = first_dropped == UINT32_MAX ? UINT32_MAX
-                                                  : first_dropped * r->kv.dims.n_tokens;
+static uint64_t ram_bytes(const rb_residency *r);
 
+/* Steps 2 and 3 of the plan (mu held): the segments of pages below
+ * `pages` that are not in RAM, layer by layer, while their bytes fit in
+ * max_bytes (a prefetch's grant; UINT64_MAX for a feed: all of them). The
+ * plan stops at the first segment that does not fit, so what it brings
+ * back is a prefix in layer order (what the next feed needs first).
+ * *planned: the RAM bytes the plan brings back (page buffers; released
+ * weights). wait: an eager restore returns when all of it is in. */
+static void plan_locked(rb_residency *r, uint32_t pages, uint64_t max_bytes, int wait,
+                        uint64_t *planned)
+{
+    uint64_t bytes = 0;
+    int full = 0;
     r->n_io = r->io_next = r->n_dec = r->dec_next = 0;
     r->io_busy_s = r->dec_busy_s = r->wait_s = 0;
     r->bytes_io = r->bytes_dec = 0;
@@ -982,20 +996,34 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     for (uint32_t l = 0; l < r->kv.n_layers; l++) {
         r->pending[l] = 0;
         r->layer_failed[l] = 0;
+    }
+    for (uint32_t l = 0; l < r->kv.n_layers && !full; l++) {
         if (r->wcache && !rb_wcache_is_resident(r->wcache, l)) {
             /* released by any session: the model's weights are shared */
+            const uint64_t wb = rb_wcache_layer_bytes(r->wcache, l);
+            if (wb > max_bytes - bytes) {
+                full = 1;
+                break;
+            }
+            bytes += wb;
             r->io_jobs[r->n_io++] = r->n_kv_segs + l;
             r->pending[l]++;
         }
-        for (uint32_t pg = 0; pg < r->n_pages; pg++) {
+        for (uint32_t pg = 0; pg < pages && !full; pg++) {
             uint32_t id = l * r->kv.pages_per_layer + pg;
-            if (r->segs[id].tier == RB_TIER_STORED) {
-                r->io_jobs[r->n_io++] = id;
-                r->pending[l]++;
-            } else if (r->segs[id].tier == RB_TIER_COMPRESSED) {
-                r->dec_jobs[r->n_dec++] = id;
-                r->pending[l]++;
+            const uint8_t tier = r->segs[id].tier;
+            if (tier != RB_TIER_STORED && tier != RB_TIER_COMPRESSED)
+                continue;
+            if (page_alloc_bytes(r) > max_bytes - bytes) {
+                full = 1;
+                break;
             }
+            bytes += page_alloc_bytes(r);
+            if (tier == RB_TIER_STORED)
+                r->io_jobs[r->n_io++] = id;
+            else
+                r->dec_jobs[r->n_dec++] = id;
+            r->pending[l]++;
         }
     }
     /* every KV page of the plan in one mapping (the workers fault them in) */
@@ -1022,11 +1050,91 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     r->is_restore_open = 1;
     if (r->n_io + r->n_dec > 0)
         pthread_cond_broadcast(&r->cv_work);
-    if (r->p.restore == RB_RESTORE_EAGER)
+    if (wait && r->p.restore == RB_RESTORE_EAGER)
         while (r->io_next < r->n_io || r->dec_next < r->n_dec || r->n_busy > 0)
             pthread_cond_wait(&r->cv_idle, &r->mu);
+    *planned = bytes;
+}
+
+/* mu held: the first page DROPPED in any layer, or UINT32_MAX. */
+static uint32_t first_dropped_locked(const rb_residency *r)
+{
+    uint32_t first = UINT32_MAX;
+    for (uint32_t l = 0; l < r->kv.n_layers; l++)
+        for (uint32_t pg = 0; pg < r->n_pages && pg < first; pg++)
+            if (r->segs[l * r->kv.pages_per_layer + pg].tier == RB_TIER_DROPPED)
+                first = pg;
+    return first;
+}
+
+rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, rb_error *err)
+{
+    (void)err;
+    pthread_mutex_lock(&r->mu);
+    uint32_t first_dropped = first_dropped_locked(r);
+    if (first_dropped != UINT32_MAX)
+        forget_locked(r, first_dropped);
+    *recompute_from = first_dropped == UINT32_MAX ? UINT32_MAX
+                                                  : first_dropped * r->kv.dims.n_tokens;
+    uint64_t planned;
+    r->is_prefetch = 0;
+    plan_locked(r, r->n_pages, UINT64_MAX, 1, &planned);
     pthread_mutex_unlock(&r->mu);
     return RB_OK;
+}
+
+uint64_t rb_residency_restore_need(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t need = 0;
+    const uint32_t pages = r->is_restore_open ? 0 : first_dropped_locked(r);
+    for (uint32_t l = 0; l < r->kv.n_layers; l++)
+        for (uint32_t pg = 0; pg < r->n_pages && pg < pages; pg++) {
+            const uint8_t t = r->segs[l * r->kv.pages_per_layer + pg].tier;
+            need += t == RB_TIER_STORED || t == RB_TIER_COMPRESSED ? page_alloc_bytes(r) : 0;
+        }
+    pthread_mutex_unlock(&r->mu);
+    return need;
+}
+
+/*
+ * A prefetch: the plan of a feed's restore begun while the session is
+ * idle, cut to max_bytes, never blocking (an eager mode waits at the feed).
+ * Unlike a feed's it forgets nothing: it plans only the pages below the
+ * first DROPPED one (those a feed restores whatever it recomputes), so a
+ * prefetch stopped anywhere leaves every page in a valid tier. The feed
+ * does not join it: it stops what has not started (rb_residency_stop_
+ * prefetch) and plans the rest as usual.
+ */
+void rb_residency_begin_prefetch(rb_residency *r, uint64_t max_bytes, uint64_t *planned,
+                                 uint32_t *n_segs)
+{
+    *planned = 0;
+    *n_segs = 0;
+    const uint64_t base = ram_bytes(r);
+    pthread_mutex_lock(&r->mu);
+    if (r->is_restore_open) { /* one plan at a time */
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    uint32_t pages = first_dropped_locked(r);
+    if (pages > r->n_pages)
+        pages = r->n_pages;
+    r->prefetch_ram_base = base;
+    r->is_prefetch = 1;
+    plan_locked(r, pages, max_bytes, 0, planned);
+    *n_segs = r->n_io + r->n_dec;
+    if (*n_segs == 0) { /* nothing fits or nothing to do: no plan left open */
+        r->is_restore_open = 0;
+        r->is_prefetch = 0;
+        for (uint32_t i = 0; i < r->batch_n; i++)
+            rb_kvpage_free(r->batch[i], page_alloc_bytes(r));
+        r->batch_n = r->batch_next = 0;
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    r->n_prefetches++;
+    pthread_mutex_unlock(&r->mu);
 }
 
 int rb_residency_wait_layer(rb_residency *r, uint32_t layer)
@@ -1327,6 +1435,14 @@ void rb_residency_stats(const rb_residency *cr, rb_session_stats *out)
     out->restore_total_s = r->t_last_done - r->t_begin;
     out->restore_bytes_io = r->bytes_io;
     out->restore_bytes_decoded = r->bytes_dec;
+    out->n_prefetches = r->n_prefetches;
+    out->prefetch_pages = r->prefetch_pages;
+    out->prefetch_bytes = r->prefetch_bytes;
+    out->n_prefetch_cancelled = r->n_prefetch_cancelled;
+    out->prefetch_pending = r->is_restore_open && r->is_prefetch
+                                ? (r->n_io - r->io_next) + (r->n_dec - r->dec_next) +
+                                      (uint32_t)r->n_busy
+                                : 0;
     out->other_bytes += tables_bytes(r);
     pthread_mutex_unlock(&r->mu);
 }
@@ -1377,18 +1493,67 @@ static uint64_t ram_bytes(const rb_residency *r)
     return b.kv_ram_bytes + b.tables_bytes;
 }
 
+/* A restore no feed joined (begun at open, or a prefetch) stops: what
+ * has not started stays in its tier; counted as a cancelled prefetch
+ * (count) when a prefetch still had segments to bring. Returns how much
+ * the manager's RAM grew since the prefetch began (0 for another one).
+ * The caller owns the manager (hold_mu, or the holder). */
+static uint64_t stop_open_restore(rb_residency *r, int count)
+{
+    pthread_mutex_lock(&r->mu);
+    const int open = r->is_restore_open, pre = r->is_prefetch;
+    const uint32_t left = (r->n_io - r->io_next) + (r->n_dec - r->dec_next);
+    const uint64_t base = r->prefetch_ram_base;
+    pthread_mutex_unlock(&r->mu);
+    if (!open)
+        return 0;
+    uint32_t damaged;
+    rb_error ignored = {0};
+    rb_residency_cancel_restore(r);
+    (void)rb_residency_end_restore(r, &damaged, &ignored);
+    pthread_mutex_lock(&r->mu);
+    if (pre && left && count)
+        r->n_prefetch_cancelled++;
+    r->is_prefetch = 0;
+    pthread_mutex_unlock(&r->mu);
+    const uint64_t now = pre ? ram_bytes(r) : 0;
+    return now > base ? now - base : 0;
+}
+
+int rb_residency_is_prefetching(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    const int pre = r->is_restore_open && r->is_prefetch;
+    pthread_mutex_unlock(&r->mu);
+    return pre;
+}
+
+uint64_t rb_residency_settle_prefetch(rb_residency *r, int count)
+{
+    return rb_residency_is_prefetching(r) ? stop_open_restore(r, count) : 0;
+}
+
+int rb_residency_pool_stop_prefetch(rb_residency *r, uint64_t *growth)
+{
+    *growth = 0;
+    pthread_mutex_lock(&r->hold_mu);
+    if (r->is_held) { /* the holder's next step settles it */
+        pthread_mutex_unlock(&r->hold_mu);
+        return 0;
+    }
+    if (rb_residency_is_prefetching(r))
+        *growth = stop_open_restore(r, 1);
+    pthread_mutex_unlock(&r->hold_mu);
+    return 1;
+}
+
 /* The pool's trim, by whoever owns the manager now (the pool under
  * hold_mu, or the holder). A failure is counted (the pool has no one to
  * tell; the session's stats show it). */
 static void pool_trim_now(rb_residency *r, uint64_t bytes, rb_trim_level level,
                           rb_trim_scope scope, uint64_t *freed, uint64_t *ram_drop)
 {
-    if (restore_is_open(r)) { /* begun at open, no pass joined it */
-        uint32_t damaged;
-        rb_error ignored = {0};
-        rb_residency_cancel_restore(r);
-        (void)rb_residency_end_restore(r, &damaged, &ignored);
-    }
+    stop_open_restore(r, 1); /* begun at open or a prefetch: no pass joined it */
     const uint64_t before = ram_bytes(r);
     rb_error e = {0};
     if (rb_residency_trim_kv(r, bytes, level, scope, freed, &e) != RB_OK) {

@@ -102,6 +102,36 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
 rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from,
                                      rb_error *err);
 
+/*
+ * Restoring ahead of time (a prefetch): the restore a feed would begin,
+ * begun while the session is idle (its holder's thread plans it, holding
+ * the manager; the workers go on after it lets go). Only pages below the
+ * first DROPPED one, layer by layer, while their RAM fits in max_bytes;
+ * nothing is forgotten and nothing waits (eager mode too). *planned: the
+ * RAM bytes it brings back; *n_segs its segments (0: nothing to do or
+ * nothing fits, and no plan is left open; also when a restore is open).
+ * A feed does not join it: it settles it (rb_residency_settle_prefetch)
+ * and plans what is still missing.
+ */
+void rb_residency_begin_prefetch(rb_residency *r, uint64_t max_bytes, uint64_t *planned,
+                                 uint32_t *n_segs);
+/* The RAM bytes a prefetch now would bring back (KV pages below the first
+ * DROPPED one that are stored or compressed; 0 while a restore is open).
+ * Any thread. */
+uint64_t rb_residency_restore_need(rb_residency *r);
+/* A prefetch is open (begun, not settled): its segments may still come. */
+int rb_residency_is_prefetching(rb_residency *r);
+/* The holder ends an open prefetch: what has not started stays in its
+ * tier (count: a prefetch with segments left is counted as cancelled; a
+ * feed that takes over passes 0). Returns how much the manager's RAM
+ * (KV + tables) grew since it began. No-op (0) without one. */
+uint64_t rb_residency_settle_prefetch(rb_residency *r, int count);
+/* The pool's cancel (any thread, the pool's mutex held): ends an open
+ * prefetch of a manager nobody holds (counted as cancelled when it had
+ * segments left), *growth as above. 0 when held (the holder settles it
+ * before anything else), else 1. */
+int rb_residency_pool_stop_prefetch(rb_residency *r, uint64_t *growth);
+
 /* The segments (KV pages from storage or compressed RAM, released layers'
  * weights) the last rb_residency_begin_restore planned to bring back: 0
  * when the feed restores nothing. Thread: the session's. */

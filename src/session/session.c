@@ -39,6 +39,7 @@
 #include "gguf.h"
 #include "kvcache.h"
 #include "model.h"
+#include "pool.h"
 #include "rebound.h"
 #include "session_debug.h"
 #include "session_internal.h"
@@ -880,11 +881,59 @@ void rb_session_abort(rb_session *s)
         rb_session_memory_abort(&s->mem);
 }
 
+/* Prefetches s if no call holds it (trim_background: may make room from
+ * background sessions); 0 planned when busy. Never blocks on a feed. */
+static int prefetch_idle(rb_session *s, int trim_background, uint64_t *planned)
+{
+    *planned = 0;
+    if (!rb_session_memory_try_enter(&s->mem))
+        return 0;
+    rb_session_memory_prefetch(&s->mem, trim_background, planned);
+    rb_session_memory_leave(&s->mem);
+    return 1;
+}
+
 rb_status rb_session_set_priority(rb_session *s, rb_priority priority)
 {
     if (!s || (unsigned)priority > RB_PRIORITY_BACKGROUND)
         return RB_E_INVALID_ARG;
-    return rb_session_memory_set_priority(&s->mem, priority);
+    rb_status st = rb_session_memory_set_priority(&s->mem, priority);
+    uint64_t planned;
+    if (st == RB_OK && priority == RB_PRIORITY_FOREGROUND) /* coming back: restore now */
+        (void)prefetch_idle(s, 1, &planned);
+    return st;
+}
+
+rb_status rb_session_prefetch(rb_session *s, uint64_t *planned_bytes)
+{
+    if (!s)
+        return RB_E_INVALID_ARG;
+    uint64_t planned;
+    const int fg = s->mem.member &&
+                   rb_pool_member_priority(s->mem.member) == RB_PRIORITY_FOREGROUND;
+    (void)prefetch_idle(s, fg, &planned);
+    if (planned_bytes)
+        *planned_bytes = planned;
+    return RB_OK;
+}
+
+rb_status rb_pool_prefetch_next(rb_pool *pool, rb_session **picked, uint64_t *planned_bytes)
+{
+    if (!pool)
+        return RB_E_INVALID_ARG;
+    rb_session *c[64];
+    uint32_t n = rb_pool_prefetch_candidates(pool, c, 64);
+    rb_session *pick = NULL;
+    uint64_t planned = 0;
+    /* the first idle one (busy: its feed restores it anyway) */
+    for (uint32_t i = 0; i < n && !pick; i++)
+        if (prefetch_idle(c[i], 0, &planned))
+            pick = c[i];
+    if (picked)
+        *picked = pick;
+    if (planned_bytes)
+        *planned_bytes = planned;
+    return RB_OK;
 }
 
 rb_status rb_session_trim(rb_session *s, uint64_t bytes, rb_trim_level level,

@@ -432,6 +432,14 @@ void rb_session_memory_enter(rb_session_mem *m)
     take_op(m);
 }
 
+int rb_session_memory_try_enter(rb_session_mem *m)
+{
+    if (pthread_mutex_trylock(&m->op_mu) != 0)
+        return 0;
+    take_op(m);
+    return 1;
+}
+
 void rb_session_memory_let_go(rb_session_mem *m)
 {
     if (held_by_me(m)) {
@@ -591,6 +599,46 @@ rb_status rb_session_memory_set_priority(rb_session_mem *m, rb_priority priority
     return RB_OK;
 }
 
+void rb_session_memory_prefetch(rb_session_mem *m, int trim_background, uint64_t *planned)
+{
+    *planned = 0;
+    if (!m->res || m->restore_open)
+        return; /* one restore at a time: a prefetch, or one begun at open */
+    uint64_t want = rb_residency_restore_need(m->res);
+    if (m->wcache) /* the model's released layers: the next pass reads them */
+        want += rb_wcache_total_bytes(m->wcache) - rb_wcache_resident_bytes(m->wcache);
+    if (!want)
+        return;
+    publish_bytes(m); /* the pool's room is counted from fresh figures */
+    uint64_t grant = m->member ? rb_pool_grant_prefetch(m->mpool, m->member, want,
+                                                        trim_background)
+                               : want;
+    uint32_t n = 0;
+    if (grant)
+        rb_residency_begin_prefetch(m->res, grant, planned, &n);
+    if (m->member)
+        rb_pool_member_set_prefetch(m->member, n ? *planned : 0);
+    if (n) {
+        m->restore_open = 1;
+        m->restore_is_prefetch = 1;
+        m->restore_open_from = UINT32_MAX;
+    } else {
+        *planned = 0;
+    }
+}
+
+/* An open prefetch ends (op held): what came is the session's, published;
+ * the pool's reservation goes. count: as rb_residency_settle_prefetch. */
+static void settle_prefetch(rb_session_mem *m, int count)
+{
+    m->restore_open = 0;
+    m->restore_is_prefetch = 0;
+    (void)rb_residency_settle_prefetch(m->res, count);
+    publish_bytes(m);
+    if (m->member)
+        rb_pool_member_set_prefetch(m->member, 0);
+}
+
 void rb_session_memory_abort(rb_session_mem *m)
 {
     atomic_store(&m->abort_req, 1);
@@ -722,6 +770,11 @@ void rb_session_memory_after_feed(rb_session_mem *m)
 
 void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
 {
+    /* a prefetch: the feed takes over. What came is resident; what has
+       not started is planned again by begin_restore (waits only for the
+       segments in flight) */
+    if (m->restore_open && m->restore_is_prefetch)
+        settle_prefetch(m, 0);
     own_bytes o = count_own(m);
     const uint64_t budget = m->mpool ? rb_pool_budget(m->mpool) : 0;
     if (budget) {
@@ -792,6 +845,8 @@ size_t rb_session_memory_events(const rb_session_mem *m, rb_restore_event *out, 
 rb_status rb_session_memory_begin_restore(rb_session_mem *m, uint32_t *recompute_from)
 {
     *recompute_from = UINT32_MAX;
+    if (m->restore_open && m->restore_is_prefetch)
+        settle_prefetch(m, 0); /* the feed plans what has not come */
     if (m->restore_open) { /* begun at open: this feed joins it */
         m->restore_open = 0;
         if (rb_residency_restore_is_open(m->res)) { /* a pool trim did not stop it */
@@ -816,6 +871,10 @@ void rb_session_memory_settle_restore(rb_session_mem *m, int finish)
 {
     if (!m->restore_open)
         return;
+    if (m->restore_is_prefetch) { /* nothing waits for a prefetch */
+        settle_prefetch(m, 1);
+        return;
+    }
     m->restore_open = 0;
     if (!rb_residency_restore_is_open(m->res))
         return; /* a pool trim stopped it while the session was idle */

@@ -72,6 +72,8 @@ typedef struct rb_session_mem {
     int restore_open;               /* a restore begun at open runs: the first
                                        feed joins it (op) */
     uint32_t restore_open_from;     /* its begin_restore's recompute_from */
+    int restore_is_prefetch;        /* the open restore is a prefetch: a feed
+                                       settles it and plans the rest (op) */
 
     /* the forward pass's gate (op) */
     int held_layer;                 /* the layer whose weights the pass uses
@@ -166,6 +168,15 @@ void rb_session_memory_abort(rb_session_mem *m);
 /* The abort asked for since the last call (and cleared). */
 int rb_session_memory_take_abort(rb_session_mem *m);
 rb_status rb_session_memory_set_priority(rb_session_mem *m, rb_priority priority);
+/* Takes the session when no other call holds it (1), else 0 at once. */
+int rb_session_memory_try_enter(rb_session_mem *m);
+/* Restoring ahead of time (op held): begins the restore of what is out of
+ * RAM on the residency's workers, within the bytes the pool grants
+ * (trim_background: a foreground session's, which may make room from
+ * background sessions); *planned the bytes it brings back (0: nothing to
+ * do, no room, or a restore is open). The next feed, trim, rewind, save
+ * or close settles it (rb_session_memory_settle_restore). */
+void rb_session_memory_prefetch(rb_session_mem *m, int trim_background, uint64_t *planned);
 
 /* ---- around a feed (op held) ---------------------------------------------- */
 

@@ -35,6 +35,27 @@ assert sum(x["restored_io_bytes"] + x["decoded_bytes"] for x in rets) > 0
 assert any(x["restore_io_s"] + x["restore_decode_s"] > 0 for x in rets)
 PY
 
+check "think time with prefetch alternate: the returns that prefetched read (almost) nothing at the feed"
+run_ok bpp "$REBOUND" bench-pool -m kv.gguf -k 3 -c 512 --turn 4 --rounds 2 -t 1 --device phone \
+    --think-ms 200 --prefetch alternate --json bpp.json
+grep -q '| returns with prefetch on (3): TTFT median / p95 |' bpp.out \
+    && ok || { cat bpp.out >&2; fail "no per-mode figures"; }
+python3 - bpp.json <<'PY' && ok || fail "bench-pool's JSON with prefetch"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["prefetch"] == "alternate" and r["think_ms"] == 200 and r["lossless"] is True
+rets = r["returns"]
+on = [x for x in rets if x["prefetch"]]
+off = [x for x in rets if not x["prefetch"]]
+assert len(on) == 3 and len(off) == 3, (len(on), len(off))
+assert all(x["prefetched_bytes"] == 0 for x in off), off
+assert sum(x["prefetched_bytes"] for x in on) > 0, on
+# what the prefetch brought, the feed did not read again
+assert sum(x["restored_io_bytes"] + x["decoded_bytes"] for x in on) < \
+    sum(x["restored_io_bytes"] + x["decoded_bytes"] for x in off), rets
+PY
+run_fails u3 2 'prefetch' "$REBOUND" bench-pool -m kv.gguf --prefetch sometimes
+
 check "usage errors: no model, a budget that is not a size"
 run_fails u1 2 'model' "$REBOUND" bench-pool
 run_fails u2 2 'budget' "$REBOUND" bench-pool -m kv.gguf --budget lots

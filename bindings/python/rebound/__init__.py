@@ -13,13 +13,14 @@ random state). Failed calls raise rebound.Error, whose .status is the C
 status name ("RB_E_FORMAT", ...) and whose message names the problem.
 
 Threads: an object is used by one thread at a time, except
-Session.trim / abort / set_priority and every Pool method, which any thread
+Session.trim / abort / set_priority / prefetch and every Pool method, which any thread
 may call at any time (the library's rule; the GIL is released while the
 library computes, so a trim from another thread lands at the next layer).
 The library is found as rebound._lib says (REBOUND_LIBRARY, a source
 checkout's build folder, or the system's search path).
 """
 import os as _os
+import weakref as _weakref
 
 from ._lib import ffi as _ffi, lib as _lib, library_path
 from ._lib import model_params as _model_params, session_params as _session_params
@@ -409,6 +410,7 @@ class Pool:
         if _lib.rb_pool_create(model._handle(), budget_bytes, out, err) != 0:
             _err_raise(err)
         self._h = out[0]
+        self._sessions = _weakref.WeakValueDictionary()  # handle -> Session
         model._users += 1
 
     def _handle(self):
@@ -432,6 +434,20 @@ class Pool:
         _check(_lib.rb_pool_trim(self._handle(), bytes, lv, freed),
                lambda: "trim level %r bytes %d refused" % (level, bytes))
         return freed[0]
+
+    def prefetch_next(self):
+        """Restores ahead of time the idle session most likely to return next
+        (feeds / (1 + the others' feeds since its last)), with the budget's
+        free bytes only (it trims nothing). Returns (session, planned_bytes):
+        the Session prefetched (None when none qualified) and the bytes it
+        brings back."""
+        picked = _ffi.new("rb_session **")
+        planned = _ffi.new("uint64_t *")
+        _check(_lib.rb_pool_prefetch_next(self._handle(), picked, planned),
+               lambda: "rb_pool_prefetch_next")
+        if picked[0] == _ffi.NULL:
+            return None, planned[0]
+        return self._sessions.get(int(_ffi.cast("uintptr_t", picked[0]))), planned[0]
 
     def watch_pressure(self, system_wide=False):
         """Lets the library trim the pool on the kernel's memory pressure (PSI)."""
@@ -567,6 +583,8 @@ class Session:
             _err_raise(err)
         self._h = out[0]
         self.n_vocab = _lib.rb_session_n_vocab(self._h)
+        if pool is not None:
+            pool._sessions[int(_ffi.cast("uintptr_t", self._h))] = self
         model._users += 1
 
     def _handle(self):
@@ -582,6 +600,8 @@ class Session:
         if self._h == _ffi.NULL:
             return
         h, self._h = self._h, _ffi.NULL
+        if self.pool is not None:
+            self.pool._sessions.pop(int(_ffi.cast("uintptr_t", h)), None)
         _lib.rb_session_destroy(h)
         self.model._users -= 1
 
@@ -733,6 +753,17 @@ class Session:
         _check(_lib.rb_session_set_priority(self._handle(),
                                             _choice("priority", priority, _PRIORITY)),
                lambda: "priority %r refused" % (priority,))
+
+    def prefetch(self):
+        """Begins restoring now what of the session is out of RAM (any
+        thread; does not wait for it, nor for a feed running elsewhere): the
+        next feed waits only for what has not arrived. Within the pool's
+        free budget (a foreground session's may take it from background
+        sessions). Returns the bytes it brings back (0: nothing to do, no
+        room, or the session is busy)."""
+        planned = _ffi.new("uint64_t *")
+        _check(_lib.rb_session_prefetch(self._handle(), planned), self._msg)
+        return planned[0]
 
     def abort(self):
         """Stops a feed running on another thread at its next layer boundary."""

@@ -154,12 +154,14 @@ uint32_t rb_session_n_vocab(const rb_session *session);
 rb_status rb_session_trim(rb_session *session, uint64_t bytes, rb_trim_level level, uint64_t *freed_out);
 void rb_session_abort(rb_session *session);
 rb_status rb_session_set_priority(rb_session *session, rb_priority priority);
+rb_status rb_session_prefetch(rb_session *session, uint64_t *planned_bytes);
 
 rb_status rb_pool_create(rb_model *model, uint64_t budget_bytes, rb_pool **out, rb_error *err);
 void rb_pool_destroy(rb_pool *pool);
 rb_status rb_pool_set_budget(rb_pool *pool, uint64_t budget_bytes);
 rb_status rb_pool_count_process(rb_pool *pool);
 rb_status rb_pool_trim(rb_pool *pool, uint64_t bytes, rb_trim_level level, uint64_t *freed_out);
+rb_status rb_pool_prefetch_next(rb_pool *pool, rb_session **picked, uint64_t *planned_bytes);
 
 typedef struct rb_pool_stats {
     uint64_t budget_bytes;
@@ -178,6 +180,9 @@ typedef struct rb_pool_stats {
     char pressure_source[256];
     uint64_t shared_kv_bytes;
     uint64_t n_shared_kv_pages;
+    uint64_t n_prefetches;
+    uint64_t prefetch_granted_bytes;
+    uint64_t prefetch_trimmed_bytes;
 } rb_pool_stats;
 rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out, size_t out_size);
 
@@ -244,6 +249,11 @@ typedef struct rb_session_stats {
     uint64_t budget_over_bytes;
     uint64_t trim_failures;
     rb_status trim_status;
+    uint64_t n_prefetches;
+    uint64_t prefetch_pages;
+    uint64_t prefetch_bytes;
+    uint64_t n_prefetch_cancelled;
+    uint32_t prefetch_pending;
 } rb_session_stats;
 rb_status rb_session_get_stats_sized(const rb_session *session, rb_session_stats *out, size_t out_size);
 

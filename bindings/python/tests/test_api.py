@@ -229,6 +229,29 @@ def test_pool_budget_trims(model):
             bg.close()
 
 
+def test_prefetch(model):
+    with model.create_session(n_ctx=256) as r:
+        ref = r.generate(PROMPT, max_tokens=6, temperature=0) + r.generate(max_tokens=4, temperature=0)
+    with rebound.Pool(model) as pool:
+        a = model.create_session(n_ctx=256, pool=pool)
+        b = model.create_session(n_ctx=256, pool=pool, priority="background")
+        first = a.generate(PROMPT, max_tokens=6, temperature=0)
+        b.generate("Twice", max_tokens=6, temperature=0)
+        assert a.prefetch() == 0  # all in RAM
+        a.trim("moderate")
+        b.trim("moderate")
+        assert a.prefetch() > 0
+        picked, planned = pool.prefetch_next()
+        assert picked is b and planned > 0
+        assert pool.prefetch_next() == (None, 0)
+        st = pool.stats()
+        assert st["n_prefetches"] == 2 and st["prefetch_granted_bytes"] > 0
+        assert a.stats()["n_prefetches"] == 1
+        assert first + a.generate(max_tokens=4, temperature=0) == ref
+        a.close()
+        b.close()
+
+
 def test_trim_from_another_thread(model):
     with model.create_session(n_ctx=256, n_batch=4) as s:
         ref_model_text = None
