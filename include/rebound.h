@@ -71,9 +71,9 @@ extern "C" {
 #endif
 
 #define REBOUND_VERSION_MAJOR 0
-#define REBOUND_VERSION_MINOR 4
+#define REBOUND_VERSION_MINOR 5
 #define REBOUND_VERSION_PATCH 0
-#define REBOUND_VERSION_STRING "0.4.0"
+#define REBOUND_VERSION_STRING "0.5.0"
 
 /* The library's version as "MAJOR.MINOR.PATCH" (the library the program
  * runs against, which may be newer than the header it was built with), and

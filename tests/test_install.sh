@@ -56,7 +56,7 @@ case "$SONAME" in librebound.so.[0-9]*) ;; *) fail "librebound.so has SONAME '$S
 # the ABI of this tree: SOVERSION 1 (API 0.3: the versioned params)
 [ "$SONAME" = librebound.so.1 ] || fail "SONAME $SONAME, expected librebound.so.1"
 [ -e "$LIBDIR/$SONAME" ] || fail "$LIBDIR/$SONAME (the SONAME) is not installed"
-# the file is named by the project's version (librebound.so.0.4.0), the
+# the file is named by the project's version (librebound.so.0.5.0), the
 # SONAME by the ABI's number: the two need not share a prefix
 ls "$LIBDIR"/librebound.so.[0-9]*.[0-9]*.[0-9]* >/dev/null 2>&1 ||
     fail "no versioned librebound.so.X.Y.Z in $LIBDIR"

@@ -30,7 +30,7 @@ __all__ = ["Error", "Model", "Session", "Pool", "Sampler", "version", "cpu_descr
            "decode_multi", "TRIM_BYTES", "TRIM_BACKGROUND", "TRIM_MODERATE", "TRIM_COMPLETE",
            "library_path"]
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 TRIM_BYTES, TRIM_BACKGROUND, TRIM_MODERATE, TRIM_COMPLETE = 0, 1, 2, 3
 _TRIM = {"bytes": 0, "background": 1, "moderate": 2, "complete": 3}
@@ -102,7 +102,7 @@ def _struct_dict(cdata, ctype):
 
 
 def version():
-    """The library's version, e.g. "0.4.0"."""
+    """The library's version, e.g. "0.5.0"."""
     return _ffi.string(_lib.rb_version()).decode()
 
 

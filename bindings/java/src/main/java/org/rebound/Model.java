@@ -32,7 +32,7 @@ public final class Model implements AutoCloseable {
         return h;
     }
 
-    /** The library's version, e.g. "0.4.0". */
+    /** The library's version, e.g. "0.5.0". */
     public static String libraryVersion() {
         return Native.version();
     }
