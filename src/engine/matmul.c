@@ -22,7 +22,9 @@
  * chunk, tiles of
  * tile_rows x tile_toks go through the ISA's tile kernel:
  *   decode  (n_tokens == 1): 4 rows x 1 token, a pure matrix-vector product,
- *           4 independent accumulator chains sharing each activation block;
+ *           4 independent accumulator chains sharing each activation block
+ *           (avx512 Q4_K, Q5_K, Q6_K: two rows per zmm, each half the
+ *           256-bit kernel's lanes);
  *   prefill (n_tokens > 1) : 2 rows x 4 tokens, each weight block unpacked
  *           once for 4 tokens, a chunk's rows reused from L1/L2 for every
  *           token of the block.
