@@ -545,6 +545,9 @@ static void snapshot(sv_store *st)
         m.pool_trimmed_bytes = ps.trimmed_bytes;
         m.pool_weights_released_bytes = ps.weights_released_bytes;
         m.pool_shared_kv_bytes = ps.shared_kv_bytes;
+        m.pool_n_prefetches = ps.n_prefetches;
+        m.pool_prefetch_granted_bytes = ps.prefetch_granted_bytes;
+        m.pool_prefetch_trimmed_bytes = ps.prefetch_trimmed_bytes;
     }
     sv_metrics_set_mem(st->metrics, &m, per, n_per);
     free(per);

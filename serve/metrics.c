@@ -243,6 +243,18 @@ void sv_metrics_write(const sv_counts *m, int with_process, uint64_t mem_budget_
                    "rebound_pool_bytes{what=\"shared_kv\"} %" PRIu64 "\n",
                 m->mem.pool_total_bytes, m->mem.pool_over_bytes, m->mem.pool_trimmed_bytes,
                 m->mem.pool_weights_released_bytes, m->mem.pool_shared_kv_bytes);
+        fprintf(f, "# HELP rebound_pool_prefetches_total Restores the pool began ahead of a "
+                   "feed: a conversation admitted (its restore starts before its prompt is "
+                   "fed) or, while the server is idle, the one most likely to return next.\n"
+                   "# TYPE rebound_pool_prefetches_total counter\n"
+                   "rebound_pool_prefetches_total %" PRIu64 "\n"
+                   "# HELP rebound_pool_prefetch_bytes_total What those restores were granted, "
+                   "and what idle background conversations gave up for an admitted one's.\n"
+                   "# TYPE rebound_pool_prefetch_bytes_total counter\n"
+                   "rebound_pool_prefetch_bytes_total{what=\"granted\"} %" PRIu64 "\n"
+                   "rebound_pool_prefetch_bytes_total{what=\"trimmed\"} %" PRIu64 "\n",
+                m->mem.pool_n_prefetches, m->mem.pool_prefetch_granted_bytes,
+                m->mem.pool_prefetch_trimmed_bytes);
     }
     if (with_process)
         fprintf(f, "# HELP rebound_memory_budget_bytes --mem-budget (0: none).\n"

@@ -59,6 +59,8 @@ typedef struct sv_mem_snapshot {
     uint64_t pool_total_bytes, pool_over_bytes;   /* rb_pool_stats */
     uint64_t pool_trimmed_bytes, pool_weights_released_bytes;
     uint64_t pool_shared_kv_bytes; /* KV pages forks share, counted once */
+    uint64_t pool_n_prefetches;    /* restores begun ahead of a feed */
+    uint64_t pool_prefetch_granted_bytes, pool_prefetch_trimmed_bytes;
 } sv_mem_snapshot;
 
 #define SV_TTFT_BUCKETS 10

@@ -98,6 +98,8 @@ struct sv_sched {
     char reply_end_text[256]; /* and as text (immutable after start: any thread) */
     size_t n_reply_end_text;
     rb_pool *pool;            /* one budget over the weights and every session */
+    int idle_prefetched;      /* this idle spell's rb_pool_prefetch_next is done
+                                 (the scheduler's own) */
     sv_store store;           /* the conversations */
     sv_active *active;        /* parallel slots */
     uint32_t n_active;
@@ -1431,8 +1433,18 @@ static void *sched_main(void *arg)
         int n_taken = 0;
         s->round++;
         pthread_mutex_lock(&s->mu);
+        if (!s->is_stopping && s->n_active == 0 && !s->head && s->store.pool && !s->idle_prefetched) {
+            /* idle: the free budget restores the conversation most likely
+               to return next (never trimming anything); a request that
+               comes meanwhile takes its room back */
+            pthread_mutex_unlock(&s->mu);
+            rb_pool_prefetch_next(s->store.pool, NULL, NULL);
+            s->idle_prefetched = 1;
+            pthread_mutex_lock(&s->mu);
+        }
         while (!s->is_stopping && s->n_active == 0 && !s->head)
             pthread_cond_wait(&s->cv, &s->mu);
+        s->idle_prefetched = 0;
         if (s->is_stopping) {
             pthread_mutex_unlock(&s->mu);
             break;

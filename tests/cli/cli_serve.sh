@@ -418,6 +418,8 @@ stop_server
 jget mb-back.json '(lambda t: t["restore_read_bytes"] + t["restore_decoded_bytes"] > 0 and t["restore_io_ms"] + t["restore_decode_ms"] > 0)(d["timings"])' \
     | grep -q True && ok || { cat mb-back.json; fail "timings: the return's restore is not reported"; }
 grep -Eq '^rebound_pool_bytes\{what="trimmed"\} [1-9]' m10.txt && ok || { cat m10.txt >&2; fail "the pool trimmed nothing"; }
+# m1's return was admitted with its KV trimmed: its restore began at admission
+grep -Eq '^rebound_pool_prefetches_total [1-9]' m10.txt && ok || { grep prefetch m10.txt >&2; fail "no restore began ahead of the returning conversation's feed"; }
 total=$(sed -n 's/^rebound_pool_bytes{what="total"} //p' m10.txt)
 [ "$total" -le $((14 * 1048576 * 105 / 100)) ] && ok || fail "the pool holds $total bytes, over the 14 MiB budget + 5%"
 
