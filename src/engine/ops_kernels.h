@@ -107,13 +107,14 @@ float rb_attn_dot_q4_0_neon(const void *k_row, const void *q_row, int n);
 /* ops_dotprod.c: the two above with SDOT (dotprod tier only) */
 float rb_attn_dot_q8_0_dotprod(const void *k_row, const void *q_row, int n);
 float rb_attn_dot_q4_0_dotprod(const void *k_row, const void *q_row, int n);
-/* attention.h's tiled block (rb_attn_tblock_f16_ref's contract and bits)
- * for head dims that are multiples of 4 (the neon, dotprod and i8mm tiers:
- * no int8 product in it); returns 0 (and does nothing) for other hd */
-int rb_attn_tblock_f16_neon(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
-                            int nq, const float *qt, const int32_t *first, const int32_t *last,
-                            int32_t p0, float kq_scale, float *kf, float *vf, float *st,
-                            float *acc, float *m, float *l);
+/* attention.h's tiled form: rb_attn_widen_ref's and rb_attn_tblock_ref's
+ * contracts and bits, for head dims that are multiples of 4 (the neon,
+ * dotprod and i8mm tiers: no int8 product in them; the block kernel
+ * returns 0, and does nothing, for other hd) */
+void rb_attn_widen_neon(uint32_t type, const void *const *rows, int np, int hd, float *out);
+int rb_attn_tblock_neon(const float *kf, const float *vf, int np, int hd, int nq,
+                        const float *qt, const int32_t *first, const int32_t *last, int32_t p0,
+                        float kq_scale, float *st, float *kt, float *acc, float *m, float *l);
 /* y[i] = rb_attn_exp(x[i]) for i < n, the same bits: that block's 4-lane
  * exp, here for the tests (x and y may be the same array) */
 void rb_attn_exp_f32_neon(const float *x, float *y, int64_t n);

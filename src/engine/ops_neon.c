@@ -19,8 +19,11 @@
  *   - SwiGLU: the vector exp of ops_avx2.c step for step (fused where it
  *     fuses), 4 lanes twice per 8 values, so that the first n - n % 8
  *     values of a row get llama.cpp's AVX2 bits on ARM too.
- *   - the tiled f32 form's block (attention.h): rb_attn_tblock_f16_ref's
- *     operations lane by lane, its exp (rb_attn_exp) in 4 lanes.
+ *   - the tiled f32 form (attention.h): rb_attn_widen_ref's exact
+ *     conversions and rb_attn_tblock_ref's operations lane by lane, its
+ *     exp (rb_attn_exp) in 4 lanes; head dims that are multiples of 4, on
+ *     the neon, dotprod and i8mm tiers alike (defined once, in the
+ *     armv8-a build: nothing in it is an int8 product).
  */
 #include "ops_kernels.h"
 
@@ -251,22 +254,30 @@ int64_t rb_swiglu8_neon(float *gate, const float *up, int64_t n)
 /* ---- the tiled f32 form ------------------------------------------------------ */
 
 /*
- * rb_attn_tblock_f16_neon: attention.h's tiled block in 4-lane registers,
- * for head dims that are multiples of 4. Each lane takes
- * rb_attn_tblock_f16_ref's operations in its order, so the same bits:
+ * rb_attn_widen_neon and rb_attn_tblock_neon: attention.h's tiled form in
+ * 4-lane registers, for head dims that are multiples of 4 (no int8 product
+ * in them: one definition serves the neon, dotprod and i8mm tiers). Each
+ * lane takes rb_attn_widen_ref's and rb_attn_tblock_ref's operations in
+ * their order, so the same bits:
+ *   - widen: an f16 value by FCVTL (exact); a q8_0 / q4_0 value as the
+ *     product d * q in f32 (exact: an 11-bit by 8-bit product), q4_0's
+ *     values 0..15 the low nibbles, 16..31 the high ones;
  *   - scores: 4 positions x 16 queries in 16 accumulators; for each d in
  *     order one fused multiply-add per lane (FMLA by element, the K value
  *     taken from a 4-dim load of the widened row), from 0, then one
- *     product by kq_scale, or -FLT_MAX outside the query's span;
+ *     product by kq_scale, or -inf outside the query's span;
  *   - softmax: 4 queries down the lanes, positions in order; the max is a
  *     compare and select (s > m ? s : m, as the scalar form writes it: a
- *     NaN score never wins, and m's sign of zero and -inf stay as they
- *     are; FMAX would differ on both), the sum a plain add per position;
+ *     NaN score never wins, and m's sign of zero stays; FMAX would differ
+ *     on both), the sum a plain add per position;
  *   - V: 4 queries x 16 dims in 16 accumulators, acc * ms first, then one
- *     fused multiply-add per position in order;
+ *     fused multiply-add per position of the query's span in order (a
+ *     position outside it is selected away where some span of the 4 does
+ *     not hold the whole block: fma(0, v, -0) would give +0);
  *   - exp: rb_attn_exp step for step (rb_attn_exp4 below).
- * Scores and softmax run to the next multiple of 16 and 4 queries past nq
- * (attention.h: the tile's qt, first, last, m, l and acc hold 64 queries).
+ * Scores and softmax run to the next multiple of 16 and 4 queries past nq,
+ * V to the next multiple of 4 (attention.h: qt, first, last, m, l hold 64
+ * queries, acc 16 when nq <= 16, and only the first nq are defined after).
  */
 
 /* rb_attn_exp in 4 lanes: each fmaf is one vfmaq (one rounding), the
@@ -307,6 +318,50 @@ void rb_attn_exp_f32_neon(const float *x, float *y, int64_t n)
     }
 }
 
+/* 16 int8 values (q8_0's, or q4_0's after the nibble split) times d, into o */
+static inline void rb_widen16_s8(int8x16_t q, float d, float *o)
+{
+    const int16x8_t lo = vmovl_s8(vget_low_s8(q)), hi = vmovl_high_s8(q);
+    vst1q_f32(o + 0, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), d));
+    vst1q_f32(o + 4, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), d));
+    vst1q_f32(o + 8, vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), d));
+    vst1q_f32(o + 12, vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), d));
+}
+
+void rb_attn_widen_neon(uint32_t type, const void *const *rows, int np, int hd, float *out)
+{
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    const int8x16_t eight = vdupq_n_s8(8);
+    for (int p = 0; p < np; p++) {
+        float *o = out + (size_t)p * hd;
+        if (type == RB_TYPE_F16) {
+            const rb_f16 *r = rows[p];
+            int d = 0;
+            for (; d + 4 <= hd; d += 4)
+                vst1q_f32(o + d, rb_ops_ld4_f16(r + d));
+            for (; d < hd; d++)
+                o[d] = rb_fp16_to_fp32(r[d]);
+        } else if (type == RB_TYPE_Q8_0) {
+            const rb_block_q8_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK8_0; b++) {
+                const float dd = rb_fp16_to_fp32(x[b].d);
+                rb_widen16_s8(vld1q_s8(x[b].qs), dd, o + b * RB_QK8_0);
+                rb_widen16_s8(vld1q_s8(x[b].qs + 16), dd, o + b * RB_QK8_0 + 16);
+            }
+        } else {
+            const rb_block_q4_0 *x = rows[p];
+            for (int b = 0; b < hd / RB_QK4_0; b++) {
+                const float dd = rb_fp16_to_fp32(x[b].d);
+                const uint8x16_t raw = vld1q_u8(x[b].qs);
+                rb_widen16_s8(vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, m4)), eight), dd,
+                              o + b * RB_QK4_0);
+                rb_widen16_s8(vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), eight), dd,
+                              o + b * RB_QK4_0 + 16);
+            }
+        }
+    }
+}
+
 /* FMLA by element: c += a * b[lane], lane a constant */
 #define RB_FMA_LANE(c, a, b, lane) ((c) = vfmaq_laneq_f32((c), (a), (b), (lane)))
 
@@ -338,7 +393,7 @@ rb_tscore4(const float *kf, const float *qt, int hd, int p, int q, int32_t p0, f
         RB_TSCORE_DIM(2);
         RB_TSCORE_DIM(3);
     }
-    const float32x4_t neg = vdupq_n_f32(-FLT_MAX);
+    const float32x4_t neg = vdupq_n_f32(-INFINITY);
     _Pragma("GCC unroll 4") for (int i = 0; i < NP; i++) {
         const int32x4_t pos = vdupq_n_s32(p0 + p + i);
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
@@ -350,10 +405,30 @@ rb_tscore4(const float *kf, const float *qt, int hd, int p, int q, int32_t p0, f
     }
 }
 
-/* queries q..q+3, NV vectors (4 or 1) of dims from d */
+/* 1 when the spans of queries q..q+3 all hold positions p0..p0+np-1 */
+static inline int rb_tcover4(const int32_t *first, const int32_t *last, int q, int32_t p0, int np)
+{
+    int all = 1;
+    for (int i = 0; i < 4; i++)
+        all &= first[q + i] <= p0 && p0 + np - 1 <= last[q + i];
+    return all;
+}
+
+/* a[i] += v * w[i] for i < 4 (FMLA by element), or, MASKED, only for the
+ * queries i whose span holds position pos (the others keep a[i]) */
+#define RB_TVACC_FMA(i)                                                                          \
+    do {                                                                                         \
+        const float32x4_t f = vfmaq_laneq_f32(a[i][j], v[j], w, (i));                            \
+        a[i][j] = MASKED ? vbslq_f32(in[i], f, a[i][j]) : f;                                     \
+    } while (0)
+
+/* queries q..q+3, NV vectors (4 or 1) of dims from d; MASKED: the fma of
+ * a position outside a query's span left out (else every span of the 4
+ * holds the block) */
 static inline __attribute__((always_inline)) void
 rb_tvacc4(const float *vf, const float *st, const float *ms, float *acc, int hd, int np, int q,
-          int d, const int NV)
+          int d, int32_t p0, const int32_t *first, const int32_t *last, const int NV,
+          const int MASKED)
 {
     float32x4_t a[4][4];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -361,13 +436,19 @@ rb_tvacc4(const float *vf, const float *st, const float *ms, float *acc, int hd,
             a[i][j] = vmulq_n_f32(vld1q_f32(acc + (q + i) * hd + d + 4 * j), ms[q + i]);
     for (int p = 0; p < np; p++) {
         float32x4_t v[4];
+        uint32x4_t in[4];
         _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) v[j] = vld1q_f32(vf + p * hd + d + 4 * j);
+        if (MASKED) {
+            const int32_t pos = p0 + p;
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+                in[i] = vdupq_n_u32(first[q + i] <= pos && pos <= last[q + i] ? ~0u : 0u);
+        }
         const float32x4_t w = vld1q_f32(st + p * 64 + q);
         _Pragma("GCC unroll 4") for (int j = 0; j < NV; j++) {
-            RB_FMA_LANE(a[0][j], v[j], w, 0);
-            RB_FMA_LANE(a[1][j], v[j], w, 1);
-            RB_FMA_LANE(a[2][j], v[j], w, 2);
-            RB_FMA_LANE(a[3][j], v[j], w, 3);
+            RB_TVACC_FMA(0);
+            RB_TVACC_FMA(1);
+            RB_TVACC_FMA(2);
+            RB_TVACC_FMA(3);
         }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -375,19 +456,26 @@ rb_tvacc4(const float *vf, const float *st, const float *ms, float *acc, int hd,
             vst1q_f32(acc + (q + i) * hd + d + 4 * j, a[i][j]);
 }
 
-int rb_attn_tblock_f16_neon(const rb_f16 *const *kr, const rb_f16 *const *vr, int np, int hd,
-                            int nq, const float *qt, const int32_t *first, const int32_t *last,
-                            int32_t p0, float kq_scale, float *kf, float *vf, float *st,
-                            float *acc, float *m, float *l)
+/* the V sums of queries q..q+3 over all dims */
+static inline __attribute__((always_inline)) void
+rb_tvrows4(const float *vf, const float *st, const float *ms, float *acc, int hd, int np, int q,
+           int32_t p0, const int32_t *first, const int32_t *last, const int MASKED)
 {
+    int d = 0;
+    for (; d + 16 <= hd; d += 16)
+        rb_tvacc4(vf, st, ms, acc, hd, np, q, d, p0, first, last, 4, MASKED);
+    for (; d < hd; d += 4)
+        rb_tvacc4(vf, st, ms, acc, hd, np, q, d, p0, first, last, 1, MASKED);
+}
+
+int rb_attn_tblock_neon(const float *kf, const float *vf, int np, int hd, int nq,
+                        const float *qt, const int32_t *first, const int32_t *last, int32_t p0,
+                        float kq_scale, float *st, float *kt, float *acc, float *m, float *l)
+{
+    (void)kt;
     if (hd % 4 != 0)
         return 0;
     float ms[64];
-    for (int p = 0; p < np; p++)
-        for (int d = 0; d < hd; d += 4) {
-            vst1q_f32(kf + p * hd + d, rb_ops_ld4_f16(kr[p] + d));
-            vst1q_f32(vf + p * hd + d, rb_ops_ld4_f16(vr[p] + d));
-        }
     for (int q = 0; q < nq; q += 16) {
         int p = 0;
         for (; p + 4 <= np; p += 4)
@@ -414,11 +502,10 @@ int rb_attn_tblock_f16_neon(const rb_f16 *const *kr, const rb_f16 *const *vr, in
         vst1q_f32(l + q, s);
     }
     for (int q = 0; q < nq; q += 4) {
-        int d = 0;
-        for (; d + 16 <= hd; d += 16)
-            rb_tvacc4(vf, st, ms, acc, hd, np, q, d, 4);
-        for (; d < hd; d += 4)
-            rb_tvacc4(vf, st, ms, acc, hd, np, q, d, 1);
+        if (rb_tcover4(first, last, q, p0, np))
+            rb_tvrows4(vf, st, ms, acc, hd, np, q, p0, first, last, 0);
+        else
+            rb_tvrows4(vf, st, ms, acc, hd, np, q, p0, first, last, 1);
     }
     return 1;
 }
