@@ -344,8 +344,9 @@ void rb_attn_scale_f32(float *acc, float s, int n)
  * GGML_FA_TILE_Q); rebound's forward.c takes it for every query at a
  * position >= RB_ATTN_EXACT_BELOW unless the session asked for the exact
  * arithmetic. The order of every operation is fixed per lane (attention.h), so that
- * the vector kernels in ops_avx2.c / ops_avx512.c are checked against this
- * scalar code bit for bit. The exp's constants are in ops_kernels.h.
+ * the vector kernels in ops_avx2.c / ops_avx512.c (x86-64) and ops_neon.c
+ * (aarch64) are checked against this scalar code bit for bit. The exp's
+ * constants are in ops_kernels.h.
  */
 float rb_attn_exp(float x)
 {
@@ -446,7 +447,8 @@ typedef int (*attn_few_fn)(uint32_t type_k, uint32_t type_v, const void *const *
                            float kq_scale, float *kt, float *acc, float *m, float *l);
 
 /* The kernels of this CPU's tier for head dim hd (the portable ones
- * where it has none; few: NULL where the tier has no decode kernel). */
+ * where it has none; few: NULL where the tier has no decode kernel, as on
+ * aarch64, whose decode tiles run the widen and block kernels). */
 static void tiled_kernels(int hd, rb_attn_widen_fn *widen, rb_attn_tblock_fn *block,
                           attn_few_fn *few)
 {
@@ -463,6 +465,11 @@ static void tiled_kernels(int hd, rb_attn_widen_fn *widen, rb_attn_tblock_fn *bl
         *widen = rb_attn_widen_avx2;
         *block = rb_attn_tblock_avx2;
         *few = rb_attn_tblock_few_avx2;
+    }
+#elif defined(__aarch64__)
+    if (RB_ATTN_VEC_TIER(rb_cpu_tier()) && hd % 4 == 0) { /* neon, dotprod, i8mm */
+        *widen = rb_attn_widen_neon;
+        *block = rb_attn_tblock_neon;
     }
 #endif
     (void)hd;

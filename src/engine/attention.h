@@ -140,8 +140,8 @@ float rb_attn_exp(float x);
  * alignment; its contents are not kept). Only pages holding positions
  * between the smallest `first` and the largest `last` are read; they must
  * be resident. Runs the vector tier rb_cpu_tier() names when it has the
- * head dim (avx512: multiples of 16; avx2: multiples of 8), else the
- * portable kernels. */
+ * head dim (avx512: multiples of 16; avx2: multiples of 8; neon, dotprod
+ * and i8mm: multiples of 4), else the portable kernels. */
 void rb_attn_kv_tiled(const rb_kvcache *kv, uint32_t layer, uint32_t kvh, float kq_scale,
                       const rb_attn_query *qs, uint32_t nq, float *work);
 /* The portable form (the tests' oracle): the same bits. */
