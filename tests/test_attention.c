@@ -8,9 +8,12 @@
  * score is close to the float dot of the dequantized rows. SwiGLU: on the
  * vector tiers the first n - n % 8 values of a row take ggml's vector exp
  * (spelled out here in scalar fmaf steps), the rest libm's expf; on the
- * ref tier every value libm's. All of it on every tier this build has and
- * this CPU runs (x86-64: ref, avx2, vnni, avx512; aarch64: ref, neon,
- * dotprod - under qemu-user in CI).
+ * ref tier every value libm's. The tiled f32 form: the tier's widen and
+ * block kernels (avx2, avx512, neon) against rb_attn_widen_ref and
+ * rb_attn_tblock_ref bit for bit, the dispatched walk against the scalar
+ * one, and both against softmax(QK^T)V in double. All of it on every tier
+ * this build has and this CPU runs (x86-64: ref, avx2, vnni, avx512;
+ * aarch64: ref, neon, dotprod, i8mm - under qemu-user in CI).
  */
 #include <float.h>
 #include <math.h>
@@ -390,6 +393,227 @@ static void check_f32_tiled(rb_test_rng *rng, int rounds)
     free(work);
 }
 
+/* The tiled form's vector kernels of a tier and the head dims they take
+ * (a multiple of the returned step; 0: the tier has none, as the
+ * dispatcher in attention.c picks them) */
+static int tier_tiled_kernels(int tier, rb_attn_widen_fn *widen, rb_attn_tblock_fn *block)
+{
+#if defined(__x86_64__)
+    if (tier == RB_CPU_TIER_AVX512) {
+        *widen = rb_attn_widen_avx512;
+        *block = rb_attn_tblock_avx512;
+        return 16;
+    }
+    if (tier == RB_CPU_TIER_AVX2 || tier == RB_CPU_TIER_VNNI) {
+        *widen = rb_attn_widen_avx2;
+        *block = rb_attn_tblock_avx2;
+        return 8;
+    }
+#elif defined(__aarch64__)
+    if (tier >= RB_CPU_TIER_NEON && tier <= RB_CPU_TIER_I8MM) {
+        *widen = rb_attn_widen_neon;
+        *block = rb_attn_tblock_neon;
+        return 4;
+    }
+#endif
+    (void)tier;
+    *widen = NULL;
+    *block = NULL;
+    return 0;
+}
+
+/* A random f16 that is not a signalling NaN (converting one quiets it in
+ * hardware, not in rb_fp16_to_fp32_soft): every finite value, subnormals,
+ * +-0, +-inf and quiet NaNs */
+static rb_f16 f16_any(rb_test_rng *rng)
+{
+    rb_f16 h = (rb_f16)(rb_test_rng_uniform(rng) * 65536.0);
+    if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+        h |= 0x200;
+    return h;
+}
+
+/*
+ * The tier's widen kernel against rb_attn_widen_ref, bit for bit: f16
+ * rows of any bits (but signalling NaNs), q8_0 rows with every byte
+ * (-128 too) and scales of any finite f16 (subnormal, negative, zero),
+ * q4_0 rows likewise; 1..64 rows at scattered addresses, head dims of the
+ * tier's step (32s for the quantized types); nothing written past np rows.
+ */
+static void check_widen(rb_test_rng *rng, rb_attn_widen_fn widen, int step)
+{
+    enum { TKV = RB_ATTN_TILE_KV, MAXD = 256 };
+    static const int dims[] = {4, 8, 12, 16, 20, 32, 64, 96, 128, 256, 36, 80};
+    static const int nps[] = {64, 1, 3, 4, 5, 17, 63, 40, 2, 7};
+    static const uint32_t types[] = {RB_TYPE_F16, RB_TYPE_Q8_0, RB_TYPE_Q4_0};
+    static uint8_t pool[TKV * MAXD * 2 + 64];
+    static float want[TKV * MAXD + 8], got[TKV * MAXD + 8];
+    const void *rows[TKV];
+    int cases = 0, bad = 0;
+    for (size_t t = 0; t < 3; t++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+            const int hd = dims[di], np = nps[(di + t) % 10];
+            if (hd % step || (types[t] != RB_TYPE_F16 && hd % 32))
+                continue;
+            const size_t rb = types[t] == RB_TYPE_F16    ? (size_t)hd * 2
+                              : types[t] == RB_TYPE_Q8_0 ? (size_t)hd / 32 * sizeof(rb_block_q8_0)
+                                                         : (size_t)hd / 32 * sizeof(rb_block_q4_0);
+            for (size_t i = 0; i < TKV * rb; i++)
+                pool[i] = (uint8_t)(rb_test_rng_uniform(rng) * 256.0);
+            for (int p = 0; p < np; p++) {
+                uint8_t *r = pool + (size_t)((p * 37) % TKV) * rb; /* not in order */
+                if (types[t] == RB_TYPE_F16) {
+                    rb_f16 *h = (rb_f16 *)r;
+                    for (int d = 0; d < hd; d++)
+                        h[d] = f16_any(rng);
+                } else if (types[t] == RB_TYPE_Q8_0) {
+                    rb_block_q8_0 *x = (rb_block_q8_0 *)r;
+                    for (int b = 0; b < hd / 32; b++)
+                        x[b].d = (rb_f16)(f16_any(rng) & 0xfbff); /* finite */
+                } else {
+                    rb_block_q4_0 *x = (rb_block_q4_0 *)r;
+                    for (int b = 0; b < hd / 32; b++)
+                        x[b].d = (rb_f16)(f16_any(rng) & 0xfbff);
+                }
+                rows[p] = r;
+            }
+            for (int i = 0; i < TKV * MAXD + 8; i++)
+                want[i] = got[i] = 12345.0f;
+            rb_attn_widen_ref(types[t], rows, np, hd, want);
+            widen(types[t], rows, np, hd, got);
+            const int differ = memcmp(want, got, sizeof want) != 0;
+            if (differ)
+                printf("  widen: %s, head dim %d, %d rows: tier != ref\n", rb_type_name(types[t]),
+                       hd, np);
+            cases++;
+            bad += differ;
+        }
+    printf("  widen: %d cases, %d differ from the ref\n", cases, bad);
+    CHECK_EQ_INT(bad, 0);
+}
+
+/*
+ * The tier's block kernel against rb_attn_tblock_ref, bit for bit, on
+ * acc, m and l of the first nq queries after three consecutive blocks on
+ * the same state: head dims of the tier's step; 1..64 positions (the
+ * 4-position steps and their tails, np < 64 as at a tile's ends) and
+ * 1..64 queries (16 and under: the decode's 16-lane tile, acc rows 16 and
+ * up must stay untouched); spans that cover the block, start or end in it,
+ * miss it before or after, lie inside it, and are empty; a state of -inf
+ * (a tile's start: l = acc = +0) or above the scores, acc holding -0s (a
+ * position outside a span must add no fma: fma(0, v, -0) is +0). Edge
+ * blocks: kq_scale 1e30 (scores of +-inf: exp(inf - inf) and
+ * exp(-inf - -inf) are 0), a NaN and +-inf in K (a NaN score never
+ * becomes the max: compare and select, not FMAX) and a score of +0
+ * against a state of -0. A head dim off the tier's step returns 0 and
+ * leaves everything as it was.
+ */
+static void check_tblock(rb_test_rng *rng, rb_attn_tblock_fn block, int step)
+{
+    enum { TQ = RB_ATTN_TILE_Q, TKV = RB_ATTN_TILE_KV, MAXD = 256 };
+    static const int dims[] = {4, 8, 12, 20, 64, 128, 256, 16, 36, 80, 96, 32};
+    static const int nps[] = {64, 1, 3, 4, 5, 17, 63, 64, 2, 40, 64, 7};
+    static const int nqs[] = {64, 1, 5, 16, 33, 64, 4, 63, 17, 64, 2, 48};
+    static float qt[MAXD * TQ], kf[TKV * MAXD], vf[TKV * MAXD], st[TQ * TKV], kt[MAXD * TKV];
+    static float acc[2][TQ * MAXD], m[2][TQ], l[2][TQ];
+    int32_t first[TQ], last[TQ];
+    int cases = 0, bad_cases = 0;
+    for (int c = 0; c < 3 * 12; c++) {
+        const int hd = dims[c % 12], np = nps[(c + c / 12) % 12], nq = nqs[(c * 5 + c / 12) % 12];
+        const int edge = c / 12; /* 0: plain, 1: +-inf scores, 2: NaN, inf and zeros in K */
+        if (hd % step)
+            continue;
+        const float kq = edge == 1 ? 1e30f : 1.0f / sqrtf((float)hd);
+        const int rows = nq <= 16 ? 16 : TQ; /* the acc rows the caller has */
+        for (int d = 0; d < hd; d++)
+            for (int q = 0; q < TQ; q++)
+                qt[d * TQ + q] = q < nq ? frand(rng) * 0.6f : q < 16 || nq > 16 ? 0.0f : NAN;
+        for (int q = 0; q < TQ; q++) {
+            const int start = q % 3 == 0; /* a tile's first block: -inf, +0, +0 */
+            float m0 = start ? -INFINITY : q % 3 == 1 ? 30.0f : frand(rng);
+            if (edge == 2 && q % 8 == 3)
+                m0 = -0.0f; /* a +0 score must leave it -0 (FMAX gives +0) */
+            m[0][q] = m[1][q] = m0;
+            l[0][q] = l[1][q] = start ? 0.0f : 1.0f + (float)rb_test_rng_uniform(rng) * 10.0f;
+            for (int d = 0; d < hd; d++)
+                acc[0][q * hd + d] = acc[1][q * hd + d] =
+                    start ? 0.0f : d % 7 == 3 ? -0.0f : frand(rng);
+        }
+        for (int i = rows * hd; i < TQ * hd; i++)
+            acc[0][i] = acc[1][i] = 777.0f; /* not the caller's: must stay */
+        int good = 1;
+        for (int blk = 0; blk < 3; blk++) {
+            const int32_t p0 = 128 + blk * TKV;
+            for (int p = 0; p < np; p++)
+                for (int d = 0; d < hd; d++) {
+                    kf[p * hd + d] = rb_fp16_to_fp32(rb_fp32_to_fp16(frand(rng) * (1.0f + (float)(p % 3))));
+                    vf[p * hd + d] = rb_fp16_to_fp32(rb_fp32_to_fp16(frand(rng)));
+                }
+            if (edge == 2 && np >= 3) {
+                kf[1 * hd + 0] = NAN;
+                kf[2 * hd + hd - 1] = blk % 2 ? INFINITY : -INFINITY;
+                memset(kf, 0, (size_t)hd * sizeof *kf); /* a score of +0 */
+            }
+            for (int q = 0; q < TQ; q++) {
+                const int kind = (q + blk + c) % 7;
+                int32_t f = p0, e = p0 + np - 1; /* 0: the whole block */
+                if (q >= nq || kind == 1)        /* empty */
+                    f = 1, e = 0;
+                else if (kind == 2)              /* starts in it */
+                    f = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
+                else if (kind == 3)              /* ends in it */
+                    e = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
+                else if (kind == 4)              /* misses it: ends before */
+                    f = 0, e = p0 - 1;
+                else if (kind == 5) {            /* a window inside it */
+                    f = p0 + (int32_t)(rb_test_rng_uniform(rng) * np);
+                    e = f + (int32_t)(rb_test_rng_uniform(rng) * 5);
+                } else if (kind == 6)            /* misses it: starts after */
+                    f = p0 + np, e = p0 + np + 100;
+                if (edge == 2 && q % 8 == 3 && q < nq)
+                    f = e = p0; /* its state -0, its one score +0 (row 0) */
+                first[q] = f;
+                last[q] = e;
+            }
+            CHECK(rb_attn_tblock_ref(kf, vf, np, hd, nq, qt, first, last, p0, kq, st, kt, acc[0],
+                                     m[0], l[0]) == 1);
+            CHECK(block(kf, vf, np, hd, nq, qt, first, last, p0, kq, st, kt, acc[1], m[1], l[1]) ==
+                  1);
+            good &= memcmp(acc[0], acc[1], (size_t)nq * hd * sizeof(float)) == 0 &&
+                    memcmp(m[0], m[1], (size_t)nq * sizeof(float)) == 0 &&
+                    memcmp(l[0], l[1], (size_t)nq * sizeof(float)) == 0;
+            for (int i = rows * hd; i < TQ * hd; i++)
+                good &= acc[1][i] == 777.0f;
+        }
+        if (!good)
+            printf("  tblock: head dim %d, %d positions, %d queries, edge %d: tier != ref\n", hd,
+                   np, nq, edge);
+        cases++;
+        bad_cases += !good;
+    }
+    printf("  tblock: %d cases, %d differ from the ref\n", cases, bad_cases);
+    CHECK_EQ_INT(bad_cases, 0);
+    /* a head dim off the step: 0, nothing written */
+    {
+        const int hd = step + 2;
+        for (int i = 0; i < TQ * hd; i++)
+            acc[1][i] = 5.0f;
+        for (int q = 0; q < TQ; q++) {
+            m[1][q] = 1.0f;
+            l[1][q] = 2.0f;
+            first[q] = 0;
+            last[q] = 1000;
+        }
+        CHECK(block(kf, vf, 8, hd, 8, qt, first, last, 0, 1.0f, st, kt, acc[1], m[1], l[1]) == 0);
+        int same = 1;
+        for (int i = 0; i < TQ * hd; i++)
+            same &= acc[1][i] == 5.0f;
+        for (int q = 0; q < TQ; q++)
+            same &= m[1][q] == 1.0f && l[1][q] == 2.0f;
+        CHECK(same);
+    }
+}
+
 #if defined(__aarch64__)
 /* rb_attn_exp_f32_neon == rb_attn_exp bit for bit on ~3M values: every
  * 2^-13 from -104 to 104 (1.7M), 4096 floats on each side of (and at)
@@ -571,6 +795,15 @@ static void check_tier(rb_test_rng *rng)
     check_tiled(&seed, 72);
     check_exp();
     check_f32_tiled(&seed, 96);
+    {
+        rb_attn_widen_fn widen;
+        rb_attn_tblock_fn block;
+        const int step = tier_tiled_kernels(rb_cpu_tier(), &widen, &block);
+        if (step) {
+            check_widen(&seed, widen, step);
+            check_tblock(&seed, block, step);
+        }
+    }
     *rng = seed;
 }
 
