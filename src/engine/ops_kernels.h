@@ -1,10 +1,9 @@
 /*
  * ops_kernels.h - internal: the vector bodies of ops.c's SwiGLU and of
- * attention.c's loops. x86-64: ops_avx2.c, the one file of them compiled
- * with -mavx2 -mfma -mf16c, run where rb_cpu_tier() is an x86 vector tier.
- * aarch64: ops_neon.c (armv8-a, the neon and dotprod tiers) and its
- * +dotprod build ops_dotprod.c (the quantized-K scores of the dotprod
- * tier). Each gives the bits of the portable form beside its caller except
+ * attention.c's loops. x86-64: ops_avx2.c (-mavx2 -mfma -mf16c, the avx2
+ * and vnni tiers) and ops_avx512.c (the avx512 tier). aarch64: ops_neon.c
+ * (armv8-a: the neon, dotprod and i8mm tiers) and its +dotprod build
+ * ops_dotprod.c (the quantized-K scores of the dotprod and i8mm tiers). Each gives the bits of the portable form beside its caller except
  * where that says otherwise.
  */
 #ifndef RB_OPS_KERNELS_H

@@ -29,7 +29,6 @@
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #include <arm_neon.h>
-#include <float.h>
 #include <math.h>
 #include <string.h>
 
