@@ -234,6 +234,10 @@ int rb_cmd_serve(int argc, char **argv)
          &cfg->sp.kv_type_k, 0, 0, rb_cli_opt_kv_type, NULL},
         {"-ctv|--cache-type-v", RB_OPT_CALL, "T", "the same for V", &cfg->sp.kv_type_v, 0, 0,
          rb_cli_opt_kv_type, NULL},
+        {"--kv-page", RB_OPT_U32, "N", "tokens per KV page: 256 (default), or a multiple of 32 "
+         "from 32 to 1024;\nconversations that share a prefix share more of it with small "
+         "pages\n(a conversation's files keep the size they were saved with)",
+         &cfg->sp.kv_page_tokens, 32, 1024, NULL, NULL},
         {"--spill-dir", RB_OPT_STR, "DIR", "where evicted KV goes on storage (default $TMPDIR or "
          "/tmp)", &cfg->sp.spill_dir, 0, 0, NULL, NULL},
         {"--weights-budget", RB_OPT_SIZE, "BYTES", "RAM for the model's weights (K/M/G): they "
@@ -271,6 +275,12 @@ int rb_cmd_serve(int argc, char **argv)
         snprintf(msg, sizeof msg, "unknown --chat-template '%s'", cfg->chat_template);
         snprintf(hint, sizeof hint, "known templates: %s", rb_chat_template_names());
         return rb_cli_usage_error(CMD, msg, hint);
+    }
+    if (cfg->sp.kv_page_tokens % 32) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "--kv-page %" PRIu32 " is not a multiple of 32",
+                 cfg->sp.kv_page_tokens);
+        return rb_cli_usage_error(CMD, msg, "32, 64, 128, 256 (the default) ... 1024");
     }
     if (max_open < parallel) {
         char msg[128];

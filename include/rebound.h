@@ -443,6 +443,16 @@ typedef struct rb_session_params {
        arithmetic: logits bit-identical to llama.cpp fed one token per
        call throughout. Other values: RB_E_INVALID_ARG. */
     int exact_attention;
+    /* tokens per KV page: 0 (default) 256, else a multiple of 32 from 32
+       to 1024. The page is the unit of everything the memory manager
+       does (a trim, a restore, a page shared between forks, a session
+       file's record); the logits are the same bits at any size. Smaller
+       pages let forks (rb_session_fork) share more of a common prefix
+       (the partly filled page where conversations part is copied) and
+       trim closer to a byte count, for more bookkeeping per token. A
+       session file keeps its size: rb_session_open_saved with another
+       size is RB_E_INVALID_ARG, naming both. */
+    uint32_t kv_page_tokens;
 } rb_session_params;
 
 /* Fills the first struct_size bytes of params with the defaults (n_batch

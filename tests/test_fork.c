@@ -42,11 +42,13 @@
 static char model_path[512];
 static int32_t toks[N_SRC + 3 * N_MORE];
 static size_t V;
+static uint32_t page_tokens; /* the sessions' kv_page_tokens (0: 256) */
 
 static rb_session_params params(rb_pool *pool)
 {
     rb_session_params p = rb_session_default_params();
     p.n_ctx = N_CTX;
+    p.kv_page_tokens = page_tokens;
     p.n_threads = 2;
     p.pool = pool;
     static rb_experimental_params x;
@@ -68,6 +70,7 @@ static int check_same(rb_model *m, rb_session *s, const char *what)
         return 0;
     }
     rb_session_params p = params(NULL);
+    p.kv_page_tokens = 0; /* 256: the logits are the same bits at any page size */
     rb_session *f = NULL;
     rb_error err;
     CHECK_EQ_INT(rb_session_create(m, &p, &f, &err), RB_OK);
@@ -394,6 +397,46 @@ static void threads(rb_model *m)
     rb_pool_destroy(pool);
 }
 
+/* kv_page_tokens: a bad size, a fork of another size and a session file
+ * of another size are errors that name the sizes. */
+static void page_size_errors(rb_model *m)
+{
+    rb_error err;
+    rb_session_params p = params(NULL);
+    rb_session *s = NULL, *f = NULL;
+    p.kv_page_tokens = 100;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
+    CHECK(strstr(err.message, "kv_page_tokens 100") != NULL);
+    p.kv_page_tokens = 16;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
+    p.kv_page_tokens = 2048;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_E_INVALID_ARG);
+    p.kv_page_tokens = 64;
+    CHECK_EQ_INT(rb_session_create(m, &p, &s, &err), RB_OK);
+    if (!s)
+        return;
+    CHECK_EQ_INT(rb_session_feed(s, toks, 150, NULL), RB_OK);
+    rb_session_params q = params(NULL);
+    q.kv_page_tokens = 128;
+    CHECK_EQ_INT(rb_session_fork(s, 100, &q, &f, &err), RB_E_INVALID_ARG);
+    CHECK(strstr(err.message, "kv_page_tokens 128 is not the source's 64") != NULL);
+    char path[512];
+    rb_test_tmp_path(path, sizeof path, "test_fork", "page64.rbs");
+    CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_SNAPSHOT), RB_OK);
+    q.kv_page_tokens = 0;
+    CHECK_EQ_INT(rb_session_open_saved(m, &q, path, &f, &err), RB_E_INVALID_ARG);
+    CHECK(strstr(err.message, "pages of 64 tokens; this session's are 256") != NULL);
+    q.kv_page_tokens = 64;
+    CHECK_EQ_INT(rb_session_open_saved(m, &q, path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_session_n_tokens(f), 150);
+        rb_session_destroy(f);
+    }
+    printf("kv_page_tokens: 100 and 2048 refused; a fork and a file of another size refused, "
+           "naming both\n");
+    rb_session_destroy(s);
+}
+
 int main(void)
 {
     uint64_t seed = 11;
@@ -420,6 +463,14 @@ int main(void)
     for (size_t i = 0; i < sizeof points / sizeof *points; i++)
         fork_at(m, points[i]);
     fork_trimmed_and_errors(m);
+    /* pages of 32 and 64 tokens: forks share pages of that size, every
+       logit the same bits as a 256-token session's */
+    const size_t points_small[] = {100, 600, N_SRC};
+    for (page_tokens = 32; page_tokens <= 64; page_tokens *= 2)
+        for (size_t i = 0; i < sizeof points_small / sizeof *points_small; i++)
+            fork_at(m, points_small[i]);
+    page_size_errors(m);
+    page_tokens = 0;
     threads(m);
     rb_model_close(m);
     return check_report();

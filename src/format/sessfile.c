@@ -615,6 +615,13 @@ rb_status rb_sessfile_check_model(const rb_sessfile *f, uint64_t fingerprint, rb
 static rb_status check_shape(const rb_sessfile *f, const sf_super *s, rb_error *err)
 {
     const rb_sessfile_geom *g = &f->g;
+    if (s->page_tokens != g->page_tokens && s->n_layers == g->n_layers &&
+        s->n_kv_heads == g->n_kv_heads && s->head_dim_k == g->head_dim_k &&
+        s->head_dim_v == g->head_dim_v)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session file: '%s' holds KV pages of %" PRIu32
+                            " tokens; this session's are %" PRIu32 " (kv_page_tokens): open it "
+                            "with kv_page_tokens %" PRIu32, f->path, s->page_tokens,
+                            g->page_tokens, s->page_tokens);
     if (s->n_layers != g->n_layers || s->n_kv_heads != g->n_kv_heads ||
         s->head_dim_k != g->head_dim_k || s->head_dim_v != g->head_dim_v ||
         s->page_tokens != g->page_tokens || s->page_bytes != g->page_bytes)

@@ -148,6 +148,10 @@ static rb_status create_impl(rb_model *model, const rb_session_params *params,
     if (p.exact_attention != 0 && p.exact_attention != 1)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: exact_attention %d is not 0 "
                             "(tiled f32 from position 256) or 1 (always exact)", p.exact_attention);
+    const uint32_t page_tokens = p.kv_page_tokens ? p.kv_page_tokens : RB_KV_PAGE_TOKENS;
+    if (page_tokens % 32 || page_tokens > 1024)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: kv_page_tokens %" PRIu32 " is not "
+                            "0 (256) or a multiple of 32 from 32 to 1024", p.kv_page_tokens);
     if ((unsigned)p.priority > RB_PRIORITY_BACKGROUND)
         return rb_error_set(err, RB_E_INVALID_ARG, "session: priority %d is not foreground or "
                             "background", (int)p.priority);
@@ -198,7 +202,7 @@ static rb_status create_impl(rb_model *model, const rb_session_params *params,
         goto fail;
     }
     if ((st = rb_kvcache_init_typed(&s->kv, hp->n_layers, hp->n_head_kv, hp->head_dim_k,
-                                    hp->head_dim_v, n_ctx, RB_KV_PAGE_TOKENS,
+                                    hp->head_dim_v, n_ctx, page_tokens,
                                     kv_type(p.kv_type_k), kv_type(p.kv_type_v), err)) != RB_OK)
         goto fail;
     s->tokens = malloc((size_t)n_ctx * sizeof *s->tokens);
@@ -708,9 +712,14 @@ rb_status rb_session_fork(rb_session *src, size_t n_tokens, const rb_session_par
                             "source's %s/%s", rb_kv_type_name(p.kv_type_k),
                             rb_kv_type_name(p.kv_type_v), rb_kv_type_name(src->params.kv_type_k),
                             rb_kv_type_name(src->params.kv_type_v));
+    if (p.kv_page_tokens && p.kv_page_tokens != src->kv.page_tokens)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: fork: kv_page_tokens %" PRIu32
+                            " is not the source's %" PRIu32 " (0: the source's)",
+                            p.kv_page_tokens, src->kv.page_tokens);
     p.pool = pool;
     p.budget_bytes = 0;
     p.n_ctx = src->kv.n_ctx;
+    p.kv_page_tokens = src->kv.page_tokens;
     rb_session *f = NULL;
     rb_status st = create_impl(src->model, &p, 0, &f, err);
     if (st != RB_OK)
