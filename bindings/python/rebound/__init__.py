@@ -512,6 +512,9 @@ class Session:
       exact_attention               True: every batch in llama.cpp's one-query
                                     arithmetic (bit-identical logits); False
                                     (default): batches of 64+ tokens tiled in f32
+      kv_page_tokens                tokens per KV page: 0 (256) or a multiple of
+                                    32 up to 1024 (forks share a common prefix
+                                    down to a page; the logits do not change)
     """
 
     def __init__(self, model, n_ctx=0, n_batch=0, n_threads=0, pool=None,
@@ -519,7 +522,7 @@ class Session:
                  kv_type_v="f16", restore="pipelined", ram_codec="lossless", spill_dir=None,
                  weights_budget_bytes=0, weights_policy=None, device=None,
                  decode_bytes_per_s=0.0, storage_bytes_per_s=0.0, progress=None, save_flags=0,
-                 exact_attention=False, _path=None):
+                 exact_attention=False, kv_page_tokens=0, _path=None):
         self._h = _ffi.NULL
         self.model = model
         self.pool = pool
@@ -544,6 +547,10 @@ class Session:
             if _PARAMS != "v3":
                 raise ValueError("exact_attention: this librebound predates it")
             p.exact_attention = 1
+        if kv_page_tokens:
+            if _PARAMS != "v3":
+                raise ValueError("kv_page_tokens: this librebound predates it")
+            p.kv_page_tokens = kv_page_tokens
         self._keep = []  # C strings and structs the params point to
         if spill_dir is not None:
             self._keep.append(_ffi.new("char[]", _os.fsencode(spill_dir)))

@@ -138,6 +138,7 @@ typedef struct rb_session_params_v3 {
     rb_progress_fn progress;
     void *progress_ctx;
     int exact_attention;
+    uint32_t kv_page_tokens;
 } rb_session_params_v3;
 rb_session_params_v2 rb_session_default_params(void);            /* 0.2 */
 void rb_session_params_init(void *params, size_t struct_size);   /* 0.3 on */

@@ -341,3 +341,16 @@ def test_exact_attention_is_one_token_at_a_time(model):
             one.feed([tok])
         assert e.logits() == one.logits()
         assert max(abs(a - b) for a, b in zip(t.logits(), one.logits())) < 0.5
+
+
+def test_kv_page_tokens_same_logits_and_fork_shares(model):
+    """Pages of 32 tokens: the logits are those of 256-token pages, bit for
+    bit; a bad size is an error that names it."""
+    toks = [3 + (i * 37) % 200 for i in range(100)]
+    with model.create_session(n_ctx=256, kv_page_tokens=32) as small, \
+            model.create_session(n_ctx=256) as big:
+        small.feed(toks)
+        big.feed(toks)
+        assert small.logits() == big.logits()
+    with pytest.raises(rebound.Error, match="kv_page_tokens 100"):
+        model.create_session(n_ctx=256, kv_page_tokens=100)
