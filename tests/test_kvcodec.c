@@ -19,7 +19,9 @@
  *   4. bad input: truncation at every length, each header field, checksum,
  *      other dims, payload sizes, the lossless payload version, and 3000
  *      random corruptions, decoded
- *      between guard zones that must stay untouched.
+ *      between guard zones that must stay untouched;
+ *   5. a frame of lossless payload version 2 written by the encoder before
+ *      version 3 (test_kvcodec_v2.h) still decodes, on every tier.
  */
 #include "cpu.h"
 #include "kvcodec.h"
@@ -702,13 +704,17 @@ static void test_bad_frames(void)
         uint8_t *f = malloc(cap);
         size_t fn = 0;
         CHECK_EQ_INT(rb_kvcodec_encode(&d, RB_KVCODEC_LOSSLESS, page, f, cap, &fn, &err), RB_OK);
-        CHECK_EQ_INT(f[RB_KVCODEC_HEADER_BYTES], 2);
+        CHECK_EQ_INT(f[RB_KVCODEC_HEADER_BYTES], 3);
         f[RB_KVCODEC_HEADER_BYTES] = 0;
         CHECK_EQ_INT(guarded_decode(&d, f, fn, &err), RB_E_FORMAT);
-        CHECK_CONTAINS(err.message, "lossless payload version 0, this build reads version 2");
-        f[RB_KVCODEC_HEADER_BYTES] = 3;
+        CHECK_CONTAINS(err.message, "lossless payload version 0, this build reads versions 2 to 3");
+        f[RB_KVCODEC_HEADER_BYTES] = 4;
         CHECK_EQ_INT(guarded_decode(&d, f, fn, &err), RB_E_UNSUPPORTED);
-        CHECK_CONTAINS(err.message, "lossless payload version 3");
+        CHECK_CONTAINS(err.message, "lossless payload version 4");
+        /* a version 3 payload read as version 2 (a stream per channel)
+         * fails: the two CLUSTERED layouts are told apart by this byte */
+        f[RB_KVCODEC_HEADER_BYTES] = 2;
+        CHECK_EQ_INT(guarded_decode(&d, f, fn, &err), RB_E_FORMAT);
         free(f);
     }
 
@@ -725,6 +731,76 @@ static void test_bad_frames(void)
                  RB_E_INVALID_ARG);
     free(page);
     free(out);
+}
+
+/* ---- 5. frames of older payload versions ----------------------------------------- */
+
+#include "test_kvcodec_v2.h"
+
+/* The page of test_kvcodec_v2.h: an LCG's bits as sign, exponent and
+ * mantissa (no floating point: the same bits on every platform); K
+ * channel c's exponents in [6 + 7c mod 13, + c mod 4], V's in [12, 15]. */
+static void kvcodec_v2_page(rb_f16 *p, size_t n, uint32_t P, uint32_t hk)
+{
+    uint32_t s = 12345;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        const uint32_t r = s >> 8;
+        uint32_t e;
+        if (i < (size_t)P * hk) {
+            const uint32_t c = (uint32_t)(i % hk);
+            e = 6 + (c * 7) % 13 + (r >> 12) % (1 + c % 4);
+        } else {
+            e = 12 + (r >> 12) % 4;
+        }
+        p[i] = (rb_f16)((r >> 20 & 1) << 15 | e << 10 | (r & 0x3ff));
+    }
+}
+
+static void test_old_versions(void)
+{
+    rb_kvcodec_dims d = dims4(24, 1, 44, 16);
+    const size_t n = (size_t)rb_kvcodec_page_elems(&d), fn = sizeof kvcodec_v2_frame;
+    rb_f16 *page = malloc(2 * n), *out = malloc(2 * n), *o2 = malloc(2 * n);
+    rb_error err;
+    kvcodec_v2_page(page, n, d.n_tokens, d.head_dim_k);
+    CHECK_EQ_INT(kvcodec_v2_frame[RB_KVCODEC_HEADER_BYTES], 2);
+    CHECK_EQ_INT(kvcodec_v2_frame[RB_KVCODEC_HEADER_BYTES + 1], 0); /* K: CLUSTERED */
+    rb_status st = rb_kvcodec_decode(&d, kvcodec_v2_frame, fn, out, n, &err);
+    CHECK_EQ_INT(st, RB_OK);
+    if (st != RB_OK)
+        fprintf(stderr, "  %s\n", err.message);
+    CHECK(!memcmp(page, out, 2 * n));
+    CHECK_EQ_INT(rb_kvcodec_decode_ref(&d, kvcodec_v2_frame, fn, o2, n, NULL), RB_OK);
+    CHECK(!memcmp(page, o2, 2 * n));
+    /* today's encoder writes version 3 for the same page, also CLUSTERED
+     * for K, and smaller (no length field or padding per channel) */
+    const size_t cap = (size_t)rb_kvcodec_bound(&d, RB_KVCODEC_LOSSLESS);
+    uint8_t *f = malloc(cap);
+    size_t n3 = 0;
+    CHECK_EQ_INT(rb_kvcodec_encode(&d, RB_KVCODEC_LOSSLESS, page, f, cap, &n3, NULL), RB_OK);
+    CHECK_EQ_INT(f[RB_KVCODEC_HEADER_BYTES], 3);
+    CHECK_EQ_INT(f[RB_KVCODEC_HEADER_BYTES + 1], 0);
+    CHECK(n3 < fn);
+    /* the old frame truncated at every length, and with one byte changed
+     * anywhere in its payload: an error, never a wrong page accepted */
+    uint8_t *g = malloc(fn);
+    int all_fail = 1, wrong_ok = 0;
+    for (size_t k = 0; k < fn; k++)
+        all_fail &= guarded_decode(&d, kvcodec_v2_frame, k, &err) == RB_E_FORMAT;
+    CHECK(all_fail);
+    for (size_t k = RB_KVCODEC_HEADER_BYTES; k < fn; k++) {
+        memcpy(g, kvcodec_v2_frame, fn);
+        g[k] ^= (uint8_t)(1u << (k % 8));
+        if (guarded_decode_to(&d, g, fn, &err, out) == RB_OK && memcmp(page, out, 2 * n))
+            wrong_ok++;
+    }
+    CHECK_EQ_INT(wrong_ok, 0);
+    free(g);
+    free(f);
+    free(page);
+    free(out);
+    free(o2);
 }
 
 int main(void)
@@ -744,6 +820,7 @@ int main(void)
         test_lossless();
         test_lossy();
         test_bad_frames();
+        test_old_versions();
     }
     rb_cpu_set_tier(best);
     return check_report();

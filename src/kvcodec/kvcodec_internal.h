@@ -65,10 +65,21 @@ rb_status rb_kvcodec_lossless_decode_avx2(const rb_kvcodec_dims *d, const uint8_
  * kvcodec_lossless.c). */
 #define RB_KVLL_MAXLEN 7 /* longest code: 7-bit table peeks, 8 symbols a load */
 #define RB_KVLL_NSYM 64  /* sign + 5 exponent bits */
-#define RB_KVLL_VERSION 2 /* the payload's first byte (1: frames before it had none) */
+/* The payload's first byte: 3 is written; 2 (a stream per CLUSTERED
+ * channel) is still read, for frames already on disk; payloads before 2
+ * had none. */
+#define RB_KVLL_VERSION 3
+#define RB_KVLL_VERSION_MIN 2
 #define RB_KVLL_CHUNK 128 /* channels clustered together */
 #define RB_KVLL_KMAX 32   /* codes per chunk */
 enum { RB_KVLL_CLUSTERED = 0, RB_KVLL_SHARED = 1 };
+/* Version 3's CLUSTERED streams: stream j (j < min(8, nc)) holds chunk
+ * channels j, j + 8, j + 16, ... back to back; its bytes at most those of
+ * its symbols at MAXLEN bits each. */
+static inline uint64_t rb_kvll_stream_max_bytes(uint32_t nc, uint32_t j, uint32_t P)
+{
+    return ((uint64_t)(nc - j + 7) / 8 * P * RB_KVLL_MAXLEN + 7) / 8;
+}
 
 static inline unsigned rb_kvll_bit_width(uint64_t v)
 {

@@ -30,15 +30,24 @@
  * that takes it in the fewest real Huffman bits, the codes rebuilt, kept
  * if that shrinks the chunk.
  *
- * Payload: version byte (2; the payloads before it had none and began
- * with a mode byte 0 or 1), then per half (K then V), per head:
+ * Payload: version byte (3; 2 is still decoded, see below; the payloads
+ * before 2 had none and began with a mode byte 0 or 1), then per half (K
+ * then V), per head:
  *   mode byte (0 CLUSTERED, 1 SHARED)
  *   CLUSTERED: per chunk of nc = min(128, hd - c0) channels:
- *                [K-1: u(5) | K x desc | per channel: index u(wk), and
- *                unless its code is single, stream bytes u(w)], byte
- *                aligned, then the channels' streams in order (each byte
- *                aligned, P symbols); wk = bit width of K - 1, w = bit
- *                width of P
+ *                [K-1: u(5) | K x desc | per channel: index u(wk) | per
+ *                stream j < ns = min(8, nc): its bytes u(w)], byte
+ *                aligned, then the ns streams, each byte aligned: stream
+ *                j holds channels j, j + 8, j + 16, ... (P symbols each)
+ *                back to back, bit after bit; wk = bit width of K - 1,
+ *                w = bit width of stream 0's largest size,
+ *                ceil(ceil(nc / 8) x P x 7 / 8) (rb_kvll_stream_max_bytes)
+ *   (version 2's CLUSTERED: per channel index u(wk), and unless its code
+ *   is single, stream bytes u(bit width of P); then a stream per channel,
+ *   each byte aligned. At 71-token pages its length fields and padding
+ *   were 1.1% of the frame (qwen3-0.6b, bench_kv: per channel 7 bits of
+ *   length and 3.5 of padding on ~156 bits of symbols); version 3 keeps
+ *   8 of each a chunk: 94.2% -> 95.2% of the entropy bound.)
  *   SHARED:      [desc | 8 x stream bytes: u(w), unless single], aligned,
  *                the 8 streams (w = bit width of ceil(n/8))
  *   lo8[n]       mantissa bits 0-7 of the head's n = P x hd values
@@ -64,7 +73,8 @@
  *
  * Decoding (kvcodec_lossless_dec.c): per code a table (entry = symbol <<
  * 10 | length), copied into one of 8 slots for the channels that use it.
- * Streams are decoded 8 in lockstep, because one stream is a chain of
+ * Streams are decoded 8 in lockstep (CLUSTERED: 8 adjacent channels, each
+ * stream going on where its previous channel ended), because one stream is a chain of
  * dependent operations (shift, table load, shift: ~7 cycles a symbol);
  * with four channels it ran at 1.3 GB/s, with eight 1.5 (then 1.9 with
  * the descriptor and shift work trimmed). Each symbol lands as entry in a
@@ -586,55 +596,72 @@ static void put_symbols(bitwr *w, const hcode *hc, const rb_f16 *x, size_t n, si
     w->p = p;
 }
 
-/* put_symbols for channels x[0..3] (stride apart per token), channel j to
- * q[j]; a single code's channel writes nothing. */
-static void put_symbols4(const hcode *const *hc, const rb_f16 *x, size_t n, size_t stride,
-                         uint8_t *const *q)
+/* An MSB-first stream being written across several channels: the bits
+ * not yet stored are the low n of a. */
+typedef struct lane {
+    uint8_t *p;
+    uint64_t a;
+    unsigned n; /* < 32 between symbols */
+} lane;
+
+#define LANE_PUT(L, hc_, s_)                                                       \
+    do {                                                                           \
+        (L).a = (L).a << (hc_)->len[s_] | (hc_)->code[s_];                         \
+        (L).n += (hc_)->len[s_];                                                   \
+        if ((L).n >= 32) {                                                         \
+            (L).n -= 32;                                                           \
+            const uint32_t v_ = (uint32_t)((L).a >> (L).n);                        \
+            (L).p[0] = (uint8_t)(v_ >> 24), (L).p[1] = (uint8_t)(v_ >> 16);        \
+            (L).p[2] = (uint8_t)(v_ >> 8), (L).p[3] = (uint8_t)v_;                 \
+            (L).p += 4;                                                            \
+        }                                                                          \
+    } while (0)
+
+/* Appends channel x (n symbols, stride apart) to the lane; a single
+ * code's channel adds nothing (its lengths are 0). */
+static void put_symbols_lane(lane *l, const hcode *hc, const rb_f16 *x, size_t n, size_t stride)
 {
-    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-    unsigned n0 = 0, n1 = 0, n2 = 0, n3 = 0;
-    uint8_t *p0 = q[0], *p1 = q[1], *p2 = q[2], *p3 = q[3];
-    const uint8_t *l0 = hc[0]->len, *l1 = hc[1]->len, *l2 = hc[2]->len, *l3 = hc[3]->len;
-    const uint16_t *k0 = hc[0]->code, *k1 = hc[1]->code, *k2 = hc[2]->code, *k3 = hc[3]->code;
-#define LANE(j)                                                                    \
-    do {                                                                           \
-        const unsigned s = row[j] >> 10;                                           \
-        a##j = a##j << l##j[s] | k##j[s];                                          \
-        n##j += l##j[s];                                                           \
-        if (n##j >= 32) {                                                          \
-            n##j -= 32;                                                            \
-            const uint32_t v = (uint32_t)(a##j >> n##j);                           \
-            p##j[0] = (uint8_t)(v >> 24), p##j[1] = (uint8_t)(v >> 16);            \
-            p##j[2] = (uint8_t)(v >> 8), p##j[3] = (uint8_t)v;                     \
-            p##j += 4;                                                             \
-        }                                                                          \
-    } while (0)
-#define TAIL(j)                                                                    \
-    do {                                                                           \
-        while (n##j >= 8) {                                                        \
-            n##j -= 8;                                                             \
-            *p##j++ = (uint8_t)(a##j >> n##j);                                     \
-        }                                                                          \
-        if (n##j)                                                                  \
-            *p##j++ = (uint8_t)(a##j << (8 - n##j));                               \
-    } while (0)
+    lane L = *l;
+    for (size_t i = 0; i < n && hc->single < 0; i++) {
+        const unsigned s = x[i * stride] >> 10;
+        LANE_PUT(L, hc, s);
+    }
+    *l = L;
+}
+
+/* put_symbols_lane for channels x[0..3] (stride apart per token), channel
+ * j appended to l[j]: four independent shift chains. */
+static void put_symbols4(const hcode *const *hc, const rb_f16 *x, size_t n, size_t stride,
+                         lane *l)
+{
+    lane L0 = l[0], L1 = l[1], L2 = l[2], L3 = l[3];
     for (size_t i = 0; i < n; i++) {
         const rb_f16 *row = x + i * stride;
-        LANE(0);
-        LANE(1);
-        LANE(2);
-        LANE(3);
+        const unsigned s0 = row[0] >> 10, s1 = row[1] >> 10, s2 = row[2] >> 10, s3 = row[3] >> 10;
+        LANE_PUT(L0, hc[0], s0);
+        LANE_PUT(L1, hc[1], s1);
+        LANE_PUT(L2, hc[2], s2);
+        LANE_PUT(L3, hc[3], s3);
     }
-    TAIL(0);
-    TAIL(1);
-    TAIL(2);
-    TAIL(3);
-#undef LANE
-#undef TAIL
+    l[0] = L0, l[1] = L1, l[2] = L2, l[3] = L3;
+}
+#undef LANE_PUT
+
+/* The lane's last bits, zero-padded to a byte. */
+static void lane_flush(lane *l)
+{
+    while (l->n >= 8) {
+        l->n -= 8;
+        *l->p++ = (uint8_t)(l->a >> l->n);
+    }
+    if (l->n)
+        *l->p++ = (uint8_t)(l->a << (8 - l->n));
+    l->n = 0;
 }
 
 /* A chunk's codes for an assignment: builds them, returns its bytes
- * (header and streams, each byte-aligned). Clusters left empty are
+ * (header and its min(8, nc) streams, each byte-aligned; w: the width of
+ * a stream's length field). Clusters left empty are
  * dropped (cl renumbered, *k updated). */
 static uint64_t chunk_codes(const cluster_ws *ws, int nc, uint8_t *cl, int *k, hcode *hc,
                             unsigned w)
@@ -653,15 +680,18 @@ static uint64_t chunk_codes(const cluster_ws *ws, int nc, uint8_t *cl, int *k, h
     for (int c = 0; c < nc; c++)
         for (int s = 0; s < NSYM; s++)
             h[cl[c]][s] += ws->ch[c][s];
-    uint64_t hdr = 5, body = 0;
+    const int ns = nc < 8 ? nc : 8;
+    uint64_t hdr = 5 + (uint64_t)ns * w, body = 0, sb[8] = {0};
     for (int i = 0; i < n; i++) {
         make_lengths(h[i], &hc[i]);
         hdr += desc_bits(&hc[i]);
     }
     for (int c = 0; c < nc; c++) {
-        hdr += bit_width((uint64_t)n - 1) + (hc[cl[c]].single >= 0 ? 0 : w);
-        body += (code_bits(&hc[cl[c]], ws->ch[c]) + 7) / 8;
+        hdr += bit_width((uint64_t)n - 1);
+        sb[c & 7] += code_bits(&hc[cl[c]], ws->ch[c]);
     }
+    for (int j = 0; j < ns; j++)
+        body += (sb[j] + 7) / 8;
     return (hdr + 7) / 8 + body;
 }
 
@@ -680,7 +710,7 @@ static uint8_t *encode_chunk(const rb_f16 *x, uint32_t P, uint32_t hd, uint32_t 
     for (int c = 0; c < nc; c++)
         for (int s = 0; s < NSYM; s++)
             total[(c0 + (uint32_t)c) & 7][s] += ws->ch[c][s];
-    const unsigned w = bit_width(P);
+    const unsigned w = bit_width(rb_kvll_stream_max_bytes((uint32_t)nc, 0, P));
     uint8_t cl[CHUNK], cl2[CHUNK];
     hcode hc[KMAX], hc2[KMAX];
     int k = nc > 2 * KMAX ? cluster_sorted(ws, nc, cl) : cluster_channels(ws, nc, cl);
@@ -737,29 +767,37 @@ static uint8_t *encode_chunk(const rb_f16 *x, uint32_t P, uint32_t hd, uint32_t 
     for (int i = 0; i < k; i++)
         put_desc(&wr, &hc[i]);
     const unsigned wk = bit_width((uint64_t)k - 1);
+    const int ns = nc < 8 ? nc : 8;
+    uint64_t sb[8] = {0};
     for (int c = 0; c < nc; c++) {
         put(&wr, cl[c], wk);
-        if (hc[cl[c]].single < 0)
-            put(&wr, (uint32_t)((code_bits(&hc[cl[c]], ws->ch[c]) + 7) / 8), w);
+        sb[c & 7] += code_bits(&hc[cl[c]], ws->ch[c]);
     }
+    for (int j = 0; j < ns; j++)
+        put(&wr, (uint32_t)((sb[j] + 7) / 8), w);
     flush(&wr);
-    /* four channels at a time, each into its own place (their sizes are
-     * known): four independent shift chains instead of one */
-    int c = 0;
-    for (; c + 4 <= nc; c += 4) {
-        uint8_t *q[4];
-        const hcode *h4[4];
-        for (int j = 0; j < 4; j++) {
-            h4[j] = &hc[cl[c + j]];
-            q[j] = wr.p;
-            wr.p += h4[j]->single >= 0 ? 0 : (code_bits(h4[j], ws->ch[c + j]) + 7) / 8;
+    /* stream j: channels j, j + 8, ... one after another, no padding
+     * between them (the decoder's eight lockstep chains go on from where
+     * the previous channel ended); four streams at a time, each into its
+     * own place (their sizes are known): four independent shift chains */
+    lane ln4[8];
+    for (int j = 0; j < ns; j++) {
+        ln4[j] = (lane){wr.p, 0, 0};
+        wr.p += (sb[j] + 7) / 8;
+    }
+    for (int c = 0; c < nc; c += 8) {
+        const int m = nc - c < 8 ? nc - c : 8;
+        int j = 0;
+        for (; j + 4 <= m; j += 4) {
+            const hcode *h4[4] = {&hc[cl[c + j]], &hc[cl[c + j + 1]], &hc[cl[c + j + 2]],
+                                  &hc[cl[c + j + 3]]};
+            put_symbols4(h4, x + c0 + c + j, P, hd, &ln4[j]);
         }
-        put_symbols4(h4, x + c0 + c, P, hd, q);
+        for (; j < m; j++)
+            put_symbols_lane(&ln4[j], &hc[cl[c + j]], x + c0 + c + j, P, hd);
     }
-    for (; c < nc; c++) {
-        put_symbols(&wr, &hc[cl[c]], x + c0 + c, P, hd);
-        flush(&wr);
-    }
+    for (int j = 0; j < ns; j++)
+        lane_flush(&ln4[j]);
     return wr.p;
 }
 

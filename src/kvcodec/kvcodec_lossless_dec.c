@@ -6,9 +6,11 @@
  * Steps per head (after the payload's version byte): 1. per chunk of 128
  * channels (CLUSTERED) read its K <= 32 descriptors and build their
  * decode tables (128 entries, runs in canonical order), then every
- * channel's code index and stream length; 2. decode the symbol streams 8
+ * channel's code index and the lengths of its 8 streams (version 2: of
+ * a stream per channel); 2. decode the symbol streams 8
  * in lockstep (8 adjacent channels, each slot holding a copy of its
- * channel's table, copied only when the slot's code changes; or the 8
+ * channel's table, copied only when the slot's code changes; version 3:
+ * stream j carries channels j, j + 8, ... one after another; or the 8
  * interleaved streams of a SHARED head, one table), each symbol's table
  * entry stored at its output position; 3. merge the mantissa bits under
  * the top 6 bits and hash the region (AVX2 kernel beside its _ref).
@@ -435,12 +437,12 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
      * -> 1.84-1.91 GB/s) */
     rb_f16 top[SCRATCH] RB_KV_ALIGN32;
     const char *why;
-    if (p >= end || *p != RB_KVLL_VERSION)
+    if (p >= end || *p < RB_KVLL_VERSION_MIN || *p > RB_KVLL_VERSION)
         return rb_error_set(err, p < end && *p > RB_KVLL_VERSION ? RB_E_UNSUPPORTED : RB_E_FORMAT,
-                            "kvcodec: lossless payload version %d, this build reads version %d "
-                            "(payloads before version 2 had no version byte)",
-                            p < end ? *p : -1, RB_KVLL_VERSION);
-    p++;
+                            "kvcodec: lossless payload version %d, this build reads versions "
+                            "%d to %d (payloads before version 2 had no version byte)",
+                            p < end ? *p : -1, RB_KVLL_VERSION_MIN, RB_KVLL_VERSION);
+    const int version = *p++;
     for (int half = 0; half < 2; half++) {
         const uint32_t hd = half ? d->head_dim_v : d->head_dim_k;
         const char *hn = half ? "V" : "K";
@@ -451,7 +453,68 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
             if (p >= end)
                 return bad(err, hn, h, "payload truncated before the head");
             const int mode = *p++;
-            if (mode == MODE_CLUSTERED) {
+            if (mode == MODE_CLUSTERED && version >= 3) {
+                for (uint32_t c0 = 0; c0 < hd; c0 += CHUNK) {
+                    const uint32_t nc = hd - c0 < CHUNK ? hd - c0 : CHUNK;
+                    const uint32_t ns = nc < 8 ? nc : 8;
+                    const unsigned w = bit_width(rb_kvll_stream_max_bytes(nc, 0, P));
+                    /* 1. the chunk's codes, its channels' code indices, its
+                     * streams' lengths */
+                    hdrrd hr = {p, end, 0, 0, 0};
+                    const uint32_t K = get(&hr, 5) + 1;
+                    int single[KMAX];
+                    for (uint32_t i = 0; i < K; i++)
+                        if ((why = read_desc(&hr, &ctab[i], &single[i])))
+                            return bad(err, hn, h, why);
+                    const unsigned wk = bit_width(K - 1);
+                    uint8_t idx[CHUNK];
+                    for (uint32_t c = 0; c < nc; c++) {
+                        idx[c] = (uint8_t)get(&hr, wk);
+                        if (idx[c] >= K)
+                            return bad(err, hn, h, "channel names a code beyond the chunk's");
+                    }
+                    uint64_t len[8], sum = 0;
+                    for (uint32_t j = 0; j < ns; j++) {
+                        if ((why = stream_len(&hr, w, rb_kvll_stream_max_bytes(nc, j, P),
+                                              &len[j])))
+                            return bad(err, hn, h, why);
+                        sum += len[j];
+                    }
+                    if (hr.overrun)
+                        return bad(err, hn, h, "descriptor truncated");
+                    p = hdr_end(&hr);
+                    if (sum > (size_t)(end - p))
+                        return bad(err, hn, h, "streams run past the payload");
+                    bstream r[8];
+                    for (uint32_t j = 0; j < ns; j++) {
+                        start_stream(&r[j], p);
+                        p += len[j];
+                    }
+                    /* 2. eight channels at a time, stream j going on with
+                     * channel c + j where channel c + j - 8 ended; each slot
+                     * a copy of its channel's table (copied only when the
+                     * slot's code changes) */
+                    for (uint32_t c = 0; c < nc; c += 8) {
+                        const int m = nc - c < 8 ? (int)(nc - c) : 8;
+                        for (int j = 0; j < m; j++)
+                            if (slot[j] != idx[c + j]) {
+                                copy_table(&tabs[j], &ctab[idx[c + j]]);
+                                slot[j] = idx[c + j];
+                            }
+                        if (m == 8) {
+                            decode_8ch(r, tabs, t + c0 + c, P, hd, end);
+                        } else {
+                            for (int j = 0; j < m; j++)
+                                decode_1(&r[j], &tabs[j], t + c0 + c + j, P, hd, end);
+                        }
+                    }
+                    rb_status st = check_streams(r, len, (int)ns, err, hn, h);
+                    if (st != RB_OK)
+                        return st;
+                    for (int j = 0; j < 8; j++)
+                        slot[j] = -1; /* the next chunk's tables are new */
+                }
+            } else if (mode == MODE_CLUSTERED) { /* version 2: a stream per channel */
                 const unsigned w = bit_width(P);
                 for (uint32_t c0 = 0; c0 < hd; c0 += CHUNK) {
                     const uint32_t nc = hd - c0 < CHUNK ? hd - c0 : CHUNK;
