@@ -196,6 +196,17 @@ static const char *read_desc(hdrrd *r, dtable *t, int *single)
     return NULL;
 }
 
+/* A CLUSTERED chunk's code count and its K codes' descriptors (either
+ * version); NULL or what is wrong. */
+static const char *read_codes(hdrrd *r, dtable *ctab, int *single, uint32_t *k)
+{
+    const char *why = NULL;
+    *k = get(r, 5) + 1;
+    for (uint32_t i = 0; i < *k && !why; i++)
+        why = read_desc(r, &ctab[i], &single[i]);
+    return why;
+}
+
 /* ---- decoder: streams ----------------------------------------------------------- */
 
 /* Stream reading, by rounds of at most 8 symbols (8 x 7 bits fit the 57
@@ -461,11 +472,10 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
                     /* 1. the chunk's codes, its channels' code indices, its
                      * streams' lengths */
                     hdrrd hr = {p, end, 0, 0, 0};
-                    const uint32_t K = get(&hr, 5) + 1;
                     int single[KMAX];
-                    for (uint32_t i = 0; i < K; i++)
-                        if ((why = read_desc(&hr, &ctab[i], &single[i])))
-                            return bad(err, hn, h, why);
+                    uint32_t K;
+                    if ((why = read_codes(&hr, ctab, single, &K)))
+                        return bad(err, hn, h, why);
                     const unsigned wk = bit_width(K - 1);
                     uint8_t idx[CHUNK];
                     for (uint32_t c = 0; c < nc; c++) {
@@ -520,11 +530,10 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
                     const uint32_t nc = hd - c0 < CHUNK ? hd - c0 : CHUNK;
                     /* 1. the chunk's codes, and its channels' fields */
                     hdrrd hr = {p, end, 0, 0, 0};
-                    const uint32_t K = get(&hr, 5) + 1;
                     int single[KMAX];
-                    for (uint32_t i = 0; i < K; i++)
-                        if ((why = read_desc(&hr, &ctab[i], &single[i])))
-                            return bad(err, hn, h, why);
+                    uint32_t K;
+                    if ((why = read_codes(&hr, ctab, single, &K)))
+                        return bad(err, hn, h, why);
                     const unsigned wk = bit_width(K - 1);
                     uint8_t idx[CHUNK];
                     uint32_t len[CHUNK];
