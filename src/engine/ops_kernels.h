@@ -3,8 +3,9 @@
  * attention.c's loops. x86-64: ops_avx2.c (-mavx2 -mfma -mf16c, the avx2
  * and vnni tiers) and ops_avx512.c (the avx512 tier). aarch64: ops_neon.c
  * (armv8-a: the neon, dotprod and i8mm tiers) and its +dotprod build
- * ops_dotprod.c (the quantized-K scores of the dotprod and i8mm tiers). Each gives the bits of the portable form beside its caller except
- * where that says otherwise.
+ * ops_dotprod.c (the quantized-K scores of the dotprod and i8mm tiers).
+ * Each gives the bits of the portable form beside its caller except where
+ * that says otherwise.
  */
 #ifndef RB_OPS_KERNELS_H
 #define RB_OPS_KERNELS_H

@@ -407,6 +407,27 @@ static rb_status bad(rb_error *err, const char *half, uint32_t h, const char *wh
                         what);
 }
 
+/* Channels idx[0..m) of a CLUSTERED chunk (m <= 8) from streams r[0..m),
+ * into o, o + 1, ...: each slot j a copy of its channel's code table
+ * (copied only when the slot's code changes), then 8 in lockstep or, for
+ * a last group under 8, one at a time. */
+static void decode_group(bstream *r, dtable *tabs, int *slot, const dtable *ctab,
+                         const uint8_t *idx, int m, rb_f16 *o, size_t n, size_t stride,
+                         const uint8_t *end)
+{
+    for (int j = 0; j < m; j++)
+        if (slot[j] != idx[j]) {
+            copy_table(&tabs[j], &ctab[idx[j]]);
+            slot[j] = idx[j];
+        }
+    if (m == 8) {
+        decode_8ch(r, tabs, o, n, stride, end);
+        return;
+    }
+    for (int j = 0; j < m; j++)
+        decode_1(&r[j], &tabs[j], o + j, n, stride, end);
+}
+
 /* Reads a stream length field and checks that the stream fits. */
 static const char *stream_len(hdrrd *r, unsigned w, uint64_t nsym, uint64_t *len)
 {
@@ -504,20 +525,9 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
                      * channel c + j where channel c + j - 8 ended; each slot
                      * a copy of its channel's table (copied only when the
                      * slot's code changes) */
-                    for (uint32_t c = 0; c < nc; c += 8) {
-                        const int m = nc - c < 8 ? (int)(nc - c) : 8;
-                        for (int j = 0; j < m; j++)
-                            if (slot[j] != idx[c + j]) {
-                                copy_table(&tabs[j], &ctab[idx[c + j]]);
-                                slot[j] = idx[c + j];
-                            }
-                        if (m == 8) {
-                            decode_8ch(r, tabs, t + c0 + c, P, hd, end);
-                        } else {
-                            for (int j = 0; j < m; j++)
-                                decode_1(&r[j], &tabs[j], t + c0 + c + j, P, hd, end);
-                        }
-                    }
+                    for (uint32_t c = 0; c < nc; c += 8)
+                        decode_group(r, tabs, slot, ctab, idx + c,
+                                     nc - c < 8 ? (int)(nc - c) : 8, t + c0 + c, P, hd, end);
                     rb_status st = check_streams(r, len, (int)ns, err, hn, h);
                     if (st != RB_OK)
                         return st;
@@ -560,20 +570,11 @@ rb_status rb_kvcodec_lossless_decode(const rb_kvcodec_dims *d, const uint8_t *sr
                         bstream r[8];
                         uint64_t l8[8];
                         for (int j = 0; j < ns; j++) {
-                            if (slot[j] != idx[c + j]) {
-                                copy_table(&tabs[j], &ctab[idx[c + j]]);
-                                slot[j] = idx[c + j];
-                            }
                             start_stream(&r[j], p);
                             l8[j] = len[c + j];
                             p += len[c + j];
                         }
-                        if (ns == 8) {
-                            decode_8ch(r, tabs, t + c0 + c, P, hd, end);
-                        } else {
-                            for (int j = 0; j < ns; j++)
-                                decode_1(&r[j], &tabs[j], t + c0 + c + j, P, hd, end);
-                        }
+                        decode_group(r, tabs, slot, ctab, idx + c, ns, t + c0 + c, P, hd, end);
                         rb_status st = check_streams(r, l8, ns, err, hn, h);
                         if (st != RB_OK)
                             return st;
