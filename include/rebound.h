@@ -366,7 +366,7 @@ RB_API const char *rb_kv_type_name(rb_kv_type t);
 RB_API int rb_kv_type_from_name(const char *name);
 
 /* A session's place in its memory pool: the pool takes memory back from
- * background sessions before foreground ones, least recently used first. */
+ * background sessions before foreground ones (rb_pool_create: how). */
 typedef enum rb_priority {
     RB_PRIORITY_FOREGROUND = 0,
     RB_PRIORITY_BACKGROUND = 1
@@ -647,8 +647,8 @@ RB_API rb_status rb_session_set_priority(rb_session *session, rb_priority priori
  * takes over: it waits only for what has not arrived, and restores the rest
  * as usual. What it may take: in a pool with a budget, the budget's free
  * bytes; a foreground session's prefetch makes room first, from
- * background sessions only, least recently used first (never from another
- * foreground one); a background session's never trims anything. A plan
+ * background sessions only, leveled as a budget trim (rb_pool_create; never
+ * from another foreground one); a background session's never trims anything. A plan
  * that does not fit is cut: the first layers' pages come, the rest waits
  * for the feed. A prefetch never holds memory the budget wants back: any
  * trim (the session's, the pool's, a rewind) cancels what has not started
@@ -672,7 +672,10 @@ RB_API rb_status rb_session_prefetch(rb_session *session, uint64_t *planned_byte
  * run state and tables of every session that joins it
  * (rb_session_params.pool). After each feed, and before a feed that grows
  * a session, a pool over its budget takes memory back: from background
- * sessions before foreground ones, least recently used first, the feeding
+ * sessions before foreground ones, leveled (the sessions holding the most
+ * KV give first, down to one line, so that each keeps an equal share of
+ * its first layers and no return must read back a whole conversation; what
+ * a busy session cannot give now, least recently used first), the feeding
  * session last (each session's last layers first), and then the weights
  * (last layers first; a layer another session computes stays). Nothing
  * computed is lost: a session's next feed restores what it needs.

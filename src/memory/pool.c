@@ -332,6 +332,72 @@ static uint32_t trim_order(const rb_pool *p, const rb_pool_member *last, rb_pool
     return n;
 }
 
+/* A member's KV in RAM (mu held; takes its residency's mu, below). */
+static uint64_t member_kv(const rb_pool_member *m)
+{
+    rb_residency_bytes b = {0};
+    if (m->res)
+        rb_residency_get_bytes(m->res, &b);
+    return b.kv_ram_bytes;
+}
+
+/*
+ * The budget's trim (mu held): `need` bytes from the members of `order`
+ * (in trim order) of one priority, leveled. Returns the bytes freed.
+ *
+ * Which conversation returns next is not known, and a return's wait is
+ * the bytes it must read back: so the members give from their KV down to
+ * one water line, the fullest first, each from its last layers. Every
+ * conversation keeps the same share of first layers, and a return's
+ * restore is the rest, overlapped by the pass computing those layers; the
+ * least recently used one given away whole would make some returns read
+ * all of theirs. Members held by a session (posted) or with pinned pages
+ * free less now; the caller goes on in trim order for what is left.
+ */
+static uint64_t trim_leveled(rb_pool *p, rb_pool_member **order, uint32_t n,
+                             rb_priority priority, const rb_pool_member *skip, uint64_t need)
+{
+    enum { MAX_LEVEL = 256 };
+    rb_pool_member *c[MAX_LEVEL];
+    uint64_t kv[MAX_LEVEL];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n && k < MAX_LEVEL; i++) {
+        if (order[i] == skip || order[i]->priority != priority || !order[i]->res)
+            continue;
+        uint64_t b = member_kv(order[i]);
+        if (!b)
+            continue;
+        /* insertion by KV, the fullest first (ties: trim order) */
+        uint32_t j = k++;
+        while (j > 0 && kv[j - 1] < b) {
+            c[j] = c[j - 1];
+            kv[j] = kv[j - 1];
+            j--;
+        }
+        c[j] = order[i];
+        kv[j] = b;
+    }
+    if (!k)
+        return 0;
+    /* the line: the top t members down to it free `need`; below it the
+       rest keep what they have */
+    uint64_t sum = 0, line = 0;
+    uint32_t t = 0;
+    while (t < k) {
+        sum += kv[t++];
+        const uint64_t next = t < k ? kv[t] : 0;
+        if (sum - (uint64_t)t * next >= need) {
+            line = (sum - need) / t;
+            break;
+        }
+    }
+    uint64_t freed = 0;
+    for (uint32_t i = 0; i < t; i++)
+        if (kv[i] > line)
+            freed += trim_member(p, c[i], kv[i] - line, RB_TRIM_BYTES);
+    return freed;
+}
+
 /* Releases weights, last layer first, until `need` bytes went (mu held). */
 static uint64_t release_weights(rb_pool *p, uint64_t need)
 {
@@ -358,6 +424,13 @@ uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int s
     if (total > budget && p->n_members) {
         rb_pool_member **order = malloc(p->n_members * sizeof *order);
         uint32_t n = order ? trim_order(p, self, order) : 0;
+        /* the others leveled, background before foreground; then in trim
+           order what they could not give now, self last */
+        for (int pr = RB_PRIORITY_BACKGROUND; pr >= RB_PRIORITY_FOREGROUND && total > budget;
+             pr--) {
+            p->trimmed_bytes += trim_leveled(p, order, n, (rb_priority)pr, self, total - budget);
+            total = total_bytes(p) + extra;
+        }
         for (uint32_t i = 0; i < n && total > budget; i++) {
             if (order[i] == self && !self_too)
                 continue;
@@ -469,6 +542,16 @@ uint64_t rb_pool_grant_prefetch(rb_pool *p, rb_pool_member *self, uint64_t want,
             room = budget > total ? budget - total : 0;
             rb_pool_member **order = malloc(p->n_members * sizeof *order);
             uint32_t n = order ? trim_order(p, self, order) : 0;
+            if (n) { /* leveled first (trim_leveled), then in trim order */
+                uint64_t freed = trim_leveled(p, order, n, RB_PRIORITY_BACKGROUND, self,
+                                              want - room);
+                p->trimmed_bytes += freed;
+                uint64_t after = total_bytes(p);
+                if (after < total)
+                    p->prefetch_trimmed_bytes += total - after;
+                total = after;
+                room = budget > total ? budget - total : 0;
+            }
             for (uint32_t i = 0; i < n && room < want; i++) {
                 if (order[i] == self || order[i]->priority != RB_PRIORITY_BACKGROUND)
                     continue;

@@ -15,7 +15,9 @@
  * budget's path).
  *
  * The order (rb_pool_enforce): background members before foreground ones,
- * least recently used first, the member that asks last (it is the most
+ * each class leveled (pool.c, trim_leveled: the fullest give first, down to
+ * one line) and then least recently used first for what a held member
+ * could not give, the member that asks last (it is the most
  * recently used); within a member its last layers first, to storage
  * (residency.c: a budget trim frees whole pages, compressed ones too);
  * the weights last, last layer first, a layer a forward pass computes
@@ -96,8 +98,8 @@ uint64_t rb_pool_enforce(rb_pool *pool, rb_pool_member *self, uint64_t extra, in
  * (whose session holds it, its bytes just published) asks for `want`
  * bytes; the pool grants what its budget has free, and for a foreground
  * session (trim_background) first makes room: the other members' open
- * prefetches stop, then background members are trimmed, least recently
- * used first (never a foreground one). The grant is reserved in the
+ * prefetches stop, then background members are trimmed, leveled as above
+ * (never a foreground one). The grant is reserved in the
  * total at once. set_prefetch: the bytes the member's prefetch planned
  * (its reservation from now on; 0: none, or the prefetch ended and the
  * session published what it holds). Any trim of the pool stops every open

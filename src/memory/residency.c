@@ -130,6 +130,7 @@ struct rb_residency {
     pthread_cond_t cv_idle;
     pthread_cond_t cv_pin;   /* a page was unpinned */
     uint64_t epoch;          /* forgets so far */
+    uint64_t writes;         /* rb_residency_will_write calls so far */
     uint32_t n_pinned;
     uint64_t n_pin_waits, n_pin_skips, n_pin_stale; /* races with the writer, counted */
     uint32_t *pending;       /* [n_layers] */
@@ -1289,15 +1290,37 @@ void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read,
 }
 
 void rb_residency_mark_saved(rb_residency *r, uint32_t layer, uint32_t page, int saved,
-                             uint64_t epoch)
+                             uint64_t epoch, uint64_t writes)
 {
     if (layer >= r->kv.n_layers || page >= r->kv.pages_per_layer)
         return;
     pthread_mutex_lock(&r->mu);
     kv_seg *s = &r->segs[layer * r->kv.pages_per_layer + page];
-    if (!s->from_saved && epoch == r->epoch)
+    if (!s->from_saved && epoch == r->epoch && (writes == RB_RESIDENCY_FULL || writes == r->writes))
         s->saved = (uint8_t)(saved != 0);
     pthread_mutex_unlock(&r->mu);
+}
+
+void rb_residency_will_write(rb_residency *r, uint32_t page)
+{
+    pthread_mutex_lock(&r->mu);
+    r->writes++;
+    for (uint32_t l = 0; page < r->kv.pages_per_layer && l < r->kv.n_layers; l++) {
+        const uint32_t id = l * r->kv.pages_per_layer + page;
+        /* a STORED one is still read from its source (from_saved), then
+           written to: either way no copy stays identical */
+        drop_spilled(r, id);
+        r->segs[id].saved = 0;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t rb_residency_writes(rb_residency *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t w = r->writes;
+    pthread_mutex_unlock(&r->mu);
+    return w;
 }
 
 uint64_t rb_residency_epoch(rb_residency *r)

@@ -208,9 +208,20 @@ void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read,
                                    rb_residency_release_fn release, void *ctx);
 /* The page has (1) or no longer has (0) an identical copy at the source;
  * ignored when a forget happened since epoch (rb_residency_epoch): the
- * page's contents are being recomputed. */
+ * page's contents are being recomputed. A partly filled page (the last
+ * one) changes again when the session appends to it: for one, writes is
+ * rb_residency_writes when the copy's state was taken, and the mark is
+ * ignored when the session wrote since; RB_RESIDENCY_FULL for a full page.
+ * A marked last page lets a trim drop it without a write, as a full one. */
+#define RB_RESIDENCY_FULL UINT64_MAX
 void rb_residency_mark_saved(rb_residency *r, uint32_t layer, uint32_t page, int saved,
-                             uint64_t epoch);
+                             uint64_t epoch, uint64_t writes);
+/* The session is about to write positions from page `page` on (a feed,
+ * by the thread that holds it): that page, when partly filled, is no
+ * longer identical to a saved copy of it. rb_residency_writes: how many
+ * such calls so far. */
+void rb_residency_will_write(rb_residency *r, uint32_t page);
+uint64_t rb_residency_writes(rb_residency *r);
 
 /*
  * For the session file's storage worker, which writes pages while the

@@ -455,6 +455,7 @@ rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd)
             kv_valid = recompute_from;
             s->n_kv_valid = kv_valid; /* if this feed fails, the next recomputes */
         }
+        rb_session_memory_will_write(&s->mem, (uint32_t)(kv_valid / s->kv.page_tokens));
         rb_session_memory_pass_begin(&s->mem);
         fd->kv_valid = kv_valid;
         fd->stopped = 0;

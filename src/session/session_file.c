@@ -159,12 +159,18 @@ static rb_status run_commit(rb_session_file *f, const rb_commit_job *job, int wi
     f->commits++;
     f->pages_written += written;
     f->tokens_committed = job->n_tokens;
-    /* a full page whose copy is in the file: a trim drops it without a write */
+    /* a page whose copy is in the file: a trim drops it without a write.
+       The last, partly filled one holds the job's last tokens; it stays
+       marked until the session writes to it again (job->writes) */
+    const uint32_t P = f->kv->page_tokens;
     for (uint32_t i = 0; res && i < f->n_pinned; i++) {
         uint32_t l = f->pinned[i] / f->kv->pages_per_layer;
         uint32_t p = f->pinned[i] % f->kv->pages_per_layer;
-        if (rb_sessfile_page_tokens(f->file, l, p) == f->kv->page_tokens)
-            rb_residency_mark_saved(res, l, p, 1, job->epoch);
+        uint32_t t = rb_sessfile_page_tokens(f->file, l, p);
+        if (t == P)
+            rb_residency_mark_saved(res, l, p, 1, job->epoch, RB_RESIDENCY_FULL);
+        else if (t && (uint64_t)p * P + t == job->n_tokens)
+            rb_residency_mark_saved(res, l, p, 1, job->epoch, job->writes);
     }
     /* the garbage of rewritten and rewound pages goes once it outgrows the
        live pages, at any commit (restores may read meanwhile: the file
@@ -224,8 +230,9 @@ static void wait_worker(rb_session_file *f, int drop_pending)
 
 static rb_commit_job current_job(rb_session_file *f, size_t n_tokens)
 {
-    rb_commit_job j = {n_tokens, f->mem->res ? rb_residency_epoch(f->mem->res) : 0, f->fsync,
-                       f->blob, f->blob_n};
+    rb_residency *res = f->mem->res;
+    rb_commit_job j = {n_tokens, res ? rb_residency_epoch(res) : 0,
+                       res ? rb_residency_writes(res) : 0, f->fsync, f->blob, f->blob_n};
     return j;
 }
 

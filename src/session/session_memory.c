@@ -1019,6 +1019,12 @@ size_t rb_session_memory_recompute_point(const rb_session_mem *m, size_t from)
     return rb_session_memory_window_first_page(m, from) < m->window_dead_pages ? 0 : from;
 }
 
+void rb_session_memory_will_write(rb_session_mem *m, uint32_t page)
+{
+    if (m->res)
+        rb_residency_will_write(m->res, page);
+}
+
 void rb_session_memory_forget_from(rb_session_mem *m, uint32_t first_page)
 {
     if (m->res)

@@ -239,6 +239,8 @@ void rb_session_memory_release_window(rb_session_mem *m, size_t next_pos, int in
 size_t rb_session_memory_recompute_point(const rb_session_mem *m, size_t from);
 /* Forgets pages >= first_page in every tier and the cache. */
 void rb_session_memory_forget_from(rb_session_mem *m, uint32_t first_page);
+/* The feed writes positions from page `page` on (rb_residency_will_write). */
+void rb_session_memory_will_write(rb_session_mem *m, uint32_t page);
 
 /* Shared pages (rb_session_fork; the rule in kvcache.h). The pool the
  * session is in. */

@@ -24,6 +24,7 @@
 typedef struct rb_commit_job {
     size_t n_tokens;        /* the state: tokens [0, n_tokens) */
     uint64_t epoch;         /* the residency epoch when it was submitted */
+    uint64_t writes;        /* and its count of writes (rb_residency_writes) */
     int fsync;
     const uint8_t *blob;    /* the writer's copy while the job runs */
     size_t blob_n;
