@@ -482,6 +482,61 @@ static uint32_t pages_out(rb_session *s)
     return st.n_kv_pages[RB_TIER_STORED] + st.n_kv_pages[RB_TIER_COMPRESSED];
 }
 
+/* The budget's trims level the members: three background conversations
+ * over a budget one conversation short each give part of theirs (their
+ * last layers), none gives all of it, as least-recently-used-first would;
+ * and each one's next turn still gives the reference's logits. */
+static void test_leveled_trim(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(1);
+    p.pool = pool;
+    p.priority = RB_PRIORITY_BACKGROUND;
+    rb_session *s[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(rb_session_create(m, &p, &s[i], &err), RB_OK);
+        if (!s[i])
+            return;
+        feed_turns(s[i], i, TURNS - 1);
+    }
+    rb_pool_stats ps;
+    rb_pool_get_stats(pool, &ps);
+    const uint64_t kv0 = kv_ram(s[0]);
+    CHECK_EQ_INT(rb_pool_set_budget(pool, ps.total_bytes - kv0), RB_OK);
+    uint32_t out[3], total_out = 0, min_out = UINT32_MAX, max_out = 0;
+    rb_session_stats st;
+    rb_session_get_stats(s[0], &st);
+    const uint32_t pages = st.n_kv_pages[RB_TIER_RESIDENT] + pages_out(s[0]);
+    for (int i = 0; i < 3; i++) {
+        out[i] = pages_out(s[i]);
+        total_out += out[i];
+        min_out = out[i] < min_out ? out[i] : min_out;
+        max_out = out[i] > max_out ? out[i] : max_out;
+    }
+    CHECK(total_out >= pages);  /* a conversation's worth went */
+    CHECK(min_out >= 1);        /* from each */
+    CHECK(max_out < pages);     /* and none gave all its pages */
+    CHECK(total_out <= pages + 1); /* (the store's index grew a little) */
+    rb_pool_get_stats(pool, &ps);
+    CHECK(ps.total_bytes <= ps.budget_bytes);
+    CHECK_EQ_INT(rb_pool_set_budget(pool, 0), RB_OK);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(rb_session_feed(s[i], refs[i].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+        CHECK(!memcmp(rb_session_get_logits(s[i]), refs[i].logits[TURNS - 1],
+                      n_vocab * sizeof(float)));
+    }
+    printf("leveled trim: a conversation's %u pages came from 3 members as %u + %u + %u; "
+           "logits identical after\n", pages, out[0], out[1], out[2]);
+    rb_pool_destroy(pool);
+    for (int i = 0; i < 3; i++)
+        rb_session_destroy(s[i]);
+    rb_model_close(m);
+}
+
 /* A session trimmed completely (its KV to the RAM codec or storage, the
  * model's weights released) is prefetched whole: every page and layer is
  * back before its next feed, which then restores nothing, and its logits
@@ -1182,6 +1237,7 @@ int main(void)
     make_refs();
     test_threads();
     test_pool_trims_residency();
+    test_leveled_trim();
     test_prefetch_full();
     test_prefetch_budget();
     test_prefetch_order();

@@ -387,14 +387,23 @@ static uint64_t trim_leveled(rb_pool *p, rb_pool_member **order, uint32_t n,
         sum += kv[t++];
         const uint64_t next = t < k ? kv[t] : 0;
         if (sum - (uint64_t)t * next >= need) {
-            line = (sum - need) / t;
+            line = (sum - need + t - 1) / t; /* up: the shares never pass need */
             break;
         }
     }
-    uint64_t freed = 0;
-    for (uint32_t i = 0; i < t; i++)
-        if (kv[i] > line)
-            freed += trim_member(p, c[i], kv[i] - line, RB_TRIM_BYTES);
+    /* a member frees whole pages, so at least what it is asked: what one
+       gave beyond its share is asked less of the next */
+    uint64_t freed = 0, gone = 0, share = 0; /* gone: as the members count it */
+    for (uint32_t i = 0; i < t && gone < need; i++) {
+        if (kv[i] <= line)
+            continue;
+        share += kv[i] - line;
+        if (share <= gone)
+            continue;
+        freed += trim_member(p, c[i], share - gone, RB_TRIM_BYTES);
+        const uint64_t now = member_kv(c[i]);
+        gone += kv[i] > now ? kv[i] - now : 0;
+    }
     return freed;
 }
 
