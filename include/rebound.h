@@ -777,6 +777,10 @@ typedef struct rb_pool_stats {
     uint64_t n_prefetches;
     uint64_t prefetch_granted_bytes;
     uint64_t prefetch_trimmed_bytes;
+    /* the budget's leveled trims: how many, and the KV each member trimmed
+       by the last one kept at most (its water line) */
+    uint64_t n_leveled_trims;
+    uint64_t level_line_bytes;
 } rb_pool_stats;
 RB_API rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out,
                                          size_t out_size);

@@ -548,6 +548,8 @@ static void snapshot(sv_store *st)
         m.pool_n_prefetches = ps.n_prefetches;
         m.pool_prefetch_granted_bytes = ps.prefetch_granted_bytes;
         m.pool_prefetch_trimmed_bytes = ps.prefetch_trimmed_bytes;
+        m.pool_leveled_trims = ps.n_leveled_trims;
+        m.pool_level_line_bytes = ps.level_line_bytes;
     }
     sv_metrics_set_mem(st->metrics, &m, per, n_per);
     free(per);

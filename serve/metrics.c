@@ -255,6 +255,16 @@ void sv_metrics_write(const sv_counts *m, int with_process, uint64_t mem_budget_
                    "rebound_pool_prefetch_bytes_total{what=\"trimmed\"} %" PRIu64 "\n",
                 m->mem.pool_n_prefetches, m->mem.pool_prefetch_granted_bytes,
                 m->mem.pool_prefetch_trimmed_bytes);
+        fprintf(f, "# HELP rebound_pool_leveled_trims_total Budget trims that took room from "
+                   "the idle conversations leveled: the ones holding the most KV gave first, "
+                   "down to one line.\n"
+                   "# TYPE rebound_pool_leveled_trims_total counter\n"
+                   "rebound_pool_leveled_trims_total %" PRIu64 "\n"
+                   "# HELP rebound_pool_level_line_bytes The KV in RAM each trimmed "
+                   "conversation kept at the last leveled trim (its first layers).\n"
+                   "# TYPE rebound_pool_level_line_bytes gauge\n"
+                   "rebound_pool_level_line_bytes %" PRIu64 "\n",
+                m->mem.pool_leveled_trims, m->mem.pool_level_line_bytes);
     }
     if (with_process)
         fprintf(f, "# HELP rebound_memory_budget_bytes --mem-budget (0: none).\n"

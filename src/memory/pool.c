@@ -59,6 +59,7 @@ struct rb_pool {
     uint64_t n_enforce, n_posted, trimmed_bytes, weights_released_bytes, over_bytes;
     uint64_t n_feeds;            /* every member's feeds (the prefetch score) */
     uint64_t n_prefetches, prefetch_granted_bytes, prefetch_trimmed_bytes;
+    uint64_t n_leveled, level_line; /* trim_leveled's count and last line */
     /* the pressure monitor (rb_pool_watch_pressure); its thread calls
        rb_pool_trim. watch_mu orders start, stop and destroy. */
     pthread_mutex_t watch_mu;
@@ -391,6 +392,8 @@ static uint64_t trim_leveled(rb_pool *p, rb_pool_member **order, uint32_t n,
             break;
         }
     }
+    p->n_leveled++;
+    p->level_line = line;
     /* a member frees whole pages, so at least what it is asked: what one
        gave beyond its share is asked less of the next */
     uint64_t freed = 0, gone = 0, share = 0; /* gone: as the members count it */
@@ -662,6 +665,8 @@ rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t 
     st.n_prefetches = p->n_prefetches;
     st.prefetch_granted_bytes = p->prefetch_granted_bytes;
     st.prefetch_trimmed_bytes = p->prefetch_trimmed_bytes;
+    st.n_leveled_trims = p->n_leveled;
+    st.level_line_bytes = p->level_line;
     pthread_mutex_unlock(&p->mu);
     for (int l = 1; l <= 3; l++)
         st.n_pressure_events[l - 1] = atomic_load(&p->n_pressure[l]);

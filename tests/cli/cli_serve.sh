@@ -420,6 +420,9 @@ jget mb-back.json '(lambda t: t["restore_read_bytes"] + t["restore_decoded_bytes
 grep -Eq '^rebound_pool_bytes\{what="trimmed"\} [1-9]' m10.txt && ok || { cat m10.txt >&2; fail "the pool trimmed nothing"; }
 # m1's return was admitted with its KV trimmed: its restore began at admission
 grep -Eq '^rebound_pool_prefetches_total [1-9]' m10.txt && ok || { grep prefetch m10.txt >&2; fail "no restore began ahead of the returning conversation's feed"; }
+# the room came from the idle conversations leveled (the planner's line is shown)
+grep -Eq '^rebound_pool_leveled_trims_total [1-9]' m10.txt && grep -Eq '^rebound_pool_level_line_bytes [0-9]+$' m10.txt \
+    && ok || { grep level m10.txt >&2; fail "/metrics: no leveled trim reported"; }
 total=$(sed -n 's/^rebound_pool_bytes{what="total"} //p' m10.txt)
 [ "$total" -le $((14 * 1048576 * 105 / 100)) ] && ok || fail "the pool holds $total bytes, over the 14 MiB budget + 5%"
 
