@@ -73,6 +73,7 @@ typedef struct sv_active {
     /* where the time goes: sv_timings, filled in by finish */
     double t_admit, t_admitted, t_first;
     sv_timings tm;
+    uint64_t prefetch0;       /* its session's prefetch_bytes before admission */
     uint64_t fed_round;       /* the round of its last prefill chunk */
 } sv_active;
 
@@ -721,7 +722,11 @@ static int admit(sv_sched *s, sv_request *r, sv_active *a)
     c->is_dropped = 0;
     sv_store_touch(&s->store, c);
     a->conv = c;
-    /* the conversation being served is the pool's foreground */
+    /* the conversation being served is the pool's foreground: its restore
+       begins now (what it brings before the prefill takes over is counted
+       apart, restore_prefetched_bytes) */
+    rb_session_stats st0;
+    a->prefetch0 = rb_session_get_stats(c->session, &st0) == RB_OK ? st0.prefetch_bytes : 0;
     rb_session_set_priority(c->session, RB_PRIORITY_FOREGROUND);
     /* only what the conversation does not hold yet is computed; at least
        one token is fed so that its logits are this request's */
@@ -977,11 +982,13 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
         sv_metrics_add(s->metrics, r->ns, cancelled, 1);
     sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s; "
            "first token after %.3f s = prepare %.3f + queue %.3f + open %.3f + prefill %.3f "
-           "(restore: %.1f MiB read in %.3f s, %.1f MiB decoded in %.3f s, waited %.3f s)",
+           "(restore: %.1f MiB brought at admission; in the prefill %.1f MiB read in %.3f s, "
+           "%.1f MiB decoded in %.3f s, waited %.3f s)",
            r->kind == SV_CHAT ? "chat" : "completion", r->conv_out, r->n_prompt, r->n_cached, a->n_gen,
            reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "",
            tm->prepare_s + tm->queue_s + tm->open_s + tm->prefill_s, tm->prepare_s, tm->queue_s,
-           tm->open_s, tm->prefill_s, (double)tm->restore_bytes_io / 1048576.0, tm->restore_io_s,
+           tm->open_s, tm->prefill_s, (double)tm->restore_bytes_prefetched / 1048576.0,
+           (double)tm->restore_bytes_io / 1048576.0, tm->restore_io_s,
            (double)tm->restore_bytes_decoded / 1048576.0, tm->restore_decode_s,
            tm->restore_wait_s);
     sched_release(s, r);
@@ -1065,8 +1072,11 @@ static void step_prefill(sv_sched *s, sv_active *a)
     ewma(&s->est_prefill_s_tok, (sv_now_s() - t0) / (double)n,
          n < CHUNK_MIN ? (double)n / CHUNK_MIN : 1.0);
     rb_session_stats after;
-    if (rb_session_get_stats(ss, &after) == RB_OK)
+    if (rb_session_get_stats(ss, &after) == RB_OK) {
         add_restore(&a->tm, &after);
+        a->tm.restore_bytes_prefetched = after.prefetch_bytes > a->prefetch0
+                                             ? after.prefetch_bytes - a->prefetch0 : 0;
+    }
     a->fed_round = s->round;
     if (is_shared) {
         sv_metrics_add(s->metrics, NULL, prefill_chunks_shared, 1);

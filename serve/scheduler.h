@@ -97,6 +97,8 @@ typedef struct sv_timings {
     double decode_s;              /* first token to the end */
     double restore_io_s, restore_decode_s, restore_wait_s;
     uint64_t restore_bytes_io, restore_bytes_decoded;
+    uint64_t restore_bytes_prefetched; /* brought by the restore begun at
+                                          admission before the prefill took over */
     uint32_t restore_recomputed;
     double weights_wait_s;        /* forward passes blocked on streamed weights */
     int has_first;                /* a token was sampled (prefill_s, decode_s hold) */

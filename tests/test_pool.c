@@ -502,6 +502,16 @@ static void test_leveled_trim(void)
         if (!s[i])
             return;
         feed_turns(s[i], i, TURNS - 1);
+        /* set to the background while idle: its run state goes (the
+           logits stay), and comes back with its next feed (below) */
+        rb_session_stats a, b;
+        rb_session_get_stats(s[i], &a);
+        CHECK_EQ_INT(rb_session_set_priority(s[i], RB_PRIORITY_BACKGROUND), RB_OK);
+        rb_session_get_stats(s[i], &b);
+        CHECK_EQ_U64(b.scratch_bytes, (uint64_t)n_vocab * sizeof(float));
+        CHECK(a.scratch_bytes > b.scratch_bytes);
+        CHECK(!memcmp(rb_session_get_logits(s[i]), refs[i].logits[TURNS - 2],
+                      n_vocab * sizeof(float)));
     }
     rb_pool_stats ps;
     rb_pool_get_stats(pool, &ps);
@@ -526,6 +536,8 @@ static void test_leveled_trim(void)
     CHECK_EQ_INT(rb_pool_set_budget(pool, 0), RB_OK);
     for (int i = 0; i < 3; i++) {
         CHECK_EQ_INT(rb_session_feed(s[i], refs[i].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+        rb_session_get_stats(s[i], &st);
+        CHECK(st.scratch_bytes > (uint64_t)n_vocab * sizeof(float)); /* back */
         CHECK(!memcmp(rb_session_get_logits(s[i]), refs[i].logits[TURNS - 1],
                       n_vocab * sizeof(float)));
     }

@@ -327,7 +327,9 @@ static void on_event(bs_call *c, const char *data)
             json_t *v = json_object_get(tm, phase_keys[i]);
             c->t->srv[i] = json_is_number(v) ? json_number_value(v) : 0;
         }
-        c->t->srv_read_bytes = get_count(tm, "restore_read_bytes");
+        /* what the return brought back: at admission, and in its prefill */
+        c->t->srv_read_bytes = get_count(tm, "restore_read_bytes") +
+                               get_count(tm, "restore_prefetched_bytes");
     }
     json_t *usage = json_object_get(j, "usage");
     if (json_is_object(usage)) {

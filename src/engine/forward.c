@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+
 #include "attention.h"
 #include "forward.h"
 #include "matmul.h"
@@ -191,6 +193,9 @@ static size_t max_act_bytes(const rb_forward *f)
     return b > m ? b : m;
 }
 
+enum { RUN_PIECES = 10 };
+static size_t run_state_sizes(const rb_forward *f, size_t sizes[RUN_PIECES]);
+
 rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
                           uint32_t n_batch, rb_threadpool *pool, rb_error *err)
 {
@@ -233,28 +238,12 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
         rb_forward_deinit(f);
         return st;
     }
-    /* the run state, carved from one block; every piece 64-byte aligned */
-    size_t B = n_batch, E = hp->n_embd, Q = f->q_dim, KV = f->kv_dim, F = hp->n_ff;
     f->act_stride = (max_act_bytes(f) + 63) / 64 * 64;
-    size_t sizes[] = {B * E * 4, B * E * 4, B * Q * 4, B * KV * 4, B * KV * 4, B * Q * 4,
-                      B * E * 4, B * F * 4, B * F * 4, B * f->act_stride};
-    size_t total = 0;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        total += (sizes[i] + 63) / 64 * 64;
-    f->mem = rb_os_aligned_alloc(64, total);
-    f->mem_bytes = total;
-    if (!f->mem) {
+    size_t sizes[RUN_PIECES];
+    f->mem_bytes = run_state_sizes(f, sizes);
+    if ((st = rb_forward_ensure_run_state(f, err)) != RB_OK) {
         rb_forward_deinit(f);
-        return rb_error_set(err, RB_E_NOMEM, "forward: out of memory for %zu bytes of run state",
-                            total);
-    }
-    uint8_t *p = f->mem;
-    void **slots[] = {(void **)&f->x, (void **)&f->xb, (void **)&f->q, (void **)&f->k,
-                      (void **)&f->v, (void **)&f->ao, (void **)&f->y, (void **)&f->hb,
-                      (void **)&f->hb2, (void **)&f->act};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        *slots[i] = p;
-        p += (sizes[i] + 63) / 64 * 64;
+        return st;
     }
     return RB_OK;
 }
@@ -262,8 +251,58 @@ rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
 void rb_forward_deinit(rb_forward *f)
 {
     free(f->layers);
-    free(f->mem);
+    rb_forward_release_run_state(f);
     memset(f, 0, sizeof *f);
+}
+
+/* The run state's pieces (every one 64-byte aligned in one block): their
+ * sizes, and the block's. */
+static size_t run_state_sizes(const rb_forward *f, size_t sizes[RUN_PIECES])
+{
+    const size_t B = f->n_batch, E = f->hp.n_embd, Q = f->q_dim, KV = f->kv_dim, F = f->hp.n_ff;
+    const size_t s[RUN_PIECES] = {B * E * 4, B * E * 4, B * Q * 4, B * KV * 4, B * KV * 4,
+                                  B * Q * 4, B * E * 4, B * F * 4, B * F * 4, B * f->act_stride};
+    size_t total = 0;
+    for (size_t i = 0; i < RUN_PIECES; i++) {
+        sizes[i] = (s[i] + 63) / 64 * 64;
+        total += sizes[i];
+    }
+    return total;
+}
+
+/* A mapping of its own (not the heap): released, its pages leave the
+ * process at once. */
+rb_status rb_forward_ensure_run_state(rb_forward *f, rb_error *err)
+{
+    if (f->mem)
+        return RB_OK;
+    size_t sizes[RUN_PIECES];
+    const size_t total = run_state_sizes(f, sizes);
+    void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return rb_error_set(err, RB_E_NOMEM, "forward: out of memory for %zu bytes of run state",
+                            total);
+    f->mem = mem;
+    uint8_t *p = mem;
+    void **slots[RUN_PIECES] = {(void **)&f->x,  (void **)&f->xb, (void **)&f->q,
+                                (void **)&f->k,  (void **)&f->v,  (void **)&f->ao,
+                                (void **)&f->y,  (void **)&f->hb, (void **)&f->hb2,
+                                (void **)&f->act};
+    for (size_t i = 0; i < RUN_PIECES; i++) {
+        *slots[i] = p;
+        p += sizes[i];
+    }
+    return RB_OK;
+}
+
+void rb_forward_release_run_state(rb_forward *f)
+{
+    if (!f->mem)
+        return;
+    munmap(f->mem, f->mem_bytes);
+    f->mem = NULL;
+    f->x = f->xb = f->q = f->k = f->v = f->ao = f->y = f->hb = f->hb2 = NULL;
+    f->act = NULL;
 }
 
 /* ---- the pass ------------------------------------------------------------ */

@@ -69,7 +69,8 @@ typedef struct rb_forward {
        (weight streaming fetches them); nonzero stops the pass; NULL: never */
     int (*rows_gate)(void *ctx, const int32_t *tokens, uint32_t n);
     void *rows_gate_ctx;
-    size_t mem_bytes;        /* run state bytes (the scratch account) */
+    size_t mem_bytes;        /* run state bytes (the scratch account),
+                                whether held now or released */
     const rb_model_observer *obs; /* the model's; NULL: not observed */
     /* embeddings (rb_session_embed): when embd_rows is set, a pass of one
        sequence writes the output-normed hidden state of each position p in
@@ -111,6 +112,12 @@ typedef struct rb_forward {
 rb_status rb_forward_init(rb_forward *f, const rb_model *model, uint32_t n_ctx,
                           uint32_t n_batch, rb_threadpool *pool, rb_error *err);
 void rb_forward_deinit(rb_forward *f);
+/* The run state (mem_bytes of activations) goes while the forward is idle
+ * (a background session's) and comes back before its next pass:
+ * rb_forward_ensure_run_state maps it again (RB_E_NOMEM); a pass needs it.
+ * Only the forward's owner calls these, between passes. */
+void rb_forward_release_run_state(rb_forward *f);
+rb_status rb_forward_ensure_run_state(rb_forward *f, rb_error *err);
 
 /* One head's K or V row of n floats into a cache row of type (f16, q8_0,
  * q4_0) as llama.cpp's copy into its cache converts it. */

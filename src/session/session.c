@@ -422,6 +422,9 @@ rb_status rb_session_feed_begin(rb_session *s, const int32_t *tokens, size_t n, 
 
 rb_status rb_session_feed_prepare(rb_session *s, rb_feed *fd)
 {
+    rb_status rst = rb_session_memory_ensure_run_state(&s->mem, &s->err);
+    if (rst != RB_OK)
+        return rst;
     while (fd->attempt < FEED_ATTEMPTS) {
         const size_t rest = fd->n - fd->fed;
         /* before any restore is planned: a re-balance may trim KV */
@@ -911,6 +914,11 @@ rb_status rb_session_set_priority(rb_session *s, rb_priority priority)
     uint64_t planned;
     if (st == RB_OK && priority == RB_PRIORITY_FOREGROUND) /* coming back: restore now */
         (void)prefetch_idle(s, 1, &planned);
+    if (st == RB_OK && priority == RB_PRIORITY_BACKGROUND &&
+        rb_session_memory_try_enter(&s->mem)) { /* idle: its run state goes till its next feed */
+        rb_session_memory_release_run_state(&s->mem);
+        rb_session_memory_leave(&s->mem);
+    }
     return st;
 }
 

@@ -126,9 +126,34 @@ static int rows_gate(void *ctx, const int32_t *tokens, uint32_t n)
 
 /* The stats' scratch (forward run state, logits) and the session's own
  * part of "other" (tokens, the page table; residency adds its tables). */
+static void publish_bytes(rb_session_mem *m);
+
 static uint64_t scratch_bytes(const rb_session_mem *m)
 {
-    return m->fwd->mem_bytes + (uint64_t)m->fwd->hp.n_vocab * sizeof(float);
+    const uint64_t run = atomic_load_explicit(&m->run_state_out, memory_order_relaxed)
+                             ? 0 : m->fwd->mem_bytes;
+    return run + (uint64_t)m->fwd->hp.n_vocab * sizeof(float);
+}
+
+rb_status rb_session_memory_ensure_run_state(rb_session_mem *m, rb_error *err)
+{
+    if (!atomic_load_explicit(&m->run_state_out, memory_order_relaxed))
+        return RB_OK;
+    rb_status st = rb_forward_ensure_run_state(m->fwd, err);
+    if (st == RB_OK) {
+        atomic_store_explicit(&m->run_state_out, 0, memory_order_relaxed);
+        publish_bytes(m); /* before the feed's enforcement counts it */
+    }
+    return st;
+}
+
+void rb_session_memory_release_run_state(rb_session_mem *m)
+{
+    if (atomic_load_explicit(&m->run_state_out, memory_order_relaxed))
+        return;
+    rb_forward_release_run_state(m->fwd);
+    atomic_store_explicit(&m->run_state_out, 1, memory_order_relaxed);
+    publish_bytes(m);
 }
 
 static uint64_t table_bytes(const rb_session_mem *m)

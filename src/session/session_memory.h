@@ -63,6 +63,8 @@ typedef struct rb_session_mem {
     struct rb_pool_member *member;
     int owns_pool;
     uint64_t budget_over_bytes;     /* after the last feed's budget trim */
+    _Atomic int run_state_out;      /* the forward's run state is released
+                                       (written under op; read by stats) */
 
     /* sliding-window layers: their pages below window_dead_pages hold
        positions no later query attends to, and are released (or will be
@@ -239,6 +241,11 @@ void rb_session_memory_release_window(rb_session_mem *m, size_t next_pos, int in
 size_t rb_session_memory_recompute_point(const rb_session_mem *m, size_t from);
 /* Forgets pages >= first_page in every tier and the cache. */
 void rb_session_memory_forget_from(rb_session_mem *m, uint32_t first_page);
+/* The forward's run state: released while the session is idle in the
+ * background (rb_session_set_priority), mapped again before its next feed
+ * (RB_E_NOMEM); both publish the bytes. op held. */
+rb_status rb_session_memory_ensure_run_state(rb_session_mem *m, rb_error *err);
+void rb_session_memory_release_run_state(rb_session_mem *m);
 /* The feed writes positions from page `page` on (rb_residency_will_write). */
 void rb_session_memory_will_write(rb_session_mem *m, uint32_t page);
 

@@ -184,6 +184,8 @@ typedef struct rb_pool_stats {
     uint64_t n_prefetches;
     uint64_t prefetch_granted_bytes;
     uint64_t prefetch_trimmed_bytes;
+    uint64_t n_leveled_trims;
+    uint64_t level_line_bytes;
 } rb_pool_stats;
 rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out, size_t out_size);
 
