@@ -1157,7 +1157,7 @@ RB_INLINE __m512i rb_k4_unpack_hdr4(__m512i h)
 }
 
 RB_INLINE void rb_dec_q4_K(int64_t n, const char *w, size_t wrb, const char *a, float *y,
-                           const int R)
+                           const int R, size_t pf)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i gather = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -1172,7 +1172,7 @@ RB_INLINE void rb_dec_q4_K(int64_t n, const char *w, size_t wrb, const char *a, 
         const rb_block_q8_K *ab = (const rb_block_q8_K *)a + b;
         const __m128i bsp = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
                                            _mm_loadu_si128((const __m128i *)(ab->bsums + 8)));
-        RB_FOR(r, R) RB_FOR8(l, 3) _mm_prefetch(xr[r] + (size_t)b * sizeof(rb_block_q4_K) + R * wrb + 64 * l,
+        RB_FOR(r, R) RB_FOR8(l, 3) _mm_prefetch(xr[r] + (size_t)b * sizeof(rb_block_q4_K) + pf + 64 * l,
                                                 _MM_HINT_T1);
         const __m512i hdr = rb_k4_load_hdr4(xr, b);
         const __m512i u = rb_k4_unpack_hdr4(hdr);
@@ -1227,10 +1227,29 @@ static void rb_tile_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows
         return;
     }
     switch (n_rows) {
-    case 1: rb_dec_q4_K(n, w, wrb, a, y, 1); break;
-    case 2: rb_dec_q4_K(n, w, wrb, a, y, 2); break;
-    case 3: rb_dec_q4_K(n, w, wrb, a, y, 3); break;
-    case 4: rb_dec_q4_K(n, w, wrb, a, y, 4); break;
+    case 1: rb_dec_q4_K(n, w, wrb, a, y, 1, 1 * wrb); break;
+    case 2: rb_dec_q4_K(n, w, wrb, a, y, 2, 2 * wrb); break;
+    case 3: rb_dec_q4_K(n, w, wrb, a, y, 3, 3 * wrb); break;
+    case 4: rb_dec_q4_K(n, w, wrb, a, y, 4, 4 * wrb); break;
+    default: break;
+    }
+}
+
+#ifndef RB_Q4K_PF_TILES
+#define RB_Q4K_PF_TILES 1
+#endif
+/* the decode gemv: the tile above four rows at a time (the same bits) */
+static void rb_gemv_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
+                                float *y)
+{
+    const char *wr = w;
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4)
+        rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 4, RB_Q4K_PF_TILES * 4 * wrb);
+    switch (n_rows - r) {
+    case 1: rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 1, wrb); break;
+    case 2: rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 2, 2 * wrb); break;
+    case 3: rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 3, 3 * wrb); break;
     default: break;
     }
 }
@@ -1398,6 +1417,7 @@ const rb_matmul_isa rb_matmul_isa_avx512_own = {
     },
     .gemv = {
         [RB_TYPE_Q4_0] = rb_gemv_q4_0_avx512,
+        [RB_TYPE_Q4_K] = rb_gemv_q4_K_avx512,
     },
     .few = {
         [RB_TYPE_Q4_0] = rb_few_q4_0_avx512,
