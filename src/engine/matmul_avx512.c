@@ -1132,7 +1132,8 @@ static void rb_tile_q6_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows
  * scales and mins of all four unpack there at once (rb_k4_scales_mins_u32's
  * arithmetic on dwords, ggml's kmask); d and dmin come out of it by one
  * vpermw, each sub-block's scale of a row pair by one vpshufb. The integer
- * sums run in two chains per row pair (low and high nibbles). */
+ * sums run in two chains per row pair (low and high nibbles). Each row's
+ * lines pf bytes on are prefetched (the tile: the next tile's rows). */
 RB_INLINE __m512i rb_k4_load_hdr4(const char *const xr[4], int64_t b)
 {
     const size_t o = (size_t)b * sizeof(rb_block_q4_K);
@@ -1235,17 +1236,19 @@ static void rb_tile_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     }
 }
 
-#ifndef RB_Q4K_PF_TILES
-#define RB_Q4K_PF_TILES 1
-#endif
-/* the decode gemv: the tile above four rows at a time (the same bits) */
+/* the decode gemv: the tile above over a chunk's rows, four at a time (the
+ * same bits), prefetching 16 rows ahead where the tile fetches the next
+ * tile's 4: at the tile's distance a 1024-column matrix's lines (2.3 KB
+ * ahead) arrive late. Measured on qwen3-0.6b Q4_K_M, Zen 4 (2 cores, 28
+ * GB/s): one thread streaming its Q4_K matrices 14.2 GB/s at 4 rows ahead,
+ * 20.0 at 8, 21.6 at 16, 17.9 at 32; tg128 on 2 threads 62 -> 70 tok/s. */
 static void rb_gemv_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
                                 float *y)
 {
     const char *wr = w;
     int r = 0;
     for (; r + 4 <= n_rows; r += 4)
-        rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 4, RB_Q4K_PF_TILES * 4 * wrb);
+        rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 4, 16 * wrb);
     switch (n_rows - r) {
     case 1: rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 1, wrb); break;
     case 2: rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 2, 2 * wrb); break;
