@@ -1239,9 +1239,10 @@ static void rb_tile_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows
 /* the decode gemv: the tile above over a chunk's rows, four at a time (the
  * same bits), prefetching 16 rows ahead where the tile fetches the next
  * tile's 4: at the tile's distance a 1024-column matrix's lines (2.3 KB
- * ahead) arrive late. Measured on qwen3-0.6b Q4_K_M, Zen 4 (2 cores, 28
- * GB/s): one thread streaming its Q4_K matrices 14.2 GB/s at 4 rows ahead,
- * 20.0 at 8, 21.6 at 16, 17.9 at 32; tg128 on 2 threads 62 -> 70 tok/s. */
+ * ahead) arrive late. Measured on qwen3-0.6b's Q4_K shapes, Zen 4 (2
+ * cores, 28 GB/s), one thread streaming them (CPU time): 14.2 GB/s at 4
+ * rows ahead, 20.0 at 8, 21.6-24.7 at 16, 17.9 at 32 (the kernel before
+ * the header unpack above: 14.0-14.6 at 4, 20.0-20.6 at 16). */
 static void rb_gemv_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
                                 float *y)
 {
