@@ -36,6 +36,17 @@ static rb_session_params params(int n_threads)
     return p;
 }
 
+/* The test model, opened, and a pool of it without a budget. */
+static rb_pool *open_pool(rb_model **m)
+{
+    rb_error err;
+    rb_pool *pool = NULL;
+    CHECK_EQ_INT(rb_model_open(path, NULL, m, &err), RB_OK);
+    if (*m)
+        CHECK_EQ_INT(rb_pool_create(*m, 0, &pool, &err), RB_OK);
+    return pool;
+}
+
 static int argmax(const float *x, uint32_t n)
 {
     int b = 0;
@@ -264,9 +275,7 @@ static void test_threads(void)
 {
     rb_model *m = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
-    rb_pool *pool = NULL;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_pool *pool = open_pool(&m);
     rb_session *s[K] = {0};
     rb_session_params p = params(1);
     p.pool = pool;
@@ -397,9 +406,7 @@ static void test_pool_trims_residency(void)
 {
     rb_model *m = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
-    rb_pool *pool = NULL;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_pool *pool = open_pool(&m);
     rb_session_params p = params(1);
     p.pool = pool;
     rewinder f[2] = {{NULL, 0, 0, 0, RB_OK}, {NULL, 1, 0, 0, RB_OK}};
@@ -490,9 +497,7 @@ static void test_leveled_trim(void)
 {
     rb_model *m = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
-    rb_pool *pool = NULL;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_pool *pool = open_pool(&m);
     rb_session_params p = params(1);
     p.pool = pool;
     p.priority = RB_PRIORITY_BACKGROUND;
@@ -617,9 +622,7 @@ static void test_prefetch_budget(void)
 {
     rb_model *m = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
-    rb_pool *pool = NULL;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_pool *pool = open_pool(&m);
     rb_session_params p = params(1);
     p.pool = pool;
     p.priority = RB_PRIORITY_BACKGROUND;
@@ -715,9 +718,7 @@ static void test_prefetch_order(void)
 {
     rb_model *m = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
-    rb_pool *pool = NULL;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_pool *pool = open_pool(&m);
     rb_session_params p = params(1);
     p.pool = pool;
     rb_session *x = NULL, *y = NULL, *z = NULL;
@@ -815,9 +816,7 @@ static void test_prefetch_race(void)
 {
     rb_model *m = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
-    rb_pool *pool = NULL;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_pool *pool = open_pool(&m);
     rb_session_params p = params(1);
     p.pool = pool;
     rewinder f[2] = {{NULL, 0, 0, 0, RB_OK}, {NULL, 1, 0, 0, RB_OK}};
@@ -1175,9 +1174,7 @@ static void test_pressure_watch(void)
 {
     rb_model *m = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_model_open(path, NULL, &m, &err), RB_OK);
-    rb_pool *pool = NULL;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_pool *pool = open_pool(&m);
     rb_pool_pressure_params pp = {.is_system_wide = 1};
     rb_status st = rb_pool_watch_pressure(pool, &pp, &err);
     if (st == RB_E_UNSUPPORTED) {

@@ -366,6 +366,19 @@ static uint64_t spill_written(rb_session *s)
     return st.written_bytes;
 }
 
+/* ref's last logits against got (512 floats, may be NULL); destroys ref
+ * and frees got. */
+static void check_ref_logits(rb_session *ref, float *got)
+{
+    float *want = malloc(512 * sizeof(float));
+    if (want && rb_session_get_logits(ref))
+        memcpy(want, rb_session_get_logits(ref), 512 * sizeof(float));
+    CHECK(got && want && same(got, want, 512));
+    rb_session_destroy(ref);
+    free(got);
+    free(want);
+}
+
 static void spill_reuse_test(rb_model *m, const int32_t *prompt)
 {
     rb_session *s = open_session(m, RB_RESTORE_EAGER, RB_RAM_CODEC_LOSSLESS);
@@ -391,7 +404,7 @@ static void spill_reuse_test(rb_model *m, const int32_t *prompt)
     CHECK_EQ_INT(rb_session_feed(s, other, 64, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(s, &c, 1, NULL), RB_OK);
-    float *got = malloc(512 * sizeof(float)), *want = malloc(512 * sizeof(float));
+    float *got = malloc(512 * sizeof(float));
     if (got && rb_session_get_logits(s))
         memcpy(got, rb_session_get_logits(s), 512 * sizeof(float));
     rb_session_destroy(s);
@@ -399,12 +412,7 @@ static void spill_reuse_test(rb_model *m, const int32_t *prompt)
     CHECK_EQ_INT(rb_session_feed(ref, prompt, 480, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(ref, other, 64, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(ref, &c, 1, NULL), RB_OK);
-    if (want && rb_session_get_logits(ref))
-        memcpy(want, rb_session_get_logits(ref), 512 * sizeof(float));
-    CHECK(got && want && same(got, want, 512));
-    rb_session_destroy(ref);
-    free(got);
-    free(want);
+    check_ref_logits(ref, got);
 }
 
 /* With a session file, an explicit save leaves every page's copy there,
@@ -444,19 +452,14 @@ static void saved_last_page_test(rb_model *m, const int32_t *prompt)
     CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
     CHECK_EQ_U64(spill_written(s) - w2, 0); /* saved again: nothing written */
     CHECK_EQ_INT(rb_session_feed(s, &toks[N_PROMPT + 2], 1, NULL), RB_OK);
-    float *got = malloc(512 * sizeof(float)), *want = malloc(512 * sizeof(float));
+    float *got = malloc(512 * sizeof(float));
     if (got && rb_session_get_logits(s))
         memcpy(got, rb_session_get_logits(s), 512 * sizeof(float));
     rb_session_destroy(s);
     unlink(path);
     rb_session *ref = open_session(m, RB_RESTORE_EAGER, RB_RAM_CODEC_LOSSLESS);
     CHECK_EQ_INT(rb_session_feed(ref, toks, N_PROMPT + 3, NULL), RB_OK);
-    if (want && rb_session_get_logits(ref))
-        memcpy(want, rb_session_get_logits(ref), 512 * sizeof(float));
-    CHECK(got && want && same(got, want, 512));
-    rb_session_destroy(ref);
-    free(got);
-    free(want);
+    check_ref_logits(ref, got);
     printf("saved last page: trims after a save wrote %llu B; after a feed into it %llu B "
            "(the last pages); logits exact\n", (unsigned long long)w_saved,
            (unsigned long long)w_fed);

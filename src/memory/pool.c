@@ -536,6 +536,18 @@ rb_session *rb_pool_next_to_close(rb_pool *p, uint32_t max_sessions)
     return pick;
 }
 
+/* A trim for a grant (mu held): counts what it freed, takes the new total
+ * (*total: the one before), returns the budget's room now. */
+static uint64_t count_grant_trim(rb_pool *p, uint64_t freed, uint64_t budget, uint64_t *total)
+{
+    p->trimmed_bytes += freed;
+    const uint64_t after = total_bytes(p);
+    if (after < *total)
+        p->prefetch_trimmed_bytes += *total - after;
+    *total = after;
+    return budget > after ? budget - after : 0;
+}
+
 uint64_t rb_pool_grant_prefetch(rb_pool *p, rb_pool_member *self, uint64_t want,
                                 int trim_background)
 {
@@ -547,33 +559,22 @@ uint64_t rb_pool_grant_prefetch(rb_pool *p, rb_pool_member *self, uint64_t want,
         uint64_t room = budget > total ? budget - total : 0;
         if (room < want && trim_background && p->n_members) {
             /* a foreground session's restore: the others' prefetches go
-               first, then background sessions, least recently used first;
-               never a foreground one */
+               first, then background sessions, leveled; never a
+               foreground one */
             cancel_prefetches(p, self);
             total = total_bytes(p);
             room = budget > total ? budget - total : 0;
             rb_pool_member **order = malloc(p->n_members * sizeof *order);
             uint32_t n = order ? trim_order(p, self, order) : 0;
-            if (n) { /* leveled first (trim_leveled), then in trim order */
-                uint64_t freed = trim_leveled(p, order, n, RB_PRIORITY_BACKGROUND, self,
-                                              want - room);
-                p->trimmed_bytes += freed;
-                uint64_t after = total_bytes(p);
-                if (after < total)
-                    p->prefetch_trimmed_bytes += total - after;
-                total = after;
-                room = budget > total ? budget - total : 0;
-            }
+            /* leveled first (trim_leveled), then in trim order */
+            if (n)
+                room = count_grant_trim(p, trim_leveled(p, order, n, RB_PRIORITY_BACKGROUND,
+                                                        self, want - room), budget, &total);
             for (uint32_t i = 0; i < n && room < want; i++) {
                 if (order[i] == self || order[i]->priority != RB_PRIORITY_BACKGROUND)
                     continue;
-                uint64_t freed = trim_member(p, order[i], want - room, RB_TRIM_BYTES);
-                p->trimmed_bytes += freed;
-                uint64_t after = total_bytes(p);
-                if (after < total)
-                    p->prefetch_trimmed_bytes += total - after;
-                total = after;
-                room = budget > total ? budget - total : 0;
+                room = count_grant_trim(p, trim_member(p, order[i], want - room, RB_TRIM_BYTES),
+                                        budget, &total);
             }
             free(order);
         }
