@@ -1186,7 +1186,8 @@ RB_INLINE void rb_dec_q4_K(int64_t n, const char *w, size_t wrb, const char *a, 
             const rb_block_q4_K *x0 = (const rb_block_q4_K *)xr[2 * p] + b;
             const rb_block_q4_K *x1 = (const rb_block_q4_K *)xr[2 * p + 1] + b;
             /* 128-bit lanes: row 2p's scales twice, row 2p + 1's twice */
-            const __m512i sp = _mm512_shuffle_i64x2(sw, sw, _MM_SHUFFLE(2 * p + 1, 2 * p + 1, 2 * p, 2 * p));
+            const __m512i sp = p == 0 ? _mm512_shuffle_i64x2(sw, sw, _MM_SHUFFLE(1, 1, 0, 0))
+                                      : _mm512_shuffle_i64x2(sw, sw, _MM_SHUFFLE(3, 3, 2, 2));
             __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
             RB_FOR8(g, 4) {
                 const __m512i raw = rb_join256(x0->qs + 32 * g, x1->qs + 32 * g);
