@@ -1251,12 +1251,8 @@ static void rb_gemv_q4_K_avx512(int64_t n, const void *w, size_t wrb, int n_rows
     int r = 0;
     for (; r + 4 <= n_rows; r += 4)
         rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 4, 16 * wrb);
-    switch (n_rows - r) {
-    case 1: rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 1, wrb); break;
-    case 2: rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 2, 2 * wrb); break;
-    case 3: rb_dec_q4_K(n, wr + (size_t)r * wrb, wrb, a, y + r, 3, 3 * wrb); break;
-    default: break;
-    }
+    if (r < n_rows) /* the last 1-3 rows: the tile, at its own distance */
+        rb_tile_q4_K_avx512(n, wr + (size_t)r * wrb, wrb, n_rows - r, a, 0, 1, y + r, 0);
 }
 
 /* ---- decode: Q5_K, two rows per zmm ---------------------------------------
