@@ -1409,6 +1409,11 @@ void rb_residency_get_bytes(const rb_residency *cr, rb_residency_bytes *out)
     uint64_t kv = 0;
     pthread_mutex_lock(&r->mu);
     for (uint32_t id = 0; id < r->n_kv_segs; id++) {
+        /* only pages in use: the cache hands out the ones beyond without
+           mu (rb_kvcache_reserve on the holder's thread), and the pool's
+           leveling calls this from another */
+        if (id % r->kv.pages_per_layer >= r->n_pages)
+            continue;
         const kv_seg *s = &r->segs[id];
         if (s->tier == RB_TIER_RESIDENT && slot(r, id)) {
             if (!rb_kvcache_slot_is_shared(r->kv.cache, id)) /* the pool counts those */

@@ -300,7 +300,9 @@ rb_status rb_residency_unshare_page(rb_residency *r, uint32_t page, rb_error *er
 /* The RAM the manager holds, as numbers of its own (the memory pool's
  * accounts): KV pages in RAM (resident buffers but the shared ones, which
  * the pool counts once; compressed frames) and its
- * tables and buffers (with the store's RAM). */
+ * tables and buffers (with the store's RAM). Any thread: it reads the
+ * pages in use (below rb_residency_set_pages' count) under the manager's
+ * mutex, never the ones the KV cache is handing out beyond them. */
 typedef struct rb_residency_bytes {
     uint64_t kv_ram_bytes;
     uint64_t tables_bytes;
