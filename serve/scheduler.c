@@ -1002,6 +1002,7 @@ static void add_restore(sv_timings *tm, const rb_session_stats *a)
     tm->restore_io_s += a->restore_io_s;
     tm->restore_decode_s += a->restore_decode_s;
     tm->restore_wait_s += a->restore_wait_s;
+    tm->restore_span_s += a->restore_total_s;
     tm->restore_bytes_io += a->restore_bytes_io;
     tm->restore_bytes_decoded += a->restore_bytes_decoded;
     tm->restore_recomputed += a->restore_recomputed_tokens;
