@@ -1014,12 +1014,132 @@ static void rb_few_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows,
 #undef RB_FQ4
 }
 
-/* the decode gemv: the kernel above at one token (the same loop, the same
- * bits; its side values are computed once per 64-row call) */
+/* ---- decode: Q4_0, four rows x four blocks ----------------------------------
+ * Four consecutive blocks of a row are 72 contiguous bytes, their codes at
+ * the even offsets 18j + 2: one 64-byte load and one 16-byte load (bytes
+ * 56..71, the last block's codes) and one vpermt2w put block j's 16 code
+ * bytes in 128-bit lane j, and the same 64 bytes give the four scales
+ * (words 9j). The token's codes are laid out once per call to match (lane
+ * j: block 4s + j's codes 0..15, and 16..31), so per row and step two
+ * vpdpbusd, started from -8 * sum(a) in dword 0 of each lane, hold each
+ * block's exact integer in a lane's four dwords; the 4 x 4 transpose-and-add
+ * over four rows leaves dword 4j + k = row k's integer of block 4s + j.
+ * Then the chains' acc = fma(float(isum), dw * da, acc) per row, block j
+ * before j + 1 (lane j of each vector): the tiles' bits.
+ * Each row is one sequential stream (the loop above walks 16 rows 18 bytes
+ * at a time), and each row's lines pf bytes on are prefetched, as the Q4_K
+ * gemv does: pf = 16 rows. The token's layout takes 256 bytes per 4 blocks,
+ * so it is built for RB_Q40_SEG_STEPS steps at a time; the rows' partial
+ * sums wait in y between segments (a float stored and reloaded: the same
+ * chain). */
+#define RB_Q40_SEG_STEPS 64 /* 256 blocks (8192 columns): 16 KiB of stack */
+
+typedef struct rb_q40_act_step {
+    __m512i lo, hi; /* lane j: block 4s + j's codes 0..15, 16..31 */
+    __m512i corr;   /* dword 4j: -8 * sum of block 4s + j's codes, else 0 */
+    __m512 da;      /* dword 4j + k: block 4s + j's scale */
+} rb_q40_act_step;
+
+RB_INLINE void rb_q40_act_prep(const char *a, int64_t s0, int64_t s1, rb_q40_act_step *st)
+{
+    int32_t corr[4];
+    float da[4];
+    for (int64_t s = s0; s < s1; s++) {
+        rb_q40_act_step *o = &st[s - s0];
+        rb_few_side_q4_0(a, 0, 4 * s, 4 * s + 4, corr, da, 1);
+        const rb_block_q8_0 *ab = (const rb_block_q8_0 *)a + 4 * s;
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+        lo = _mm512_inserti32x4(lo, _mm_loadu_si128((const __m128i *)ab[0].qs), 0);
+        hi = _mm512_inserti32x4(hi, _mm_loadu_si128((const __m128i *)(ab[0].qs + 16)), 0);
+        lo = _mm512_inserti32x4(lo, _mm_loadu_si128((const __m128i *)ab[1].qs), 1);
+        hi = _mm512_inserti32x4(hi, _mm_loadu_si128((const __m128i *)(ab[1].qs + 16)), 1);
+        lo = _mm512_inserti32x4(lo, _mm_loadu_si128((const __m128i *)ab[2].qs), 2);
+        hi = _mm512_inserti32x4(hi, _mm_loadu_si128((const __m128i *)(ab[2].qs + 16)), 2);
+        lo = _mm512_inserti32x4(lo, _mm_loadu_si128((const __m128i *)ab[3].qs), 3);
+        hi = _mm512_inserti32x4(hi, _mm_loadu_si128((const __m128i *)(ab[3].qs + 16)), 3);
+        o->lo = lo;
+        o->hi = hi;
+        o->corr = _mm512_setr_epi32(corr[0], 0, 0, 0, corr[1], 0, 0, 0, corr[2], 0, 0, 0, corr[3], 0, 0, 0);
+        o->da = _mm512_setr_ps(da[0], da[0], da[0], da[0], da[1], da[1], da[1], da[1], da[2], da[2], da[2],
+                               da[2], da[3], da[3], da[3], da[3]);
+    }
+}
+
+/* rows w .. w + 3 over steps s0..s1 - 1; y in and out (the chains) */
+RB_INLINE void rb_dec_q4_0(const char *w, size_t wrb, const rb_q40_act_step *st, int64_t s0,
+                           int64_t s1, float *y, size_t pf)
+{
+    /* lane j: words 9j + 1 .. 9j + 8 of A (block j's codes), lane 3 from B;
+     * word 4j + k: row k's scale of block j (k = 0, 1 from rows 0, 1; 2, 3
+     * from rows 2, 3) */
+    static const alignas(64) int16_t idx[3][32] = {
+        {1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17,
+         19, 20, 21, 22, 23, 24, 25, 26, 32, 33, 34, 35, 36, 37, 38, 39},
+        {0, 32, 0, 0, 9, 41, 0, 0, 18, 50, 0, 0, 27, 59, 0, 0},
+        {0, 0, 0, 32, 0, 0, 9, 41, 0, 0, 18, 50, 0, 0, 27, 59},
+    };
+    const __m512i cidx = _mm512_load_si512((const void *)idx[0]);
+    const __m512i didx01 = _mm512_load_si512((const void *)idx[1]);
+    const __m512i didx23 = _mm512_load_si512((const void *)idx[2]);
+    const __m512i k0f = _mm512_set1_epi8(0x0f);
+    __m128 acc = _mm_loadu_ps(y);
+    for (int64_t s = s0; s < s1; s++) {
+        const rb_q40_act_step *as = &st[s - s0];
+        __m512i raw[4], z[4];
+        RB_FOR(r, 4) {
+            const char *x = w + (size_t)r * wrb + (size_t)s * 72;
+            _mm_prefetch(x + pf, _MM_HINT_T1);
+            _mm_prefetch(x + pf + 64, _MM_HINT_T1);
+            raw[r] = _mm512_loadu_si512((const void *)x);
+            const __m512i b = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(x + 56)));
+            const __m512i q = _mm512_permutex2var_epi16(raw[r], cidx, b);
+            const __m512i lo = _mm512_and_si512(q, k0f);
+            const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), k0f);
+            z[r] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(as->corr, lo, as->lo), hi, as->hi);
+        }
+        const __m512i a01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+        const __m512i a23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+        const __m512i is = _mm512_add_epi32(_mm512_unpacklo_epi64(a01, a23), _mm512_unpackhi_epi64(a01, a23));
+        const __m256i dh = _mm256_mask_blend_epi16(
+            0xcccc, _mm512_castsi512_si256(_mm512_permutex2var_epi16(raw[0], didx01, raw[1])),
+            _mm512_castsi512_si256(_mm512_permutex2var_epi16(raw[2], didx23, raw[3])));
+        const __m512 f = _mm512_cvtepi32_ps(is);
+        const __m512 sc = _mm512_mul_ps(_mm512_cvtph_ps(dh), as->da);
+        acc = _mm_fmadd_ps(_mm512_castps512_ps128(f), _mm512_castps512_ps128(sc), acc);
+        acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(f, 1), _mm512_extractf32x4_ps(sc, 1), acc);
+        acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(f, 2), _mm512_extractf32x4_ps(sc, 2), acc);
+        acc = _mm_fmadd_ps(_mm512_extractf32x4_ps(f, 3), _mm512_extractf32x4_ps(sc, 3), acc);
+    }
+    _mm_storeu_ps(y, acc);
+}
+
+#ifndef RB_Q40_PF_ROWS
+#define RB_Q40_PF_ROWS 16
+#endif
+
+/* the decode gemv: the loop above where the blocks come in fours, else
+ * the few kernel at one token (the same bits either way) */
 static void rb_gemv_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
                                 float *y)
 {
-    rb_few_q4_0(n, w, wrb, n_rows, a, 0, y, 0, 1);
+    const int64_t nb = n / RB_QK8_0;
+    if (nb % 4) {
+        rb_few_q4_0(n, w, wrb, n_rows, a, 0, y, 0, 1);
+        return;
+    }
+    rb_q40_act_step st[RB_Q40_SEG_STEPS];
+    const int n4 = n_rows / 4 * 4;
+    for (int r = 0; r < n4; r++)
+        y[r] = 0.0f;
+    for (int64_t s0 = 0; s0 < nb / 4; s0 += RB_Q40_SEG_STEPS) {
+        const int64_t s1 = s0 + RB_Q40_SEG_STEPS < nb / 4 ? s0 + RB_Q40_SEG_STEPS : nb / 4;
+        rb_q40_act_prep(a, s0, s1, st);
+        for (int r = 0; r < n4; r += 4)
+            rb_dec_q4_0((const char *)w + (size_t)r * wrb, wrb, st, s0, s1, y + r, RB_Q40_PF_ROWS * wrb);
+    }
+    if (n4 < n_rows) /* the last 1-3 rows: the vnni tile */
+        rb_matmul_isa_vnni.tile[RB_TYPE_Q4_0](n, (const char *)w + (size_t)n4 * wrb, wrb, n_rows - n4, a, 0,
+                                              1, y + n4, 0);
 }
 
 /* ---- decode: Q6_K, two rows per zmm ---------------------------------------
