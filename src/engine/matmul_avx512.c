@@ -1116,15 +1116,23 @@ RB_INLINE void rb_dec_q4_0(const char *w, size_t wrb, const rb_q40_act_step *st,
     _mm_storeu_ps(y, acc);
 }
 
+/* rows whose blocks do not come in fours: the few kernel at one token (its
+ * own frame: the two kernels' tables do not share the stack) */
+static __attribute__((noinline)) void rb_gemv_q4_0_few(int64_t n, const void *w, size_t wrb,
+                                                       int n_rows, const void *a, float *y)
+{
+    rb_few_q4_0(n, w, wrb, n_rows, a, 0, y, 0, 1);
+}
+
 /* the decode gemv: the loop above where the blocks come in fours, else
- * the few kernel at one token (the same bits either way) */
+ * the few kernel (the same bits either way) */
 static void rb_gemv_q4_0_avx512(int64_t n, const void *w, size_t wrb, int n_rows, const void *a,
                                 float *y)
 {
     _Static_assert(sizeof(rb_block_q4_0) == 18, "the offsets above");
     const int64_t nb = n / RB_QK8_0;
     if (nb % 4) {
-        rb_few_q4_0(n, w, wrb, n_rows, a, 0, y, 0, 1);
+        rb_gemv_q4_0_few(n, w, wrb, n_rows, a, y);
         return;
     }
     rb_q40_act_step st[RB_Q40_SEG_STEPS];
