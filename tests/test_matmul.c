@@ -481,13 +481,11 @@ static void test_matmul_driver(rb_threadpool *pools[3])
 
 /* Larger shapes, decode and prefill, 2 threads: chunks and tile remainders
  * across many chunks (rows not a multiple of the chunk size). */
-static void test_matmul_large(rb_threadpool *pool1, rb_threadpool *pool2)
+static void test_matmul_large_shape(rb_threadpool *pool1, rb_threadpool *pool2, const uint32_t *types,
+                                    size_t n_types, int64_t n_rows, int64_t n_cols, int64_t n_tok)
 {
-    static const uint32_t types[] = {RB_TYPE_Q4_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q6_K,
-                                     RB_TYPE_Q5_K, RB_TYPE_Q4_1, RB_TYPE_Q5_1, RB_TYPE_F16};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    for (size_t ti = 0; ti < n_types; ti++) {
         const uint32_t wt = types[ti];
-        const int64_t n_rows = 301, n_cols = 1024, n_tok = 70;
         const size_t wrb = row_bytes(wt, n_cols), arb = rb_matmul_act_row_bytes(wt, n_cols);
         uint8_t *w = malloc(wrb * n_rows), *a = malloc(arb * n_tok);
         float *x = malloc(sizeof(float) * n_cols);
@@ -529,6 +527,18 @@ static void test_matmul_large(rb_threadpool *pool1, rb_threadpool *pool2)
         free(ya);
         free(yb);
     }
+}
+
+static void test_matmul_large(rb_threadpool *pool1, rb_threadpool *pool2)
+{
+    static const uint32_t types[] = {RB_TYPE_Q4_0, RB_TYPE_Q8_0, RB_TYPE_Q4_K, RB_TYPE_Q6_K,
+                                     RB_TYPE_Q5_K, RB_TYPE_Q4_1, RB_TYPE_Q5_1, RB_TYPE_F16};
+    test_matmul_large_shape(pool1, pool2, types, sizeof types / sizeof types[0], 301, 1024, 70);
+    /* the avx512 Q4_0 gemv: rows of 260 blocks (its token layout built in
+     * two segments) and of 33 (not in fours: the few kernel) */
+    static const uint32_t q4_0[] = {RB_TYPE_Q4_0};
+    test_matmul_large_shape(pool1, pool2, q4_0, 1, 70, 8320, 17);
+    test_matmul_large_shape(pool1, pool2, q4_0, 1, 70, 1056, 17);
 }
 
 int main(void)

@@ -30,8 +30,9 @@
  *           token of the block.
  * An ISA may also have, per weight type, two whole-panel kernels that run
  * instead of the tiles (matmul_kernels.h):
- *   gemv   (n_tokens == 1): 64-row chunks, each one call (avx512 Q4_0: 16
- *          rows per zmm group, no per-row horizontal sums);
+ *   gemv   (n_tokens == 1): 64-row chunks, each one call (avx512 Q4_0,
+ *          Q4_K, Q6_K: four rows at a time, each row's lines prefetched
+ *          16 rows ahead);
  *   few    (2 <= n_tokens <= RB_FEW_MAX, one decode step of several
  *          sequences): 64-row chunks x every token, each one call that
  *          loads a weight block once and runs it against every token (the
