@@ -114,9 +114,7 @@ void *rb_kvpage_alloc(size_t n);
  * of the time (this VM, 448 MiB: faulted in 0.20-0.25 -> 0.06 s, unmapped
  * page by page 0.04 -> 0.01 s), but a fresh process pays the kernel's
  * compaction for them (1.4 GB: 0.7-1.0 -> 1.3-2.5 s): restores of what
- * this process trimmed ask (to the spill or to its session file, as
- * serve's budget does), a restore of pages a session was opened with does
- * not. On the switch at 8192
+ * this process trimmed ask, a cold restore does not. On the switch at 8192
  * tokens, 50% trimmed, 4 alternating pairs: median TTFT storage 1406 ->
  * 1086 ms, lossless 2149 -> 1487, q8 1106 -> 1053 (restore I/O busy
  * 0.45-0.64 -> 0.24-0.39 s). */

@@ -88,8 +88,6 @@ typedef struct kv_seg {
     uint8_t is_zram;     /* the frame is an lz4/zstd one (zram.h), else kvcodec */
     uint8_t saved;       /* an identical copy is at the saved source */
     uint8_t from_saved;  /* STORED at the saved source, not in the spill */
-    uint8_t adopted;     /* from_saved since the open (rb_residency_adopt_saved):
-                            never in this process's RAM */
     uint8_t pins;        /* the session file's writer is reading the slot */
     uint8_t mapped;      /* the slot maps the saved source's copy */
     uint8_t disk_full;   /* a write to the store failed for it once (counted) */
@@ -135,7 +133,6 @@ struct rb_residency {
     uint64_t writes;         /* rb_residency_will_write calls so far */
     uint32_t n_pinned;
     uint64_t n_pin_waits, n_pin_skips, n_pin_stale; /* races with the writer, counted */
-    uint64_t n_batch_huge, n_batch_plain; /* restores' page batches, by how they were asked */
     uint32_t *pending;       /* [n_layers] */
     uint8_t *layer_failed;   /* [n_layers] */
     uint32_t *io_jobs, n_io, io_next;
@@ -325,7 +322,7 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
     rb_kvcache_fill_slot(r->kv.cache, id, buf);
     s->mapped = (uint8_t)mapped;
     if (is_io && s->from_saved) {
-        s->from_saved = s->adopted = 0; /* the copy stays in the file */
+        s->from_saved = 0; /* the copy stays in the file */
     } else if (is_io) {
         /* a full page never changes again (only the last in-use page is
            written, and a forget drops the copies from the page before its
@@ -386,7 +383,7 @@ static void worker_loop(rb_residency *r, int own_is_io)
                 }
                 if (is_io && !r->segs[id].from_saved)
                     rb_store_drop(r->store, id);
-                r->segs[id].from_saved = r->segs[id].adopted = r->segs[id].saved = 0;
+                r->segs[id].from_saved = r->segs[id].saved = 0;
                 r->n_damaged++;
             }
             r->layer_failed[layer] = 1;
@@ -888,7 +885,7 @@ static void forget_locked(rb_residency *r, uint32_t first_page)
             if (in_store(s) && r->store)
                 rb_store_drop(r->store, id);
             s->tier = RB_TIER_RESIDENT;
-            s->failed = s->saved = s->from_saved = s->adopted = s->spilled = 0;
+            s->failed = s->saved = s->from_saved = s->spilled = 0;
         }
     /* the page before: its positions from the forget on are written again,
        so no copy elsewhere is identical any more (the session file keeps
@@ -945,7 +942,7 @@ int rb_residency_release_page(rb_residency *r, uint32_t layer, uint32_t page, in
     if (in_store(s) && r->store)
         rb_store_drop(r->store, id);
     s->tier = RB_TIER_RESIDENT;
-    s->failed = s->saved = s->from_saved = s->adopted = s->spilled = 0;
+    s->failed = s->saved = s->from_saved = s->spilled = 0;
     pthread_mutex_unlock(&r->mu);
     return 1;
 }
@@ -1035,30 +1032,20 @@ static void plan_locked(rb_residency *r, uint32_t pages, uint64_t max_bytes, int
     for (uint32_t i = 0; i < r->n_io; i++)
         n_kv_jobs += r->io_jobs[i] < r->n_kv_segs;
     r->batch_n = r->batch_next = 0;
-    /* huge pages for what this process trimmed itself (kvcache.h says why),
-       to the spill or to the saved source: only pages adopted at the open
-       were never in its RAM */
-    int cold = 0, saved_src = 0;
-    for (uint32_t i = 0; i < r->n_io; i++)
-        if (r->io_jobs[i] < r->n_kv_segs) {
-            cold |= r->segs[r->io_jobs[i]].adopted;
-            saved_src |= r->segs[r->io_jobs[i]].from_saved;
-        }
+    /* huge pages for what this process trimmed itself (kvcache.h says why) */
+    int cold = 0;
+    for (uint32_t i = 0; i < r->n_io && !cold; i++)
+        cold = r->io_jobs[i] < r->n_kv_segs && r->segs[r->io_jobs[i]].from_saved;
     /* pages may map the source's copies when none is resident: the page
        cache's read-around then reads only pages this restore needs */
-    r->plan_cold = saved_src;
+    r->plan_cold = cold;
     for (uint32_t i = 0; i < r->n_kv_segs && r->plan_cold; i++)
         if (i % r->kv.pages_per_layer < r->n_pages)
             r->plan_cold = r->segs[i].tier != RB_TIER_RESIDENT &&
                            r->segs[i].tier != RB_TIER_COMPRESSED;
     if (n_kv_jobs &&
-        rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, !cold, r->batch) == 0) {
+        rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, !cold, r->batch) == 0)
         r->batch_n = n_kv_jobs;
-        if (cold)
-            r->n_batch_plain++;
-        else
-            r->n_batch_huge++;
-    }
     r->last_plan_jobs = r->n_io + r->n_dec;
     r->plan_pages = r->n_pages;
     r->is_restore_open = 1;
@@ -1373,14 +1360,6 @@ void rb_residency_pin_counts(rb_residency *r, uint64_t *waits, uint64_t *skips,
     pthread_mutex_unlock(&r->mu);
 }
 
-void rb_residency_batch_counts(rb_residency *r, uint64_t *huge, uint64_t *plain)
-{
-    pthread_mutex_lock(&r->mu);
-    *huge = r->n_batch_huge;
-    *plain = r->n_batch_plain;
-    pthread_mutex_unlock(&r->mu);
-}
-
 void rb_residency_unpin(rb_residency *r, uint32_t layer, uint32_t page)
 {
     pthread_mutex_lock(&r->mu);
@@ -1402,7 +1381,7 @@ void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, in
     kv_seg *s = &r->segs[id];
     free_slot(r, id);
     s->tier = RB_TIER_STORED;
-    s->from_saved = s->adopted = 1;
+    s->from_saved = 1;
     s->saved = (uint8_t)(is_clean != 0);
     if (page + 1 > r->n_pages)
         r->n_pages = page + 1;

@@ -238,10 +238,6 @@ void rb_residency_unpin(rb_residency *r, uint32_t layer, uint32_t page);
  * pinned page, and a pin failed for a passed epoch (tests). */
 void rb_residency_pin_counts(rb_residency *r, uint64_t *waits, uint64_t *skips,
                              uint64_t *stale);
-/* The restores whose KV pages came in one mapping, by whether it asked for
- * huge pages (pages this process trimmed itself) or not (pages adopted
- * from the saved source at the open: a cold process; kvcache.h says why). */
-void rb_residency_batch_counts(rb_residency *r, uint64_t *huge, uint64_t *plain);
 /* A page not in RAM whose data is at the source (a session opened from a
  * file): STORED there; is_clean as for mark_saved. */
 void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, int is_clean);
