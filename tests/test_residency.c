@@ -366,13 +366,21 @@ static uint64_t spill_written(rb_session *s)
     return st.written_bytes;
 }
 
+/* A copy of s's last logits (512 floats; NULL when there are none). */
+static float *last_logits(rb_session *s)
+{
+    const float *l = rb_session_get_logits(s);
+    float *c = l ? malloc(512 * sizeof(float)) : NULL;
+    if (c)
+        memcpy(c, l, 512 * sizeof(float));
+    return c;
+}
+
 /* ref's last logits against got (512 floats, may be NULL); destroys ref
  * and frees got. */
 static void check_ref_logits(rb_session *ref, float *got)
 {
-    float *want = malloc(512 * sizeof(float));
-    if (want && rb_session_get_logits(ref))
-        memcpy(want, rb_session_get_logits(ref), 512 * sizeof(float));
+    float *want = last_logits(ref);
     CHECK(got && want && same(got, want, 512));
     rb_session_destroy(ref);
     free(got);
@@ -404,9 +412,7 @@ static void spill_reuse_test(rb_model *m, const int32_t *prompt)
     CHECK_EQ_INT(rb_session_feed(s, other, 64, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_feed(s, &c, 1, NULL), RB_OK);
-    float *got = malloc(512 * sizeof(float));
-    if (got && rb_session_get_logits(s))
-        memcpy(got, rb_session_get_logits(s), 512 * sizeof(float));
+    float *got = last_logits(s);
     rb_session_destroy(s);
     rb_session *ref = open_session(m, RB_RESTORE_EAGER, RB_RAM_CODEC_LOSSLESS);
     CHECK_EQ_INT(rb_session_feed(ref, prompt, 480, NULL), RB_OK);
@@ -452,9 +458,7 @@ static void saved_last_page_test(rb_model *m, const int32_t *prompt)
     CHECK_EQ_INT(rb_session_trim(s, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
     CHECK_EQ_U64(spill_written(s) - w2, 0); /* saved again: nothing written */
     CHECK_EQ_INT(rb_session_feed(s, &toks[N_PROMPT + 2], 1, NULL), RB_OK);
-    float *got = malloc(512 * sizeof(float));
-    if (got && rb_session_get_logits(s))
-        memcpy(got, rb_session_get_logits(s), 512 * sizeof(float));
+    float *got = last_logits(s);
     rb_session_destroy(s);
     unlink(path);
     rb_session *ref = open_session(m, RB_RESTORE_EAGER, RB_RAM_CODEC_LOSSLESS);
