@@ -711,6 +711,94 @@ static void test_prefetch_budget(void)
     rb_model_close(m);
 }
 
+/*
+ * A return's restore writes into the page buffers that the budget's trims
+ * of the other members freed for it (residency.h, the spare), for the
+ * feed's own trims and for a foreground prefetch's: the buffers are taken
+ * from the spare, the logits are a never-trimmed session's bit for bit
+ * (and the trimmed members' too, after their own restores), and the pool
+ * ends within its budget.
+ */
+static void spare_counts(rb_session *s, uint64_t *put, uint64_t *used)
+{
+    rb_residency_spare_counts(rb_session_debug_residency(s), put, used);
+}
+
+static void test_spare_restore(void)
+{
+    rb_model *m = NULL;
+    rb_error err;
+    rb_pool *pool = open_pool(&m);
+    rb_session_params p = params(1);
+    p.pool = pool;
+    p.priority = RB_PRIORITY_BACKGROUND;
+    rb_session *s[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(rb_session_create(m, &p, &s[i], &err), RB_OK);
+        if (!s[i])
+            return;
+        feed_turns(s[i], i, TURNS - 1);
+    }
+    /* a foreground prefetch: s1 went out whole, the background ones give */
+    CHECK_EQ_INT(rb_session_trim(s[1], UINT64_MAX, RB_TRIM_BYTES, NULL), RB_OK);
+    const uint32_t out1 = pages_out(s[1]);
+    CHECK(out1 >= 3);
+    rb_pool_stats ps;
+    rb_pool_get_stats(pool, &ps);
+    CHECK_EQ_INT(rb_pool_set_budget(pool, ps.total_bytes), RB_OK);
+    uint64_t put, used;
+    spare_counts(s[1], &put, &used);
+    CHECK_EQ_U64(put, 0);
+    CHECK_EQ_INT(rb_session_set_priority(s[1], RB_PRIORITY_FOREGROUND), RB_OK);
+    wait_prefetch(s[1]);
+    spare_counts(s[1], &put, &used);
+    CHECK(used >= 1); /* the prefetch wrote into the others' buffers */
+    CHECK(used <= put);
+    CHECK(put <= out1); /* never more than it brings */
+    CHECK(pages_out(s[0]) + pages_out(s[2]) >= 1);
+    CHECK_EQ_INT(rb_session_feed(s[1], refs[1].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+    CHECK(!memcmp(rb_session_get_logits(s[1]), refs[1].logits[TURNS - 1],
+                  n_vocab * sizeof(float)));
+    printf("spare: a foreground prefetch of %u pages took %llu of the %llu buffers its "
+           "trims freed; logits identical\n", out1, (unsigned long long)used,
+           (unsigned long long)put);
+
+    /* the feed: s1 and s2 back whole, s0 out whole, no room; its budget
+       trim makes it */
+    CHECK_EQ_INT(rb_pool_set_budget(pool, 0), RB_OK);
+    for (int i = 1; i < 3; i++) {
+        uint64_t planned;
+        CHECK_EQ_INT(rb_session_prefetch(s[i], &planned), RB_OK);
+        wait_prefetch(s[i]);
+        CHECK_EQ_U64(pages_out(s[i]), 0);
+    }
+    CHECK_EQ_INT(rb_session_trim(s[0], UINT64_MAX, RB_TRIM_BYTES, NULL), RB_OK);
+    const uint32_t out0 = pages_out(s[0]);
+    rb_pool_get_stats(pool, &ps);
+    CHECK_EQ_INT(rb_pool_set_budget(pool, ps.total_bytes), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(s[0], refs[0].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+    CHECK(!memcmp(rb_session_get_logits(s[0]), refs[0].logits[TURNS - 1],
+                  n_vocab * sizeof(float)));
+    spare_counts(s[0], &put, &used);
+    CHECK(used >= 1);
+    CHECK(used <= put);
+    CHECK(put <= out0);
+    rb_pool_get_stats(pool, &ps);
+    CHECK_EQ_U64(ps.over_bytes, 0);
+    /* s2, whose pages went to both: its own restore is exact */
+    CHECK_EQ_INT(rb_pool_set_budget(pool, 0), RB_OK);
+    CHECK(pages_out(s[2]) >= 1);
+    CHECK_EQ_INT(rb_session_feed(s[2], refs[2].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
+    CHECK(!memcmp(rb_session_get_logits(s[2]), refs[2].logits[TURNS - 1],
+                  n_vocab * sizeof(float)));
+    printf("spare: a feed's restore of %u pages took %llu of %llu; the member that gave to "
+           "both restores exactly\n", out0, (unsigned long long)used, (unsigned long long)put);
+    for (int i = 0; i < 3; i++)
+        rb_session_destroy(s[i]);
+    rb_pool_destroy(pool);
+    rb_model_close(m);
+}
+
 /* The pool picks by feeds / (1 + the others' feeds since): x fed 4 times
  * then y once then z once scores x 4/3, z 1/1, y 1/2. A session with an
  * open prefetch or nothing out of RAM is not picked. */
@@ -1249,6 +1337,7 @@ int main(void)
     test_leveled_trim();
     test_prefetch_full();
     test_prefetch_budget();
+    test_spare_restore();
     test_prefetch_order();
     test_prefetch_race();
     test_schedule();

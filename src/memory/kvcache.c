@@ -190,6 +190,15 @@ void rb_kvcache_free_slot(rb_kvcache *kv, size_t id)
     kv->pages[id] = NULL;
 }
 
+void *rb_kvcache_take_slot(rb_kvcache *kv, size_t id)
+{
+    void *page = kv->pages[id];
+    if (!page || rb_kvcache_slot_is_shared(kv, id))
+        return NULL;
+    kv->pages[id] = NULL;
+    return page;
+}
+
 int rb_kvcache_same_layout(const rb_kvcache *a, const rb_kvcache *b)
 {
     return a->n_layers == b->n_layers && a->n_kv_heads == b->n_kv_heads &&

@@ -154,6 +154,11 @@ void rb_kvcache_free_page(rb_kvcache *kv, uint32_t layer, uint32_t page);
  * tiers through these two: the cache is the one owner of the slots. */
 void rb_kvcache_free_slot(rb_kvcache *kv, size_t id);
 void rb_kvcache_fill_slot(rb_kvcache *kv, size_t id, void *page);
+/* The slot's buffer handed to the caller, who frees it (rb_kvpage_free)
+ * or fills another slot with it; the slot is empty after. NULL, with the
+ * slot as it was, when it is empty or shared (a shared page has other
+ * holders: rb_kvcache_free_slot lets go of it). */
+void *rb_kvcache_take_slot(rb_kvcache *kv, size_t id);
 
 /* Shared pages (the rule above). Whether a slot's page is shared (its
  * holders counted in an account, not in this cache). */

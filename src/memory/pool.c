@@ -292,14 +292,15 @@ uint64_t rb_pool_others_bytes(rb_pool *p, const rb_pool_member *self)
  * trims now, or records the request for the thread that holds it
  * (counted as posted). The member's published bytes go down by what its
  * residency counts as freed. Returns the bytes freed now. */
-static uint64_t trim_member(rb_pool *p, rb_pool_member *m, uint64_t bytes, rb_trim_level level)
+static uint64_t trim_member(rb_pool *p, rb_pool_member *m, uint64_t bytes, rb_trim_level level,
+                            rb_residency *sink)
 {
     if (!m->res)
         return 0;
     const rb_trim_scope scope =
         level == RB_TRIM_BYTES ? RB_TRIM_SCOPE_KV_TO_STORAGE : RB_TRIM_SCOPE_KV;
     uint64_t freed = 0, drop = 0;
-    if (!rb_residency_pool_trim(m->res, bytes, level, scope, &freed, &drop)) {
+    if (!rb_residency_pool_trim(m->res, bytes, level, scope, sink, &freed, &drop)) {
         p->n_posted++; /* busy: served at its next layer boundary */
         return 0;
     }
@@ -356,7 +357,8 @@ static uint64_t member_kv(const rb_pool_member *m)
  * free less now; the caller goes on in trim order for what is left.
  */
 static uint64_t trim_leveled(rb_pool *p, rb_pool_member **order, uint32_t n,
-                             rb_priority priority, const rb_pool_member *skip, uint64_t need)
+                             rb_priority priority, const rb_pool_member *skip, uint64_t need,
+                             rb_residency *sink)
 {
     enum { MAX_LEVEL = 256 };
     rb_pool_member *c[MAX_LEVEL];
@@ -403,7 +405,7 @@ static uint64_t trim_leveled(rb_pool *p, rb_pool_member **order, uint32_t n,
         share += kv[i] - line;
         if (share <= gone)
             continue;
-        freed += trim_member(p, c[i], share - gone, RB_TRIM_BYTES);
+        freed += trim_member(p, c[i], share - gone, RB_TRIM_BYTES, sink);
         const uint64_t now = member_kv(c[i]);
         gone += kv[i] > now ? kv[i] - now : 0;
     }
@@ -436,17 +438,21 @@ uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int s
     if (total > budget && p->n_members) {
         rb_pool_member **order = malloc(p->n_members * sizeof *order);
         uint32_t n = order ? trim_order(p, self, order) : 0;
+        /* room for self's feed: the others' freed page buffers go to its
+           restore (rb_residency_open_spare) */
+        rb_residency *sink = extra && !self_too && self ? self->res : NULL;
         /* the others leveled, background before foreground; then in trim
            order what they could not give now, self last */
         for (int pr = RB_PRIORITY_BACKGROUND; pr >= RB_PRIORITY_FOREGROUND && total > budget;
              pr--) {
-            p->trimmed_bytes += trim_leveled(p, order, n, (rb_priority)pr, self, total - budget);
+            p->trimmed_bytes += trim_leveled(p, order, n, (rb_priority)pr, self, total - budget,
+                                             sink);
             total = total_bytes(p) + extra;
         }
         for (uint32_t i = 0; i < n && total > budget; i++) {
             if (order[i] == self && !self_too)
                 continue;
-            p->trimmed_bytes += trim_member(p, order[i], total - budget, RB_TRIM_BYTES);
+            p->trimmed_bytes += trim_member(p, order[i], total - budget, RB_TRIM_BYTES, sink);
             total = total_bytes(p) + extra;
         }
         free(order);
@@ -500,7 +506,8 @@ rb_status rb_pool_trim(rb_pool *p, uint64_t bytes, rb_trim_level level, uint64_t
     for (uint32_t i = 0; i < n; i++) {
         if (level == RB_TRIM_BYTES && freed >= bytes)
             break;
-        freed += trim_member(p, order[i], level == RB_TRIM_BYTES ? bytes - freed : 0, level);
+        freed += trim_member(p, order[i], level == RB_TRIM_BYTES ? bytes - freed : 0, level,
+                             NULL);
     }
     free(order);
     p->trimmed_bytes += freed;
@@ -566,14 +573,17 @@ uint64_t rb_pool_grant_prefetch(rb_pool *p, rb_pool_member *self, uint64_t want,
             room = budget > total ? budget - total : 0;
             rb_pool_member **order = malloc(p->n_members * sizeof *order);
             uint32_t n = order ? trim_order(p, self, order) : 0;
+            rb_residency *sink = self->res; /* the freed buffers: its restore's */
             /* leveled first (trim_leveled), then in trim order */
             if (n)
                 room = count_grant_trim(p, trim_leveled(p, order, n, RB_PRIORITY_BACKGROUND,
-                                                        self, want - room), budget, &total);
+                                                        self, want - room, sink),
+                                        budget, &total);
             for (uint32_t i = 0; i < n && room < want; i++) {
                 if (order[i] == self || order[i]->priority != RB_PRIORITY_BACKGROUND)
                     continue;
-                room = count_grant_trim(p, trim_member(p, order[i], want - room, RB_TRIM_BYTES),
+                room = count_grant_trim(p, trim_member(p, order[i], want - room, RB_TRIM_BYTES,
+                                                       sink),
                                         budget, &total);
             }
             free(order);

@@ -88,6 +88,8 @@ rb_priority rb_pool_member_priority(const rb_pool_member *m);
  * `self` is about to take (its next feed's growth; 0 after a feed). self
  * (may be NULL) is trimmed last among the members, and only when
  * self_too; the weights go after every member's KV when weights_too.
+ * With extra (and not self_too) the others' trims hand the page buffers
+ * they free to self's residency for its restore (rb_residency_open_spare).
  * Returns the bytes still over the budget afterwards (0: within).
  */
 uint64_t rb_pool_enforce(rb_pool *pool, rb_pool_member *self, uint64_t extra, int self_too,
@@ -99,7 +101,8 @@ uint64_t rb_pool_enforce(rb_pool *pool, rb_pool_member *self, uint64_t extra, in
  * bytes; the pool grants what its budget has free, and for a foreground
  * session (trim_background) first makes room: the other members' open
  * prefetches stop, then background members are trimmed, leveled as above
- * (never a foreground one). The grant is reserved in the
+ * (never a foreground one), their freed page buffers going to self's
+ * prefetch (rb_residency_open_spare). The grant is reserved in the
  * total at once. set_prefetch: the bytes the member's prefetch planned
  * (its reservation from now on; 0: none, or the prefetch ended and the
  * session published what it holds). Any trim of the pool stops every open

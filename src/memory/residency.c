@@ -139,6 +139,15 @@ struct rb_residency {
     uint32_t *dec_jobs, n_dec, dec_next;
     void **batch;            /* page buffers mapped for this plan */
     uint32_t batch_n, batch_next;
+    /* spare page buffers (rb_residency_open_spare): the pages the pool's
+       trims of other members freed for this manager's next restore,
+       already faulted in. spare_mu is a leaf lock: a trimmed manager puts
+       under its own mu, this one's workers take without it. */
+    pthread_mutex_t spare_mu;
+    void **spare;            /* [n_kv_segs] */
+    uint32_t n_spare, spare_cap;
+    uint64_t n_spare_put, n_spare_used; /* counters (spare_mu) */
+    struct rb_residency *sink; /* in a pool trim: where freed buffers go (mu) */
     void **dead_frames;      /* decoded frames, freed at end_restore */
     uint32_t n_dead;
     int n_busy;              /* workers inside a job */
@@ -243,13 +252,66 @@ static rb_status decode_page(const rb_residency *r, int zram, const void *frame,
 
 /* ---- workers ------------------------------------------------------------ */
 
-/* A page buffer for a restore: the next of the batch begin_restore mapped
- * for this plan (one mmap), or a single mapping when the batch could not be
- * made; faulted in with one call. Called without mu. */
+/* ---- spare page buffers (rb_residency_open_spare) ------------------------ */
+
+/* Takes a buffer another manager's trim freed (1), or leaves it to the
+ * caller (0): this one's spare is closed, full, or of another page size. */
+static int spare_put(rb_residency *r, void *buf, size_t n)
+{
+    pthread_mutex_lock(&r->spare_mu);
+    const int ok = n == page_alloc_bytes(r) && r->n_spare < r->spare_cap;
+    if (ok) {
+        r->spare[r->n_spare++] = buf;
+        r->n_spare_put++;
+    }
+    pthread_mutex_unlock(&r->spare_mu);
+    return ok;
+}
+
+/* A spare buffer for a restore, or NULL. It held another conversation's
+ * KV (maybe another app's): the restore overwrites its first page_bytes
+ * (a read or a decode of the whole page, or the buffer is freed), and the
+ * rest of it, which no restore writes, is zeroed here. */
+static void *spare_take(rb_residency *r)
+{
+    pthread_mutex_lock(&r->spare_mu);
+    void *buf = r->n_spare ? r->spare[--r->n_spare] : NULL;
+    r->n_spare_used += buf != NULL;
+    pthread_mutex_unlock(&r->spare_mu);
+    if (buf && page_alloc_bytes(r) > r->kv.page_bytes)
+        memset((uint8_t *)buf + r->kv.page_bytes, 0, page_alloc_bytes(r) - r->kv.page_bytes);
+    return buf;
+}
+
+void rb_residency_close_spare(rb_residency *r)
+{
+    pthread_mutex_lock(&r->spare_mu);
+    r->spare_cap = 0;
+    for (uint32_t i = 0; i < r->n_spare; i++)
+        rb_kvpage_free(r->spare[i], page_alloc_bytes(r));
+    r->n_spare = 0;
+    pthread_mutex_unlock(&r->spare_mu);
+}
+
+static uint32_t spare_count(rb_residency *r)
+{
+    pthread_mutex_lock(&r->spare_mu);
+    const uint32_t n = r->n_spare;
+    pthread_mutex_unlock(&r->spare_mu);
+    return n;
+}
+
+/* A page buffer for a restore: a spare one (faulted in already), the next
+ * of the batch begin_restore mapped for this plan (one mmap), or a single
+ * mapping when the batch could not be made; faulted in with one call.
+ * Called without mu. */
 static void *alloc_page(rb_residency *r, int populate)
 {
+    void *buf = spare_take(r);
+    if (buf)
+        return buf;
     pthread_mutex_lock(&r->mu);
-    void *buf = r->batch_next < r->batch_n ? r->batch[r->batch_next++] : NULL;
+    buf = r->batch_next < r->batch_n ? r->batch[r->batch_next++] : NULL;
     pthread_mutex_unlock(&r->mu);
     if (!buf)
         buf = rb_kvpage_alloc(page_alloc_bytes(r));
@@ -261,10 +323,16 @@ static void *alloc_page(rb_residency *r, int populate)
 /* A KV segment's page buffer (NULL: not in RAM). */
 static inline void *slot(const rb_residency *r, uint32_t id) { return r->kv.cache->pages[id]; }
 
-/* Frees a slot's page (under mu); a mapped one's source drops its copy. */
+/* Frees a slot's page (under mu); a mapped one's source drops its copy.
+ * In a pool trim for another member's restore (r->sink) the buffer goes
+ * to that member's spare instead, when it takes it. */
 static void free_slot(rb_residency *r, uint32_t id)
 {
-    rb_kvcache_free_slot(r->kv.cache, id);
+    void *buf = r->sink && !r->segs[id].mapped ? rb_kvcache_take_slot(r->kv.cache, id) : NULL;
+    if (buf && !spare_put(r->sink, buf, page_alloc_bytes(r)))
+        rb_kvpage_free(buf, page_alloc_bytes(r));
+    if (!buf)
+        rb_kvcache_free_slot(r->kv.cache, id);
     if (r->segs[id].mapped && r->saved_release)
         r->saved_release(r->saved_ctx, id / r->kv.pages_per_layer, id % r->kv.pages_per_layer);
     r->segs[id].mapped = 0;
@@ -461,6 +529,7 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
     r->dec_jobs = malloc(n_all * sizeof *r->dec_jobs);
     r->batch = malloc(n_all * sizeof *r->batch);
     r->dead_frames = malloc(n_all * sizeof *r->dead_frames);
+    r->spare = malloc((r->n_kv_segs ? r->n_kv_segs : 1) * sizeof *r->spare);
     /* room for any codec rb_residency_set_mode may switch to */
     r->enc_cap = 0;
     for (int c = RB_KVCODEC_LOSSLESS; c <= RB_KVCODEC_Q4; c++) {
@@ -479,12 +548,13 @@ rb_status rb_residency_create(const rb_residency_params *p, const rb_residency_k
     r->cur_layer = -1;
     if (!r->segs || !r->pending || !r->layer_failed || !r->io_jobs ||
         !r->dec_jobs || !r->enc_buf || !r->ev || !r->batch || !r->dead_frames || !r->picks ||
-        !r->pick_ids || !r->split_weights) {
+        !r->pick_ids || !r->split_weights || !r->spare) {
         rb_residency_destroy(r);
         return rb_error_set(err, RB_E_NOMEM, "residency: out of memory");
     }
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->hold_mu, NULL);
+    pthread_mutex_init(&r->spare_mu, NULL);
     pthread_cond_init(&r->cv_work, NULL);
     pthread_cond_init(&r->cv_layer, NULL);
     pthread_cond_init(&r->cv_idle, NULL);
@@ -516,6 +586,7 @@ void rb_residency_destroy(rb_residency *r)
             pthread_join(r->threads[i], NULL);
         pthread_mutex_destroy(&r->mu);
         pthread_mutex_destroy(&r->hold_mu);
+        pthread_mutex_destroy(&r->spare_mu);
         pthread_cond_destroy(&r->cv_work);
         pthread_cond_destroy(&r->cv_layer);
         pthread_cond_destroy(&r->cv_idle);
@@ -539,6 +610,9 @@ void rb_residency_destroy(rb_residency *r)
             rb_kvpage_free(r->batch[i], page_alloc_bytes(r));
     for (uint32_t i = 0; r->dead_frames && i < r->n_dead; i++)
         free(r->dead_frames[i]);
+    for (uint32_t i = 0; r->spare && i < r->n_spare; i++)
+        rb_kvpage_free(r->spare[i], page_alloc_bytes(r));
+    free(r->spare);
     free(r->batch);
     free(r->dead_frames);
     free(r->enc_buf);
@@ -1043,6 +1117,9 @@ static void plan_locked(rb_residency *r, uint32_t pages, uint64_t max_bytes, int
         if (i % r->kv.pages_per_layer < r->n_pages)
             r->plan_cold = r->segs[i].tier != RB_TIER_RESIDENT &&
                            r->segs[i].tier != RB_TIER_COMPRESSED;
+    /* the spare buffers first (alloc_page), then the batch */
+    const uint32_t n_spare = spare_count(r);
+    n_kv_jobs = n_kv_jobs > n_spare ? n_kv_jobs - n_spare : 0;
     if (n_kv_jobs &&
         rb_kvpage_alloc_batch(page_alloc_bytes(r), n_kv_jobs, !cold, r->batch) == 0)
         r->batch_n = n_kv_jobs;
@@ -1082,6 +1159,25 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     plan_locked(r, r->n_pages, UINT64_MAX, 1, &planned);
     pthread_mutex_unlock(&r->mu);
     return RB_OK;
+}
+
+uint64_t rb_residency_open_spare(rb_residency *r)
+{
+    const uint64_t need = rb_residency_restore_need(r);
+    rb_residency_close_spare(r); /* a feed that never restored left some */
+    pthread_mutex_lock(&r->spare_mu);
+    const uint64_t pages = need / page_alloc_bytes(r);
+    r->spare_cap = pages < r->n_kv_segs ? (uint32_t)pages : r->n_kv_segs;
+    pthread_mutex_unlock(&r->spare_mu);
+    return need;
+}
+
+void rb_residency_spare_counts(rb_residency *r, uint64_t *put, uint64_t *used)
+{
+    pthread_mutex_lock(&r->spare_mu);
+    *put = r->n_spare_put;
+    *used = r->n_spare_used;
+    pthread_mutex_unlock(&r->spare_mu);
 }
 
 uint64_t rb_residency_restore_need(rb_residency *r)
@@ -1241,6 +1337,7 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
         free(r->dead_frames[i]);
     r->n_dead = 0;
     pthread_mutex_unlock(&r->mu);
+    rb_residency_close_spare(r);
     /* the decoded pages' frames went back to the heap: give its free
        pages back to the OS, or the process keeps what the accounts freed */
     if (decoded)
@@ -1579,18 +1676,24 @@ int rb_residency_pool_stop_prefetch(rb_residency *r, uint64_t *growth)
  * hold_mu, or the holder). A failure is counted (the pool has no one to
  * tell; the session's stats show it). */
 static void pool_trim_now(rb_residency *r, uint64_t bytes, rb_trim_level level,
-                          rb_trim_scope scope, uint64_t *freed, uint64_t *ram_drop)
+                          rb_trim_scope scope, rb_residency *sink, uint64_t *freed,
+                          uint64_t *ram_drop)
 {
     stop_open_restore(r, 1); /* begun at open or a prefetch: no pass joined it */
     const uint64_t before = ram_bytes(r);
     rb_error e = {0};
-    if (rb_residency_trim_kv(r, bytes, level, scope, freed, &e) != RB_OK) {
-        pthread_mutex_lock(&r->mu);
+    pthread_mutex_lock(&r->mu);
+    r->sink = sink != r ? sink : NULL;
+    pthread_mutex_unlock(&r->mu);
+    const rb_status st = rb_residency_trim_kv(r, bytes, level, scope, freed, &e);
+    pthread_mutex_lock(&r->mu);
+    r->sink = NULL;
+    if (st != RB_OK) {
         r->n_trim_failures++;
         r->trim_status = e.status;
         r->trim_fail_s = rb_throttle_now_s();
-        pthread_mutex_unlock(&r->mu);
     }
+    pthread_mutex_unlock(&r->mu);
     const uint64_t after = ram_bytes(r);
     *ram_drop = before > after ? before - after : 0;
 }
@@ -1628,7 +1731,8 @@ int rb_residency_trim_pending(const rb_residency *r)
 }
 
 int rb_residency_pool_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
-                           rb_trim_scope scope, uint64_t *freed, uint64_t *ram_drop)
+                           rb_trim_scope scope, rb_residency *sink, uint64_t *freed,
+                           uint64_t *ram_drop)
 {
     *freed = *ram_drop = 0;
     pthread_mutex_lock(&r->hold_mu);
@@ -1648,7 +1752,7 @@ int rb_residency_pool_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
         pthread_mutex_unlock(&r->hold_mu);
         return 0;
     }
-    pool_trim_now(r, bytes, level, scope, freed, ram_drop);
+    pool_trim_now(r, bytes, level, scope, sink, freed, ram_drop);
     pthread_mutex_unlock(&r->hold_mu);
     return 1;
 }
@@ -1665,7 +1769,7 @@ uint64_t rb_residency_serve_pool_trim(rb_residency *r)
     pthread_mutex_unlock(&r->hold_mu);
     uint64_t freed = 0, drop = 0;
     if (pending) /* the holder owns the manager: no lock across the trim */
-        pool_trim_now(r, bytes, level, scope, &freed, &drop);
+        pool_trim_now(r, bytes, level, scope, NULL, &freed, &drop);
     return freed;
 }
 

@@ -119,6 +119,39 @@ void rb_residency_begin_prefetch(rb_residency *r, uint64_t max_bytes, uint64_t *
  * DROPPED one that are stored or compressed; 0 while a restore is open).
  * Any thread. */
 uint64_t rb_residency_restore_need(rb_residency *r);
+/*
+ * The spare: page buffers for the next restore, taken from other members'
+ * trims instead of unmapped there and mapped again here. A return's
+ * restore then writes into pages that are already faulted in, and the
+ * trims free nothing: on a phone-sized machine those page faults, the
+ * zeroing and the unmaps' TLB shootdowns run on the cores the returning
+ * pass computes on.
+ *
+ *   rb_residency_open_spare  before a feed's budget trim, or a prefetch's
+ *                       grant (the holder's thread): the spare takes up to
+ *                       the pages the restore will bring back
+ *                       (rb_residency_restore_need, which it returns); what
+ *                       an earlier one left is freed.
+ *   rb_residency_pool_trim(..., sink)  a trim done now puts each buffer it
+ *                       frees there (not a shared page, not a mapped one).
+ *   the restore          takes spare buffers before it maps any; a spare
+ *                       buffer's bytes past page_bytes are zeroed (it held
+ *                       another conversation's KV; the restore writes the
+ *                       rest). rb_residency_end_restore frees what it left
+ *                       and closes the spare, as rb_residency_close_spare
+ *                       does when no restore began.
+ *
+ * The buffers in the spare are in nobody's count: the trim took them out
+ * of the trimmed member's, and the feed's restore puts them in its own.
+ * The spare never holds more than the feed restores, so the process holds
+ * no more than when the trim unmapped them and the restore mapped as many.
+ * spare_mu is a leaf lock (taken under the trimmed manager's mu).
+ */
+uint64_t rb_residency_open_spare(rb_residency *r);
+/* Closes the spare (no more puts) and frees what no restore took. */
+void rb_residency_close_spare(rb_residency *r);
+/* Buffers put into the spare, and taken by restores, so far. */
+void rb_residency_spare_counts(rb_residency *r, uint64_t *put, uint64_t *used);
 /* A prefetch is open (begun, not settled): its segments may still come. */
 int rb_residency_is_prefetching(rb_residency *r);
 /* The holder ends an open prefetch: what has not started stays in its
@@ -266,6 +299,10 @@ void rb_residency_adopt_saved(rb_residency *r, uint32_t layer, uint32_t page, in
  *                          own count (rb_residency_get_bytes: KV in RAM +
  *                          tables) went down, for the pool's accounts.
  *                          A failure is counted (rb_residency_trim_failures).
+ *                          sink (NULL: none): the member whose feed the
+ *                          trim makes room for; the page buffers a trim
+ *                          done now frees go to its spare while it takes
+ *                          them (rb_residency_open_spare).
  *   rb_residency_trim_pending  a recorded trim waits (an atomic read: the
  *                          layer gate polls it).
  *   rb_residency_serve_pool_trim  the holder serves it (not inside a pass
@@ -279,7 +316,8 @@ void rb_residency_hold(rb_residency *r);
 int rb_residency_let_go(rb_residency *r);
 void rb_residency_set_in_pass(rb_residency *r, int in_pass);
 int rb_residency_pool_trim(rb_residency *r, uint64_t bytes, rb_trim_level level,
-                           rb_trim_scope scope, uint64_t *freed, uint64_t *ram_drop);
+                           rb_trim_scope scope, rb_residency *sink, uint64_t *freed,
+                           uint64_t *ram_drop);
 int rb_residency_trim_pending(const rb_residency *r);
 uint64_t rb_residency_serve_pool_trim(rb_residency *r);
 /* The pool's trims that failed: their count, the last one's status and

@@ -635,12 +635,16 @@ void rb_session_memory_prefetch(rb_session_mem *m, int trim_background, uint64_t
     if (!want)
         return;
     publish_bytes(m); /* the pool's room is counted from fresh figures */
+    if (m->member && trim_background) /* the trimmed buffers: this restore's pages */
+        rb_residency_open_spare(m->res);
     uint64_t grant = m->member ? rb_pool_grant_prefetch(m->mpool, m->member, want,
                                                         trim_background)
                                : want;
     uint32_t n = 0;
     if (grant)
         rb_residency_begin_prefetch(m->res, grant, planned, &n);
+    if (!n)
+        rb_residency_close_spare(m->res);
     if (m->member)
         rb_pool_member_set_prefetch(m->member, n ? *planned : 0);
     if (n) {
@@ -814,6 +818,8 @@ void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
         uint64_t extra = (after > o.kv ? after - o.kv : 0) + evicted;
         if (m->member) /* the figures just counted, not a second scan */
             rb_pool_member_set_bytes(m->member, own_total(&o));
+        if (m->res && extra) /* the others' trimmed buffers: this restore's pages */
+            rb_residency_open_spare(m->res);
         rb_pool_enforce(m->mpool, m->member, extra, 0, 0);
     }
     if (!m->wstream || !budget)
