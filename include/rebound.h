@@ -930,6 +930,12 @@ typedef struct rb_session_stats {
                                         over a prefetch does not count */
     uint32_t prefetch_pending;       /* segments of the open prefetch still
                                         to arrive (0: none open, or all in) */
+    double room_s;                   /* the last feed's wait for room: the
+                                        memory pool's trims of other sessions
+                                        before it (0: no budget, or room) */
+    uint64_t restore_spare_pages;    /* KV pages restores wrote into page
+                                        buffers those trims freed, not into
+                                        new mappings (all feeds) */
 } rb_session_stats;
 
 /* Fills out (out_size bytes of it: the caller's sizeof, which the macro

@@ -616,6 +616,7 @@ static json_t *timings_object(const sv_request *r)
     TSET("restore_decode_ms", json_real(t->restore_decode_s * 1e3));
     TSET("restore_wait_ms", json_real(t->restore_wait_s * 1e3));
     TSET("restore_span_ms", json_real(t->restore_span_s * 1e3));
+    TSET("room_ms", json_real(t->room_s * 1e3));
     TSET("restore_read_bytes", json_integer((json_int_t)t->restore_bytes_io));
     TSET("restore_decoded_bytes", json_integer((json_int_t)t->restore_bytes_decoded));
     TSET("restore_prefetched_bytes", json_integer((json_int_t)t->restore_bytes_prefetched));

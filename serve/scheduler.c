@@ -982,12 +982,13 @@ static void finish(sv_sched *s, sv_active *a, const char *reason, sv_err e, cons
         sv_metrics_add(s->metrics, r->ns, cancelled, 1);
     sv_log("%s conversation %s: %zu prompt tokens (%zu cached), %" PRId64 " generated, %s%s%s; "
            "first token after %.3f s = prepare %.3f + queue %.3f + open %.3f + prefill %.3f "
-           "(restore: %.1f MiB brought at admission; in the prefill %.1f MiB read in %.3f s, "
-           "%.1f MiB decoded in %.3f s, waited %.3f s)",
+           "(restore: %.1f MiB brought at admission; in the prefill room made in %.3f s, "
+           "%.1f MiB read in %.3f s, %.1f MiB decoded in %.3f s, waited %.3f s)",
            r->kind == SV_CHAT ? "chat" : "completion", r->conv_out, r->n_prompt, r->n_cached, a->n_gen,
            reason ? reason : "error", e != SV_ERR_NONE ? ": " : "", e != SV_ERR_NONE ? msg : "",
            tm->prepare_s + tm->queue_s + tm->open_s + tm->prefill_s, tm->prepare_s, tm->queue_s,
            tm->open_s, tm->prefill_s, (double)tm->restore_bytes_prefetched / 1048576.0,
+           tm->room_s,
            (double)tm->restore_bytes_io / 1048576.0, tm->restore_io_s,
            (double)tm->restore_bytes_decoded / 1048576.0, tm->restore_decode_s,
            tm->restore_wait_s);
@@ -1003,6 +1004,7 @@ static void add_restore(sv_timings *tm, const rb_session_stats *a)
     tm->restore_decode_s += a->restore_decode_s;
     tm->restore_wait_s += a->restore_wait_s;
     tm->restore_span_s += a->restore_total_s;
+    tm->room_s += a->room_s;
     tm->restore_bytes_io += a->restore_bytes_io;
     tm->restore_bytes_decoded += a->restore_bytes_decoded;
     tm->restore_recomputed += a->restore_recomputed_tokens;

@@ -98,6 +98,8 @@ typedef struct sv_timings {
     double restore_io_s, restore_decode_s, restore_wait_s;
     double restore_span_s;        /* each feed's restore, its start to its last
                                      page (wall time; the I/O bound shows) */
+    double room_s;                /* each feed's wait for the pool's trims of
+                                     other conversations (in the prefill) */
     uint64_t restore_bytes_io, restore_bytes_decoded;
     uint64_t restore_bytes_prefetched; /* brought by the restore begun at
                                           admission before the prefill took over */

@@ -756,11 +756,17 @@ static void test_spare_restore(void)
     CHECK(used <= put);
     CHECK(put <= out1); /* never more than it brings */
     CHECK(pages_out(s[0]) + pages_out(s[2]) >= 1);
+    const uint64_t used_pre = used;
+    /* the feed takes the prefetch over, and the buffers it did not use */
     CHECK_EQ_INT(rb_session_feed(s[1], refs[1].toks + (TURNS - 1) * TURN, TURN, NULL), RB_OK);
     CHECK(!memcmp(rb_session_get_logits(s[1]), refs[1].logits[TURNS - 1],
                   n_vocab * sizeof(float)));
-    printf("spare: a foreground prefetch of %u pages took %llu of the %llu buffers its "
-           "trims freed; logits identical\n", out1, (unsigned long long)used,
+    spare_counts(s[1], &put, &used);
+    CHECK(used_pre < out1); /* the grant left pages to the feed */
+    CHECK_EQ_U64(used, out1);
+    printf("spare: a foreground prefetch of %u pages took %llu of the buffers its trims "
+           "freed, the feed that took it over the rest (%llu of %llu); logits identical\n",
+           out1, (unsigned long long)used_pre, (unsigned long long)used,
            (unsigned long long)put);
 
     /* the feed: s1 and s2 back whole, s0 out whole, no room; its budget

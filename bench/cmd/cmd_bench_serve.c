@@ -68,13 +68,13 @@ typedef struct bs_opts {
 
 /* The phases of a request's first token that rebound serve reports in its
  * "timings" (ms), in the order of the report's columns. */
-enum { BS_N_PHASES = 9 };
+enum { BS_N_PHASES = 10 };
 static const char *const phase_keys[BS_N_PHASES] = {
-    "prepare_ms", "queue_ms", "open_ms", "prompt_ms", "restore_io_ms", "restore_decode_ms",
-    "restore_wait_ms", "restore_span_ms", "weights_wait_ms"};
+    "prepare_ms", "queue_ms", "open_ms", "prompt_ms", "room_ms", "restore_io_ms",
+    "restore_decode_ms", "restore_wait_ms", "restore_span_ms", "weights_wait_ms"};
 static const char *const phase_names[BS_N_PHASES] = {
-    "prepare", "queue", "open", "prefill", "restore I/O", "restore decode", "restore wait",
-    "restore span", "weights wait"};
+    "prepare", "queue", "open", "prefill", "room (trims)", "restore I/O", "restore decode",
+    "restore wait", "restore span", "weights wait"};
 
 typedef struct bs_turn {
     int conv, round;          /* round 0: the opening */

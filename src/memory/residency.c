@@ -1164,10 +1164,12 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
 uint64_t rb_residency_open_spare(rb_residency *r)
 {
     const uint64_t need = rb_residency_restore_need(r);
-    rb_residency_close_spare(r); /* a feed that never restored left some */
-    pthread_mutex_lock(&r->spare_mu);
     const uint64_t pages = need / page_alloc_bytes(r);
+    pthread_mutex_lock(&r->spare_mu);
     r->spare_cap = pages < r->n_kv_segs ? (uint32_t)pages : r->n_kv_segs;
+    /* a prefetch's that its feed took over stay, up to the new need */
+    while (r->n_spare > r->spare_cap)
+        rb_kvpage_free(r->spare[--r->n_spare], page_alloc_bytes(r));
     pthread_mutex_unlock(&r->spare_mu);
     return need;
 }
@@ -1294,7 +1296,10 @@ rb_status rb_residency_set_mode(rb_residency *r, rb_restore_mode restore,
     return RB_OK;
 }
 
-rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_error *err)
+/* keep_spare: a prefetch a feed takes over; its spare buffers go to the
+ * feed's restore (rb_residency_open_spare keeps them). */
+static rb_status end_restore(rb_residency *r, uint32_t *damaged_from, rb_error *err,
+                             int keep_spare)
 {
     pthread_mutex_lock(&r->mu);
     while (r->io_next < r->n_io || r->dec_next < r->n_dec || r->n_busy > 0)
@@ -1337,12 +1342,18 @@ rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_e
         free(r->dead_frames[i]);
     r->n_dead = 0;
     pthread_mutex_unlock(&r->mu);
-    rb_residency_close_spare(r);
+    if (!keep_spare)
+        rb_residency_close_spare(r);
     /* the decoded pages' frames went back to the heap: give its free
        pages back to the OS, or the process keeps what the accounts freed */
     if (decoded)
         rb_os_trim_heap();
     return st;
+}
+
+rb_status rb_residency_end_restore(rb_residency *r, uint32_t *damaged_from, rb_error *err)
+{
+    return end_restore(r, damaged_from, err, 0);
 }
 
 void rb_residency_note_compute(rb_residency *r, size_t n_tokens, double seconds)
@@ -1635,7 +1646,7 @@ static uint64_t stop_open_restore(rb_residency *r, int count)
     uint32_t damaged;
     rb_error ignored = {0};
     rb_residency_cancel_restore(r);
-    (void)rb_residency_end_restore(r, &damaged, &ignored);
+    (void)end_restore(r, &damaged, &ignored, pre && !count);
     pthread_mutex_lock(&r->mu);
     if (pre && left && count)
         r->n_prefetch_cancelled++;

@@ -131,7 +131,7 @@ uint64_t rb_residency_restore_need(rb_residency *r);
  *                       grant (the holder's thread): the spare takes up to
  *                       the pages the restore will bring back
  *                       (rb_residency_restore_need, which it returns); what
- *                       an earlier one left is freed.
+ *                       it holds beyond that is freed.
  *   rb_residency_pool_trim(..., sink)  a trim done now puts each buffer it
  *                       frees there (not a shared page, not a mapped one).
  *   the restore          takes spare buffers before it maps any; a spare
@@ -139,7 +139,9 @@ uint64_t rb_residency_restore_need(rb_residency *r);
  *                       another conversation's KV; the restore writes the
  *                       rest). rb_residency_end_restore frees what it left
  *                       and closes the spare, as rb_residency_close_spare
- *                       does when no restore began.
+ *                       does when no restore began; but a prefetch that a
+ *                       feed takes over (rb_residency_settle_prefetch with
+ *                       count 0) leaves its spare to the feed's restore.
  *
  * The buffers in the spare are in nobody's count: the trim took them out
  * of the trimmed member's, and the feed's restore puts them in its own.

@@ -767,6 +767,11 @@ void rb_session_memory_fill_stats(const rb_session_mem *m, rb_session_stats *out
     out->storage_io = m->store_note;
     out->device_bytes_per_s = m->device_bw;
     out->budget_over_bytes = m->budget_over_bytes;
+    out->room_s = m->room_s;
+    if (m->res) {
+        uint64_t put;
+        rb_residency_spare_counts(m->res, &put, &out->restore_spare_pages);
+    }
     rb_session_mem *mm = (rb_session_mem *)m; /* the lock is not part of the value */
     pthread_mutex_lock(&mm->req_mu);
     out->trim_failures = m->n_trim_failures;
@@ -806,6 +811,7 @@ void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
         settle_prefetch(m, 0);
     own_bytes o = count_own(m);
     const uint64_t budget = m->mpool ? rb_pool_budget(m->mpool) : 0;
+    m->room_s = 0;
     if (budget) {
         /* the feed brings this session's KV back and grows it: the other
            sessions make room first (this one trims after the feed) */
@@ -818,9 +824,11 @@ void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
         uint64_t extra = (after > o.kv ? after - o.kv : 0) + evicted;
         if (m->member) /* the figures just counted, not a second scan */
             rb_pool_member_set_bytes(m->member, own_total(&o));
+        const double t0 = rb_throttle_now_s();
         if (m->res && extra) /* the others' trimmed buffers: this restore's pages */
             rb_residency_open_spare(m->res);
         rb_pool_enforce(m->mpool, m->member, extra, 0, 0);
+        m->room_s = rb_throttle_now_s() - t0;
     }
     if (!m->wstream || !budget)
         return;

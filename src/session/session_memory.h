@@ -63,6 +63,7 @@ typedef struct rb_session_mem {
     struct rb_pool_member *member;
     int owns_pool;
     uint64_t budget_over_bytes;     /* after the last feed's budget trim */
+    double room_s;                  /* the last feed's budget trim before it */
     _Atomic int run_state_out;      /* the forward's run state is released
                                        (written under op; read by stats) */
 

@@ -418,6 +418,9 @@ stop_server
 # its timings say what came back: bytes read or decoded by the restore
 jget mb-back.json '(lambda t: t["restore_read_bytes"] + t["restore_decoded_bytes"] + t["restore_prefetched_bytes"] > 0)(d["timings"])' \
     | grep -q True && ok || { cat mb-back.json; fail "timings: the return's restore is not reported"; }
+# and the wait for room (the pool's trims of the others) inside its prefill
+jget mb-back.json '(lambda t: 0 <= t["room_ms"] <= t["prompt_ms"])(d["timings"])' \
+    | grep -q True && ok || { cat mb-back.json; fail "timings: room_ms missing or outside prompt_ms"; }
 grep -Eq '^rebound_pool_bytes\{what="trimmed"\} [1-9]' m10.txt && ok || { cat m10.txt >&2; fail "the pool trimmed nothing"; }
 # m1's return was admitted with its KV trimmed: its restore began at admission
 grep -Eq '^rebound_pool_prefetches_total [1-9]' m10.txt && ok || { grep prefetch m10.txt >&2; fail "no restore began ahead of the returning conversation's feed"; }

@@ -257,6 +257,8 @@ typedef struct rb_session_stats {
     uint64_t prefetch_bytes;
     uint64_t n_prefetch_cancelled;
     uint32_t prefetch_pending;
+    double room_s;
+    uint64_t restore_spare_pages;
 } rb_session_stats;
 rb_status rb_session_get_stats_sized(const rb_session *session, rb_session_stats *out, size_t out_size);
 
