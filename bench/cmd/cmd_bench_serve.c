@@ -75,6 +75,7 @@ static const char *const phase_keys[BS_N_PHASES] = {
 static const char *const phase_names[BS_N_PHASES] = {
     "prepare", "queue", "open", "prefill", "room (trims)", "restore I/O", "restore decode",
     "restore wait", "restore span", "weights wait"};
+enum { PH_QUEUE = 1, PH_OPEN, PH_PREFILL, PH_ROOM, PH_IO, PH_DECODE, PH_WAIT };
 
 typedef struct bs_turn {
     int conv, round;          /* round 0: the opening */
@@ -846,15 +847,16 @@ static void print_phases(const bench *b)
                 size_t x = ix[a];
                 ix[a] = ix[c], ix[c] = x;
             }
-    printf("slowest returns: TTFT = queue + open + prefill (restore: MiB read, I/O ms, decode ms, "
-           "wait ms)\n");
+    printf("slowest returns: TTFT = queue + open + prefill (room ms; restore: MiB read, I/O ms, "
+           "decode ms, wait ms)\n");
     for (size_t a = 0; a < k && a < 5; a++) {
         const bs_turn *t = &b->turns[ix[a]];
-        printf("  conversation %d round %d (%s): %.0f ms = %.0f + %.0f + %.0f (%.1f MiB, %.0f, %.0f, "
-               "%.0f); %" PRId64 " of %" PRId64 " prompt tokens cached\n", t->conv, t->round,
-               t->place, t->ttft_s * 1e3, t->srv[1], t->srv[2], t->srv[3],
-               t->srv_read_bytes > 0 ? (double)t->srv_read_bytes / 1048576.0 : 0.0, t->srv[4],
-               t->srv[5], t->srv[6], t->cached_tokens, t->prompt_tokens);
+        printf("  conversation %d round %d (%s): %.0f ms = %.0f + %.0f + %.0f (%.0f; %.1f MiB, %.0f, "
+               "%.0f, %.0f); %" PRId64 " of %" PRId64 " prompt tokens cached\n", t->conv, t->round,
+               t->place, t->ttft_s * 1e3, t->srv[PH_QUEUE], t->srv[PH_OPEN], t->srv[PH_PREFILL],
+               t->srv[PH_ROOM], t->srv_read_bytes > 0 ? (double)t->srv_read_bytes / 1048576.0 : 0.0,
+               t->srv[PH_IO], t->srv[PH_DECODE], t->srv[PH_WAIT], t->cached_tokens,
+               t->prompt_tokens);
     }
     free(v), free(ix);
 }
