@@ -493,20 +493,34 @@ static uint32_t pages_out(rb_session *s)
  * over a budget one conversation short each give part of theirs (their
  * last layers), none gives all of it, as least-recently-used-first would;
  * and each one's next turn still gives the reference's logits. */
-static void test_leveled_trim(void)
+/* A pool of the test model and three background sessions in it, each fed
+ * all turns of its conversation but the last; NULL when one could not be
+ * created (checked). */
+static rb_pool *three_conversations(rb_model **m, rb_session *s[3])
 {
-    rb_model *m = NULL;
     rb_error err;
-    rb_pool *pool = open_pool(&m);
+    rb_pool *pool = open_pool(m);
     rb_session_params p = params(1);
     p.pool = pool;
     p.priority = RB_PRIORITY_BACKGROUND;
-    rb_session *s[3] = {NULL, NULL, NULL};
     for (int i = 0; i < 3; i++) {
-        CHECK_EQ_INT(rb_session_create(m, &p, &s[i], &err), RB_OK);
+        s[i] = NULL;
+        CHECK_EQ_INT(rb_session_create(*m, &p, &s[i], &err), RB_OK);
         if (!s[i])
-            return;
+            return NULL;
         feed_turns(s[i], i, TURNS - 1);
+    }
+    return pool;
+}
+
+static void test_leveled_trim(void)
+{
+    rb_model *m = NULL;
+    rb_session *s[3];
+    rb_pool *pool = three_conversations(&m, s);
+    if (!pool)
+        return;
+    for (int i = 0; i < 3; i++) {
         /* set to the background while idle: its run state goes (the
            logits stay), and comes back with its next feed (below) */
         rb_session_stats a, b;
@@ -727,18 +741,10 @@ static void spare_counts(rb_session *s, uint64_t *put, uint64_t *used)
 static void test_spare_restore(void)
 {
     rb_model *m = NULL;
-    rb_error err;
-    rb_pool *pool = open_pool(&m);
-    rb_session_params p = params(1);
-    p.pool = pool;
-    p.priority = RB_PRIORITY_BACKGROUND;
-    rb_session *s[3] = {NULL, NULL, NULL};
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ_INT(rb_session_create(m, &p, &s[i], &err), RB_OK);
-        if (!s[i])
-            return;
-        feed_turns(s[i], i, TURNS - 1);
-    }
+    rb_session *s[3];
+    rb_pool *pool = three_conversations(&m, s);
+    if (!pool)
+        return;
     /* a foreground prefetch: s1 went out whole, the background ones give */
     CHECK_EQ_INT(rb_session_trim(s[1], UINT64_MAX, RB_TRIM_BYTES, NULL), RB_OK);
     const uint32_t out1 = pages_out(s[1]);
