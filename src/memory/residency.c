@@ -1161,17 +1161,15 @@ rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, 
     return RB_OK;
 }
 
-uint64_t rb_residency_open_spare(rb_residency *r)
+void rb_residency_open_spare(rb_residency *r, uint64_t bytes)
 {
-    const uint64_t need = rb_residency_restore_need(r);
-    const uint64_t pages = need / page_alloc_bytes(r);
+    const uint64_t pages = bytes / page_alloc_bytes(r);
     pthread_mutex_lock(&r->spare_mu);
     r->spare_cap = pages < r->n_kv_segs ? (uint32_t)pages : r->n_kv_segs;
     /* a prefetch's that its feed took over stay, up to the new need */
     while (r->n_spare > r->spare_cap)
         rb_kvpage_free(r->spare[--r->n_spare], page_alloc_bytes(r));
     pthread_mutex_unlock(&r->spare_mu);
-    return need;
 }
 
 void rb_residency_spare_counts(rb_residency *r, uint64_t *put, uint64_t *used)

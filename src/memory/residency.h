@@ -129,9 +129,9 @@ uint64_t rb_residency_restore_need(rb_residency *r);
  *
  *   rb_residency_open_spare  before a feed's budget trim, or a prefetch's
  *                       grant (the holder's thread): the spare takes up to
- *                       the pages the restore will bring back
- *                       (rb_residency_restore_need, which it returns); what
- *                       it holds beyond that is freed.
+ *                       `bytes` of pages, what the restore will bring back
+ *                       (the caller's rb_residency_restore_need); what it
+ *                       holds beyond that is freed.
  *   rb_residency_pool_trim(..., sink)  a trim done now puts each buffer it
  *                       frees there (not a shared page, not a mapped one).
  *   the restore          takes spare buffers before it maps any; a spare
@@ -149,7 +149,7 @@ uint64_t rb_residency_restore_need(rb_residency *r);
  * no more than when the trim unmapped them and the restore mapped as many.
  * spare_mu is a leaf lock (taken under the trimmed manager's mu).
  */
-uint64_t rb_residency_open_spare(rb_residency *r);
+void rb_residency_open_spare(rb_residency *r, uint64_t bytes);
 /* Closes the spare (no more puts) and frees what no restore took. */
 void rb_residency_close_spare(rb_residency *r);
 /* Buffers put into the spare, and taken by restores, so far. */

@@ -629,14 +629,15 @@ void rb_session_memory_prefetch(rb_session_mem *m, int trim_background, uint64_t
     *planned = 0;
     if (!m->res || m->restore_open)
         return; /* one restore at a time: a prefetch, or one begun at open */
-    uint64_t want = rb_residency_restore_need(m->res);
+    const uint64_t kv_need = rb_residency_restore_need(m->res);
+    uint64_t want = kv_need;
     if (m->wcache) /* the model's released layers: the next pass reads them */
         want += rb_wcache_total_bytes(m->wcache) - rb_wcache_resident_bytes(m->wcache);
     if (!want)
         return;
     publish_bytes(m); /* the pool's room is counted from fresh figures */
     if (m->member && trim_background) /* the trimmed buffers: this restore's pages */
-        rb_residency_open_spare(m->res);
+        rb_residency_open_spare(m->res, kv_need);
     uint64_t grant = m->member ? rb_pool_grant_prefetch(m->mpool, m->member, want,
                                                         trim_background)
                                : want;
@@ -826,7 +827,7 @@ void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
             rb_pool_member_set_bytes(m->member, own_total(&o));
         const double t0 = rb_throttle_now_s();
         if (m->res && extra) /* the others' trimmed buffers: this restore's pages */
-            rb_residency_open_spare(m->res);
+            rb_residency_open_spare(m->res, rb_residency_restore_need(m->res));
         rb_pool_enforce(m->mpool, m->member, extra, 0, 0);
         m->room_s = rb_throttle_now_s() - t0;
     }
