@@ -450,8 +450,8 @@ typedef struct rb_session_params {
        pages let forks (rb_session_fork) share more of a common prefix
        (the partly filled page where conversations part is copied) and
        trim closer to a byte count, for more bookkeeping per token. A
-       session file keeps its size: rb_session_open_saved with another
-       size is RB_E_INVALID_ARG, naming both. */
+       session file keeps its size: rb_session_open_saved with 0 takes
+       the file's, with another size it is RB_E_INVALID_ARG, naming both. */
     uint32_t kv_page_tokens;
 } rb_session_params;
 

@@ -653,6 +653,7 @@ rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, s
         sv_store_path(st, c->ns, c->id, path, sizeof path);
         rb_session_params p = st->sp;
         p.file_flags = RB_SAVE_ON_REQUEST;
+        p.kv_page_tokens = 0; /* a file keeps the page size it was saved with */
         rb_status s = rb_session_open_saved(st->model, &p, path, &c->session, &e);
         if (s != RB_OK) {
             /* the log has the path; the client's message never does */
@@ -706,6 +707,7 @@ rb_session *sv_store_take(sv_store *st, sv_conv *from, size_t shared, int *from_
             memcmp(rb_session_get_tokens(from->session), from->tokens, n * sizeof(int32_t)) == 0) {
             rb_session_params p = st->sp;
             p.file_flags = RB_SAVE_ON_REQUEST;
+            p.kv_page_tokens = 0; /* the source's */
             rb_error e;
             if (rb_session_fork(from->session, n, &p, &ss, &e) == RB_OK)
                 return ss;
@@ -721,6 +723,7 @@ rb_session *sv_store_take(sv_store *st, sv_conv *from, size_t shared, int *from_
         sv_store_path(st, from->ns, from->id, path, sizeof path);
         rb_session_params p = st->sp;
         p.file_flags = RB_SAVE_ON_REQUEST;
+        p.kv_page_tokens = 0; /* a file keeps the page size it was saved with */
         rb_error e;
         if (rb_session_open_saved(st->model, &p, path, &ss, &e) != RB_OK) {
             sv_log("warning: conversation %s%s%s: its session file %s cannot be opened (%s); "
@@ -895,6 +898,7 @@ static int scan(sv_store *st)
         sv_store_path(st, found[i].ns, found[i].id, path, sizeof path);
         rb_session_params p = st->sp;
         p.file_flags = RB_SAVE_ON_REQUEST;
+        p.kv_page_tokens = 0; /* a file keeps the page size it was saved with */
         rb_session *ss = NULL;
         rb_error e;
         if (rb_session_open_saved(st->model, &p, path, &ss, &e) != RB_OK) {

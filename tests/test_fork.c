@@ -423,17 +423,40 @@ static void page_size_errors(rb_model *m)
     char path[512];
     rb_test_tmp_path(path, sizeof path, "test_fork", "page64.rbs");
     CHECK_EQ_INT(rb_session_save(s, path, RB_SAVE_SNAPSHOT), RB_OK);
-    q.kv_page_tokens = 0;
+    q.kv_page_tokens = 256;
     CHECK_EQ_INT(rb_session_open_saved(m, &q, path, &f, &err), RB_E_INVALID_ARG);
     CHECK(strstr(err.message, "pages of 64 tokens; this session's are 256") != NULL);
-    q.kv_page_tokens = 64;
-    CHECK_EQ_INT(rb_session_open_saved(m, &q, path, &f, &err), RB_OK);
-    if (f) {
+    for (int i = 0; i < 2; i++) { /* 64, and 0: the file's size */
+        q.kv_page_tokens = i ? 0 : 64;
+        f = NULL;
+        CHECK_EQ_INT(rb_session_open_saved(m, &q, path, &f, &err), RB_OK);
+        if (!f)
+            continue;
         CHECK_EQ_INT(rb_session_n_tokens(f), 150);
+        /* its pages are the file's: a fork at 64 is the source's size */
+        rb_session *g = NULL;
+        q.kv_page_tokens = 64;
+        CHECK_EQ_INT(rb_session_fork(f, 100, &q, &g, &err), RB_OK);
+        rb_session_destroy(g);
         rb_session_destroy(f);
     }
+    /* a file whose superblocks do not read back: 0 falls to 256, and the
+       open names what is wrong */
+    FILE *bad = fopen(path, "r+b");
+    CHECK(bad != NULL);
+    if (bad) {
+        char junk[8192];
+        memset(junk, 0x5a, sizeof junk);
+        CHECK(fwrite(junk, 1, sizeof junk, bad) == sizeof junk);
+        fclose(bad);
+    }
+    q.kv_page_tokens = 0;
+    f = NULL;
+    CHECK_EQ_INT(rb_session_open_saved(m, &q, path, &f, &err), RB_E_FORMAT);
+    CHECK(strstr(err.message, "superblocks are damaged") != NULL);
+    rb_session_destroy(f);
     printf("kv_page_tokens: 100 and 2048 refused; a fork and a file of another size refused, "
-           "naming both\n");
+           "naming both; 0 opens a file at its own size\n");
     rb_session_destroy(s);
 }
 

@@ -20,7 +20,10 @@
  * server found the conversation's KV: rebound serve's X-Rebound-Restore
  * header (resident, compressed, stored, file, new, recomputed), "unknown"
  * from servers that do not say. With --pid, a thread samples the server's
- * /proc/PID/status (VmRSS, RssAnon every 5 ms, VmHWM at the end).
+ * /proc/PID/status (VmRSS, RssAnon every 5 ms, VmHWM at the end), and
+ * each turn reads its minor page faults (/proc/PID/stat) at the send and
+ * at the first token: a return whose restore or pass touches memory for
+ * the first time shows there (with -j 1 the count is the request's).
  * The report: TTFT p50/p95/max per turn kind (opening, return) and place,
  * decode tok/s; where the returns' first tokens went by phase when the
  * server sends "timings" (rebound serve's queue, open, prefill and the
@@ -91,6 +94,10 @@ typedef struct bs_turn {
     int has_srv;
     double srv[BS_N_PHASES];
     int64_t srv_read_bytes;
+    /* with --pid: the server process's minor page faults from the send to
+       the first token (the whole process's: with -j 1, this request's);
+       -1 unknown */
+    int64_t faults;
 } bs_turn;
 
 typedef struct bs_conv {
@@ -110,6 +117,8 @@ typedef struct bs_call {
     char *reply;              /* the content received */
     size_t reply_len, reply_cap;
     double t_first, t_last;
+    int pid;                  /* --pid, or 0 */
+    int64_t flt0;             /* its minor faults at the send, or -1 */
     char server_err[256];
 } bs_call;
 
@@ -223,6 +232,30 @@ typedef struct rss_watch {
     pthread_t th;
 } rss_watch;
 
+/* The minor page faults of process pid so far (/proc/PID/stat, field 10:
+ * every thread's, the ones taken inside the kernel's own copies, such as
+ * an O_DIRECT read into pages not yet touched, included); -1 when it
+ * cannot be read. */
+static int64_t read_minflt(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    if (!p)
+        return -1;
+    long long v = -1;
+    /* after the name: state ppid pgrp session tty_nr tpgid flags minflt */
+    if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %lld", &v) != 1)
+        return -1;
+    return v;
+}
+
 /* VmRSS, RssAnon and VmHWM of pid in bytes; -1 when it cannot be read. */
 static int read_status(int pid, uint64_t *rss, uint64_t *anon, uint64_t *hwm)
 {
@@ -312,8 +345,11 @@ static void on_event(bs_call *c, const char *data)
         json_t *delta = json_object_get(ch, "delta");
         json_t *content = delta ? json_object_get(delta, "content") : json_object_get(ch, "text");
         if (json_is_string(content) && json_string_length(content) > 0) {
-            if (!c->t->n_content)
+            if (!c->t->n_content) {
                 c->t_first = now;
+                const int64_t f = c->flt0 >= 0 ? read_minflt(c->pid) : -1;
+                c->t->faults = f >= c->flt0 ? f - c->flt0 : -1;
+            }
             c->t_last = now;
             c->t->n_content++;
             if (append(&c->reply, &c->reply_len, &c->reply_cap, json_string_value(content),
@@ -469,7 +505,8 @@ static int run_turn(bench *b, CURL *h, bs_turn *t, bs_conv *cv)
         return -1;
     }
 
-    bs_call c = {.t = t};
+    bs_call c = {.t = t, .pid = b->o.pid, .flt0 = -1};
+    t->faults = -1;
     snprintf(t->place, sizeof t->place, "unknown");
     t->prompt_tokens = t->cached_tokens = t->completion_tokens = -1;
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
@@ -495,6 +532,7 @@ static int run_turn(bench *b, CURL *h, bs_turn *t, bs_conv *cv)
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, curl_err);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(b->o.timeout_s * 1000));
+    c.flt0 = c.pid ? read_minflt(c.pid) : -1;
     t->t_send = c.t0 = rb_cli_now_s();
     CURLcode cc = curl_easy_perform(h);
     double t_end = rb_cli_now_s();
@@ -847,16 +885,32 @@ static void print_phases(const bench *b)
                 size_t x = ix[a];
                 ix[a] = ix[c], ix[c] = x;
             }
+    /* with --pid: the server's page faults by each return's first token */
+    size_t nf = 0;
+    for (size_t i = 0; i < b->n_turns; i++) {
+        const bs_turn *t = &b->turns[i];
+        if (t->is_done && t->round > 0 && t->has_srv && t->faults >= 0)
+            v[nf++] = (double)t->faults;
+    }
+    if (nf) {
+        qsort(v, nf, sizeof *v, cmp_double);
+        printf("%-15s %10.0f %10.0f %10.0f (the server process's minor faults%s)\n",
+               "page faults", pct(v, nf, 0.5), pct(v, nf, 0.95), v[nf - 1],
+               b->o.jobs > 1 ? ", every request in flight's" : "");
+    }
     printf("slowest returns: TTFT = queue + open + prefill (room ms; restore: MiB read, I/O ms, "
-           "decode ms, wait ms)\n");
+           "decode ms, wait ms%s)\n", nf ? "; page faults" : "");
     for (size_t a = 0; a < k && a < 5; a++) {
         const bs_turn *t = &b->turns[ix[a]];
         printf("  conversation %d round %d (%s): %.0f ms = %.0f + %.0f + %.0f (%.0f; %.1f MiB, %.0f, "
-               "%.0f, %.0f); %" PRId64 " of %" PRId64 " prompt tokens cached\n", t->conv, t->round,
+               "%.0f, %.0f); %" PRId64 " of %" PRId64 " prompt tokens cached", t->conv, t->round,
                t->place, t->ttft_s * 1e3, t->srv[PH_QUEUE], t->srv[PH_OPEN], t->srv[PH_PREFILL],
                t->srv[PH_ROOM], t->srv_read_bytes > 0 ? (double)t->srv_read_bytes / 1048576.0 : 0.0,
                t->srv[PH_IO], t->srv[PH_DECODE], t->srv[PH_WAIT], t->cached_tokens,
                t->prompt_tokens);
+        if (t->faults >= 0)
+            printf("; %" PRId64 " page faults", t->faults);
+        printf("\n");
     }
     free(v), free(ix);
 }
@@ -994,6 +1048,8 @@ static json_t *json_report(const bench *b, const bs_group *g, size_t n_g, double
         json_object_set_new(x, "prompt_tokens", json_integer(t->prompt_tokens));
         json_object_set_new(x, "cached_tokens", json_integer(t->cached_tokens));
         json_object_set_new(x, "completion_tokens", json_integer(t->completion_tokens));
+        json_object_set_new(x, "server_page_faults",
+                            t->faults >= 0 ? json_integer(t->faults) : json_null());
         json_object_set_new(x, "decode_tok_s", decode_tokens(t) > 0
                                                    ? json_real(decode_tokens(t) / t->decode_s)
                                                    : json_null());
@@ -1067,7 +1123,7 @@ int rb_cmd_bench_serve(int argc, char **argv)
         {"--api-key", RB_OPT_STR, "KEY", "sent as Authorization: Bearer KEY", &o->api_key, 0, 0,
          NULL, NULL},
         {"--pid", RB_OPT_INT, "PID", "the server's process: its RSS is sampled every 5 ms "
-         "(/proc/PID/status)", &o->pid, 1, 4194304, NULL, NULL},
+         "(/proc/PID/status),\nits page faults counted to each first token (/proc/PID/stat)", &o->pid, 1, 4194304, NULL, NULL},
         {"--timeout", RB_OPT_DOUBLE, "S", "seconds a request may take (default 600)",
          &o->timeout_s, 0.1, 1e6, NULL, NULL},
         {"-o|--output", RB_OPT_CALL, "FMT", "table (default) or json, on stdout", &o->output, 0,

@@ -649,6 +649,26 @@ static rb_status check_shape(const rb_sessfile *f, const sf_super *s, rb_error *
     return RB_OK;
 }
 
+uint32_t rb_sessfile_peek_page_tokens(const char *path, int fd, const rb_os *os)
+{
+    os = os ? os : rb_os_default();
+    const int own = fd < 0;
+    if (own && (fd = os->open(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
+        return 0;
+    uint8_t buf[SF_A];
+    sf_super best = {0}, s;
+    int found = 0;
+    for (int i = 0; i < 2; i++) /* the newest whole one, as open_state picks */
+        if (rb_os_read_full(os, fd, buf, SF_A, (uint64_t)i * SF_A, NULL, NULL) == RB_OK &&
+            sb_decode(buf, &s) == 0 && s.seq % 2 == (uint64_t)i && (!found || s.seq > best.seq)) {
+            best = s;
+            found = 1;
+        }
+    if (own)
+        os->close(fd);
+    return found ? best.page_tokens : 0;
+}
+
 static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fingerprint,
                             int is_read_only, rb_sessfile **out, rb_error *err);
 

@@ -113,6 +113,12 @@ rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
 rb_status rb_sessfile_open_fd(int fd, const char *name, const uint64_t *fingerprint,
                               const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
                               rb_sessfile **out, rb_error *err);
+/* The tokens per KV page of the file at path (fd >= 0: the file open at
+ * fd, read with pread; path then only names it), from its newest readable
+ * superblock: 0 when neither superblock reads back whole (the open that
+ * follows says why). Lets a session adopt the page size a file was saved
+ * with. Reads 8 KiB; opens nothing else. */
+uint32_t rb_sessfile_peek_page_tokens(const char *path, int fd, const rb_os *os);
 /* RB_OK, or RB_E_INVALID_ARG when the file was written for another model. */
 rb_status rb_sessfile_check_model(const rb_sessfile *f, uint64_t fingerprint, rb_error *err);
 void rb_sessfile_close(rb_sessfile *f);

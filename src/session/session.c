@@ -1085,8 +1085,19 @@ rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *par
 static rb_status open_saved(rb_model *model, const rb_session_params *params,
                             const char *path, int fd, rb_session **out, rb_error *err)
 {
+    /* kv_page_tokens 0: the page size the file was saved with */
+    rb_session_params p = session_defaults();
+    if (params) {
+        rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_session_params", err);
+        if (pst != RB_OK)
+            return pst;
+    }
+    if (!p.kv_page_tokens) { /* one the file cannot hold: the open says what is wrong */
+        const uint32_t t = rb_sessfile_peek_page_tokens(path, fd, NULL);
+        p.kv_page_tokens = t >= 32 && t <= 1024 && t % 32 == 0 ? t : 0;
+    }
     rb_session *s = NULL;
-    rb_status st = create_impl(model, params, 1, &s, err);
+    rb_status st = create_impl(model, &p, 1, &s, err);
     if (st != RB_OK)
         return st;
     rb_sessfile *f = NULL;

@@ -72,7 +72,7 @@ WORKLOAD=(-k 4 -c 200 -r 2 -n 8 -s 3)
 check "bench-serve against serve: four conversations under a budget of about two; the JSON"
 mkdir -p spill
 start_server s1.log -m kv.gguf -t 1 -c 1024 -np 1 -b 128 --max-open 4 --device phone --sessions convs \
-    --spill-dir spill --mem-budget 16M
+    --spill-dir spill --mem-budget 12M
 run_ok b1 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
 KINDS=$(check_json b1.out new resident,compressed,stored,file) && ok || { cat b1.out >&2; fail "bench-serve's JSON"; }
 # every turn carries the server's timings; a return restored from storage
@@ -86,6 +86,10 @@ assert all(t["server_timings"]["prompt_ms"] > 0 for t in ts), "a turn with no pr
 back = [t for t in ts if t["kv_was"] == "stored"]
 assert not back or any(t["server_timings"]["restore_read_bytes"] > 0 for t in back), \
     "returns from storage read nothing"
+# --pid: the server's page faults by each first token, counted
+f = [t["server_page_faults"] for t in ts]
+assert all(isinstance(x, int) and x >= 0 for x in f), "a turn without its page faults: %r" % f
+assert any(x > 0 for x in f), "no turn took a page fault: %r" % f
 EOF
 echo "   returns: $KINDS"
 case " $KINDS " in *" stored="*) ;; *) fail "no return found its KV on storage under the budget: $KINDS" ;; esac
@@ -105,7 +109,8 @@ grep -Eq '^open +new +1 ' b2.out && ok || fail "no row for the opening"
 grep -Eq '^return +all +1 ' b2.out && ok || fail "no row for all returns"
 grep -q "server pid $SERVER_PID: max RSS" b2.out && ok || fail "no server RSS line"
 grep -Eq '^prefill +[0-9.]+ +[0-9.]+ +[0-9.]+$' b2.out && ok || { cat b2.out >&2; fail "no phase table of the returns"; }
-grep -Eq '^  conversation 0 round 1 \(.*\): [0-9]+ ms = ' b2.out && ok || fail "no slowest-returns line"
+grep -Eq '^  conversation 0 round 1 \(.*\): [0-9]+ ms = .*; [0-9]+ page faults$' b2.out && ok || fail "no slowest-returns line (with its page faults)"
+grep -Eq '^page faults +[0-9]+ +[0-9]+ +[0-9]+ ' b2.out && ok || fail "no page-fault row"
 stop_server
 
 check "--system S: one system prompt opens every conversation; the later openings reuse it"
@@ -130,7 +135,7 @@ stop_server
 
 check "after a restart the same workload finds its conversations in their files"
 start_server s2.log -m kv.gguf -t 1 -c 1024 -np 1 -b 128 --max-open 4 --device phone --sessions convs \
-    --spill-dir spill --mem-budget 16M
+    --spill-dir spill --mem-budget 12M
 run_ok b3 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
 check_json b3.out file resident,compressed,stored,file > /dev/null && ok || { cat b3.out >&2; fail "openings after a restart"; }
 stop_server
