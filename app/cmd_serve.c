@@ -144,7 +144,6 @@ int rb_cmd_serve(int argc, char **argv)
     int64_t n_predict = -1;
     cfg->sp = rb_session_default_params();
     cfg->sp.n_batch = 512; /* a prompt alone goes in passes of 512 (-b) */
-    cfg->sp.kv_page_tokens = 32; /* conversations share their prefixes' pages */
     cfg->sampler = rb_sampler_default_params();
     const rb_opt opts[] = {
         {"-m|--model", RB_OPT_STR, "FILE", "GGUF model", &cfg->model_path, 0, 0, NULL, NULL},
@@ -235,8 +234,8 @@ int rb_cmd_serve(int argc, char **argv)
          &cfg->sp.kv_type_k, 0, 0, rb_cli_opt_kv_type, NULL},
         {"-ctv|--cache-type-v", RB_OPT_CALL, "T", "the same for V", &cfg->sp.kv_type_v, 0, 0,
          rb_cli_opt_kv_type, NULL},
-        {"--kv-page", RB_OPT_U32, "N", "tokens per KV page: 32 (default), or a multiple of 32 "
-         "up to 1024;\nconversations that share a prefix share more of it with small "
+        {"--kv-page", RB_OPT_U32, "N", "tokens per KV page: 256 (default), or a multiple of 32 "
+         "from 32 to 1024;\nconversations that share a prefix share more of it with small "
          "pages\n(a conversation's files keep the size they were saved with)",
          &cfg->sp.kv_page_tokens, 32, 1024, NULL, NULL},
         {"--spill-dir", RB_OPT_STR, "DIR", "where evicted KV goes on storage (default $TMPDIR or "

@@ -77,9 +77,9 @@ run_ok mkl "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 768 --laye
 HELLO='{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0}'
 
 check "a server starts, /health and /v1/models answer"
-# pages of 256 tokens (the default before 32): the restart below resumes
-# these files at the size they were saved with
-start_server s1.log -m qwen.gguf -t 2 --sessions convs --max-body 64K --kv-page 256
+# pages of 32 tokens: the restart below (the default, 256) resumes these
+# files at the size they were saved with
+start_server s1.log -m qwen.gguf -t 2 --sessions convs --max-body 64K --kv-page 32
 [ "$(curl -s "$URL/health")" = '{"status":"ok"}' ] && ok || fail "/health body"
 curl -s "$URL/v1/models" > models.json
 [ "$(jget models.json 'd["data"][0]["id"]')" = qwen.gguf ] && ok || fail "/v1/models id"
@@ -246,7 +246,7 @@ python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["conversation_
 [ "$(jget r3.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -ge "$P1" ] && ok || fail "after a restart nothing of $CONV1 was reused"
 curl -s "$URL/metrics" > metrics2.txt
 expect_line metrics2.txt '^rebound_conversation_restores_total\{path="file"\} [1-9]'
-grep -q 'cannot be opened\|is not resumed' s2.log && fail "a file of 256-token pages was not opened by a server of 32" || ok
+grep -q 'cannot be opened\|is not resumed' s2.log && fail "a file of 32-token pages was not opened by a server of 256" || ok
 stop_server
 
 check "--api-key (Bearer, constant-time compare) and --unix"
