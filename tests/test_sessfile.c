@@ -1189,6 +1189,72 @@ static rb_status open_unit(const char *path, rb_sessfile **f, rb_error *err)
     return rb_sessfile_open(path, NULL, &unit_geom, NULL, NULL, f, err);
 }
 
+/* rb_sessfile_read_pages: a layer's pages whose records lie side by side
+ * in one request, the same bytes as one by one; anything else refused
+ * (nothing read) or, a damaged page, an error naming it. make_unit's
+ * second commit appends layer 0's pages 1 and 2 side by side; its page 0
+ * is the first commit's. */
+static void read_pages_test(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s.runs", sess_path);
+    make_unit(path);
+    rb_sessfile *f = NULL;
+    rb_error err;
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (!f)
+        return;
+    void *one[2], *run[3];
+    for (int i = 0; i < 2; i++)
+        one[i] = aligned_alloc(4096, 4096);
+    for (int i = 0; i < 3; i++) {
+        run[i] = aligned_alloc(4096, 4096);
+        memset(run[i], 0xee, 4096);
+    }
+    CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 1, 2, run, &err), RB_OK);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(rb_sessfile_read_page(f, 0, 1 + (uint32_t)i, one[i], &err), RB_OK);
+        CHECK(memcmp(one[i], run[i], unit_geom.page_bytes) == 0);
+        CHECK(((unsigned char *)run[i])[0] == 2 + i); /* make_unit's page p holds p + 1 */
+    }
+    /* not side by side (page 0 is the first commit's), past the layer,
+       a page not saved, none: refused, nothing read */
+    memset(run[0], 0xee, 4096);
+    CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 0, 2, run, &err), RB_E_UNSUPPORTED);
+    CHECK(((unsigned char *)run[0])[0] == 0xee);
+    CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 2, 3, run, &err), RB_E_UNSUPPORTED);
+    CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 3, 1, run, &err), RB_E_UNSUPPORTED);
+    CHECK_EQ_INT(rb_sessfile_read_pages(f, 2, 0, 1, run, &err), RB_E_UNSUPPORTED);
+    CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 1, 0, run, &err), RB_E_UNSUPPORTED);
+    rb_sessfile_close(f);
+    /* layer 0's page 2 damaged: the run fails naming it */
+    FILE *fp = fopen(path, "rb");
+    long off = -1;
+    unsigned char blk[4096];
+    for (long o = 0; fp && fread(blk, 1, sizeof blk, fp) == sizeof blk; o += 4096)
+        if (blk[0] == 3 && blk[unit_geom.page_bytes - 1] == 3 && off < 0)
+            off = o;
+    if (fp)
+        fclose(fp);
+    CHECK(off > 0);
+    if (off > 0)
+        flip_byte(path, off + 100);
+    CHECK_EQ_INT(open_unit(path, &f, &err), RB_OK);
+    if (f) {
+        CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 1, 2, run, &err), RB_E_FORMAT);
+        CHECK(strstr(err.message, "layer 0 page 2 fails its checksum") != NULL);
+        CHECK_EQ_INT(rb_sessfile_read_page(f, 0, 1, one[0], &err), RB_OK);
+        rb_sessfile_close(f);
+    }
+    for (int i = 0; i < 2; i++)
+        free(one[i]);
+    for (int i = 0; i < 3; i++)
+        free(run[i]);
+    unlink(path);
+    printf("read_pages: side by side in one request, the same bytes; else refused or the "
+           "damaged page named\n");
+}
+
 static void crafted_test(void)
 {
     char path[600];
@@ -1867,6 +1933,7 @@ int main(int argc, char **argv)
 
     full_disk();
     crafted_test();
+    read_pages_test();
     files_test();
     mismatch_test(m);
     garbage_test(m);

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "kvcodec.h"
@@ -887,6 +888,47 @@ static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *b
         return rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
                             PRIu32 " fails its checksum", f->path, layer, page);
     return RB_OK;
+}
+
+rb_status rb_sessfile_read_pages(rb_sessfile *f, uint32_t layer, uint32_t page0, uint32_t n,
+                                 void *const *bufs, rb_error *err)
+{
+    enum { MAX_RUN = 64 };
+    if (n == 0 || n > MAX_RUN || f->os != rb_os_default() || layer >= f->g.n_layers ||
+        page0 >= f->g.pages_per_layer || n > f->g.pages_per_layer - page0)
+        return RB_E_UNSUPPORTED;
+    pthread_rwlock_rdlock(&f->lock);
+    const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page0];
+    rb_status st = RB_OK;
+    for (uint32_t i = 0; i < n && st == RB_OK; i++)
+        if (!page_tokens(f, layer, page0 + i) ||
+            e[i].off != e[0].off + (uint64_t)i * f->g.page_alloc)
+            st = RB_E_UNSUPPORTED;
+    if (st != RB_OK) {
+        pthread_rwlock_unlock(&f->lock);
+        return st;
+    }
+    struct iovec iov[MAX_RUN];
+    for (uint32_t i = 0; i < n; i++)
+        iov[i] = (struct iovec){bufs[i], f->g.page_alloc};
+    const size_t want = (size_t)n * f->g.page_alloc;
+    int64_t t0 = rb_throttle_now_ns();
+    ssize_t got;
+    do
+        got = preadv(f->fd_direct, iov, (int)n, (off_t)e[0].off);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)want) /* a short or failed read: page by page says which */
+        st = rb_error_set(err, RB_E_IO, "session file: '%s': reading %" PRIu32 " pages of "
+                          "layer %" PRIu32 " from page %" PRIu32 ": %s", f->path, n, layer,
+                          page0, got < 0 ? strerror(errno) : "the file ends first");
+    if (st == RB_OK && f->throttle)
+        rb_throttle_io_since(f->throttle, want, t0);
+    for (uint32_t i = 0; i < n && st == RB_OK; i++)
+        if (!HASH_OK(rb_kvcodec_hash64(bufs[i], f->g.page_bytes), e[i].hash))
+            st = rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
+                              PRIu32 " fails its checksum", f->path, layer, page0 + i);
+    pthread_rwlock_unlock(&f->lock);
+    return st;
 }
 
 rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,

@@ -138,6 +138,17 @@ uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t 
 /* Reads a saved page into buf (page_alloc bytes, 4 KiB aligned) and
  * checks its checksum. RB_E_NOT_FOUND (not saved), RB_E_FORMAT (checksum,
  * naming layer and page), RB_E_IO / RB_E_SHORT_READ (file cut short). */
+/* Reads pages page0 .. page0 + n - 1 of a layer into bufs[i] (each
+ * page_alloc bytes, 4 KiB aligned) with one request when their records
+ * lie side by side in the file (a commit appends a layer's pages in
+ * order), and checks each checksum. RB_OK: all n read and checked;
+ * RB_E_UNSUPPORTED: not side by side, or a file opened through another
+ * rb_os than the default (its reads are the test's to fail one by one),
+ * nothing read; any other status: something failed, and the caller reads
+ * the pages one by one with rb_sessfile_read_page, whose message names
+ * the page. */
+rb_status rb_sessfile_read_pages(rb_sessfile *f, uint32_t layer, uint32_t page0, uint32_t n,
+                                 void *const *bufs, rb_error *err);
 rb_status rb_sessfile_read_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *buf,
                                 rb_error *err);
 /*

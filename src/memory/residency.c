@@ -105,6 +105,7 @@ struct rb_residency {
     rb_wcache *wcache;   /* may be NULL */
     rb_residency_read_fn saved_read; /* the session file, or NULL */
     rb_residency_release_fn saved_release;
+    rb_residency_read_run_fn saved_read_run; /* may be NULL */
     void *saved_ctx;
     int plan_cold;       /* this restore reads every page from the source */
     uint32_t n_kv_segs;
@@ -411,6 +412,58 @@ static int restore_one(rb_residency *r, uint32_t id, int is_io, rb_error *err)
     return 0;
 }
 
+/* A page read from the saved source goes in its slot (mu taken here). */
+static void place_saved(rb_residency *r, uint32_t id, void *buf)
+{
+    pthread_mutex_lock(&r->mu);
+    rb_kvcache_fill_slot(r->kv.cache, id, buf);
+    r->segs[id].mapped = 0;
+    r->segs[id].from_saved = 0; /* the copy stays in the file */
+    r->segs[id].tier = RB_TIER_RESIDENT;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* The most pages one request reads: 1 MiB, the profiles' request size. */
+static uint32_t run_max(const rb_residency *r)
+{
+    enum { RUN_CAP = 64 };
+    const size_t n = ((size_t)1 << 20) / page_alloc_bytes(r);
+    return n < 1 ? 1 : n > RUN_CAP ? RUN_CAP : (uint32_t)n;
+}
+
+/* Restores n consecutive saved pages of one layer (ids[i] = ids[0] + i)
+ * with one request; rc[i] as restore_one's. Called without mu. When the
+ * run read fails, each page is read again alone into its buffer, so a
+ * damaged page fails alone and its message names it. */
+static void restore_run(rb_residency *r, const uint32_t *ids, uint32_t n, int *rc, rb_error *err)
+{
+    enum { RUN_CAP = 64 };
+    void *bufs[RUN_CAP];
+    uint32_t got = 0;
+    while (got < n && (bufs[got] = alloc_page(r, 0)))
+        got++;
+    const uint32_t ppl = r->kv.pages_per_layer, layer = ids[0] / ppl;
+    rb_error run_err = {0};
+    const int ok = got == n && r->saved_read_run(r->saved_ctx, layer, ids[0] % ppl, n, bufs,
+                                                 &run_err) == 0;
+    for (uint32_t i = 0; i < n; i++) {
+        rc[i] = 0;
+        if (i >= got) {
+            rb_error_set(err, RB_E_NOMEM, "residency: out of memory restoring a KV page");
+            rc[i] = -1;
+            continue;
+        }
+        if (!ok && r->saved_read(r->saved_ctx, layer, ids[i] % ppl, bufs[i], 0, err) < 0) {
+            rb_kvpage_free(bufs[i], page_alloc_bytes(r));
+            if (r->saved_release) /* a bad copy is not kept cached */
+                r->saved_release(r->saved_ctx, layer, ids[i] % ppl);
+            rc[i] = -1;
+            continue;
+        }
+        place_saved(r, ids[i], bufs[i]);
+    }
+}
+
 /*
  * A worker takes its own queue's next job; the decode worker, when its
  * queue is empty, also takes storage reads (a cold restore from a session
@@ -428,15 +481,34 @@ static void worker_loop(rb_residency *r, int own_is_io)
             break;
         int is_io = own_is_io || r->dec_next == r->n_dec;
         uint32_t id = is_io ? r->io_jobs[r->io_next++] : r->dec_jobs[r->dec_next++];
+        /* a run: the layer's next saved pages, side by side in the queue */
+        enum { RUN_CAP = 64 };
+        uint32_t run[RUN_CAP];
+        int rcs[RUN_CAP];
+        uint32_t n_run = 1;
+        run[0] = id;
+        if (is_io && id < r->n_kv_segs && r->segs[id].from_saved && r->saved_read_run) {
+            const uint32_t max = run_max(r), ppl = r->kv.pages_per_layer;
+            while (n_run < max && r->io_next < r->n_io &&
+                   r->io_jobs[r->io_next] == id + n_run && (id + n_run) % ppl != 0 &&
+                   r->segs[id + n_run].from_saved)
+                run[n_run++] = r->io_jobs[r->io_next++];
+        }
         r->n_busy++;
         pthread_mutex_unlock(&r->mu);
 
         rb_error err = {0};
         double t0 = rb_throttle_now_s();
-        int rc = restore_one(r, id, is_io, &err);
+        if (n_run > 1)
+            restore_run(r, run, n_run, rcs, &err);
+        else
+            rcs[0] = restore_one(r, id, is_io, &err);
         double t1 = rb_throttle_now_s();
 
         pthread_mutex_lock(&r->mu);
+        for (uint32_t k = 0; k < n_run; k++) {
+        id = run[k];
+        const int rc = rcs[k];
         uint32_t layer = seg_layer(r, id);
         if (rc != 0) {
             if (id >= r->n_kv_segs) {
@@ -459,11 +531,12 @@ static void worker_loop(rb_residency *r, int own_is_io)
         uint64_t bytes = id >= r->n_kv_segs ? rb_wcache_layer_bytes(r->wcache, layer)
                                             : r->kv.page_bytes;
         log_event(r, is_io ? RB_EVENT_RESTORE_IO : RB_EVENT_RESTORE_DECODE, layer, t0, t1);
+        const double busy = k == 0 ? t1 - t0 : 0.0; /* a run is one request */
         if (is_io) {
-            r->io_busy_s += t1 - t0;
+            r->io_busy_s += busy;
             r->bytes_io += bytes;
         } else {
-            r->dec_busy_s += t1 - t0;
+            r->dec_busy_s += busy;
             r->bytes_dec += bytes;
         }
         r->t_last_done = t1;
@@ -474,6 +547,7 @@ static void worker_loop(rb_residency *r, int own_is_io)
             r->prefetch_bytes += bytes;
         }
         r->pending[layer]--;
+        }
         r->n_busy--;
         pthread_cond_broadcast(&r->cv_layer);
         pthread_cond_broadcast(&r->cv_idle);
@@ -1392,6 +1466,15 @@ void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read,
     r->saved_read = read;
     r->saved_release = release;
     r->saved_ctx = ctx;
+    if (!read)
+        r->saved_read_run = NULL;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rb_residency_set_saved_run_reader(rb_residency *r, rb_residency_read_run_fn read_run)
+{
+    pthread_mutex_lock(&r->mu);
+    r->saved_read_run = read_run;
     pthread_mutex_unlock(&r->mu);
 }
 

@@ -241,6 +241,17 @@ typedef int (*rb_residency_read_fn)(void *ctx, uint32_t layer, uint32_t page, vo
 typedef void (*rb_residency_release_fn)(void *ctx, uint32_t layer, uint32_t page);
 void rb_residency_set_saved_source(rb_residency *r, rb_residency_read_fn read,
                                    rb_residency_release_fn release, void *ctx);
+/* Optional, beside read(): pages page0 .. page0 + n - 1 of a layer into
+ * bufs with one request (their records side by side at the source): 0
+ * when all n were read and checked; -1 when not (nothing read is
+ * trusted: the worker reads them one by one with read(), whose error
+ * names the page). An I/O worker takes up to 1 MiB of a layer's
+ * consecutive saved pages at once when it is set: with small pages
+ * (kv_page_tokens 32: 128 KiB) one request per page costs the pass more
+ * than the bytes. */
+typedef int (*rb_residency_read_run_fn)(void *ctx, uint32_t layer, uint32_t page0, uint32_t n,
+                                        void *const *bufs, rb_error *err);
+void rb_residency_set_saved_run_reader(rb_residency *r, rb_residency_read_run_fn read_run);
 /* The page has (1) or no longer has (0) an identical copy at the source;
  * ignored when a forget happened since epoch (rb_residency_epoch): the
  * page's contents are being recomputed. A partly filled page (the last

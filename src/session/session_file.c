@@ -121,6 +121,15 @@ static int read_saved(void *ctx, uint32_t layer, uint32_t page, void *buf, int m
     return rb_sessfile_read_page(ctx, layer, page, buf, err) == RB_OK ? 0 : -1;
 }
 
+/* A run of a layer's saved pages in one request (rb_sessfile_read_pages);
+ * -1 when they are not side by side or the read failed: residency then
+ * reads them one by one. */
+static int read_saved_run(void *ctx, uint32_t layer, uint32_t page0, uint32_t n,
+                          void *const *bufs, rb_error *err)
+{
+    return rb_sessfile_read_pages(ctx, layer, page0, n, bufs, err) == RB_OK ? 0 : -1;
+}
+
 /* The pages of a commit, pinned at the residency manager one at a time;
  * put records the ones written, marked saved once the commit succeeded. */
 static const void *pin_get(void *ctx, uint32_t layer, uint32_t page)
@@ -284,6 +293,7 @@ rb_status rb_session_file_bind(rb_session_file *f, rb_sessfile *sf, const char *
     f->pinned = pinned;
     f->tokens_committed = rb_sessfile_n_tokens(sf);
     rb_residency_set_saved_source(f->mem->res, read_saved, NULL, sf);
+    rb_residency_set_saved_run_reader(f->mem->res, read_saved_run);
     rb_error werr = {0};
     if (rb_session_writer_create(worker_commit, f, &f->writer, &werr) != RB_OK)
         f->writer = NULL; /* commits run synchronously */

@@ -248,6 +248,7 @@ declare -A CALLBACK_OK=(
     [session_memory.c:layer_gate]="engine's forward pass, before each layer"
     [session_memory.c:rows_gate]="engine's forward pass, the embedding rows (weight stream)"
     [session_file.c:read_saved]="memory/residency, reading a page from the session file"
+    [session_file.c:read_saved_run]="memory/residency, reading a layer's consecutive pages in one request"
     [session_file.c:pin_get]="format/sessfile, the pages a save writes"
     [session_file.c:pin_put]="format/sessfile"
     [session_file.c:snap_get]="format/sessfile, the pages a compaction writes"
