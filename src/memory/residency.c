@@ -507,46 +507,46 @@ static void worker_loop(rb_residency *r, int own_is_io)
 
         pthread_mutex_lock(&r->mu);
         for (uint32_t k = 0; k < n_run; k++) {
-        id = run[k];
-        const int rc = rcs[k];
-        uint32_t layer = seg_layer(r, id);
-        if (rc != 0) {
-            if (id >= r->n_kv_segs) {
-                r->weights_failed = 1;
-                r->worker_err = err;
-            } else {
-                r->segs[id].failed = 1;
-                r->segs[id].tier = RB_TIER_DROPPED;
-                if (r->segs[id].frame) {
-                    free(r->segs[id].frame);
-                    r->segs[id].frame = NULL;
+            id = run[k];
+            const int rc = rcs[k];
+            uint32_t layer = seg_layer(r, id);
+            if (rc != 0) {
+                if (id >= r->n_kv_segs) {
+                    r->weights_failed = 1;
+                    r->worker_err = err;
+                } else {
+                    r->segs[id].failed = 1;
+                    r->segs[id].tier = RB_TIER_DROPPED;
+                    if (r->segs[id].frame) {
+                        free(r->segs[id].frame);
+                        r->segs[id].frame = NULL;
+                    }
+                    if (is_io && !r->segs[id].from_saved)
+                        rb_store_drop(r->store, id);
+                    r->segs[id].from_saved = r->segs[id].saved = 0;
+                    r->n_damaged++;
                 }
-                if (is_io && !r->segs[id].from_saved)
-                    rb_store_drop(r->store, id);
-                r->segs[id].from_saved = r->segs[id].saved = 0;
-                r->n_damaged++;
+                r->layer_failed[layer] = 1;
             }
-            r->layer_failed[layer] = 1;
-        }
-        uint64_t bytes = id >= r->n_kv_segs ? rb_wcache_layer_bytes(r->wcache, layer)
-                                            : r->kv.page_bytes;
-        log_event(r, is_io ? RB_EVENT_RESTORE_IO : RB_EVENT_RESTORE_DECODE, layer, t0, t1);
-        const double busy = k == 0 ? t1 - t0 : 0.0; /* a run is one request */
-        if (is_io) {
-            r->io_busy_s += busy;
-            r->bytes_io += bytes;
-        } else {
-            r->dec_busy_s += busy;
-            r->bytes_dec += bytes;
-        }
-        r->t_last_done = t1;
-        if (is_io)
-            r->t_last_io_done = t1;
-        if (r->is_prefetch && rc == 0) {
-            r->prefetch_pages += id < r->n_kv_segs;
-            r->prefetch_bytes += bytes;
-        }
-        r->pending[layer]--;
+            uint64_t bytes = id >= r->n_kv_segs ? rb_wcache_layer_bytes(r->wcache, layer)
+                                                : r->kv.page_bytes;
+            log_event(r, is_io ? RB_EVENT_RESTORE_IO : RB_EVENT_RESTORE_DECODE, layer, t0, t1);
+            const double busy = k == 0 ? t1 - t0 : 0.0; /* a run is one request */
+            if (is_io) {
+                r->io_busy_s += busy;
+                r->bytes_io += bytes;
+            } else {
+                r->dec_busy_s += busy;
+                r->bytes_dec += bytes;
+            }
+            r->t_last_done = t1;
+            if (is_io)
+                r->t_last_io_done = t1;
+            if (r->is_prefetch && rc == 0) {
+                r->prefetch_pages += id < r->n_kv_segs;
+                r->prefetch_bytes += bytes;
+            }
+            r->pending[layer]--;
         }
         r->n_busy--;
         pthread_cond_broadcast(&r->cv_layer);
