@@ -650,6 +650,21 @@ static rb_status check_shape(const rb_sessfile *f, const sf_super *s, rb_error *
     return RB_OK;
 }
 
+/* Both superblocks of the file at fd, read through buf (SF_A bytes): ok[i]
+ * when slot i reads back whole. A commit writes seq n at slot n % 2: one
+ * found elsewhere (crafted) would have the next commit overwrite the state
+ * it opened from, and a kill in that write leave none. Returns the newest
+ * whole one's slot, or -1. */
+static int read_supers(const rb_os *os, int fd, uint8_t *buf, sf_super cand[2], int ok[2])
+{
+    for (int i = 0; i < 2; i++)
+        ok[i] = rb_os_read_full(os, fd, buf, SF_A, (uint64_t)i * SF_A, NULL, NULL) == RB_OK &&
+                sb_decode(buf, &cand[i]) == 0 && cand[i].seq % 2 == (uint64_t)i;
+    if (!ok[0] && !ok[1])
+        return -1;
+    return ok[1] && (!ok[0] || cand[1].seq > cand[0].seq) ? 1 : 0;
+}
+
 uint32_t rb_sessfile_peek_page_tokens(const char *path, int fd, const rb_os *os)
 {
     os = os ? os : rb_os_default();
@@ -657,17 +672,12 @@ uint32_t rb_sessfile_peek_page_tokens(const char *path, int fd, const rb_os *os)
     if (own && (fd = os->open(path, O_RDONLY | O_CLOEXEC, 0)) < 0)
         return 0;
     uint8_t buf[SF_A];
-    sf_super best = {0}, s;
-    int found = 0;
-    for (int i = 0; i < 2; i++) /* the newest whole one, as open_state picks */
-        if (rb_os_read_full(os, fd, buf, SF_A, (uint64_t)i * SF_A, NULL, NULL) == RB_OK &&
-            sb_decode(buf, &s) == 0 && s.seq % 2 == (uint64_t)i && (!found || s.seq > best.seq)) {
-            best = s;
-            found = 1;
-        }
+    sf_super cand[2];
+    int ok[2];
+    const int newest = read_supers(os, fd, buf, cand, ok); /* as open_state picks */
     if (own)
         os->close(fd);
-    return found ? best.page_tokens : 0;
+    return newest < 0 ? 0 : cand[newest].page_tokens;
 }
 
 static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fingerprint,
@@ -728,27 +738,16 @@ static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fi
         return rb_error_set(err, RB_E_IO, "session file: '%s': %s", path, strerror(e));
     }
     sf_super cand[2];
-    int ok[2] = {0, 0};
-    uint8_t *sbuf = f->buf;
-    for (int i = 0; i < 2; i++)
-        if (size >= (uint64_t)(i + 1) * SF_A &&
-            rb_os_read_full(f->os, f->fd, sbuf, SF_A, (uint64_t)i * SF_A, NULL, NULL) == RB_OK)
-            /* a commit writes seq n at slot n % 2: one found elsewhere
-               (crafted) would have the next commit overwrite the state it
-               opened from, and a kill in that write leave none */
-            ok[i] = sb_decode(sbuf, &cand[i]) == 0 && cand[i].seq % 2 == (uint64_t)i;
-    if (!ok[0] && !ok[1]) {
+    int ok[2];
+    const int newest = read_supers(f->os, f->fd, f->buf, cand, ok);
+    if (newest < 0) {
         rb_sessfile_close(f);
         return rb_error_set(err, RB_E_FORMAT, "session file: '%s' is not a rebound session "
                             "file, or both of its superblocks are damaged (%" PRIu64 " bytes)",
                             path, size);
     }
     /* newest first; a damaged newest state falls back to the other */
-    int order[2] = {0, 1};
-    if (ok[1] && (!ok[0] || cand[1].seq > cand[0].seq)) {
-        order[0] = 1;
-        order[1] = 0;
-    }
+    const int order[2] = {newest, 1 - newest};
     char why[2][256] = {"", ""};
     uint64_t claimed[2] = {0, 0};
     if (!ok[order[1]]) /* one superblock damaged: which state it held is unknown */
