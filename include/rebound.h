@@ -784,6 +784,10 @@ typedef struct rb_pool_stats {
        by the last one kept at most (its water line) */
     uint64_t n_leveled_trims;
     uint64_t level_line_bytes;
+    /* budget trims that had to take pages several sessions share: those
+       go last, after every session's own KV (a shared page's RAM leaves
+       with its last holder, and each holder would read it back) */
+    uint64_t n_shared_trims;
 } rb_pool_stats;
 RB_API rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out,
                                          size_t out_size);

@@ -550,6 +550,7 @@ static void snapshot(sv_store *st)
         m.pool_prefetch_trimmed_bytes = ps.prefetch_trimmed_bytes;
         m.pool_leveled_trims = ps.n_leveled_trims;
         m.pool_level_line_bytes = ps.level_line_bytes;
+        m.pool_shared_trims = ps.n_shared_trims;
     }
     sv_metrics_set_mem(st->metrics, &m, per, n_per);
     free(per);

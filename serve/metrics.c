@@ -263,8 +263,14 @@ void sv_metrics_write(const sv_counts *m, int with_process, uint64_t mem_budget_
                    "# HELP rebound_pool_level_line_bytes The KV in RAM each trimmed "
                    "conversation kept at the last leveled trim (its first layers).\n"
                    "# TYPE rebound_pool_level_line_bytes gauge\n"
-                   "rebound_pool_level_line_bytes %" PRIu64 "\n",
-                m->mem.pool_leveled_trims, m->mem.pool_level_line_bytes);
+                   "rebound_pool_level_line_bytes %" PRIu64 "\n"
+                   "# HELP rebound_pool_shared_trims_total Budget trims that had to take KV "
+                   "pages conversations share (a common prompt's): those go after every "
+                   "conversation's own KV.\n"
+                   "# TYPE rebound_pool_shared_trims_total counter\n"
+                   "rebound_pool_shared_trims_total %" PRIu64 "\n",
+                m->mem.pool_leveled_trims, m->mem.pool_level_line_bytes,
+                m->mem.pool_shared_trims);
     }
     if (with_process)
         fprintf(f, "# HELP rebound_memory_budget_bytes --mem-budget (0: none).\n"

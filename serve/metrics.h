@@ -62,6 +62,7 @@ typedef struct sv_mem_snapshot {
     uint64_t pool_n_prefetches;    /* restores begun ahead of a feed */
     uint64_t pool_prefetch_granted_bytes, pool_prefetch_trimmed_bytes;
     uint64_t pool_leveled_trims, pool_level_line_bytes;
+    uint64_t pool_shared_trims;    /* budget trims that took shared pages */
 } sv_mem_snapshot;
 
 #define SV_TTFT_BUCKETS 10

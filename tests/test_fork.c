@@ -8,7 +8,8 @@
  * fed the same tokens (check_same). Each then rewinds below the shared
  * prefix (into a shared page) and feeds; the other must be unaffected.
  * A trim of one holder (its copies to storage) leaves the other exact,
- * and its restore is exact.
+ * and its restore is exact. The pool's budget takes the holders' own
+ * pages before the shared ones (budget_keeps_shared).
  *
  * Accounting: the pool's shared bytes plus every session's own KV bytes
  * equal the distinct page buffers that the caches really hold (counted
@@ -220,6 +221,25 @@ static void fork_trimmed_and_errors(rb_model *m)
     CHECK_EQ_INT(rb_session_create(m, &p, &src, &err), RB_OK);
     CHECK_EQ_INT(rb_session_feed(src, toks, N_SRC, NULL), RB_OK);
     CHECK_EQ_INT(rb_session_trim(src, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
+    /* a fork of the first 300 tokens brings back only the two pages it
+       takes: the source's third stays stored */
+    rb_session *h = NULL;
+    CHECK_EQ_INT(rb_session_fork(src, 300, NULL, &h, &err), RB_OK);
+    const rb_kvcache *ks = rb_session_kvcache(src);
+    uint32_t back = 0, third = 0;
+    for (uint32_t l = 0; l < ks->n_layers; l++) {
+        back += ks->pages[(size_t)l * ks->pages_per_layer] != NULL &&
+                ks->pages[(size_t)l * ks->pages_per_layer + 1] != NULL;
+        third += ks->pages[(size_t)l * ks->pages_per_layer + 2] != NULL;
+    }
+    CHECK_EQ_INT(back, ks->n_layers);
+    CHECK_EQ_INT(third, 0);
+    if (h) {
+        CHECK_EQ_INT(rb_session_feed(h, toks + N_SRC, 5, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_debug_recomputed_tokens(h), 0);
+        CHECK(check_same(m, h, "a fork of a trimmed source's first 300 tokens"));
+        rb_session_destroy(h);
+    }
     CHECK_EQ_INT(rb_session_fork(src, 600, NULL, &f, &err), RB_OK);
     if (f) {
         CHECK_EQ_INT(rb_session_feed(f, toks + N_SRC, 5, NULL), RB_OK);
@@ -263,6 +283,69 @@ static void fork_trimmed_and_errors(rb_model *m)
         CHECK(check_same(m, f, "a fork whose source (and its pool's owner) is gone"));
         rb_session_destroy(f);
     }
+}
+
+/* The budget takes every member's own KV before the pages they share: a
+ * trim that needs less than the unshared pages leaves every shared page
+ * in both caches (letting one go would free no RAM, and both would read
+ * it back); a budget below all of it takes them too (counted in
+ * n_shared_trims), and both sessions restore exact. */
+static void budget_keeps_shared(rb_model *m)
+{
+    rb_pool *pool = NULL;
+    rb_error err;
+    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
+    rb_session_params p = params(pool);
+    rb_session *src = NULL, *f = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &src, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(src, toks, N_SRC, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_fork(src, 512, NULL, &f, &err), RB_OK);
+    if (!f)
+        return;
+    CHECK_EQ_INT(rb_session_feed(f, toks + N_SRC, 37, NULL), RB_OK);
+    rb_session *both[2] = {src, f};
+    const rb_kvcache *ks = rb_session_kvcache(src), *kf = rb_session_kvcache(f);
+    const uint32_t ppl = ks->pages_per_layer, n_shared = 512 / ks->page_tokens;
+    const uint64_t alloc = rb_kvcache_page_alloc_bytes(ks);
+    rb_pool_stats ps;
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    CHECK_EQ_U64(ps.n_shared_kv_pages, (uint64_t)n_shared * ks->n_layers);
+    /* each holds one own page a layer beyond the shared ones: ask for
+       the room of half of those */
+    const uint64_t budget = ps.total_bytes - (uint64_t)ks->n_layers * alloc;
+    CHECK_EQ_INT(rb_pool_set_budget(pool, budget), RB_OK);
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    CHECK(ps.total_bytes <= budget);
+    CHECK(ps.trimmed_bytes >= (uint64_t)ks->n_layers * alloc);
+    CHECK_EQ_U64(ps.n_shared_trims, 0);
+    CHECK_EQ_U64(ps.n_shared_kv_pages, (uint64_t)n_shared * ks->n_layers);
+    uint32_t kept = 0;
+    for (uint32_t l = 0; l < ks->n_layers; l++)
+        for (uint32_t pg = 0; pg < n_shared; pg++) {
+            const size_t id = (size_t)l * ppl + pg;
+            kept += ks->pages[id] && ks->pages[id] == kf->pages[id] &&
+                    rb_kvcache_slot_is_shared(ks, id) && rb_kvcache_slot_is_shared(kf, id);
+        }
+    CHECK_EQ_INT(kept, n_shared * ks->n_layers);
+    check_accounts(pool, both, 2, __LINE__);
+    /* below the shared pages: they go too, and with their last holder */
+    CHECK_EQ_INT(rb_pool_set_budget(pool, 1), RB_OK);
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    CHECK(ps.n_shared_trims >= 1);
+    CHECK_EQ_U64(ps.shared_kv_bytes, 0);
+    check_accounts(pool, both, 2, __LINE__);
+    CHECK_EQ_INT(rb_pool_set_budget(pool, 0), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(src, toks + 3, 2, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(f, toks + 7, 2, NULL), RB_OK);
+    CHECK_EQ_INT(rb_session_debug_recomputed_tokens(f), 0);
+    CHECK(check_same(m, src, "the source after the budget took the shared pages"));
+    CHECK(check_same(m, f, "the fork after the budget took the shared pages"));
+    printf("budget: %u shared pages kept while the own ones went (trimmed %" PRIu64
+           " B); below them, they went too (%" PRIu64 " shared trims)\n",
+           kept, (uint64_t)ks->n_layers * alloc, ps.n_shared_trims);
+    rb_session_destroy(f);
+    rb_session_destroy(src);
+    rb_pool_destroy(pool);
 }
 
 /* The page references by themselves: a share, a copy-on-write while
@@ -486,6 +569,7 @@ int main(void)
     for (size_t i = 0; i < sizeof points / sizeof *points; i++)
         fork_at(m, points[i]);
     fork_trimmed_and_errors(m);
+    budget_keeps_shared(m);
     /* pages of 32 and 64 tokens: forks share pages of that size, every
        logit the same bits as a 256-token session's */
     const size_t points_small[] = {100, 600, N_SRC};

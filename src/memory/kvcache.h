@@ -166,6 +166,14 @@ static inline int rb_kvcache_slot_is_shared(const rb_kvcache *kv, size_t id)
 {
     return kv->refs && kv->refs[id];
 }
+/* Whether another cache holds the slot's page too (a shared page with
+ * more than one holder): letting it go frees no RAM. A count seen above 1
+ * may fall to 1 at any time (the others let go), never rise from 1. */
+static inline int rb_kvcache_slot_has_others(const rb_kvcache *kv, size_t id)
+{
+    return rb_kvcache_slot_is_shared(kv, id) &&
+           atomic_load_explicit(&kv->refs[id]->n, memory_order_relaxed) > 1;
+}
 /* dst's empty slot id takes src's page (resident, full, never written again
  * by src below its valid end) as a shared page, counted in acct (both
  * caches must use the same account). Geometry must be equal

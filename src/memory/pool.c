@@ -60,6 +60,7 @@ struct rb_pool {
     uint64_t n_feeds;            /* every member's feeds (the prefetch score) */
     uint64_t n_prefetches, prefetch_granted_bytes, prefetch_trimmed_bytes;
     uint64_t n_leveled, level_line; /* trim_leveled's count and last line */
+    uint64_t n_shared_trims;        /* enforcements that took shared pages */
     /* the pressure monitor (rb_pool_watch_pressure); its thread calls
        rb_pool_trim. watch_mu orders start, stop and destroy. */
     pthread_mutex_t watch_mu;
@@ -290,15 +291,19 @@ uint64_t rb_pool_others_bytes(rb_pool *p, const rb_pool_member *self)
  * there frees all of its RAM and a compressed one a fraction (a level, the
  * app-switch moment, keeps the two-path split). The member's residency
  * trims now, or records the request for the thread that holds it
- * (counted as posted). The member's published bytes go down by what its
- * residency counts as freed. Returns the bytes freed now. */
+ * (counted as posted). own: a budget trim leaves the pages that other
+ * members hold too (RB_TRIM_SCOPE_KV_OWN: letting one go frees no RAM,
+ * and each holder would read it back); rb_pool_enforce takes them only
+ * when nothing else is left. The member's published bytes go down by
+ * what its residency counts as freed. Returns the bytes freed now. */
 static uint64_t trim_member(rb_pool *p, rb_pool_member *m, uint64_t bytes, rb_trim_level level,
-                            rb_residency *sink)
+                            int own, rb_residency *sink)
 {
     if (!m->res)
         return 0;
-    const rb_trim_scope scope =
-        level == RB_TRIM_BYTES ? RB_TRIM_SCOPE_KV_TO_STORAGE : RB_TRIM_SCOPE_KV;
+    const rb_trim_scope scope = level != RB_TRIM_BYTES ? RB_TRIM_SCOPE_KV
+                                : own                  ? RB_TRIM_SCOPE_KV_OWN
+                                                       : RB_TRIM_SCOPE_KV_TO_STORAGE;
     uint64_t freed = 0, drop = 0;
     if (!rb_residency_pool_trim(m->res, bytes, level, scope, sink, &freed, &drop)) {
         p->n_posted++; /* busy: served at its next layer boundary */
@@ -405,7 +410,7 @@ static uint64_t trim_leveled(rb_pool *p, rb_pool_member **order, uint32_t n,
         share += kv[i] - line;
         if (share <= gone)
             continue;
-        freed += trim_member(p, c[i], share - gone, RB_TRIM_BYTES, sink);
+        freed += trim_member(p, c[i], share - gone, RB_TRIM_BYTES, 1, sink);
         const uint64_t now = member_kv(c[i]);
         gone += kv[i] > now ? kv[i] - now : 0;
     }
@@ -452,7 +457,17 @@ uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int s
         for (uint32_t i = 0; i < n && total > budget; i++) {
             if (order[i] == self && !self_too)
                 continue;
-            p->trimmed_bytes += trim_member(p, order[i], total - budget, RB_TRIM_BYTES, sink);
+            p->trimmed_bytes += trim_member(p, order[i], total - budget, RB_TRIM_BYTES, 1, sink);
+            total = total_bytes(p) + extra;
+        }
+        /* the pages several members share, last: each holder's copy goes,
+           and the RAM with the last one */
+        if (total > budget && shared_bytes(p))
+            p->n_shared_trims++;
+        for (uint32_t i = 0; i < n && total > budget && shared_bytes(p); i++) {
+            if (order[i] == self && !self_too)
+                continue;
+            p->trimmed_bytes += trim_member(p, order[i], total - budget, RB_TRIM_BYTES, 0, sink);
             total = total_bytes(p) + extra;
         }
         free(order);
@@ -506,7 +521,7 @@ rb_status rb_pool_trim(rb_pool *p, uint64_t bytes, rb_trim_level level, uint64_t
     for (uint32_t i = 0; i < n; i++) {
         if (level == RB_TRIM_BYTES && freed >= bytes)
             break;
-        freed += trim_member(p, order[i], level == RB_TRIM_BYTES ? bytes - freed : 0, level,
+        freed += trim_member(p, order[i], level == RB_TRIM_BYTES ? bytes - freed : 0, level, 0,
                              NULL);
     }
     free(order);
@@ -583,7 +598,7 @@ uint64_t rb_pool_grant_prefetch(rb_pool *p, rb_pool_member *self, uint64_t want,
                 if (order[i] == self || order[i]->priority != RB_PRIORITY_BACKGROUND)
                     continue;
                 room = count_grant_trim(p, trim_member(p, order[i], want - room, RB_TRIM_BYTES,
-                                                       sink),
+                                                       1, sink),
                                         budget, &total);
             }
             free(order);
@@ -678,6 +693,7 @@ rb_status rb_pool_get_stats_sized(const rb_pool *cp, rb_pool_stats *out, size_t 
     st.prefetch_trimmed_bytes = p->prefetch_trimmed_bytes;
     st.n_leveled_trims = p->n_leveled;
     st.level_line_bytes = p->level_line;
+    st.n_shared_trims = p->n_shared_trims;
     pthread_mutex_unlock(&p->mu);
     for (int l = 1; l <= 3; l++)
         st.n_pressure_events[l - 1] = atomic_load(&p->n_pressure[l]);

@@ -20,8 +20,10 @@
  * could not give, the member that asks last (it is the most
  * recently used); within a member its last layers first, to storage
  * (residency.c: a budget trim frees whole pages, compressed ones too);
- * the weights last, last layer first, a layer a forward pass computes
- * skipped. A member's residency held by another thread (a session
+ * the pages several members share (a common prompt's) only after every
+ * member's own KV, since their RAM leaves with the last holder and every
+ * holder would read them back; the weights last, last layer first, a
+ * layer a forward pass computes skipped. A member's residency held by another thread (a session
  * operation in progress: rb_residency_hold) is not trimmed at once: the
  * residency records the request, which that thread serves at its layer
  * gate, before its next batch, or before it lets go; the pool goes on with

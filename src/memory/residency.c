@@ -849,7 +849,9 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
 {
     /* the pool's trims: storage only (a page there frees all of its RAM,
        a compressed one a fraction), compressed pages too */
-    const int to_storage = scope == RB_TRIM_SCOPE_KV_TO_STORAGE && r->store != NULL;
+    const int to_storage =
+        (scope == RB_TRIM_SCOPE_KV_TO_STORAGE || scope == RB_TRIM_SCOPE_KV_OWN) && r->store;
+    const int own_only = scope == RB_TRIM_SCOPE_KV_OWN;
     const uint32_t L = r->kv.n_layers;
     uint32_t first_layer = 0;
     int weights = 0;
@@ -889,6 +891,8 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             }
             if (s->tier != RB_TIER_RESIDENT || !slot(r, id))
                 continue;
+            if (own_only && rb_kvcache_slot_has_others(r->kv.cache, id))
+                continue; /* the others' too: it stays */
             r->pick_ids[n] = id;
             r->picks[n++] = (rb_split_page){l, (uint8_t)(s->spilled || (s->saved && r->saved_read)),
                                             0};
@@ -952,11 +956,14 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             while (s->pins)
                 pthread_cond_wait(&r->cv_pin, &r->mu);
         }
+        /* a page the others hold too frees no RAM here (the last holder's
+           trim frees it) */
+        const uint64_t gives = rb_kvcache_slot_has_others(r->kv.cache, id) ? 0 : pb;
         if (r->p.restore == RB_RESTORE_RECOMPUTE) {
             drop_spilled(r, id);
             free_slot(r, id);
             s->tier = RB_TIER_DROPPED;
-            freed += pb;
+            freed += gives;
             continue;
         }
         if (r->picks[i].saved && !is_zram(r->p.ram_codec)) {
@@ -966,7 +973,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             s->tier = RB_TIER_STORED;
             s->from_saved = !s->spilled;
             s->spilled = 0;
-            freed += pb;
+            freed += gives;
             continue;
         }
         if (r->picks[i].to_store) {
@@ -974,7 +981,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             if (rb_store_put(r->store, id, slot(r, id), pb, &werr) == RB_OK) {
                 free_slot(r, id);
                 s->tier = RB_TIER_STORED;
-                freed += pb;
+                freed += gives;
                 continue;
             }
             if (!s->disk_full) { /* kept in RAM: compressed instead; each page */
@@ -1221,16 +1228,26 @@ static uint32_t first_dropped_locked(const rb_residency *r)
 
 rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from, rb_error *err)
 {
+    return rb_residency_begin_restore_pages(r, UINT32_MAX, recompute_from, err);
+}
+
+rb_status rb_residency_begin_restore_pages(rb_residency *r, uint32_t pages,
+                                           uint32_t *recompute_from, rb_error *err)
+{
     (void)err;
     pthread_mutex_lock(&r->mu);
+    if (pages > r->n_pages)
+        pages = r->n_pages;
     uint32_t first_dropped = first_dropped_locked(r);
+    if (first_dropped >= pages) /* beyond the pages asked: the next feed's */
+        first_dropped = UINT32_MAX;
     if (first_dropped != UINT32_MAX)
         forget_locked(r, first_dropped);
     *recompute_from = first_dropped == UINT32_MAX ? UINT32_MAX
                                                   : first_dropped * r->kv.dims.n_tokens;
     uint64_t planned;
     r->is_prefetch = 0;
-    plan_locked(r, r->n_pages, UINT64_MAX, 1, &planned);
+    plan_locked(r, first_dropped < pages ? first_dropped : pages, UINT64_MAX, 1, &planned);
     pthread_mutex_unlock(&r->mu);
     return RB_OK;
 }

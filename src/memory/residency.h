@@ -83,10 +83,15 @@ typedef enum rb_trim_scope {
     RB_TRIM_SCOPE_ALL = 0,    /* KV, then the weights (the last layers') */
     RB_TRIM_SCOPE_KV = 1,     /* KV only: the weights stay (the memory pool
                                  takes them last, after every session's KV) */
-    RB_TRIM_SCOPE_KV_TO_STORAGE = 2 /* KV only, every page to storage when
+    RB_TRIM_SCOPE_KV_TO_STORAGE = 2, /* KV only, every page to storage when
                                  there is a store, compressed ones included
                                  (the pool's budget: a stored page frees all
                                  of its RAM, a compressed one a fraction) */
+    RB_TRIM_SCOPE_KV_OWN = 3  /* the same, but a page another session holds
+                                 too (kvcache.h's shared pages) stays: its
+                                 RAM stays with the others, and every holder
+                                 that let it go would read it back (the
+                                 pool's budget takes those last) */
 } rb_trim_scope;
 /* The same, within scope (rb_residency_trim is RB_TRIM_SCOPE_ALL). */
 rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level level,
@@ -101,6 +106,11 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
  */
 rb_status rb_residency_begin_restore(rb_residency *r, uint32_t *recompute_from,
                                      rb_error *err);
+/* The same for the first `pages` pages of every layer only (a fork's
+ * prefix: rb_session_fork); a page beyond them stays in its tier, and a
+ * dropped one there is left to the next feed's restore. */
+rb_status rb_residency_begin_restore_pages(rb_residency *r, uint32_t pages,
+                                           uint32_t *recompute_from, rb_error *err);
 
 /*
  * Restoring ahead of time (a prefetch): the restore a feed would begin,

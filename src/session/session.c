@@ -677,6 +677,7 @@ static rb_status rewind_locked(rb_session *s, size_t n_tokens)
 }
 
 static rb_status restore_all(rb_session *s);
+static rb_status restore_pages(rb_session *s, uint32_t pages);
 
 /*
  * The fork, in steps (the source held throughout, the fork held until it
@@ -734,7 +735,11 @@ rb_status rb_session_fork(rb_session *src, size_t n_tokens, const rb_session_par
                           "holds %zu", n_tokens, src->n_tokens);
         goto out;
     }
-    if ((st = restore_all(src)) != RB_OK) {
+    /* only the pages the fork takes: the source's others stay where they
+       are (a trimmed source would otherwise come back whole, over the
+       budget, for a prefix) */
+    const uint32_t P = src->kv.page_tokens;
+    if ((st = restore_pages(src, (uint32_t)((n_tokens + P - 1) / P))) != RB_OK) {
         rb_error_set(err, st, "session: fork: %s", src->err.message);
         goto out;
     }
@@ -763,10 +768,13 @@ out:
 
 /* Brings every evicted page back without computing (as an unbind does);
  * what is damaged or dropped becomes positions to recompute. */
-static rb_status restore_all(rb_session *s)
+static rb_status restore_all(rb_session *s) { return restore_pages(s, UINT32_MAX); }
+
+/* The same for the first `pages` pages of every layer (a fork's prefix). */
+static rb_status restore_pages(rb_session *s, uint32_t pages)
 {
     uint32_t from;
-    rb_status st = rb_session_memory_restore_all(&s->mem, &from);
+    rb_status st = rb_session_memory_restore_all(&s->mem, pages, &from);
     if (st != RB_OK)
         return st;
     if (from < s->n_kv_valid) {

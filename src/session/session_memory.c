@@ -996,14 +996,14 @@ int rb_session_memory_take_stop(rb_session_mem *m)
 
 void rb_session_memory_grant_grace(rb_session_mem *m) { m->grace_batch = 1; }
 
-rb_status rb_session_memory_restore_all(rb_session_mem *m, uint32_t *from)
+rb_status rb_session_memory_restore_all(rb_session_mem *m, uint32_t pages, uint32_t *from)
 {
     *from = UINT32_MAX;
     rb_session_memory_settle_restore(m, 1);
     if (!m->res)
         return RB_OK;
     uint32_t damaged = UINT32_MAX;
-    rb_status st = rb_residency_begin_restore(m->res, from, m->err);
+    rb_status st = rb_residency_begin_restore_pages(m->res, pages, from, m->err);
     if (st != RB_OK)
         return st;
     if ((st = rb_residency_end_restore(m->res, &damaged, m->err)) != RB_OK)

@@ -225,9 +225,10 @@ int rb_session_memory_take_stop(rb_session_mem *m);
 void rb_session_memory_grant_grace(rb_session_mem *m);
 /* After a successful feed: publishes the bytes and enforces the budget. */
 void rb_session_memory_after_feed(rb_session_mem *m);
-/* Brings every evicted page back without computing; *from receives the
- * first position to recompute (dropped or damaged), or UINT32_MAX. */
-rb_status rb_session_memory_restore_all(rb_session_mem *m, uint32_t *from);
+/* Brings the evicted pages below `pages` (UINT32_MAX: every one) back
+ * without computing; *from receives the first position to recompute
+ * (dropped or damaged), or UINT32_MAX. */
+rb_status rb_session_memory_restore_all(rb_session_mem *m, uint32_t pages, uint32_t *from);
 
 /* ---- pages ------------------------------------------------------------------ */
 

@@ -430,6 +430,7 @@ grep -Eq '^rebound_pool_prefetches_total [1-9]' m10.txt && ok || { grep prefetch
 # the room came from the idle conversations leveled (the planner's line is shown)
 grep -Eq '^rebound_pool_leveled_trims_total [1-9]' m10.txt && grep -Eq '^rebound_pool_level_line_bytes [0-9]+$' m10.txt \
     && ok || { grep level m10.txt >&2; fail "/metrics: no leveled trim reported"; }
+grep -Eq '^rebound_pool_shared_trims_total [0-9]+$' m10.txt && ok || { grep shared m10.txt >&2; fail "/metrics: no shared_trims counter"; }
 total=$(sed -n 's/^rebound_pool_bytes{what="total"} //p' m10.txt)
 [ "$total" -le $((10 * 1048576 * 105 / 100)) ] && ok || fail "the pool holds $total bytes, over the 10 MiB budget + 5%"
 
