@@ -285,8 +285,10 @@ static void fork_trimmed_and_errors(rb_model *m)
     }
 }
 
-/* The budget takes every member's own KV before the pages they share: a
- * trim that needs less than the unshared pages leaves every shared page
+/* The budget takes every member's own KV before the pages they share. A
+ * feed counts the shared pages it holds as held (no room asked for a
+ * fork's prefix). A trim that needs less than the unshared pages leaves
+ * every shared page
  * in both caches (letting one go would free no RAM, and both would read
  * it back); a budget below all of it takes them too (counted in
  * n_shared_trims), and both sessions restore exact. */
@@ -310,6 +312,12 @@ static void budget_keeps_shared(rb_model *m)
     rb_pool_stats ps;
     CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
     CHECK_EQ_U64(ps.n_shared_kv_pages, (uint64_t)n_shared * ks->n_layers);
+    /* a feed that needs no new page asks for no room: the pages it
+       shares are held already (the pool counts them once) */
+    CHECK_EQ_INT(rb_pool_set_budget(pool, ps.total_bytes + alloc), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(f, toks + N_SRC + 37, 1, NULL), RB_OK);
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    CHECK_EQ_U64(ps.trimmed_bytes, 0);
     /* each holds one own page a layer beyond the shared ones: ask for
        the room of half of those */
     const uint64_t budget = ps.total_bytes - (uint64_t)ks->n_layers * alloc;

@@ -1612,7 +1612,7 @@ static uint64_t tables_bytes(const rb_residency *r)
 void rb_residency_get_bytes(const rb_residency *cr, rb_residency_bytes *out)
 {
     rb_residency *r = (rb_residency *)cr; /* the lock is not part of the value */
-    uint64_t kv = 0;
+    uint64_t kv = 0, shared = 0;
     pthread_mutex_lock(&r->mu);
     for (uint32_t id = 0; id < r->n_kv_segs; id++) {
         /* only pages in use: the cache hands out the ones beyond without
@@ -1624,10 +1624,13 @@ void rb_residency_get_bytes(const rb_residency *cr, rb_residency_bytes *out)
         if (s->tier == RB_TIER_RESIDENT && slot(r, id)) {
             if (!rb_kvcache_slot_is_shared(r->kv.cache, id)) /* the pool counts those */
                 kv += page_alloc_bytes(r);
+            else
+                shared += page_alloc_bytes(r);
         } else if (s->tier == RB_TIER_COMPRESSED)
             kv += s->frame_bytes;
     }
     out->kv_ram_bytes = kv;
+    out->kv_shared_bytes = shared;
     out->tables_bytes = tables_bytes(r);
     pthread_mutex_unlock(&r->mu);
 }

@@ -367,6 +367,9 @@ rb_status rb_residency_unshare_page(rb_residency *r, uint32_t page, rb_error *er
 typedef struct rb_residency_bytes {
     uint64_t kv_ram_bytes;
     uint64_t tables_bytes;
+    uint64_t kv_shared_bytes; /* the resident pages it shares (kvcache.h):
+                                 the pool's account counts them, not
+                                 kv_ram_bytes */
 } rb_residency_bytes;
 void rb_residency_get_bytes(const rb_residency *r, rb_residency_bytes *out);
 

@@ -396,15 +396,17 @@ static int is_zram_codec(rb_ram_codec c)
  * streaming session's block cache. */
 typedef struct own_bytes {
     uint64_t kv, fixed, stream;
+    uint64_t kv_shared; /* resident shared pages: the pool counts them */
 } own_bytes;
 
 static own_bytes count_own(const rb_session_mem *m)
 {
-    own_bytes o = {0, fixed_bytes(m), 0};
+    own_bytes o = {0, fixed_bytes(m), 0, 0};
     if (m->res) {
         rb_residency_bytes rb;
         rb_residency_get_bytes(m->res, &rb);
         o.kv = rb.kv_ram_bytes;
+        o.kv_shared = rb.kv_shared_bytes;
         o.fixed += rb.tables_bytes;
     }
     if (m->wstream && rb_wcache_stream_counts_for(m->wstream, m)) { /* counted once */
@@ -815,14 +817,17 @@ void rb_session_memory_before_feed(rb_session_mem *m, uint32_t n_pages_after)
     m->room_s = 0;
     if (budget) {
         /* the feed brings this session's KV back and grows it: the other
-           sessions make room first (this one trims after the feed) */
+           sessions make room first (this one trims after the feed). What
+           it holds already counts, the pages it shares too (a fork's
+           prefix is in the pool's total, not a growth) */
         uint64_t after = (uint64_t)n_pages_after * m->kv->n_layers *
                          rb_kvcache_page_alloc_bytes(m->kv);
+        const uint64_t held = o.kv + o.kv_shared;
         /* and the model's weights any session released: the pass reads
            them all back */
         uint64_t evicted = m->wcache ? rb_wcache_total_bytes(m->wcache) -
                                            rb_wcache_resident_bytes(m->wcache) : 0;
-        uint64_t extra = (after > o.kv ? after - o.kv : 0) + evicted;
+        uint64_t extra = (after > held ? after - held : 0) + evicted;
         if (m->member) /* the figures just counted, not a second scan */
             rb_pool_member_set_bytes(m->member, own_total(&o));
         const double t0 = rb_throttle_now_s();
