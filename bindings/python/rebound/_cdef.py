@@ -186,6 +186,7 @@ typedef struct rb_pool_stats {
     uint64_t prefetch_trimmed_bytes;
     uint64_t n_leveled_trims;
     uint64_t level_line_bytes;
+    uint64_t n_shared_trims;
 } rb_pool_stats;
 rb_status rb_pool_get_stats_sized(const rb_pool *pool, rb_pool_stats *out, size_t out_size);
 
