@@ -336,6 +336,23 @@ static void budget_keeps_shared(rb_model *m)
         }
     CHECK_EQ_INT(kept, n_shared * ks->n_layers);
     check_accounts(pool, both, 2, __LINE__);
+    /* two pages more than the own ones left: both holders let go of the
+       same two shared pages (their RAM goes), the rest stays shared */
+    uint64_t own = 0;
+    for (int i = 0; i < 2; i++) {
+        rb_residency_bytes rbb;
+        rb_residency_get_bytes(rb_session_debug_residency(both[i]), &rbb);
+        own += rbb.kv_ram_bytes;
+    }
+    CHECK_EQ_INT(rb_pool_set_budget(pool, ps.total_bytes - own - 2 * alloc), RB_OK);
+    CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+    CHECK_EQ_U64(ps.n_shared_trims, 1);
+    CHECK_EQ_U64(ps.n_shared_kv_pages, (uint64_t)n_shared * ks->n_layers - 2);
+    uint32_t still = 0;
+    for (size_t id = 0; id < (size_t)ks->n_layers * ppl; id++)
+        still += ks->pages[id] && ks->pages[id] == kf->pages[id];
+    CHECK_EQ_U64(still, ps.n_shared_kv_pages);
+    check_accounts(pool, both, 2, __LINE__);
     /* below the shared pages: they go too, and with their last holder */
     CHECK_EQ_INT(rb_pool_set_budget(pool, 1), RB_OK);
     CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);

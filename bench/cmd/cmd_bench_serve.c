@@ -27,8 +27,10 @@
  * The report: TTFT p50/p95/max per turn kind (opening, return) and place,
  * decode tok/s; where the returns' first tokens went by phase when the
  * server sends "timings" (rebound serve's queue, open, prefill and the
- * restore inside it), with the slowest returns one by one; a table by
- * default, JSON with -o json.
+ * restore inside it), with the slowest returns one by one; with --rate,
+ * each return against its floor (the resident return's TTFT plus the
+ * bytes it read at the device's rate); a table by default, JSON with
+ * -o json.
  *
  * HTTP: libcurl (one easy handle per worker thread): chunked transfer,
  * keep-alive, Unix sockets and TLS come from a library every distribution
@@ -66,6 +68,7 @@ typedef struct bs_opts {
     int64_t seed;
     int pid;
     double zipf_s, timeout_s;
+    double rate_mib_s, resident_ms; /* --rate, --resident-ms: the floor (0: none) */
     int ignore_eos;
 } bs_opts;
 
@@ -915,6 +918,87 @@ static void print_phases(const bench *b)
     free(v), free(ix);
 }
 
+/*
+ * With --rate: each return against its floor, the resident return's TTFT
+ * plus the bytes its restore read at the device's rate (issue targets:
+ * every return within 1.25x of it, returns' p95 within 1.5x of the
+ * resident p50). The resident TTFT is --resident-ms, else this run's
+ * resident returns' p50 (a run whose budget keeps none resident must be
+ * given it from a run without one). Returns without the server's
+ * timings are left out. *n 0: no floor.
+ */
+typedef struct bs_floor {
+    double resident_ms;       /* the base used */
+    const char *resident_from; /* "--resident-ms" or "this run" */
+    size_t n, n_over;         /* returns compared, those above 1.25x */
+    double ratio_p50, ratio_max;
+    int worst;                /* the worst's index in turns */
+    double p95_over_resident; /* returns' p95 TTFT / resident_ms */
+} bs_floor;
+
+static int floor_stats(const bench *b, bs_floor *f)
+{
+    memset(f, 0, sizeof *f);
+    f->worst = -1;
+    if (!(b->o.rate_mib_s > 0))
+        return 0;
+    f->resident_ms = b->o.resident_ms;
+    f->resident_from = "--resident-ms";
+    bs_group g;
+    if (!(f->resident_ms > 0)) {
+        if (group_stats(b, 1, "resident", &g) != 0)
+            return -1;
+        if (!g.n)
+            return 0;
+        f->resident_ms = g.p50_ms;
+        f->resident_from = "this run's resident returns";
+    }
+    double *v = malloc((b->n_turns + 1) * sizeof *v);
+    if (!v)
+        return -1;
+    for (size_t i = 0; i < b->n_turns; i++) {
+        const bs_turn *t = &b->turns[i];
+        if (!t->is_done || t->round == 0 || !t->has_srv)
+            continue;
+        const double read_ms = t->srv_read_bytes > 0 ? (double)t->srv_read_bytes / 1048576.0 /
+                                                           b->o.rate_mib_s * 1e3 : 0.0;
+        const double r = t->ttft_s * 1e3 / (f->resident_ms + read_ms);
+        v[f->n++] = r;
+        f->n_over += r > 1.25;
+        if (f->worst < 0 || r > f->ratio_max)
+            f->ratio_max = r, f->worst = (int)i;
+    }
+    if (f->n) {
+        qsort(v, f->n, sizeof *v, cmp_double);
+        f->ratio_p50 = pct(v, f->n, 0.5);
+    }
+    free(v);
+    if (group_stats(b, 1, NULL, &g) != 0)
+        return -1;
+    f->p95_over_resident = g.n ? g.p95_ms / f->resident_ms : 0;
+    return 0;
+}
+
+static void print_floor(const bench *b, const bs_floor *f)
+{
+    if (!(b->o.rate_mib_s > 0))
+        return;
+    if (!f->n) {
+        printf("\nfloor: no return to compare (%s)\n",
+               f->resident_ms > 0 ? "the server sent no timings"
+                                  : "no resident return in this run: give --resident-ms");
+        return;
+    }
+    const bs_turn *w = &b->turns[f->worst];
+    printf("\nreturns against their floor (resident %.1f ms from %s + MiB read / %.0f MiB/s):\n"
+           "  TTFT / floor p50 %.2fx, max %.2fx (conversation %d round %d: %.1f ms, %.1f MiB "
+           "read); above 1.25x: %zu of %zu\n  returns' p95 / resident: %.2fx\n",
+           f->resident_ms, f->resident_from, b->o.rate_mib_s, f->ratio_p50, f->ratio_max, w->conv,
+           w->round, w->ttft_s * 1e3,
+           w->srv_read_bytes > 0 ? (double)w->srv_read_bytes / 1048576.0 : 0.0, f->n_over, f->n,
+           f->p95_over_resident);
+}
+
 /* With --system: what the openings after the first took from the shared
  * prompt (the server's cached tokens) and their TTFT against the first's. */
 static void shared_stats(const bench *b, double *first_ms, double *p50_ms, double *p95_ms,
@@ -981,6 +1065,9 @@ static void print_table(const bench *b, const bs_group *g, size_t n_g, double wa
     printf("\ndecode: %.1f tok/s a stream (median of turns), %.1f tok/s over all turns' decode "
            "time\n", tok_s_med, tok_s_all);
     print_phases(b);
+    bs_floor fl;
+    if (floor_stats(b, &fl) == 0)
+        print_floor(b, &fl);
     if (w) {
         printf("server pid %d: max RSS %s sampled", w->pid, rb_cli_bytes(w->max_rss, bb, sizeof bb));
         printf(" (anonymous %s)", rb_cli_bytes(w->max_anon, bb, sizeof bb));
@@ -1013,6 +1100,21 @@ static json_t *json_report(const bench *b, const bs_group *g, size_t n_g, double
         json_object_set_new(x, "later_ttft_p95_ms", json_real(p95));
         json_object_set_new(x, "later_cached_tokens_mean", json_real(cached));
         json_object_set_new(r, "shared_prefix", x);
+    }
+    bs_floor fl;
+    if (o->rate_mib_s > 0 && floor_stats(b, &fl) == 0 && fl.n) {
+        json_t *x = json_object();
+        json_object_set_new(x, "rate_mib_s", json_real(o->rate_mib_s));
+        json_object_set_new(x, "resident_ms", json_real(fl.resident_ms));
+        json_object_set_new(x, "resident_from", json_string(fl.resident_from));
+        json_object_set_new(x, "returns", json_integer((json_int_t)fl.n));
+        json_object_set_new(x, "ratio_p50", json_real(fl.ratio_p50));
+        json_object_set_new(x, "ratio_max", json_real(fl.ratio_max));
+        json_object_set_new(x, "above_1_25x", json_integer((json_int_t)fl.n_over));
+        json_object_set_new(x, "p95_over_resident", json_real(fl.p95_over_resident));
+        json_object_set_new(r, "floor", x);
+    } else {
+        json_object_set_new(r, "floor", json_null());
     }
     json_object_set_new(r, "gen_tokens", json_integer(o->gen));
     json_object_set_new(r, "concurrency", json_integer(o->jobs));
@@ -1126,6 +1228,14 @@ int rb_cmd_bench_serve(int argc, char **argv)
          "(/proc/PID/status),\nits page faults counted to each first token (/proc/PID/stat)", &o->pid, 1, 4194304, NULL, NULL},
         {"--timeout", RB_OPT_DOUBLE, "S", "seconds a request may take (default 600)",
          &o->timeout_s, 0.1, 1e6, NULL, NULL},
+        {NULL, RB_OPT_SECTION, NULL, "the floor (each return against resident TTFT + bytes "
+         "read / rate):", NULL, 0, 0, NULL, NULL},
+        {"--rate", RB_OPT_DOUBLE, "MIB_S", "the device's read rate in MiB/s (the server's "
+         "--device: phone 1000,\nwatch 100, host 2000); reports each return's TTFT over its "
+         "floor", &o->rate_mib_s, 1, 1e7, NULL, NULL},
+        {"--resident-ms", RB_OPT_DOUBLE, "MS", "the resident return's TTFT (default: this "
+         "run's resident returns' p50;\na budgeted run may have none: take it from a run "
+         "without one)", &o->resident_ms, 0.001, 1e7, NULL, NULL},
         {"-o|--output", RB_OPT_CALL, "FMT", "table (default) or json, on stdout", &o->output, 0,
          0, opt_output, NULL},
         {0},

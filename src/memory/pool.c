@@ -348,6 +348,15 @@ static uint64_t member_kv(const rb_pool_member *m)
     return b.kv_ram_bytes;
 }
 
+/* The shared pages a member holds resident (mu held, as member_kv). */
+static uint64_t member_shared(const rb_pool_member *m)
+{
+    rb_residency_bytes b = {0};
+    if (m->res)
+        rb_residency_get_bytes(m->res, &b);
+    return b.kv_shared_bytes;
+}
+
 /*
  * The budget's trim (mu held): `need` bytes from the members of `order`
  * (in trim order) of one priority, leveled. Returns the bytes freed.
@@ -460,11 +469,15 @@ uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int s
             p->trimmed_bytes += trim_member(p, order[i], total - budget, RB_TRIM_BYTES, 1, sink);
             total = total_bytes(p) + extra;
         }
-        /* the pages several members share, last: each holder's copy goes,
-           and the RAM with the last one */
-        if (total > budget && shared_bytes(p))
-            p->n_shared_trims++;
-        for (uint32_t i = 0; i < n && total > budget && shared_bytes(p); i++) {
+        /* the pages several members share, last: each holder lets go of
+           the same ones (residency.c: in its trim order, as many bytes as
+           asked), and the RAM goes with the last holder. Not while self
+           holds some and is not trimmed: the others would let go of pages
+           that stay; its own trim after the feed takes them with it */
+        const int shared_pass = total > budget && shared_bytes(p) &&
+                                (self_too || !self || !member_shared(self));
+        p->n_shared_trims += shared_pass;
+        for (uint32_t i = 0; shared_pass && i < n && total > budget; i++) {
             if (order[i] == self && !self_too)
                 continue;
             p->trimmed_bytes += trim_member(p, order[i], total - budget, RB_TRIM_BYTES, 0, sink);

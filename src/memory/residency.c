@@ -935,14 +935,21 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
         for (uint32_t i = 0; i < n; i++)
             r->picks[i].to_store = r->store && (!is_zram(r->p.ram_codec) || to_storage);
     }
-    /* 3. move them, in trim order */
+    /* 3. move them, in trim order. A byte count is met by the pages let
+       go (taken), each at its size, shared or not: the holders of a
+       shared page, asked in turn, let go of the same pages (the same
+       order), and the last one's frees their RAM; *freed_out says what
+       this one freed */
+    uint64_t taken = 0;
     for (uint32_t i = 0; i < take && st == RB_OK; i++) {
-        if (by_bytes && freed >= bytes)
+        if (by_bytes && taken >= bytes)
             break;
         uint32_t id = r->pick_ids[i];
         kv_seg *s = &r->segs[id];
         if (to_storage && s->tier == RB_TIER_COMPRESSED) {
-            freed += demote_frame(r, id);
+            const uint64_t f = demote_frame(r, id);
+            freed += f;
+            taken += f;
             continue;
         }
         if (s->tier != RB_TIER_RESIDENT || !slot(r, id))
@@ -964,6 +971,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             free_slot(r, id);
             s->tier = RB_TIER_DROPPED;
             freed += gives;
+            taken += pb;
             continue;
         }
         if (r->picks[i].saved && !is_zram(r->p.ram_codec)) {
@@ -974,6 +982,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             s->from_saved = !s->spilled;
             s->spilled = 0;
             freed += gives;
+            taken += pb;
             continue;
         }
         if (r->picks[i].to_store) {
@@ -982,6 +991,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
                 free_slot(r, id);
                 s->tier = RB_TIER_STORED;
                 freed += gives;
+                taken += pb;
                 continue;
             }
             if (!s->disk_full) { /* kept in RAM: compressed instead; each page */
@@ -997,6 +1007,7 @@ rb_status rb_residency_trim_kv(rb_residency *r, uint64_t bytes, rb_trim_level le
             break;
         }
         freed += f;
+        taken += f;
     }
     /* 4. the weights, last layer first (the zram baseline compresses KV
        only, as the kernel's zRAM would) */

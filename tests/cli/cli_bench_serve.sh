@@ -73,7 +73,7 @@ check "bench-serve against serve: four conversations under a budget of about two
 mkdir -p spill
 start_server s1.log -m kv.gguf -t 1 -c 1024 -np 1 -b 128 --max-open 4 --device phone --sessions convs \
     --spill-dir spill --mem-budget 16M
-run_ok b1 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
+run_ok b1 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" --rate 1000 --resident-ms 5 -o json
 KINDS=$(check_json b1.out new resident,compressed,stored,file) && ok || { cat b1.out >&2; fail "bench-serve's JSON"; }
 # every turn carries the server's timings; a return restored from storage
 # says what it read
@@ -90,6 +90,16 @@ assert not back or any(t["server_timings"]["restore_read_bytes"] > 0 for t in ba
 f = [t["server_page_faults"] for t in ts]
 assert all(isinstance(x, int) and x >= 0 for x in f), "a turn without its page faults: %r" % f
 assert any(x > 0 for x in f), "no turn took a page fault: %r" % f
+# --rate 1000 --resident-ms 5: each return's TTFT over 5 ms + its MiB read / 1000 MiB/s
+fl = r["floor"]
+rets = [t for t in ts if t["round"]]
+ratios = [t["ttft_ms"] / (5 + t["server_timings"]["restore_read_bytes"] / 1048576 / 1000 * 1e3)
+          for t in rets]
+assert fl["returns"] == len(rets) and fl["resident_ms"] == 5, fl
+assert abs(fl["ratio_max"] - max(ratios)) < 1e-6 * max(ratios), (fl, ratios)
+assert fl["above_1_25x"] == sum(x > 1.25 for x in ratios), (fl, ratios)
+p95 = [g for g in r["ttft"] if g["turn"] == "return" and g["kv_was"] == "all"][0]["ttft_p95_ms"]
+assert abs(fl["p95_over_resident"] - p95 / 5) < 1e-6 * p95, (fl, p95)
 EOF
 echo "   returns: $KINDS"
 case " $KINDS " in *" stored="*) ;; *) fail "no return found its KV on storage under the budget: $KINDS" ;; esac
@@ -111,6 +121,10 @@ grep -q "server pid $SERVER_PID: max RSS" b2.out && ok || fail "no server RSS li
 grep -Eq '^prefill +[0-9.]+ +[0-9.]+ +[0-9.]+$' b2.out && ok || { cat b2.out >&2; fail "no phase table of the returns"; }
 grep -Eq '^  conversation 0 round 1 \(.*\): [0-9]+ ms = .*; [0-9]+ page faults$' b2.out && ok || fail "no slowest-returns line (with its page faults)"
 grep -Eq '^page faults +[0-9]+ +[0-9]+ +[0-9]+ ' b2.out && ok || fail "no page-fault row"
+run_ok b3 "$REBOUND" bench-serve "$URL" -k 1 -c 40 -r 1 -n 4 -s 9 --rate 1000 --resident-ms 5
+grep -Eq '^returns against their floor \(resident 5.0 ms from --resident-ms \+ MiB read / 1000 MiB/s\):$' b3.out \
+    && grep -Eq '^  TTFT / floor p50 [0-9.]+x, max [0-9.]+x \(conversation 0 round 1: .*above 1.25x: [01] of 1$' b3.out \
+    && ok || { cat b3.out >&2; fail "no floor lines with --rate"; }
 stop_server
 
 check "--system S: one system prompt opens every conversation; the later openings reuse it"
