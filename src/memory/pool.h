@@ -23,11 +23,11 @@
  * the pages several members share (a common prompt's) only after every
  * member's own KV, since their RAM leaves with the last holder and every
  * holder would read them back; the weights last, last layer first, a
- * layer a forward pass computes skipped. A member's residency held by another thread (a session
- * operation in progress: rb_residency_hold) is not trimmed at once: the
- * residency records the request, which that thread serves at its layer
- * gate, before its next batch, or before it lets go; the pool goes on with
- * the next member.
+ * layer a forward pass computes skipped. A member's residency held by
+ * another thread (a session operation in progress: rb_residency_hold) is
+ * not trimmed at once: the residency records the request, which that
+ * thread serves at its layer gate, before its next batch, or before it
+ * lets go; the pool goes on with the next member.
  *
  * Threads: every function may be called from any thread. The member list,
  * priorities, recency and counters change under the pool's mutex; a
