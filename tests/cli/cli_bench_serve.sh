@@ -72,7 +72,7 @@ WORKLOAD=(-k 4 -c 200 -r 2 -n 8 -s 3)
 check "bench-serve against serve: four conversations under a budget of about two; the JSON"
 mkdir -p spill
 start_server s1.log -m kv.gguf -t 1 -c 1024 -np 1 -b 128 --max-open 4 --device phone --sessions convs \
-    --spill-dir spill --mem-budget 16M
+    --spill-dir spill --mem-budget 12M
 run_ok b1 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" --rate 1000 --resident-ms 5 -o json
 KINDS=$(check_json b1.out new resident,compressed,stored,file) && ok || { cat b1.out >&2; fail "bench-serve's JSON"; }
 # every turn carries the server's timings; a return restored from storage
@@ -149,7 +149,7 @@ stop_server
 
 check "after a restart the same workload finds its conversations in their files"
 start_server s2.log -m kv.gguf -t 1 -c 1024 -np 1 -b 128 --max-open 4 --device phone --sessions convs \
-    --spill-dir spill --mem-budget 16M
+    --spill-dir spill --mem-budget 12M
 run_ok b3 "$REBOUND" bench-serve "$URL" "${WORKLOAD[@]}" --pid "$SERVER_PID" -o json
 check_json b3.out file resident,compressed,stored,file > /dev/null && ok || { cat b3.out >&2; fail "openings after a restart"; }
 stop_server

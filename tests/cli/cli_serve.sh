@@ -77,9 +77,9 @@ run_ok mkl "$REBOUND" make-model --arch qwen3 --vocab-style bpe --dim 768 --laye
 HELLO='{"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 8, "temperature": 0}'
 
 check "a server starts, /health and /v1/models answer"
-# pages of 32 tokens: the restart below (the default, 256) resumes these
-# files at the size they were saved with
-start_server s1.log -m qwen.gguf -t 2 --sessions convs --max-body 64K --kv-page 32
+# pages of 32 tokens (the default): the restart below (--kv-page 256)
+# resumes these files at the size they were saved with
+start_server s1.log -m qwen.gguf -t 2 --sessions convs --max-body 64K
 [ "$(curl -s "$URL/health")" = '{"status":"ok"}' ] && ok || fail "/health body"
 curl -s "$URL/v1/models" > models.json
 [ "$(jget models.json 'd["data"][0]["id"]')" = qwen.gguf ] && ok || fail "/v1/models id"
@@ -231,7 +231,7 @@ stop_server
 expect_line s1.log 'SIGTERM: stopping'
 
 check "restart: the conversations are resumed from their files (prefix and id)"
-start_server s2.log -m qwen.gguf -t 2 --sessions convs
+start_server s2.log -m qwen.gguf -t 2 --sessions convs --kv-page 256
 expect_line s2.log '[0-9]+ conversations resumable from convs'
 # turn 2 again, by prefix: a fork of the stored conversation, its KV read from its file
 post /v1/chat/completions r2.json < turn2.json >/dev/null
