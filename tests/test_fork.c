@@ -132,17 +132,26 @@ static void check_accounts(rb_pool *pool, rb_session **ss, int k, int line)
     CHECK_EQ_U64(ps.shared_kv_bytes, ps.n_shared_kv_pages * alloc);
 }
 
+/* A pool of its own and a source session in it, fed toks[0, N_SRC). */
+static rb_session *fed_source(rb_model *m, rb_pool **pool)
+{
+    rb_error err;
+    *pool = NULL;
+    CHECK_EQ_INT(rb_pool_create(m, 0, pool, &err), RB_OK);
+    rb_session_params p = params(*pool);
+    rb_session *src = NULL;
+    CHECK_EQ_INT(rb_session_create(m, &p, &src, &err), RB_OK);
+    CHECK_EQ_INT(rb_session_feed(src, toks, N_SRC, NULL), RB_OK);
+    return src;
+}
+
 /* One fork point: the source and its fork diverge, rewind, trim. */
 static void fork_at(rb_model *m, size_t n)
 {
     char what[96];
     rb_pool *pool = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
-    rb_session_params p = params(pool);
-    rb_session *src = NULL, *f = NULL;
-    CHECK_EQ_INT(rb_session_create(m, &p, &src, &err), RB_OK);
-    CHECK_EQ_INT(rb_session_feed(src, toks, N_SRC, NULL), RB_OK);
+    rb_session *src = fed_source(m, &pool), *f = NULL;
     CHECK_EQ_INT(rb_session_fork(src, n, NULL, &f, &err), RB_OK);
     if (!f)
         return;
@@ -215,11 +224,7 @@ static void fork_trimmed_and_errors(rb_model *m)
 {
     rb_pool *pool = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
-    rb_session_params p = params(pool);
-    rb_session *src = NULL, *f = NULL;
-    CHECK_EQ_INT(rb_session_create(m, &p, &src, &err), RB_OK);
-    CHECK_EQ_INT(rb_session_feed(src, toks, N_SRC, NULL), RB_OK);
+    rb_session *src = fed_source(m, &pool), *f = NULL;
     CHECK_EQ_INT(rb_session_trim(src, 0, RB_TRIM_COMPLETE, NULL), RB_OK);
     /* a fork of the first 300 tokens brings back only the two pages it
        takes: the source's third stays stored */
@@ -288,19 +293,15 @@ static void fork_trimmed_and_errors(rb_model *m)
 /* The budget takes every member's own KV before the pages they share. A
  * feed counts the shared pages it holds as held (no room asked for a
  * fork's prefix). A trim that needs less than the unshared pages leaves
- * every shared page
- * in both caches (letting one go would free no RAM, and both would read
- * it back); a budget below all of it takes them too (counted in
+ * every shared page in both caches (letting one go would free no RAM,
+ * and both would read it back); two pages more go from both holders
+ * alike; a budget below all of it takes them too (counted in
  * n_shared_trims), and both sessions restore exact. */
 static void budget_keeps_shared(rb_model *m)
 {
     rb_pool *pool = NULL;
     rb_error err;
-    CHECK_EQ_INT(rb_pool_create(m, 0, &pool, &err), RB_OK);
-    rb_session_params p = params(pool);
-    rb_session *src = NULL, *f = NULL;
-    CHECK_EQ_INT(rb_session_create(m, &p, &src, &err), RB_OK);
-    CHECK_EQ_INT(rb_session_feed(src, toks, N_SRC, NULL), RB_OK);
+    rb_session *src = fed_source(m, &pool), *f = NULL;
     CHECK_EQ_INT(rb_session_fork(src, 512, NULL, &f, &err), RB_OK);
     if (!f)
         return;
