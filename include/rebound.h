@@ -587,7 +587,9 @@ typedef enum rb_trim_level {
  * the two restore paths would finish together; weights are re-read from
  * the model file. The next rb_session_feed brings everything back (how:
  * rb_session_params.restore); nothing already computed is lost.
- * *freed_out (may be NULL) receives the bytes freed.
+ * *freed_out (may be NULL) receives the bytes freed. A KV page that a
+ * fork shares (rb_session_fork) leaves this session but its RAM stays
+ * with the others: it counts as freed only for its last holder.
  * Errors: RB_E_INVALID_ARG (an unknown level), RB_E_IO / RB_E_NOMEM
  * (then what was trimmed so far stays trimmed, the rest resident: the
  * session stays usable). A full disk is not an error: the page is
