@@ -366,7 +366,12 @@ static void test_pressure_oom(void)
         CHECK(r.is_oom_killed);  /* no swap here: anonymous memory cannot go */
         if (r.is_oom_killed && s.is_oom_kills_known) CHECK(s.n_oom_kills >= 1);
         CHECK(s.failcnt > 0);
-        CHECK_EQ_U64(n_over, 0);
+        /* a sample above the limit: only by the few pages the kernel may
+           charge past it for a task it is killing (mm/memcontrol.c forces
+           such charges, since the kill frees memory at once; seen once in
+           CI: 236 KiB over, kernel 6.18), and only when the hog was
+           OOM-killed */
+        CHECK(n_over == 0 || (r.is_oom_killed && max_seen <= s.limit_bytes + (1u << 20)));
         CHECK(s.max_usage_bytes <= s.limit_bytes);
         CHECK(s.max_usage_bytes >= limit / 2);
         CHECK(s.limit_bytes <= limit && s.limit_bytes > limit - 4096 * 2);

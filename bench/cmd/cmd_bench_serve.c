@@ -925,11 +925,11 @@ static void print_phases(const bench *b)
  * resident p50). The resident TTFT is --resident-ms, else this run's
  * resident returns' p50 (a run whose budget keeps none resident must be
  * given it from a run without one). Returns without the server's
- * timings are left out. *n 0: no floor.
+ * timings are left out. n 0: no floor.
  */
 typedef struct bs_floor {
     double resident_ms;       /* the base used */
-    const char *resident_from; /* "--resident-ms" or "this run" */
+    const char *resident_from; /* "--resident-ms" or "this run's resident returns" */
     size_t n, n_over;         /* returns compared, those above 1.25x */
     double ratio_p50, ratio_max;
     int worst;                /* the worst's index in turns */

@@ -121,10 +121,10 @@ grep -q "server pid $SERVER_PID: max RSS" b2.out && ok || fail "no server RSS li
 grep -Eq '^prefill +[0-9.]+ +[0-9.]+ +[0-9.]+$' b2.out && ok || { cat b2.out >&2; fail "no phase table of the returns"; }
 grep -Eq '^  conversation 0 round 1 \(.*\): [0-9]+ ms = .*; [0-9]+ page faults$' b2.out && ok || fail "no slowest-returns line (with its page faults)"
 grep -Eq '^page faults +[0-9]+ +[0-9]+ +[0-9]+ ' b2.out && ok || fail "no page-fault row"
-run_ok b3 "$REBOUND" bench-serve "$URL" -k 1 -c 40 -r 1 -n 4 -s 9 --rate 1000 --resident-ms 5
-grep -Eq '^returns against their floor \(resident 5.0 ms from --resident-ms \+ MiB read / 1000 MiB/s\):$' b3.out \
-    && grep -Eq '^  TTFT / floor p50 [0-9.]+x, max [0-9.]+x \(conversation 0 round 1: .*above 1.25x: [01] of 1$' b3.out \
-    && ok || { cat b3.out >&2; fail "no floor lines with --rate"; }
+run_ok b7 "$REBOUND" bench-serve "$URL" -k 1 -c 40 -r 1 -n 4 -s 9 --rate 1000 --resident-ms 5
+grep -Eq '^returns against their floor \(resident 5.0 ms from --resident-ms \+ MiB read / 1000 MiB/s\):$' b7.out \
+    && grep -Eq '^  TTFT / floor p50 [0-9.]+x, max [0-9.]+x \(conversation 0 round 1: .*above 1.25x: [01] of 1$' b7.out \
+    && ok || { cat b7.out >&2; fail "no floor lines with --rate"; }
 stop_server
 
 check "--system S: one system prompt opens every conversation; the later openings reuse it"
