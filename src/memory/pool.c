@@ -339,22 +339,14 @@ static uint32_t trim_order(const rb_pool *p, const rb_pool_member *last, rb_pool
     return n;
 }
 
-/* A member's KV in RAM (mu held; takes its residency's mu, below). */
-static uint64_t member_kv(const rb_pool_member *m)
+/* A member's KV in RAM, its own and the shared pages it holds (mu held;
+ * takes its residency's mu, below). */
+static rb_residency_bytes member_bytes(const rb_pool_member *m)
 {
     rb_residency_bytes b = {0};
     if (m->res)
         rb_residency_get_bytes(m->res, &b);
-    return b.kv_ram_bytes;
-}
-
-/* The shared pages a member holds resident (mu held, as member_kv). */
-static uint64_t member_shared(const rb_pool_member *m)
-{
-    rb_residency_bytes b = {0};
-    if (m->res)
-        rb_residency_get_bytes(m->res, &b);
-    return b.kv_shared_bytes;
+    return b;
 }
 
 /*
@@ -381,7 +373,7 @@ static uint64_t trim_leveled(rb_pool *p, rb_pool_member **order, uint32_t n,
     for (uint32_t i = 0; i < n && k < MAX_LEVEL; i++) {
         if (order[i] == skip || order[i]->priority != priority || !order[i]->res)
             continue;
-        uint64_t b = member_kv(order[i]);
+        uint64_t b = member_bytes(order[i]).kv_ram_bytes;
         if (!b)
             continue;
         /* insertion by KV, the fullest first (ties: trim order) */
@@ -420,7 +412,7 @@ static uint64_t trim_leveled(rb_pool *p, rb_pool_member **order, uint32_t n,
         if (share <= gone)
             continue;
         freed += trim_member(p, c[i], share - gone, RB_TRIM_BYTES, 1, sink);
-        const uint64_t now = member_kv(c[i]);
+        const uint64_t now = member_bytes(c[i]).kv_ram_bytes;
         gone += kv[i] > now ? kv[i] - now : 0;
     }
     return freed;
@@ -475,7 +467,7 @@ uint64_t rb_pool_enforce(rb_pool *p, rb_pool_member *self, uint64_t extra, int s
            holds some and is not trimmed: the others would let go of pages
            that stay; its own trim after the feed takes them with it */
         const int shared_pass = total > budget && shared_bytes(p) &&
-                                (self_too || !self || !member_shared(self));
+                                (self_too || !self || !member_bytes(self).kv_shared_bytes);
         p->n_shared_trims += shared_pass;
         for (uint32_t i = 0; shared_pass && i < n && total > budget; i++) {
             if (order[i] == self && !self_too)

@@ -774,7 +774,7 @@ static rb_status restore_all(rb_session *s) { return restore_pages(s, UINT32_MAX
 static rb_status restore_pages(rb_session *s, uint32_t pages)
 {
     uint32_t from;
-    rb_status st = rb_session_memory_restore_all(&s->mem, pages, &from);
+    rb_status st = rb_session_memory_restore_pages(&s->mem, pages, &from);
     if (st != RB_OK)
         return st;
     if (from < s->n_kv_valid) {

@@ -1001,7 +1001,7 @@ int rb_session_memory_take_stop(rb_session_mem *m)
 
 void rb_session_memory_grant_grace(rb_session_mem *m) { m->grace_batch = 1; }
 
-rb_status rb_session_memory_restore_all(rb_session_mem *m, uint32_t pages, uint32_t *from)
+rb_status rb_session_memory_restore_pages(rb_session_mem *m, uint32_t pages, uint32_t *from)
 {
     *from = UINT32_MAX;
     rb_session_memory_settle_restore(m, 1);

@@ -228,7 +228,7 @@ void rb_session_memory_after_feed(rb_session_mem *m);
 /* Brings the evicted pages below `pages` (UINT32_MAX: every one) back
  * without computing; *from receives the first position to recompute
  * (dropped or damaged), or UINT32_MAX. */
-rb_status rb_session_memory_restore_all(rb_session_mem *m, uint32_t pages, uint32_t *from);
+rb_status rb_session_memory_restore_pages(rb_session_mem *m, uint32_t pages, uint32_t *from);
 
 /* ---- pages ------------------------------------------------------------------ */
 
