@@ -942,6 +942,10 @@ typedef struct rb_session_stats {
     uint64_t restore_spare_pages;    /* KV pages restores wrote into page
                                         buffers those trims freed, not into
                                         new mappings (all feeds) */
+    uint64_t file_prefix_pages;      /* KV pages of the session file whose
+                                        record is its prefix file's (shared
+                                        with other files: rb_session_remove_
+                                        file), 0 when it has none */
 } rb_session_stats;
 
 /* Fills out (out_size bytes of it: the caller's sizeof, which the macro
@@ -1073,6 +1077,26 @@ enum {
                              time): wait until it lets go, instead of RB_E_BUSY */
 };
 RB_API rb_status rb_session_save(rb_session *session, const char *path, unsigned flags);
+
+/*
+ * A fork's file and its prefix file. When a session's first tokens are
+ * pages it shares with another session (rb_session_fork), the first commit
+ * of its file does not write them: it links path.base to the prefix file
+ * of those tokens in the same folder (.rbprefix-KEY-N, written once by the
+ * first fork that needs it, never changed) and names its records, after
+ * checking that they hold this session's bits. So K forks of one prompt
+ * hold it once on storage (the source's own file keeps its copy). Moving
+ * a file elsewhere: move path.base along, or its prefix's positions are
+ * computed again on open (the tokens stay). Delete a file with
+ * rb_session_remove_file: it takes the link and, with the last one, the
+ * prefix file.
+ */
+/*
+ * Removes the session file at path (no session may be bound to it), its
+ * link path.base and each prefix file of its folder that no file links to
+ * any more. RB_OK also when there was nothing; RB_E_IO naming the file.
+ */
+RB_API rb_status rb_session_remove_file(const char *path, rb_error *err);
 
 /*
  * Opens a session saved by rb_session_save on the same model (its

@@ -494,8 +494,9 @@ static void conv_delete(sv_store *st, sv_conv *c, const char *why)
     c->session = NULL;
     if (c->has_file) {
         sv_store_path(st, c->ns, c->id, path, sizeof path);
-        if (unlink(path) != 0 && errno != ENOENT)
-            sv_log("warning: cannot delete %s: %s", path, strerror(errno));
+        rb_error e;
+        if (rb_session_remove_file(path, &e) != RB_OK) /* its prefix link too */
+            sv_log("warning: %s", e.message);
     }
     snprintf(ns, sizeof ns, "%s", c->ns);
     sv_store_remove(st, c);

@@ -22,11 +22,13 @@
  * a fourth trims the pool to storage and back; then each is checked bit
  * for bit against a fresh session.
  */
+#include <dirent.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -506,6 +508,135 @@ static void threads(rb_model *m)
     rb_pool_destroy(pool);
 }
 
+/* Prefix files in a folder: the names there and their link counts. */
+static int n_prefix_files(const char *dir, nlink_t *links)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (!strncmp(de->d_name, ".rbprefix-", 10)) {
+            char p[1200];
+            struct stat st;
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            if (stat(p, &st) == 0 && links)
+                *links = st.st_nlink;
+            n++;
+        }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static uint64_t file_stat(rb_session *s, int prefix)
+{
+    rb_session_stats st;
+    CHECK_EQ_INT(rb_session_get_stats(s, &st), RB_OK);
+    return prefix ? st.file_prefix_pages : st.file_pages_written;
+}
+
+/* Forks' files share their prefix's pages on storage: the first fork's
+ * first commit writes the prefix file and links to it, the second links to
+ * the same one and writes only its tail; trimmed to storage and reopened,
+ * both come back bit for bit; the prefix file goes with its last link; a
+ * file whose prefix file is gone opens with its tokens and recomputes. */
+static void prefix_files(rb_model *m)
+{
+    char dir[512], path[4][600];
+    rb_test_tmp_path(dir, sizeof dir, "test_fork", "prefix");
+    mkdir(dir, 0700);
+    const char *names[4] = {"src", "f1", "f2", "f3"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path[i], sizeof path[i], "%s/%s.rbs", dir, names[i]);
+        rb_session_remove_file(path[i], NULL);
+    }
+    rb_pool *pool = NULL;
+    rb_error err;
+    page_tokens = 64;
+    rb_session *src = fed_source(m, &pool), *f[3] = {0};
+    CHECK_EQ_INT(rb_session_save(src, path[0], 0), RB_OK);
+    CHECK_EQ_U64(file_stat(src, 1), 0); /* nothing shared yet: its own pages */
+    CHECK_EQ_INT(n_prefix_files(dir, NULL), 0);
+    /* 600 tokens: 9 full pages of 64 shared, 24 tokens of a tenth */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(rb_session_fork(src, 600, NULL, &f[i], &err), RB_OK);
+        if (!f[i])
+            goto out;
+        CHECK_EQ_INT(rb_session_save(f[i], path[1 + i], RB_SAVE_ON_REQUEST), RB_OK);
+        CHECK_EQ_U64(file_stat(f[i], 1), 9 * 3);
+        CHECK_EQ_U64(file_stat(f[i], 0), 3); /* the partly filled tenth page */
+    }
+    nlink_t links = 0;
+    CHECK_EQ_INT(n_prefix_files(dir, &links), 1);
+    CHECK_EQ_U64(links, 4); /* its name and three forks' links */
+    /* the forks go on; everything to storage; each comes back exact */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(rb_session_feed(f[i], toks + N_SRC + i * N_MORE, 100, NULL), RB_OK);
+        CHECK_EQ_INT(rb_session_save(f[i], path[1 + i], RB_SAVE_ON_REQUEST), RB_OK);
+    }
+    CHECK_EQ_INT(rb_pool_trim(pool, 1ull << 40, RB_TRIM_BYTES, NULL), RB_OK);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(rb_session_feed(f[i], toks + 1, 1, NULL), RB_OK);
+        CHECK(check_same(m, f[i], "prefix files: a fork restored from its prefix file"));
+    }
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(rb_session_save(f[i], path[1 + i], 0), RB_OK);
+        rb_session_destroy(f[i]);
+        f[i] = NULL;
+    }
+    /* reopened: the prefix's pages from the prefix file */
+    rb_session_params p = params(NULL);
+    CHECK_EQ_INT(rb_session_open_saved(m, &p, path[1], &f[0], &err), RB_OK);
+    if (f[0]) {
+        CHECK_EQ_U64(file_stat(f[0], 1), 9 * 3);
+        CHECK_EQ_INT(rb_session_n_tokens(f[0]), 701);
+        CHECK_EQ_INT(rb_session_feed(f[0], toks + 2, 1, NULL), RB_OK);
+        rb_session_stats st;
+        CHECK_EQ_INT(rb_session_get_stats(f[0], &st), RB_OK);
+        CHECK(st.file_recovery == NULL);
+        CHECK_EQ_INT(st.restore_recomputed_tokens, 0);
+        CHECK(check_same(m, f[0], "prefix files: a fork reopened"));
+        rb_session_destroy(f[0]);
+        f[0] = NULL;
+    }
+    /* removed one by one: the prefix file goes with the last link */
+    CHECK_EQ_INT(rb_session_remove_file(path[0], &err), RB_OK);
+    CHECK_EQ_INT(rb_session_remove_file(path[1], &err), RB_OK);
+    CHECK_EQ_INT(n_prefix_files(dir, &links), 1);
+    CHECK_EQ_U64(links, 3);
+    CHECK_EQ_INT(rb_session_remove_file(path[2], &err), RB_OK);
+    CHECK_EQ_INT(n_prefix_files(dir, &links), 1);
+    /* f3's link gone (a file copied without it): its tokens open, and the
+       prefix's positions are computed again, exact */
+    char base[700];
+    snprintf(base, sizeof base, "%s.base", path[3]);
+    CHECK_EQ_INT(unlink(base), 0);
+    CHECK_EQ_INT(n_prefix_files(dir, &links), 1);
+    CHECK_EQ_U64(links, 1);
+    CHECK_EQ_INT(rb_session_open_saved(m, &p, path[3], &f[0], &err), RB_OK);
+    if (f[0]) {
+        CHECK_EQ_INT(rb_session_n_tokens(f[0]), 701);
+        rb_session_stats st;
+        CHECK_EQ_INT(rb_session_get_stats(f[0], &st), RB_OK);
+        CHECK(st.file_recovery && strstr(st.file_recovery, "prefix file") != NULL);
+        CHECK_EQ_U64(st.file_prefix_pages, 0);
+        CHECK_EQ_INT(rb_session_feed(f[0], toks + 2, 1, NULL), RB_OK);
+        CHECK(check_same(m, f[0], "prefix files: a fork without its prefix file"));
+        rb_session_destroy(f[0]);
+        f[0] = NULL;
+    }
+    CHECK_EQ_INT(rb_session_remove_file(path[3], &err), RB_OK);
+    CHECK_EQ_INT(n_prefix_files(dir, NULL), 0); /* the unlinked one swept */
+    printf("prefix files: 3 forks of a 600-token prefix hold its 27 pages once on storage, "
+           "restore and reopen exact; the prefix file goes with its last link\n");
+out:
+    for (int i = 0; i < 3; i++)
+        rb_session_destroy(f[i]);
+    rb_session_destroy(src);
+    rb_pool_destroy(pool);
+    page_tokens = 0;
+}
+
 /* kv_page_tokens: a bad size, a fork of another size and a session file
  * of another size are errors that name the sizes. */
 static void page_size_errors(rb_model *m)
@@ -604,6 +735,7 @@ int main(void)
             fork_at(m, points_small[i]);
     page_size_errors(m);
     page_tokens = 0;
+    prefix_files(m);
     threads(m);
     rb_model_close(m);
     return check_report();

@@ -29,6 +29,9 @@
 
 #define SF_A 4096u
 #define SF_MAGIC "RBSESS01"
+#define SF_BASE_MAGIC "RBPF"
+#define SF_BASE_SUFFIX ".base"
+#define SF_PREFIX_NAME ".rbprefix-"
 
 /* A fuzzing build skips the checksums, so that mutated files reach the
    checks behind them (never in a normal build); it does not even compute
@@ -47,6 +50,7 @@ typedef struct sf_entry {
     uint64_t off;    /* 0: not saved */
     uint64_t hash;
     uint32_t tokens; /* positions of the page it holds */
+    uint32_t in_base; /* the record is the prefix file's (off is there) */
 } sf_entry;
 
 typedef struct sf_super {
@@ -80,6 +84,12 @@ struct rb_sessfile {
     uint64_t lost_tokens;     /* the open fell back: tokens of the newer state */
     char recovery[320];       /* the open fell back: why ("" when not) */
     uint64_t n_compactions;   /* rb_sessfile_compact rewrites */
+    /* The prefix file (path.base, read only) that in_base entries lie in,
+       with the tokens and key it was found by; NULL: none. Set by a commit
+       (under the lock's write side) or the open, closed with the handle. */
+    rb_sessfile *base;
+    uint32_t base_tokens;
+    uint64_t base_key;
     /* Readers of the page table from other threads (rb_sessfile_read_page,
        _page_tokens) hold it shared; a compaction, which moves every record
        to another file, holds it exclusive while it swaps the table and the
@@ -531,7 +541,8 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, c
         return -1;
     }
     const uint8_t *p = f->buf, *end = f->buf + s->cat_bytes;
-    uint64_t n;
+    uint64_t n, last_in_base = 0;
+    size_t n_in_base = 0;
     memcpy(&n, p, 8);
     *claimed = n;
     if (!HASH_OK(rb_kvcodec_hash64(f->buf, (size_t)s->cat_bytes), s->cat_hash)) {
@@ -569,8 +580,21 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, c
         e->off = get64(&p);
         e->hash = get64(&p);
         e->tokens = get32(&p);
-        (void)get32(&p);
+        e->in_base = get32(&p);
         uint64_t first = (uint64_t)(i % f->g.pages_per_layer) * f->g.page_tokens;
+        if (e->in_base) { /* resolved against the prefix file by the open */
+            if (e->in_base != 1 || e->off || !e->tokens || e->tokens > f->g.page_tokens ||
+                first + e->tokens > n) {
+                snprintf(why, why_n, "its catalog entry of layer %zu page %zu (flags %" PRIu32
+                         ", offset %" PRIu64 ", %" PRIu32 " tokens) is not a prefix file's "
+                         "page", i / f->g.pages_per_layer, i % f->g.pages_per_layer,
+                         e->in_base, e->off, e->tokens);
+                return -1;
+            }
+            n_in_base++;
+            last_in_base = first + f->g.page_tokens;
+            continue;
+        }
         if (!e->off) {
             e->tokens = 0;
             continue;
@@ -599,6 +623,22 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, c
     }
     memcpy(f->blob, p, bn);
     f->blob_n = bn;
+    p += bn;
+    /* after the blob, when the file names a prefix file: its magic, the
+       tokens it holds and its key */
+    f->base_tokens = 0;
+    f->base_key = 0;
+    if (end - p >= 16 && !memcmp(p, SF_BASE_MAGIC, 4)) {
+        p += 4;
+        f->base_tokens = get32(&p);
+        f->base_key = get64(&p);
+    }
+    if (n_in_base && (!f->base_tokens || f->base_tokens % f->g.page_tokens ||
+                      f->base_tokens > n || last_in_base > f->base_tokens)) {
+        snprintf(why, why_n, "its catalog has %zu pages in a prefix file of %" PRIu32
+                 " tokens (of its %" PRIu64 ")", n_in_base, f->base_tokens, n);
+        return -1;
+    }
     return 0;
 }
 
@@ -682,6 +722,78 @@ uint32_t rb_sessfile_peek_page_tokens(const char *path, int fd, const rb_os *os)
 
 static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fingerprint,
                             int is_read_only, rb_sessfile **out, rb_error *err);
+
+/* path + suffix, malloc'd (NULL: out of memory). */
+static char *with_suffix(const char *path, const char *suffix)
+{
+    size_t n = strlen(path) + strlen(suffix) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s", path, suffix);
+    return s;
+}
+
+/* The prefix file at path, read only (no lock: it never changes), if it
+ * holds exactly tokens [0, nb) of a model of f's fingerprint and geometry;
+ * else NULL. */
+static rb_sessfile *open_prefix(const rb_sessfile *f, const char *path, const int32_t *tokens,
+                                size_t nb)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    rb_sessfile_geom g = f->g;
+    g.is_lock_wait = 0;
+    rb_sessfile *b = NULL;
+    rb_error e;
+    if (rb_sessfile_open_fd(fd, path, &f->sb.fingerprint, &g, f->os, f->throttle, &b, &e) ==
+        RB_OK && (b->n_tokens != nb || memcmp(b->tokens, tokens, 4 * nb) != 0 || b->base)) {
+        rb_sessfile_close(b);
+        b = NULL;
+    }
+    close(fd);
+    return b;
+}
+
+/* The open's side of a file that names a prefix file: opens path.base and
+ * points each of the catalog's prefix entries at the record there, when
+ * that record is whole and has the entry's checksum. Entries it cannot
+ * point (no such file, other tokens, another page) are lost pages,
+ * recomputed from the tokens like the pages of a file cut short; the
+ * recovery note says how many. A read-only open (a descriptor: no name to
+ * find the prefix file by) loses them all. */
+static void resolve_base(rb_sessfile *f, int is_read_only)
+{
+    if (!f->base_tokens)
+        return;
+    char *bpath = is_read_only ? NULL : with_suffix(f->path, SF_BASE_SUFFIX);
+    rb_sessfile *b = bpath ? open_prefix(f, bpath, f->tokens, f->base_tokens) : NULL;
+    size_t lost = 0;
+    for (size_t i = 0; i < n_entries(f); i++) {
+        sf_entry *e = &f->pages[i];
+        if (!e->in_base)
+            continue;
+        const sf_entry *be = b ? &b->pages[i] : NULL;
+        if (be && be->off && !be->in_base && be->tokens == f->g.page_tokens &&
+            be->hash == e->hash) {
+            e->off = be->off;
+        } else {
+            memset(e, 0, sizeof *e);
+            lost++;
+        }
+    }
+    if (b) {
+        f->base = b;
+    } else {
+        f->base_tokens = 0;
+        f->base_key = 0;
+    }
+    if (lost && !f->recovery[0])
+        snprintf(f->recovery, sizeof f->recovery, "%zu pages of its prefix file '%s' are "
+                 "missing or differ: their positions are computed again", lost,
+                 bpath ? bpath : "(a descriptor has none)");
+    free(bpath);
+}
 
 rb_status rb_sessfile_open(const char *path, const uint64_t *fingerprint,
                            const rb_sessfile_geom *g, const rb_os *os, rb_throttle *throttle,
@@ -794,6 +906,7 @@ static rb_status open_state(rb_sessfile *f, const char *path, const uint64_t *fi
                 f->fd_direct = f->fd;
             else
                 open_direct(f, f->path, O_RDWR);
+            resolve_base(f, is_read_only);
             /* mapped pages are read from storage, not from a copy an
                earlier process left in the page cache */
             posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -829,6 +942,7 @@ void rb_sessfile_close(rb_sessfile *f)
     if (f->tmp_path) /* never published: nothing at path changed */
         f->os->unlink(f->tmp_path);
     free(f->tmp_path);
+    rb_sessfile_close(f->base);
     free(f->path);
     free(f->tokens);
     free(f->pages);
@@ -874,18 +988,20 @@ static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *b
         return rb_error_set(err, RB_E_NOT_FOUND, "session file: layer %" PRIu32 " page %" PRIu32
                             " is not saved", layer, page);
     const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page];
+    const rb_sessfile *in = e->in_base ? f->base : f; /* the file holding the record */
     int64_t t0 = rb_throttle_now_ns();
     int en = 0;
-    rb_status st = rb_os_read_full(f->os, f->fd_direct, buf, f->g.page_alloc, e->off, NULL, &en);
+    rb_status st = rb_os_read_full(f->os, in->fd_direct, buf, f->g.page_alloc, e->off, NULL,
+                                   &en);
     if (st != RB_OK)
         return rb_error_set(err, st, "session file: '%s': reading layer %" PRIu32 " page %"
-                            PRIu32 " at %" PRIu64 ": %s", f->path, layer, page, e->off,
+                            PRIu32 " at %" PRIu64 ": %s", in->path, layer, page, e->off,
                             st == RB_E_SHORT_READ ? "the file ends first" : strerror(en));
     if (f->throttle)
         rb_throttle_io_since(f->throttle, f->g.page_alloc, t0);
     if (!HASH_OK(rb_kvcodec_hash64(buf, f->g.page_bytes), e->hash))
         return rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
-                            PRIu32 " fails its checksum", f->path, layer, page);
+                            PRIu32 " fails its checksum", in->path, layer, page);
     return RB_OK;
 }
 
@@ -900,7 +1016,7 @@ rb_status rb_sessfile_read_pages(rb_sessfile *f, uint32_t layer, uint32_t page0,
     const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page0];
     rb_status st = RB_OK;
     for (uint32_t i = 0; i < n && st == RB_OK; i++)
-        if (!page_tokens(f, layer, page0 + i) ||
+        if (!page_tokens(f, layer, page0 + i) || e[i].in_base != e[0].in_base ||
             e[i].off != e[0].off + (uint64_t)i * f->g.page_alloc)
             st = RB_E_UNSUPPORTED;
     if (st != RB_OK) {
@@ -913,19 +1029,20 @@ rb_status rb_sessfile_read_pages(rb_sessfile *f, uint32_t layer, uint32_t page0,
     const size_t want = (size_t)n * f->g.page_alloc;
     int64_t t0 = rb_throttle_now_ns();
     ssize_t got;
+    const rb_sessfile *in = e[0].in_base ? f->base : f;
     do
-        got = preadv(f->fd_direct, iov, (int)n, (off_t)e[0].off);
+        got = preadv(in->fd_direct, iov, (int)n, (off_t)e[0].off);
     while (got < 0 && errno == EINTR);
     if (got != (ssize_t)want) /* a short or failed read: page by page says which */
         st = rb_error_set(err, RB_E_IO, "session file: '%s': reading %" PRIu32 " pages of "
-                          "layer %" PRIu32 " from page %" PRIu32 ": %s", f->path, n, layer,
+                          "layer %" PRIu32 " from page %" PRIu32 ": %s", in->path, n, layer,
                           page0, got < 0 ? strerror(errno) : "the file ends first");
     if (st == RB_OK && f->throttle)
         rb_throttle_io_since(f->throttle, want, t0);
     for (uint32_t i = 0; i < n && st == RB_OK; i++)
         if (!HASH_OK(rb_kvcodec_hash64(bufs[i], f->g.page_bytes), e[i].hash))
             st = rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
-                              PRIu32 " fails its checksum", f->path, layer, page0 + i);
+                              PRIu32 " fails its checksum", in->path, layer, page0 + i);
     pthread_rwlock_unlock(&f->lock);
     return st;
 }
@@ -1005,7 +1122,7 @@ static rb_status write_state(rb_sessfile *f, const int32_t *tokens, size_t n_tok
         return rb_error_set(err, RB_E_FORMAT, "session file: '%s': its sequence number is %"
                             PRIu64 ", the last there is: it takes no more commits (save the "
                             "session to a new file)", f->path, old_seq);
-    if (reserve_buf(f, 8 + 4ull * n_tokens + 24ull * n_entries(f) + 4 + blob_n) != 0)
+    if (reserve_buf(f, 8 + 4ull * n_tokens + 24ull * n_entries(f) + 4 + blob_n + 16) != 0)
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory for the catalog");
     {
         uint8_t *p = f->buf;
@@ -1014,15 +1131,22 @@ static rb_status write_state(rb_sessfile *f, const int32_t *tokens, size_t n_tok
             memcpy(p, tokens, 4 * n_tokens);
         p += 4 * n_tokens;
         for (size_t i = 0; i < n_entries(f); i++) {
-            put64(&p, f->pages[i].off);
+            /* a prefix file's record: its offset is found there again */
+            put64(&p, f->pages[i].in_base ? 0 : f->pages[i].off);
             put64(&p, f->pages[i].hash);
             put32(&p, f->pages[i].tokens);
-            put32(&p, 0);
+            put32(&p, f->pages[i].in_base);
         }
         put32(&p, (uint32_t)blob_n);
         if (blob_n)
             memcpy(p, blob, blob_n);
         p += blob_n;
+        if (f->base) {
+            memcpy(p, SF_BASE_MAGIC, 4);
+            p += 4;
+            put32(&p, f->base_tokens);
+            put64(&p, f->base_key);
+        }
         f->sb.cat_bytes = (uint64_t)(p - f->buf);
         f->sb.cat_hash = rb_kvcodec_hash64(f->buf, (size_t)f->sb.cat_bytes);
         f->sb.active = 1 - old_active;
@@ -1055,7 +1179,7 @@ static rb_status check_not_cut(rb_sessfile *f, rb_error *err)
         return RB_OK; /* nothing committed yet */
     uint64_t need = 2ull * SF_A + (uint64_t)f->sb.active * f->sb.cat_area + f->sb.cat_bytes;
     for (size_t i = 0; i < n_entries(f); i++)
-        if (f->pages[i].off && f->pages[i].off + f->g.page_alloc > need)
+        if (f->pages[i].off && !f->pages[i].in_base && f->pages[i].off + f->g.page_alloc > need)
             need = f->pages[i].off + f->g.page_alloc;
     uint64_t size = 0;
     if (f->os->fstat_size(f->fd, &size) != 0)
@@ -1071,6 +1195,128 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
                              const rb_sessfile_source *src, int with_tail, const void *blob,
                              size_t blob_n, int do_fsync, uint32_t *pages_written,
                              rb_error *err)
+{
+    return rb_sessfile_commit_shared(f, tokens, n_tokens, 0, src, with_tail, blob, blob_n,
+                                     do_fsync, pages_written, err);
+}
+
+/* The prefix file's name for tokens [0, nb) of f's model and geometry, in
+ * f's folder (malloc'd; NULL: out of memory), and its key. */
+static char *prefix_name(const rb_sessfile *f, const int32_t *tokens, size_t nb, uint64_t *key)
+{
+    uint64_t id[9] = {f->sb.fingerprint, f->g.n_layers, f->g.n_kv_heads, f->g.head_dim_k,
+                      f->g.head_dim_v, f->g.page_tokens, f->g.page_bytes, nb,
+                      rb_kvcodec_hash64(tokens, 4 * nb)};
+    *key = rb_kvcodec_hash64(id, sizeof id);
+    const char *slash = strrchr(f->path, '/');
+    size_t dn = slash ? (size_t)(slash - f->path) + 1 : 0;
+    size_t n = dn + sizeof SF_PREFIX_NAME + 40;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%.*s%s%016" PRIx64 "-%zu", (int)dn, f->path, SF_PREFIX_NAME, *key, nb);
+    return s;
+}
+
+/* A commit's first step when the caller says that the first nb tokens'
+ * pages are shared with other sessions (rb_sessfile_commit_shared): points
+ * f's entries of those pages at the records of the prefix file of these
+ * tokens, found in f's folder or written there now, which path.base links
+ * to. Only while f has no prefix file and has saved none of those pages
+ * (a fork's first commit), and only for the pages whose checksum is the
+ * prefix file's (an existing one is checked against the source's buffers:
+ * the same tokens computed in another batch split may hold other bits).
+ * 1: attached (f->base set); 0: nothing changed, the commit writes the
+ * pages itself. Never an error: a failure here costs only the sharing. */
+static int attach_base(rb_sessfile *f, const int32_t *tokens, size_t nb,
+                       const rb_sessfile_source *src, int do_fsync)
+{
+    const uint32_t P = f->g.page_tokens, ppl = f->g.pages_per_layer;
+    nb -= nb % P;
+    const size_t np = nb / P;
+    /* worth a file of its own: a prefix file takes its two superblocks and
+       a catalog on storage (its catalog areas' room is a hole), and an
+       open of every file that uses it */
+    if (f->base || !src || !np || (uint64_t)np * f->g.n_layers * f->g.page_alloc < 16 * SF_A)
+        return 0;
+    for (uint32_t l = 0; l < f->g.n_layers; l++)
+        for (size_t p = 0; p < np; p++)
+            if (f->pages[(size_t)l * ppl + p].off)
+                return 0;
+    uint64_t key = 0;
+    char *cpath = prefix_name(f, tokens, nb, &key);
+    char *bpath = with_suffix(f->path, SF_BASE_SUFFIX);
+    rb_sessfile *b = NULL;
+    int is_fresh = 0;
+    if (cpath && bpath && !(b = open_prefix(f, cpath, tokens, nb))) {
+        /* none yet: written from this session's buffers; another writer
+           that published one meanwhile wins (RB_E_BUSY), and that one is
+           checked like any found */
+        rb_sessfile_geom g = f->g;
+        g.is_lock_wait = 0;
+        rb_sessfile *w = NULL;
+        rb_error e;
+        if (rb_sessfile_create(cpath, f->sb.fingerprint, &g, f->os, f->throttle, &w, &e) ==
+            RB_OK) {
+            rb_status st = rb_sessfile_commit(w, tokens, nb, src, 0, NULL, 0, do_fsync, NULL,
+                                              &e);
+            rb_sessfile_close(w);
+            is_fresh = st == RB_OK;
+        }
+        b = open_prefix(f, cpath, tokens, nb);
+    }
+    /* path.base: a hard link, so that the prefix file lives as long as a
+       file names it (the link count is its reference count) */
+    struct stat bs, cs;
+    if (b && (unlink(bpath) == 0 || errno == ENOENT) && link(cpath, bpath) == 0 &&
+        stat(bpath, &bs) == 0 && fstat(b->fd, &cs) == 0 && bs.st_ino == cs.st_ino &&
+        bs.st_dev == cs.st_dev) {
+        if (do_fsync)
+            sync_dir(bpath);
+    } else if (b) { /* the name was taken over meanwhile: not that file */
+        unlink(bpath);
+        rb_sessfile_close(b);
+        b = NULL;
+    }
+    size_t n_set = 0;
+    for (uint32_t l = 0; b && l < f->g.n_layers; l++)
+        for (size_t p = 0; p < np; p++) {
+            const size_t i = (size_t)l * ppl + p;
+            const sf_entry *be = &b->pages[i];
+            if (!be->off || be->tokens != P)
+                continue;
+            if (!is_fresh) { /* the bits must be this session's */
+                const void *buf = src->get(src->ctx, l, (uint32_t)p);
+                if (!buf)
+                    continue;
+                uint64_t h = rb_kvcodec_hash64(buf, f->g.page_bytes);
+                src->put(src->ctx, l, (uint32_t)p);
+                if (h != be->hash)
+                    continue;
+            }
+            f->pages[i] = (sf_entry){be->off, be->hash, P, 1};
+            n_set++;
+        }
+    if (b && !n_set) {
+        unlink(bpath);
+        rb_sessfile_close(b);
+        b = NULL;
+    }
+    if (b) {
+        pthread_rwlock_wrlock(&f->lock);
+        f->base = b;
+        f->base_tokens = (uint32_t)nb;
+        f->base_key = key;
+        pthread_rwlock_unlock(&f->lock);
+    }
+    free(cpath);
+    free(bpath);
+    return b != NULL;
+}
+
+rb_status rb_sessfile_commit_shared(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
+                                    size_t n_shared, const rb_sessfile_source *src,
+                                    int with_tail, const void *blob, size_t blob_n,
+                                    int do_fsync, uint32_t *pages_written, rb_error *err)
 {
     rb_status cut = check_not_cut(f, err);
     if (cut != RB_OK)
@@ -1090,6 +1336,11 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
     rb_status st = RB_OK;
     uint32_t written = 0;
     const uint32_t P = f->g.page_tokens;
+
+    /* 0. the pages others share, in the prefix file of their tokens */
+    const int attached =
+        n_shared ? attach_base(f, tokens, n_shared < n_tokens ? n_shared : n_tokens, src,
+                               do_fsync) : 0;
 
     /* 1. pages holding more than their saved copy (data region, appended) */
     for (uint32_t l = 0; src && l < f->g.n_layers && st == RB_OK; l++)
@@ -1113,6 +1364,7 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
                 f->pages[i].off = f->sb.data_end;
                 f->pages[i].hash = rb_kvcodec_hash64(buf, f->g.page_bytes);
                 f->pages[i].tokens = held;
+                f->pages[i].in_base = 0;
                 f->sb.data_end += f->g.page_alloc;
                 written++;
             }
@@ -1142,8 +1394,18 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
         /* only the entries this commit changed: a restore may be reading
            the others (rb_sessfile_read_page) */
         for (size_t i = 0; i < n_entries(f); i++)
-            if (f->pages[i].off != old_pages[i].off || f->pages[i].tokens != old_pages[i].tokens)
+            if (f->pages[i].off != old_pages[i].off ||
+                f->pages[i].tokens != old_pages[i].tokens ||
+                f->pages[i].in_base != old_pages[i].in_base)
                 f->pages[i] = old_pages[i];
+        if (attached) { /* no state names it */
+            pthread_rwlock_wrlock(&f->lock);
+            rb_sessfile_close(f->base);
+            f->base = NULL;
+            f->base_tokens = 0;
+            f->base_key = 0;
+            pthread_rwlock_unlock(&f->lock);
+        }
     } else {
         if (n_tokens && tokens != f->tokens)
             memcpy(f->tokens, tokens, 4 * n_tokens);
@@ -1163,7 +1425,7 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
     const uint64_t data0 = 2ull * SF_A + 2 * f->sb.cat_area;
     uint64_t live = 0;
     for (size_t i = 0; i < n_entries(f); i++)
-        live += f->pages[i].off ? f->g.page_alloc : 0;
+        live += f->pages[i].off && !f->pages[i].in_base ? f->g.page_alloc : 0;
     /* garbage up to the live bytes (at least a save's rewrite, a page per
        layer) is kept: a compaction then copies at most as much as was
        appended since, so the rewrites at most double what is written */
@@ -1198,7 +1460,7 @@ rb_status rb_sessfile_compact(rb_sessfile *f, int do_fsync, rb_error *err)
     memcpy(pages, f->pages, n_entries(f) * sizeof *pages);
     uint64_t end = data0;
     for (size_t i = 0; i < n_entries(f) && st == RB_OK; i++) {
-        if (!pages[i].off)
+        if (!pages[i].off || pages[i].in_base) /* the prefix file's stay there */
             continue;
         int en = 0;
         rb_status rst = rb_os_read_full(f->os, f->fd, page, f->g.page_alloc, pages[i].off,
@@ -1273,5 +1535,88 @@ out:
     free(tmp);
     free(pages);
     free(page);
+    return st;
+}
+
+size_t rb_sessfile_base_pages(const rb_sessfile *f, uint32_t *base_tokens)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < n_entries(f); i++)
+        n += f->pages[i].in_base && f->pages[i].off;
+    if (base_tokens)
+        *base_tokens = f->base ? f->base_tokens : 0;
+    return n;
+}
+
+/* In the folder of path: each prefix file no other name links to, and
+ * each X.base whose X is gone while a prefix file of the folder is its
+ * inode (never another program's file). Best effort. */
+static void sweep_prefixes(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dn = slash ? (size_t)(slash - path) + 1 : 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%.*s", dn ? (int)dn : 1, dn ? path : ".");
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    enum { MAX_PREFIX = 64 };
+    ino_t inos[MAX_PREFIX];
+    size_t n_ino = 0;
+    struct dirent *de;
+    char p[4400];
+    /* 1. prefix files: the unlinked ones go, the others' inodes are kept */
+    while ((de = readdir(d))) {
+        struct stat s;
+        if (strncmp(de->d_name, SF_PREFIX_NAME, sizeof SF_PREFIX_NAME - 1) != 0 ||
+            strstr(de->d_name, ".new-")) /* one being written */
+            continue;
+        snprintf(p, sizeof p, "%s%s%s", dir, dn ? "" : "/", de->d_name);
+        if (lstat(p, &s) != 0 || !S_ISREG(s.st_mode))
+            continue;
+        if (s.st_nlink == 1)
+            unlink(p);
+        else if (n_ino < MAX_PREFIX)
+            inos[n_ino++] = s.st_ino;
+    }
+    /* 2. links whose file is gone */
+    rewinddir(d);
+    while (n_ino && (de = readdir(d))) {
+        size_t len = strlen(de->d_name), sn = sizeof SF_BASE_SUFFIX - 1;
+        struct stat s;
+        if (len <= sn || strcmp(de->d_name + len - sn, SF_BASE_SUFFIX) != 0)
+            continue;
+        snprintf(p, sizeof p, "%s%s%.*s", dir, dn ? "" : "/", (int)(len - sn), de->d_name);
+        if (access(p, F_OK) == 0 || errno != ENOENT)
+            continue;
+        snprintf(p, sizeof p, "%s%s%s", dir, dn ? "" : "/", de->d_name);
+        if (lstat(p, &s) != 0 || !S_ISREG(s.st_mode))
+            continue;
+        for (size_t k = 0; k < n_ino; k++)
+            if (inos[k] == s.st_ino) {
+                unlink(p);
+                break;
+            }
+    }
+    closedir(d);
+}
+
+rb_status rb_sessfile_remove(const char *path, rb_error *err)
+{
+    char *bpath = with_suffix(path, SF_BASE_SUFFIX);
+    if (!bpath)
+        return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
+    rb_status st = RB_OK;
+    struct stat s;
+    const int has_base = lstat(bpath, &s) == 0;
+    if (unlink(path) != 0 && errno != ENOENT)
+        st = rb_error_set(err, RB_E_IO, "session file: cannot remove '%s': %s", path,
+                          strerror(errno));
+    else if (has_base && unlink(bpath) != 0 && errno != ENOENT)
+        st = rb_error_set(err, RB_E_IO, "session file: cannot remove '%s': %s", bpath,
+                          strerror(errno));
+    if (st == RB_OK) /* and what a kill left there */
+        sweep_prefixes(path);
+    free(bpath);
     return st;
 }

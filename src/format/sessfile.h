@@ -22,8 +22,16 @@
  *     | u32 active area | u32 0 | u64 catalog bytes | u64 catalog hash
  *     | u64 data end | u64 hash of the bytes before it
  *   catalog: u64 n_tokens | i32 tokens[n_tokens] | per (layer, page):
- *     u64 offset (0: none) | u64 hash | u32 tokens held | u32 0 |
- *     u32 blob bytes | blob
+ *     u64 offset (0: none) | u64 hash | u32 tokens held | u32 flags |
+ *     u32 blob bytes | blob [| "RBPF" | u32 prefix tokens | u64 prefix key]
+ *
+ *   flags 1: the page's record is in the prefix file (offset 0 here; the
+ *   prefix file's catalog holds it, under the same hash). A prefix file
+ *   is a session file of the first N tokens of conversations that share
+ *   them, FOLDER/.rbprefix-KEY-N, written once and never changed; each
+ *   file that uses it holds a hard link to it at path.base (the link
+ *   count is its reference count). Without the prefix file (not copied
+ *   along, say) those pages are lost pages: recomputed from the tokens.
  *
  *   (the u32 after "active area" is the -c the file was saved with, 0 in
  *   files written before it was kept)
@@ -189,6 +197,32 @@ rb_sessfile_source rb_sessfile_slots(const rb_sessfile_slot_table *t);
 rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
                              const rb_sessfile_source *src, int with_tail, const void *blob,
                              size_t blob_n, int fsync, uint32_t *pages_written, rb_error *err);
+
+/*
+ * rb_sessfile_commit, where the caller says that the pages of tokens
+ * [0, n_shared) are shared with other sessions (a fork's): at a file's
+ * first commit of them, the prefix file of those tokens (FOLDER/.rbprefix-
+ * KEY-N, a session file of only them, written once and never changed) is
+ * found in the file's folder, or written there from src, and path.base is
+ * a hard link to it; the catalog then names the prefix file's records for
+ * every page whose checksum is its own, and writes only the rest. So K
+ * conversations sharing a prompt hold it once on storage. A failure there
+ * (no room, another file under the name) only writes the pages here.
+ */
+rb_status rb_sessfile_commit_shared(rb_sessfile *f, const int32_t *tokens, size_t n_tokens,
+                                    size_t n_shared, const rb_sessfile_source *src,
+                                    int with_tail, const void *blob, size_t blob_n,
+                                    int do_fsync, uint32_t *pages_written, rb_error *err);
+/* Pages whose record is in the file's prefix file, and its tokens (0: none). */
+size_t rb_sessfile_base_pages(const rb_sessfile *f, uint32_t *base_tokens);
+
+/*
+ * Removes the session file at path, its link to a prefix file (path.base),
+ * and each prefix file of that folder that no file links to any more (and
+ * a link whose file is gone: what a kill between the two left). RB_OK also
+ * when there was no file; RB_E_IO naming what could not be removed.
+ */
+rb_status rb_sessfile_remove(const char *path, rb_error *err);
 
 /*
  * Reclaims the garbage (older copies of rewritten last pages, pages of

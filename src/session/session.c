@@ -1027,6 +1027,13 @@ rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
     return st;
 }
 
+rb_status rb_session_remove_file(const char *path, rb_error *err)
+{
+    if (!path)
+        return rb_error_set(err, RB_E_INVALID_ARG, "rb_session_remove_file: no path");
+    return rb_sessfile_remove(path, err);
+}
+
 /* The positions an open file covers: page by page, every layer must hold
  * all of the page's positions below n, except that a sliding-window layer
  * needs no page before the window of position n. A recompute from there

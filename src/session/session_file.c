@@ -159,14 +159,16 @@ static rb_status run_commit(rb_session_file *f, const rb_commit_job *job, int wi
     f->n_pinned = 0;
     f->epoch = job->epoch;
     rb_sessfile_source src = {pin_get, pin_put, f};
-    rb_status st = rb_sessfile_commit(f->file, f->tokens, job->n_tokens, &src, with_tail,
-                                      job->blob, job->blob_n, job->fsync, &written, err);
+    rb_status st = rb_sessfile_commit_shared(f->file, f->tokens, job->n_tokens, job->n_shared,
+                                             &src, with_tail, job->blob, job->blob_n,
+                                             job->fsync, &written, err);
     f->commit_s = f->commit_s + (rb_throttle_now_s() - t0); /* one committer at a time */
     f->status = st;
     if (st != RB_OK)
         return st;
     f->commits++;
     f->pages_written += written;
+    f->prefix_pages = rb_sessfile_base_pages(f->file, NULL);
     f->tokens_committed = job->n_tokens;
     /* a page whose copy is in the file: a trim drops it without a write.
        The last, partly filled one holds the job's last tokens; it stays
@@ -237,11 +239,29 @@ static void wait_worker(rb_session_file *f, int drop_pending)
     }
 }
 
+/* The tokens whose pages every layer shares with another session (a
+ * fork's prefix, while in RAM), from the first: what a commit may leave to
+ * a prefix file. Read on the session's thread, which alone changes the
+ * cache's slots and refs. */
+static size_t shared_prefix(const rb_session_file *f, size_t n_tokens)
+{
+    const rb_kvcache *kv = f->kv;
+    if (!kv->refs)
+        return 0;
+    uint32_t np = 0;
+    for (; np < kv->pages_per_layer && (size_t)(np + 1) * kv->page_tokens <= n_tokens; np++)
+        for (uint32_t l = 0; l < kv->n_layers; l++)
+            if (!rb_kvcache_slot_has_others(kv, (size_t)l * kv->pages_per_layer + np))
+                return (size_t)np * kv->page_tokens;
+    return (size_t)np * kv->page_tokens;
+}
+
 static rb_commit_job current_job(rb_session_file *f, size_t n_tokens)
 {
     rb_residency *res = f->mem->res;
     rb_commit_job j = {n_tokens, res ? rb_residency_epoch(res) : 0,
-                       res ? rb_residency_writes(res) : 0, f->fsync, f->blob, f->blob_n};
+                       res ? rb_residency_writes(res) : 0, f->fsync, f->blob, f->blob_n,
+                       shared_prefix(f, n_tokens)};
     return j;
 }
 
@@ -279,7 +299,8 @@ rb_status rb_session_file_bind(rb_session_file *f, rb_sessfile *sf, const char *
                                rb_error *err)
 {
     char *p = strdup(path);
-    uint32_t *pinned = malloc(((size_t)f->kv->n_layers * f->kv->pages_per_layer + 1) *
+    /* a page twice at most: checked against a prefix file, then written */
+    uint32_t *pinned = malloc((2 * (size_t)f->kv->n_layers * f->kv->pages_per_layer + 1) *
                               sizeof *pinned);
     if (!p || !pinned) {
         free(p);
@@ -292,6 +313,7 @@ rb_status rb_session_file_bind(rb_session_file *f, rb_sessfile *sf, const char *
     f->path = p;
     f->pinned = pinned;
     f->tokens_committed = rb_sessfile_n_tokens(sf);
+    f->prefix_pages = rb_sessfile_base_pages(sf, NULL);
     rb_residency_set_saved_source(f->mem->res, read_saved, NULL, sf);
     rb_residency_set_saved_run_reader(f->mem->res, read_saved_run);
     rb_error werr = {0};
@@ -479,6 +501,7 @@ void rb_session_file_fill_stats(const rb_session_file *f, rb_session_stats *out)
 {
     out->file_commits = f->commits;
     out->file_pages_written = f->pages_written;
+    out->file_prefix_pages = f->prefix_pages;
     out->file_commit_s = f->commit_s;
     out->file_status = f->status;
     out->file_recovery = f->recovery[0] ? f->recovery : NULL;

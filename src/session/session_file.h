@@ -58,6 +58,7 @@ typedef struct rb_session_file {
     uint64_t epoch;                 /* the residency epoch of the running commit (commit) */
     _Atomic(rb_status) status;      /* the last commit's (a full disk: RB_E_IO) */
     _Atomic(uint64_t) commits, pages_written;
+    _Atomic(uint64_t) prefix_pages; /* pages in its prefix file (rb_sessfile_base_pages) */
     _Atomic(double) commit_s;
     _Atomic(size_t) tokens_committed; /* tokens of the file's state */
 } rb_session_file;

@@ -28,6 +28,8 @@ typedef struct rb_commit_job {
     int fsync;
     const uint8_t *blob;    /* the writer's copy while the job runs */
     size_t blob_n;
+    size_t n_shared;        /* tokens [0, n_shared) are pages shared with
+                               another session (rb_sessfile_commit_shared) */
 } rb_commit_job;
 
 /* Runs a job on the writer thread; a failure is kept (rb_session_writer_

@@ -260,6 +260,7 @@ typedef struct rb_session_stats {
     uint32_t prefetch_pending;
     double room_s;
     uint64_t restore_spare_pages;
+    uint64_t file_prefix_pages;
 } rb_session_stats;
 rb_status rb_session_get_stats_sized(const rb_session *session, rb_session_stats *out, size_t out_size);
 
