@@ -442,6 +442,42 @@ static uint64_t file_size(const char *path)
     return stat(path, &s) == 0 ? (uint64_t)s.st_size : 0;
 }
 
+/* c's bytes on storage: its file's, and its prefix file's (path.base). */
+static void note_file(sv_conv *c, const char *path)
+{
+    char base[4200];
+    struct stat s;
+    c->file_bytes = file_size(path);
+    snprintf(base, sizeof base, "%s.base", path);
+    int has = stat(base, &s) == 0;
+    c->base_ino = has ? (uint64_t)s.st_ino : 0;
+    c->base_bytes = has ? (uint64_t)s.st_size : 0;
+}
+
+/* The prefix files that the conversations of ns (NULL: all) link to, each
+ * counted once (past 256 distinct ones, each time: a limit errs on the
+ * safe side). */
+static uint64_t prefix_bytes(const sv_store *st, const char *ns)
+{
+    enum { MAX_SEEN = 256 };
+    uint64_t seen[MAX_SEEN], bytes = 0;
+    size_t n_seen = 0;
+    for (size_t i = 0; i < st->n_convs; i++) {
+        const sv_conv *c = st->convs[i];
+        if (!c->base_ino || (ns && strcmp(c->ns, ns)))
+            continue;
+        size_t k = 0;
+        while (k < n_seen && seen[k] != c->base_ino)
+            k++;
+        if (k < n_seen)
+            continue;
+        if (n_seen < MAX_SEEN)
+            seen[n_seen++] = c->base_ino;
+        bytes += c->base_bytes;
+    }
+    return bytes;
+}
+
 static size_t n_open(const sv_store *st)
 {
     size_t n = 0;
@@ -538,6 +574,9 @@ static void snapshot(sv_store *st)
         m.scratch_bytes += s.scratch_bytes;
         m.other_bytes += s.other_bytes;
     }
+    m.disk_bytes += prefix_bytes(st, NULL);
+    for (size_t k = 0; per && k < n_per; k++)
+        per[k].v.mem.disk_bytes += prefix_bytes(st, per[k].name);
     rb_pool_stats ps;
     if (st->pool && rb_pool_get_stats(st->pool, &ps) == RB_OK) {
         m.weights_bytes = ps.weights_bytes; /* the model's, counted once */
@@ -588,6 +627,7 @@ void sv_store_enforce(sv_store *st)
             for (size_t j = 0; j < st->n_convs; j++)
                 if (!strcmp(st->convs[j]->ns, ns))
                     n++, bytes += st->convs[j]->file_bytes;
+            bytes += prefix_bytes(st, ns);
             int over_n = n > cfg->max_conversations;
             int over_b = cfg->sessions_dir && cfg->max_disk_bytes && bytes > cfg->max_disk_bytes;
             if (!over_n && !over_b)
@@ -761,7 +801,7 @@ void sv_store_commit(sv_store *st, sv_conv *c)
             sv_log("warning: cannot create the folder of namespace %s: %s", c->ns, strerror(errno));
         if (rb_session_save(ss, path, RB_SAVE_ON_REQUEST) == RB_OK) {
             c->has_file = 1;
-            c->file_bytes = file_size(path);
+            note_file(c, path);
         } else {
             sv_log("warning: conversation %s was not saved: %s", c->id, rb_session_errmsg(ss));
         }
@@ -915,7 +955,7 @@ static int scan(sv_store *st)
             return 1;
         }
         c->has_file = 1;
-        c->file_bytes = file_size(path);
+        note_file(c, path);
         c->session = ss;
         int rc = copy_tokens(c);
         c->n_prompt_end = c->n_tokens;

@@ -60,6 +60,9 @@ typedef struct sv_conv {
     int is_busy;              /* an active request uses it */
     int has_file;
     uint64_t file_bytes;
+    uint64_t base_ino, base_bytes; /* the prefix file its file links to
+                                 (FILE.base, rb_session_remove_file): its
+                                 inode and size; 0: none */
     uint64_t last_used;       /* the store's clock: larger is newer */
     int is_dropped;           /* --baseline recompute: its session was
                                  rewound to nothing after its last request */

@@ -276,7 +276,8 @@ void sv_metrics_write(const sv_counts *m, int with_process, uint64_t mem_budget_
         fprintf(f, "# HELP rebound_memory_budget_bytes --mem-budget (0: none).\n"
                    "# TYPE rebound_memory_budget_bytes gauge\nrebound_memory_budget_bytes %"
                    PRIu64 "\n", mem_budget_bytes);
-    fprintf(f, "# HELP rebound_sessions_disk_bytes Bytes of the conversations' session files.\n"
+    fprintf(f, "# HELP rebound_sessions_disk_bytes Bytes of the conversations' session files "
+               "and of the prefix files they link to (each once).\n"
                "# TYPE rebound_sessions_disk_bytes gauge\nrebound_sessions_disk_bytes %" PRIu64 "\n",
             m->mem.disk_bytes);
     fprintf(f, "# HELP rebound_ttft_seconds Time from a request's arrival to its first "

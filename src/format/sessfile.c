@@ -752,6 +752,8 @@ static rb_sessfile *open_prefix(const rb_sessfile *f, const char *path, const in
         b = NULL;
     }
     close(fd);
+    if (b) /* its pages are read as the file's own: past the page cache */
+        open_direct(b, path, O_RDONLY);
     return b;
 }
 
@@ -1233,10 +1235,10 @@ static int attach_base(rb_sessfile *f, const int32_t *tokens, size_t nb,
     const uint32_t P = f->g.page_tokens, ppl = f->g.pages_per_layer;
     nb -= nb % P;
     const size_t np = nb / P;
-    /* worth a file of its own: a prefix file takes its two superblocks and
-       a catalog on storage (its catalog areas' room is a hole), and an
-       open of every file that uses it */
-    if (f->base || !src || !np || (uint64_t)np * f->g.n_layers * f->g.page_alloc < 16 * SF_A)
+    /* worth a file of its own: at least twice what a prefix file adds on
+       storage (two superblocks and a catalog, 12-16 KiB: its catalog
+       areas' room is a hole) */
+    if (f->base || !src || !np || (uint64_t)np * f->g.n_layers * f->g.page_alloc < 8 * SF_A)
         return 0;
     for (uint32_t l = 0; l < f->g.n_layers; l++)
         for (size_t p = 0; p < np; p++)
@@ -1245,22 +1247,19 @@ static int attach_base(rb_sessfile *f, const int32_t *tokens, size_t nb,
     uint64_t key = 0;
     char *cpath = prefix_name(f, tokens, nb, &key);
     char *bpath = with_suffix(f->path, SF_BASE_SUFFIX);
-    rb_sessfile *b = NULL;
-    int is_fresh = 0;
+    rb_sessfile *b = NULL, *w = NULL; /* w: the one written here, its hashes ours */
     if (cpath && bpath && !(b = open_prefix(f, cpath, tokens, nb))) {
         /* none yet: written from this session's buffers; another writer
            that published one meanwhile wins (RB_E_BUSY), and that one is
            checked like any found */
         rb_sessfile_geom g = f->g;
         g.is_lock_wait = 0;
-        rb_sessfile *w = NULL;
         rb_error e;
         if (rb_sessfile_create(cpath, f->sb.fingerprint, &g, f->os, f->throttle, &w, &e) ==
-            RB_OK) {
-            rb_status st = rb_sessfile_commit(w, tokens, nb, src, 0, NULL, 0, do_fsync, NULL,
-                                              &e);
+                RB_OK &&
+            rb_sessfile_commit(w, tokens, nb, src, 0, NULL, 0, do_fsync, NULL, &e) != RB_OK) {
             rb_sessfile_close(w);
-            is_fresh = st == RB_OK;
+            w = NULL;
         }
         b = open_prefix(f, cpath, tokens, nb);
     }
@@ -1284,7 +1283,10 @@ static int attach_base(rb_sessfile *f, const int32_t *tokens, size_t nb,
             const sf_entry *be = &b->pages[i];
             if (!be->off || be->tokens != P)
                 continue;
-            if (!is_fresh) { /* the bits must be this session's */
+            if (w) { /* written from this session's buffers: the same record? */
+                if (w->pages[i].off != be->off || w->pages[i].hash != be->hash)
+                    continue;
+            } else { /* the bits must be this session's */
                 const void *buf = src->get(src->ctx, l, (uint32_t)p);
                 if (!buf)
                     continue;
@@ -1308,6 +1310,7 @@ static int attach_base(rb_sessfile *f, const int32_t *tokens, size_t nb,
         f->base_key = key;
         pthread_rwlock_unlock(&f->lock);
     }
+    rb_sessfile_close(w);
     free(cpath);
     free(bpath);
     return b != NULL;

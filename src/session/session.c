@@ -1030,7 +1030,7 @@ rb_status rb_session_save(rb_session *s, const char *path, unsigned flags)
 rb_status rb_session_remove_file(const char *path, rb_error *err)
 {
     if (!path)
-        return rb_error_set(err, RB_E_INVALID_ARG, "rb_session_remove_file: no path");
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: no path to remove");
     return rb_sessfile_remove(path, err);
 }
 

@@ -347,6 +347,64 @@ for _ in $(seq 1 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/healt
 alive
 grep -Eq '^rebound_conversations\{state="total"\} 2$' m5.txt && ok || fail "/metrics does not count 2 conversations"
 stop_server
+check "chats sharing a system prompt: their files link one prefix file; a reopened fork reads it, exact; the last deletion takes it"
+SYS=$(python3 -c 'print(" ".join("rule %d: answer in the voice of entry %d." % (i, 7 * i) for i in range(7)))')
+chat() { # chat SYSTEM USER [ASSISTANT USER2] [ID]: a request body
+    python3 - "$@" <<'EOF'
+import json, sys
+a = sys.argv[1:]
+m = [{"role": "system", "content": a[0]}, {"role": "user", "content": a[1]}]
+if len(a) >= 4:
+    m += [{"role": "assistant", "content": a[2]}, {"role": "user", "content": a[3]}]
+d = {"messages": m, "max_tokens": 8, "temperature": 0}
+if len(a) in (3, 5):
+    d["conversation_id"] = a[-1]
+print(json.dumps(d))
+EOF
+}
+start_server sp1.log -m qwen.gguf -t 2 --sessions pfx --max-conversations 2
+chat "$SYS" "one" | post /v1/chat/completions pa.json >/dev/null
+chat "$SYS" "two" | post /v1/chat/completions pb.json >/dev/null
+[ "$(jget pa.json 'd["usage"]["prompt_tokens"]')" -ge 140 ] && ok || fail "the shared system prompt is shorter than 4 pages: $(jget pa.json 'd["usage"]["prompt_tokens"]') tokens"
+CA=$(jget pa.json 'd["conversation_id"]'); CB=$(jget pb.json 'd["conversation_id"]')
+RB1=$(jget pb.json 'd["choices"][0]["message"]["content"]')
+expect_line sp1.log "forked from $CA at token"
+[ "$(ls -a pfx | grep -c '^\.rbprefix-')" = 1 ] && ok || { ls -la pfx; fail "not one prefix file in pfx/"; }
+PFX=$(ls -a pfx | grep '^\.rbprefix-' || true)
+[ "$(stat -c %i "pfx/$CB.rbs.base")" = "$(stat -c %i "pfx/$PFX")" ] && ok || { ls -lai pfx; fail "$CB.rbs.base is not a link to the prefix file"; }
+[ ! -e "pfx/$CA.rbs.base" ] && ok || fail "the source's own file links a prefix file"
+[ "$(stat -c %s "pfx/$CB.rbs")" -lt "$(stat -c %s "pfx/$CA.rbs")" ] && ok || { ls -la pfx; fail "the fork's file is not smaller than its source's"; }
+curl -s "$URL/metrics" > mp1.txt
+DISK=$(grep '^rebound_sessions_disk_bytes ' mp1.txt | cut -d' ' -f2)
+[ "$DISK" = $(( $(stat -c %s "pfx/$CA.rbs") + $(stat -c %s "pfx/$CB.rbs") + $(stat -c %s "pfx/$PFX") )) ] \
+    && ok || { ls -la pfx; fail "rebound_sessions_disk_bytes $DISK is not the two files and the prefix file"; }
+stop_server
+# reopened: the fork's next turn by its id, its prefix read from the prefix file
+start_server sp2.log -m qwen.gguf -t 2 --sessions pfx --max-conversations 2
+chat "$SYS" "two" "$RB1" "three" "$CB" | post /v1/chat/completions pc.json >/dev/null
+[ "$(jget pc.json 'd["conversation_id"]')" = "$CB" ] && ok || fail "the fork by its id after a restart"
+[ "$(jget pc.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -gt "$(jget pb.json 'd["usage"]["prompt_tokens"]')" ] \
+    && ok || { cat pc.json; fail "the reopened fork reused less than its first turn"; }
+[ "$(jget pc.json 'd["timings"]["restore_read_bytes"]')" -gt 0 ] && ok || { cat pc.json; fail "the reopened fork read nothing"; }
+# two more conversations: the oldest two go, and the prefix file with the last link
+for k in 1 2; do
+    echo "{\"prompt\": \"unrelated $k\", \"max_tokens\": 2}" | post /v1/completions "pu$k.json" >/dev/null
+done
+[ ! -e "pfx/$CA.rbs" ] && [ ! -e "pfx/$CB.rbs" ] && [ ! -e "pfx/$CB.rbs.base" ] && ok || { ls -la pfx; fail "--max-conversations kept a sharing conversation"; }
+[ "$(ls -a pfx | grep -c '^\.rbprefix-' || true)" = 0 ] && ok || { ls -la pfx; fail "the prefix file outlived its last link"; }
+stop_server
+# the same turns on a server without files, never reopened (the reply
+# reused as the tokens the model generated): the same greedy reply
+start_server sp3.log -m qwen.gguf -t 2
+chat "$SYS" "one" | post /v1/chat/completions pa3.json >/dev/null
+chat "$SYS" "two" | post /v1/chat/completions pb3.json >/dev/null
+chat "$SYS" "two" "$RB1" "three" | post /v1/chat/completions pd.json >/dev/null
+[ "$(jget pd.json 'd["usage"]["prompt_tokens"]')" = "$(jget pc.json 'd["usage"]["prompt_tokens"]')" ] \
+    && ok || fail "the reference turn has other tokens than the reopened fork's"
+[ "$(jget pd.json 'd["choices"][0]["message"]["content"]')" = "$(jget pc.json 'd["choices"][0]["message"]["content"]')" ] \
+    && ok || fail "the reopened fork's reply differs from a server's that never closed it"
+stop_server
+
 # --max-open 2: the pool names the idle session to close (rb_pool_next_to_close),
 # the conversation's file keeps it, and its next turn reopens the file
 start_server s5b.log -m qwen.gguf -t 2 --sessions maxopen --max-open 2 --parallel 1
