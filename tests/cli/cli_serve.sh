@@ -9,7 +9,9 @@
 # in flight, wrong API key) answered with an OpenAI error object and the
 # server still up, a client that leaves mid-stream (its generation stops,
 # the conversation goes on), the Unix socket, the bounds on stored
-# conversations, and kill -9 mid-stream then a restart that serves the
+# conversations, chats sharing a system prompt whose files link one
+# prefix file (read back exact after a restart, deleted with the last
+# link), and kill -9 mid-stream then a restart that serves the
 # next turn from the session file with the same greedy reply as a server
 # that was never killed, concurrent streams decoded in one forward pass
 # with the same greedy replies as one at a time, a lone prompt prefilled
