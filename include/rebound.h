@@ -1126,6 +1126,24 @@ RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params 
                                        const char *path, rb_session **out, rb_error *err);
 
 /*
+ * rb_session_open_saved, but the leading pages that peer (an open session
+ * in the same pool) holds in RAM for the same tokens, with the same bits
+ * (each checked against the file's checksums), are shared with it as a
+ * fork shares its source's (rb_session_fork) instead of read: a
+ * conversation reopened beside another that shares its prompt reads only
+ * its own tail, and the prompt is held once. The session is in peer's
+ * pool (params->pool: NULL or that pool). Pages peer does not hold, or
+ * holds with other bits, are read from the file as usual.
+ * Errors: RB_E_INVALID_ARG (no peer, or a peer in no pool or in another
+ * one), and rb_session_open_saved's.
+ * Cost: rb_session_open_saved's, less the pages shared; hashes the shared
+ * pages once (about 5-10 GB/s); holds peer's lock meanwhile.
+ */
+RB_API rb_status rb_session_open_saved_sharing(rb_model *model, const rb_session_params *params,
+                                               const char *path, rb_session *peer,
+                                               rb_session **out, rb_error *err);
+
+/*
  * rb_session_open_saved of a session file already open at fd (a content
  * URI's or an asset's descriptor, a file in a sandbox; the whole file,
  * from offset 0), read only: the state it holds is read into the session

@@ -666,6 +666,25 @@ static void warn_recovery(const rb_session *ss)
         sv_log("warning: %s", s.file_recovery);
 }
 
+/* The open conversation of c's namespace whose tokens share the longest
+ * prefix with c's (at least 64 tokens), or NULL. */
+static const sv_conv *share_peer(const sv_store *st, const sv_conv *c)
+{
+    const sv_conv *best = NULL;
+    size_t best_n = 63;
+    for (size_t i = 0; i < st->n_convs; i++) {
+        const sv_conv *o = st->convs[i];
+        if (o == c || !o->session || o->is_dropped || strcmp(o->ns, c->ns))
+            continue;
+        size_t n = 0, m = o->n_tokens < c->n_tokens ? o->n_tokens : c->n_tokens;
+        while (n < m && o->tokens[n] == c->tokens[n])
+            n++;
+        if (n > best_n)
+            best = o, best_n = n;
+    }
+    return best;
+}
+
 rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, size_t err_n)
 {
     const sv_config *cfg = st->cfg;
@@ -696,7 +715,14 @@ rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, s
         rb_session_params p = st->sp;
         p.file_flags = RB_SAVE_ON_REQUEST;
         p.kv_page_tokens = 0; /* a file keeps the page size it was saved with */
-        rb_status s = rb_session_open_saved(st->model, &p, path, &c->session, &e);
+        /* beside an open conversation that shares its first tokens (a
+           chat of the same system prompt): those pages are shared with it,
+           not read (the library checks their bits against the file) */
+        const sv_conv *peer = share_peer(st, c);
+        rb_status s = peer && st->pool
+                          ? rb_session_open_saved_sharing(st->model, &p, path, peer->session,
+                                                          &c->session, &e)
+                          : rb_session_open_saved(st->model, &p, path, &c->session, &e);
         if (s != RB_OK) {
             /* the log has the path; the client's message never does */
             sv_log("warning: conversation %s%s%s: its session file %s cannot be opened (%s); "

@@ -8,7 +8,10 @@
  * fed the same tokens (check_same). Each then rewinds below the shared
  * prefix (into a shared page) and feeds; the other must be unaffected.
  * A trim of one holder (its copies to storage) leaves the other exact,
- * and its restore is exact. The pool's budget takes the holders' own
+ * and its restore is exact. Forks' session files link one prefix file instead of
+ * writing the prefix (prefix_files); reopened, a fork restores exact, and
+ * reopened beside another holder of the prefix it shares those pages
+ * (rb_session_open_saved_sharing) and reads only its own. The pool's budget takes the holders' own
  * pages before the shared ones (budget_keeps_shared).
  *
  * Accounting: the pool's shared bytes plus every session's own KV bytes
@@ -585,7 +588,8 @@ static void prefix_files(rb_model *m)
         f[i] = NULL;
     }
     /* reopened: the prefix's pages from the prefix file */
-    rb_session_params p = params(NULL);
+    rb_session_params p = params(pool);
+    rb_pool_stats ps;
     CHECK_EQ_INT(rb_session_open_saved(m, &p, path[1], &f[0], &err), RB_OK);
     if (f[0]) {
         CHECK_EQ_U64(file_stat(f[0], 1), 9 * 3);
@@ -596,6 +600,33 @@ static void prefix_files(rb_model *m)
         CHECK(st.file_recovery == NULL);
         CHECK_EQ_INT(st.restore_recomputed_tokens, 0);
         CHECK(check_same(m, f[0], "prefix files: a fork reopened"));
+        /* the second fork reopened beside it: the prefix shared, not read */
+        CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+        const uint64_t shared0 = ps.n_shared_kv_pages;
+        CHECK_EQ_INT(rb_session_open_saved_sharing(m, &p, path[2], f[0], &f[1], &err), RB_OK);
+        CHECK_EQ_INT(rb_pool_get_stats(pool, &ps), RB_OK);
+        CHECK_EQ_U64(ps.n_shared_kv_pages, shared0 + 9 * 3);
+        if (f[1]) {
+            CHECK_EQ_INT(rb_session_feed(f[1], toks + 3, 1, NULL), RB_OK);
+            CHECK_EQ_INT(rb_session_get_stats(f[1], &st), RB_OK);
+            CHECK_EQ_INT(st.restore_recomputed_tokens, 0);
+            /* it read its own pages only: the tenth and eleventh of 3 layers */
+            CHECK(st.restore_bytes_io > 0);
+            CHECK(st.restore_bytes_io <= 2 * 3 * rb_kvcache_page_alloc_bytes(rb_session_kvcache(f[1])));
+            CHECK(check_same(m, f[1], "prefix files: a fork reopened sharing its prefix"));
+            /* a peer in another pool is refused */
+            rb_session *g = NULL;
+            rb_session_params q = params(NULL);
+            rb_pool *other = NULL;
+            CHECK_EQ_INT(rb_pool_create(m, 0, &other, &err), RB_OK);
+            q.pool = other;
+            CHECK_EQ_INT(rb_session_open_saved_sharing(m, &q, path[2], f[0], &g, &err),
+                         RB_E_INVALID_ARG);
+            CHECK(strstr(err.message, "peer") != NULL);
+            rb_pool_destroy(other);
+            rb_session_destroy(f[1]);
+            f[1] = NULL;
+        }
         rb_session_destroy(f[0]);
         f[0] = NULL;
     }
@@ -628,7 +659,8 @@ static void prefix_files(rb_model *m)
     CHECK_EQ_INT(rb_session_remove_file(path[3], &err), RB_OK);
     CHECK_EQ_INT(n_prefix_files(dir, NULL), 0); /* the unlinked one swept */
     printf("prefix files: 3 forks of a 600-token prefix hold its 27 pages once on storage, "
-           "restore and reopen exact; the prefix file goes with its last link\n");
+           "restore and reopen exact, a reopened one shares them with an open one; the prefix "
+           "file goes with its last link\n");
 out:
     for (int i = 0; i < 3; i++)
         rb_session_destroy(f[i]);

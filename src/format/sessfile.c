@@ -972,6 +972,16 @@ static uint32_t page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t page)
     return e->off ? e->tokens : 0;
 }
 
+uint64_t rb_sessfile_page_hash(const rb_sessfile *f, uint32_t layer, uint32_t page)
+{
+    rb_sessfile *w = (rb_sessfile *)f; /* the lock is not the state */
+    pthread_rwlock_rdlock(&w->lock);
+    uint64_t h = page_tokens(f, layer, page)
+                     ? f->pages[(size_t)layer * f->g.pages_per_layer + page].hash : 0;
+    pthread_rwlock_unlock(&w->lock);
+    return h;
+}
+
 uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t page)
 {
     rb_sessfile *w = (rb_sessfile *)f; /* the lock is not the state */

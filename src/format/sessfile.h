@@ -143,6 +143,9 @@ const void *rb_sessfile_blob(const rb_sessfile *f, size_t *n);
 /* Tokens a saved page holds (0: not saved). */
 uint32_t rb_sessfile_page_tokens(const rb_sessfile *f, uint32_t layer, uint32_t page);
 
+/* The checksum of a saved page's K/V bytes (0 when not saved). */
+uint64_t rb_sessfile_page_hash(const rb_sessfile *f, uint32_t layer, uint32_t page);
+
 /* Reads a saved page into buf (page_alloc bytes, 4 KiB aligned) and
  * checks its checksum. RB_E_NOT_FOUND (not saved), RB_E_FORMAT (checksum,
  * naming layer and page), RB_E_IO / RB_E_SHORT_READ (file cut short). */

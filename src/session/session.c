@@ -1040,7 +1040,7 @@ rb_status rb_session_remove_file(const char *path, rb_error *err)
  * reads the windows before it: when the file lacks one of their pages,
  * everything is recomputed. The pages covered are adopted (STORED in the
  * file) for the first feed's restore. */
-static void adopt_file_pages(rb_session *s, rb_sessfile *f, size_t n)
+static void adopt_file_pages(rb_session *s, rb_sessfile *f, size_t n, uint32_t n_shared)
 {
     const uint32_t P = s->kv.page_tokens;
     size_t covered = 0;
@@ -1062,16 +1062,57 @@ static void adopt_file_pages(rb_session *s, rb_sessfile *f, size_t n)
         for (uint32_t p = first_win; s->fwd.layers[l].window && p < covered / P; p++)
             if (rb_sessfile_page_tokens(f, l, p) < P)
                 covered = pages = first_win = 0;
+    if (n_shared > pages) /* in RAM already (cannot be: the file covers them) */
+        n_shared = pages;
     for (uint32_t l = 0; l < s->kv.n_layers; l++)
         for (uint32_t p = s->fwd.layers[l].window ? first_win : 0; p < pages; p++)
-            rb_session_memory_adopt_saved(&s->mem, l, p, rb_sessfile_page_tokens(f, l, p) == P);
+            if (p >= n_shared)
+                rb_session_memory_adopt_saved(&s->mem, l, p,
+                                              rb_sessfile_page_tokens(f, l, p) == P);
     rb_session_memory_adopted(&s->mem, pages, first_win);
     s->n_kv_valid = covered;
 }
 
 static rb_status open_saved(rb_model *model, const rb_session_params *params,
-                            const char *path, int fd, rb_session **out, rb_error *err);
+                            const char *path, int fd, rb_session *peer, rb_session **out,
+                            rb_error *err);
 static rb_status unbind_locked(rb_session *s);
+
+/* The leading full pages of the file that peer holds in RAM with the same
+ * tokens and the same bits (each layer's page against the file's
+ * checksum), shared into s as a fork shares its source's: how many. */
+static uint32_t share_from_peer(rb_session *s, rb_sessfile *f, rb_session *peer)
+{
+    if (rb_session_memory_pool(&peer->mem) != rb_session_memory_pool(&s->mem) ||
+        !rb_kvcache_same_layout(&s->kv, &peer->kv))
+        return 0;
+    const uint32_t P = s->kv.page_tokens;
+    const int32_t *ft = rb_sessfile_tokens(f);
+    rb_session_enter(peer);
+    size_t n = rb_sessfile_n_tokens(f), same = 0;
+    if (n > peer->n_kv_valid)
+        n = peer->n_kv_valid;
+    while (same < n && peer->tokens[same] == ft[same])
+        same++;
+    uint32_t k = 0;
+    for (; k < same / P; k++) {
+        int ok = 1;
+        for (uint32_t l = 0; l < s->kv.n_layers && ok; l++) {
+            const void *buf = peer->kv.pages[(size_t)l * peer->kv.pages_per_layer + k];
+            ok = buf && rb_sessfile_page_tokens(f, l, k) == P &&
+                 rb_kvcodec_hash64(buf, peer->kv.page_bytes) == rb_sessfile_page_hash(f, l, k);
+        }
+        if (!ok)
+            break;
+    }
+    size_t got = 0;
+    rb_error e;
+    if (k && rb_session_memory_fork_pages(&s->mem, &peer->mem, (size_t)k * P, &got, &e) !=
+                 RB_OK)
+        got -= got % P; /* what it took stays shared */
+    rb_session_leave(peer);
+    return (uint32_t)(got / P);
+}
 
 rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params,
                                 const char *path, rb_session **out, rb_error *err)
@@ -1080,7 +1121,30 @@ rb_status rb_session_open_saved(rb_model *model, const rb_session_params *params
         return rb_error_set(err, RB_E_INVALID_ARG, "session: model, path and out are required");
     if (access(path, F_OK) != 0)
         return rb_error_set(err, RB_E_NOT_FOUND, "session file: '%s' does not exist", path);
-    return open_saved(model, params, path, -1, out, err);
+    return open_saved(model, params, path, -1, NULL, out, err);
+}
+
+rb_status rb_session_open_saved_sharing(rb_model *model, const rb_session_params *params,
+                                        const char *path, rb_session *peer, rb_session **out,
+                                        rb_error *err)
+{
+    if (!model || !path || !out || !peer)
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: model, path, peer and out are "
+                            "required");
+    if (access(path, F_OK) != 0)
+        return rb_error_set(err, RB_E_NOT_FOUND, "session file: '%s' does not exist", path);
+    rb_session_params p = session_defaults();
+    if (params) {
+        rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_session_params", err);
+        if (pst != RB_OK)
+            return pst;
+    }
+    rb_pool *pool = rb_session_memory_pool(&peer->mem);
+    if (!pool || (p.pool && p.pool != pool))
+        return rb_error_set(err, RB_E_INVALID_ARG, "session: open sharing: the peer must be "
+                            "in the pool params.pool names");
+    p.pool = pool;
+    return open_saved(model, &p, path, -1, peer, out, err);
 }
 
 rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *params, int fd,
@@ -1091,14 +1155,15 @@ rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *par
                             "out are required", fd);
     char name[48];
     snprintf(name, sizeof name, "file descriptor %d", fd);
-    return open_saved(model, params, name, fd, out, err);
+    return open_saved(model, params, name, fd, NULL, out, err);
 }
 
 /* path: the file, or (fd >= 0) what names the descriptor in messages; a
  * descriptor's state is read into the session and the file let go (the
  * file binding opens it read only: no commit may follow). */
 static rb_status open_saved(rb_model *model, const rb_session_params *params,
-                            const char *path, int fd, rb_session **out, rb_error *err)
+                            const char *path, int fd, rb_session *peer, rb_session **out,
+                            rb_error *err)
 {
     /* kv_page_tokens 0: the page size the file was saved with */
     rb_session_params p = session_defaults();
@@ -1125,12 +1190,14 @@ static rb_status open_saved(rb_model *model, const rb_session_params *params,
     size_t n = rb_sessfile_n_tokens(f); /* <= n_ctx: rb_session_file_open checks it */
     memcpy(s->tokens, rb_sessfile_tokens(f), n * sizeof *s->tokens);
     s->n_tokens = n;
-    adopt_file_pages(s, f, n);
+    const uint32_t shared = peer ? share_from_peer(s, f, peer) : 0;
+    adopt_file_pages(s, f, n, shared);
     if ((st = rb_session_file_bind(&s->file, f, path, err)) != RB_OK) {
         rb_sessfile_close(f);
         rb_session_destroy(s);
         return st;
     }
+    rb_session_memory_mark_saved(&s->mem, shared); /* the file holds them */
     rb_session_memory_open_restore(&s->mem);
     if ((st = rb_session_file_check_model(&s->file, err)) != RB_OK ||
         (st = rb_session_memory_read_rest(&s->mem, err)) != RB_OK) {

@@ -1142,6 +1142,14 @@ void rb_session_memory_adopt_saved(rb_session_mem *m, uint32_t layer, uint32_t p
     rb_residency_adopt_saved(m->res, layer, page, is_clean);
 }
 
+void rb_session_memory_mark_saved(rb_session_mem *m, uint32_t n_pages)
+{
+    for (uint32_t l = 0; m->res && l < m->kv->n_layers; l++)
+        for (uint32_t p = 0; p < n_pages; p++)
+            rb_residency_mark_saved(m->res, l, p, 1, rb_residency_epoch(m->res),
+                                    RB_RESIDENCY_FULL);
+}
+
 void rb_session_memory_adopted(rb_session_mem *m, uint32_t n_pages, uint32_t first_window_page)
 {
     m->kv->n_pages_reserved = n_pages;

@@ -272,6 +272,9 @@ rb_status rb_session_memory_unshare_page(rb_session_mem *m, uint32_t page);
 void rb_session_memory_adopt_saved(rb_session_mem *m, uint32_t layer, uint32_t page,
                                    int is_clean);
 void rb_session_memory_adopted(rb_session_mem *m, uint32_t n_pages, uint32_t first_window_page);
+/* The first n_pages pages of every layer (in RAM) have a copy in the
+ * session file: a trim drops them without a write. */
+void rb_session_memory_mark_saved(rb_session_mem *m, uint32_t n_pages);
 
 /* Begins the layers' restore at open (a cold start, pipelined, no budget):
  * the first feed joins it. No-op otherwise. */

@@ -10,8 +10,9 @@
 # server still up, a client that leaves mid-stream (its generation stops,
 # the conversation goes on), the Unix socket, the bounds on stored
 # conversations, chats sharing a system prompt whose files link one
-# prefix file (read back exact after a restart, deleted with the last
-# link), and kill -9 mid-stream then a restart that serves the
+# prefix file (after a restart, a fork reopened beside its source shares
+# the prefix and reads only its tail, exact; the prefix file is deleted
+# with the last link), and kill -9 mid-stream then a restart that serves the
 # next turn from the session file with the same greedy reply as a server
 # that was never killed, concurrent streams decoded in one forward pass
 # with the same greedy replies as one at a time, a lone prompt prefilled
@@ -349,7 +350,7 @@ for _ in $(seq 1 50); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/healt
 alive
 grep -Eq '^rebound_conversations\{state="total"\} 2$' m5.txt && ok || fail "/metrics does not count 2 conversations"
 stop_server
-check "chats sharing a system prompt: their files link one prefix file; a reopened fork reads it, exact; the last deletion takes it"
+check "chats sharing a system prompt: their files link one prefix file; reopened beside its source a fork shares the prefix and reads its tail, exact; the last deletion takes the prefix file"
 SYS=$(python3 -c 'print(" ".join("rule %d: answer in the voice of entry %d." % (i, 7 * i) for i in range(7)))')
 chat() { # chat SYSTEM USER [ASSISTANT USER2] [ID]: a request body
     python3 - "$@" <<'EOF'
@@ -381,13 +382,18 @@ DISK=$(grep '^rebound_sessions_disk_bytes ' mp1.txt | cut -d' ' -f2)
 [ "$DISK" = $(( $(stat -c %s "pfx/$CA.rbs") + $(stat -c %s "pfx/$CB.rbs") + $(stat -c %s "pfx/$PFX") )) ] \
     && ok || { ls -la pfx; fail "rebound_sessions_disk_bytes $DISK is not the two files and the prefix file"; }
 stop_server
-# reopened: the fork's next turn by its id, its prefix read from the prefix file
+# restarted: the source's next turn reopens it from its file; then the
+# fork's, its prefix shared with the open source (not read: the pages'
+# bits checked against its file), its tail read from its file
 start_server sp2.log -m qwen.gguf -t 2 --sessions pfx --max-conversations 2
+chat "$SYS" "one" "$(jget pa.json 'd["choices"][0]["message"]["content"]')" "again" "$CA" \
+    | post /v1/chat/completions pa2.json >/dev/null
 chat "$SYS" "two" "$RB1" "three" "$CB" | post /v1/chat/completions pc.json >/dev/null
+RA=$(jget pa2.json 'd["timings"]["restore_read_bytes"]'); RC=$(jget pc.json 'd["timings"]["restore_read_bytes"]')
+[ "$RC" -gt 0 ] && [ $((RC * 4)) -lt "$RA" ] && ok || fail "the fork reopened beside its source read $RC bytes, its source $RA"
 [ "$(jget pc.json 'd["conversation_id"]')" = "$CB" ] && ok || fail "the fork by its id after a restart"
 [ "$(jget pc.json 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" -gt "$(jget pb.json 'd["usage"]["prompt_tokens"]')" ] \
     && ok || { cat pc.json; fail "the reopened fork reused less than its first turn"; }
-[ "$(jget pc.json 'd["timings"]["restore_read_bytes"]')" -gt 0 ] && ok || { cat pc.json; fail "the reopened fork read nothing"; }
 # two more conversations: the oldest two go, and the prefix file with the last link
 for k in 1 2; do
     echo "{\"prompt\": \"unrelated $k\", \"max_tokens\": 2}" | post /v1/completions "pu$k.json" >/dev/null
