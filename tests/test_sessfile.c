@@ -1190,8 +1190,9 @@ static rb_status open_unit(const char *path, rb_sessfile **f, rb_error *err)
 }
 
 /* rb_sessfile_read_pages: a layer's pages whose records lie side by side
- * in one request, the same bytes as one by one; anything else refused
- * (nothing read) or, a damaged page, an error naming it. make_unit's
+ * in one request (a request per such run), the same bytes as one by one;
+ * a page not saved refused (nothing read) or, a damaged page, an error
+ * naming it. make_unit's
  * second commit appends layer 0's pages 1 and 2 side by side; its page 0
  * is the first commit's. */
 static void read_pages_test(void)
@@ -1217,12 +1218,15 @@ static void read_pages_test(void)
         CHECK(memcmp(one[i], run[i], unit_geom.page_bytes) == 0);
         CHECK(((unsigned char *)run[i])[0] == 2 + i); /* make_unit's page p holds p + 1 */
     }
-    /* not side by side (page 0 is the first commit's), past the layer,
-       a page not saved, none: refused, nothing read */
+    /* not side by side (page 0 is the first commit's): a request per run,
+       the same bytes */
     memset(run[0], 0xee, 4096);
-    CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 0, 2, run, &err), RB_E_UNSUPPORTED);
-    CHECK(((unsigned char *)run[0])[0] == 0xee);
+    CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 0, 3, run, &err), RB_OK);
+    CHECK(((unsigned char *)run[0])[0] == 1 && ((unsigned char *)run[2])[0] == 3);
+    /* past the layer, a page not saved, none: refused, nothing read */
+    memset(run[0], 0xee, 4096);
     CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 2, 3, run, &err), RB_E_UNSUPPORTED);
+    CHECK(((unsigned char *)run[0])[0] == 0xee);
     CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 3, 1, run, &err), RB_E_UNSUPPORTED);
     CHECK_EQ_INT(rb_sessfile_read_pages(f, 2, 0, 1, run, &err), RB_E_UNSUPPORTED);
     CHECK_EQ_INT(rb_sessfile_read_pages(f, 0, 1, 0, run, &err), RB_E_UNSUPPORTED);

@@ -1017,6 +1017,33 @@ static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *b
     return RB_OK;
 }
 
+/* One preadv of n pages whose records lie side by side in one file. */
+static rb_status read_run(rb_sessfile *f, const sf_entry *e, void *const *bufs, uint32_t n,
+                          uint32_t layer, uint32_t page0, rb_error *err)
+{
+    struct iovec iov[64];
+    for (uint32_t i = 0; i < n; i++)
+        iov[i] = (struct iovec){bufs[i], f->g.page_alloc};
+    const rb_sessfile *in = e[0].in_base ? f->base : f;
+    const size_t want = (size_t)n * f->g.page_alloc;
+    int64_t t0 = rb_throttle_now_ns();
+    ssize_t got;
+    do
+        got = preadv(in->fd_direct, iov, (int)n, (off_t)e[0].off);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)want) /* a short or failed read: page by page says which */
+        return rb_error_set(err, RB_E_IO, "session file: '%s': reading %" PRIu32 " pages of "
+                            "layer %" PRIu32 " from page %" PRIu32 ": %s", in->path, n, layer,
+                            page0, got < 0 ? strerror(errno) : "the file ends first");
+    if (f->throttle)
+        rb_throttle_io_since(f->throttle, want, t0);
+    for (uint32_t i = 0; i < n; i++)
+        if (!HASH_OK(rb_kvcodec_hash64(bufs[i], f->g.page_bytes), e[i].hash))
+            return rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
+                                PRIu32 " fails its checksum", in->path, layer, page0 + i);
+    return RB_OK;
+}
+
 rb_status rb_sessfile_read_pages(rb_sessfile *f, uint32_t layer, uint32_t page0, uint32_t n,
                                  void *const *bufs, rb_error *err)
 {
@@ -1028,33 +1055,16 @@ rb_status rb_sessfile_read_pages(rb_sessfile *f, uint32_t layer, uint32_t page0,
     const sf_entry *e = &f->pages[(size_t)layer * f->g.pages_per_layer + page0];
     rb_status st = RB_OK;
     for (uint32_t i = 0; i < n && st == RB_OK; i++)
-        if (!page_tokens(f, layer, page0 + i) || e[i].in_base != e[0].in_base ||
-            e[i].off != e[0].off + (uint64_t)i * f->g.page_alloc)
+        if (!page_tokens(f, layer, page0 + i))
             st = RB_E_UNSUPPORTED;
-    if (st != RB_OK) {
-        pthread_rwlock_unlock(&f->lock);
-        return st;
+    /* a request per run of records side by side in one file (a prefix
+       file's pages, then the file's own) */
+    for (uint32_t i = 0, j; i < n && st == RB_OK; i = j) {
+        for (j = i + 1; j < n && e[j].in_base == e[i].in_base &&
+                        e[j].off == e[j - 1].off + f->g.page_alloc; j++)
+            ;
+        st = read_run(f, e + i, bufs + i, j - i, layer, page0 + i, err);
     }
-    struct iovec iov[MAX_RUN];
-    for (uint32_t i = 0; i < n; i++)
-        iov[i] = (struct iovec){bufs[i], f->g.page_alloc};
-    const size_t want = (size_t)n * f->g.page_alloc;
-    int64_t t0 = rb_throttle_now_ns();
-    ssize_t got;
-    const rb_sessfile *in = e[0].in_base ? f->base : f;
-    do
-        got = preadv(in->fd_direct, iov, (int)n, (off_t)e[0].off);
-    while (got < 0 && errno == EINTR);
-    if (got != (ssize_t)want) /* a short or failed read: page by page says which */
-        st = rb_error_set(err, RB_E_IO, "session file: '%s': reading %" PRIu32 " pages of "
-                          "layer %" PRIu32 " from page %" PRIu32 ": %s", in->path, n, layer,
-                          page0, got < 0 ? strerror(errno) : "the file ends first");
-    if (st == RB_OK && f->throttle)
-        rb_throttle_io_since(f->throttle, want, t0);
-    for (uint32_t i = 0; i < n && st == RB_OK; i++)
-        if (!HASH_OK(rb_kvcodec_hash64(bufs[i], f->g.page_bytes), e[i].hash))
-            st = rb_error_set(err, RB_E_FORMAT, "session file: '%s': layer %" PRIu32 " page %"
-                              PRIu32 " fails its checksum", in->path, layer, page0 + i);
     pthread_rwlock_unlock(&f->lock);
     return st;
 }

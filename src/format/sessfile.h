@@ -150,10 +150,11 @@ uint64_t rb_sessfile_page_hash(const rb_sessfile *f, uint32_t layer, uint32_t pa
  * checks its checksum. RB_E_NOT_FOUND (not saved), RB_E_FORMAT (checksum,
  * naming layer and page), RB_E_IO / RB_E_SHORT_READ (file cut short). */
 /* Reads pages page0 .. page0 + n - 1 of a layer into bufs[i] (each
- * page_alloc bytes, 4 KiB aligned) with one request when their records
- * lie side by side in the file (a commit appends a layer's pages in
- * order), and checks each checksum. RB_OK: all n read and checked;
- * RB_E_UNSUPPORTED: not side by side, or a file opened through another
+ * page_alloc bytes, 4 KiB aligned) with one request per run of records
+ * that lie side by side in one file (a commit appends a layer's pages in
+ * order; a fork's first pages are a run in its prefix file, the rest one
+ * in its own), and checks each checksum. RB_OK: all n read and checked;
+ * RB_E_UNSUPPORTED: a page not saved, or a file opened through another
  * rb_os than the default (its reads are the test's to fail one by one),
  * nothing read; any other status: something failed, and the caller reads
  * the pages one by one with rb_sessfile_read_page, whose message names
