@@ -1137,7 +1137,7 @@ RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params 
  * Errors: RB_E_INVALID_ARG (no peer, or a peer in no pool or in another
  * one), and rb_session_open_saved's.
  * Cost: rb_session_open_saved's, less the pages shared; hashes the shared
- * pages once (about 5-10 GB/s); holds peer's lock meanwhile.
+ * pages once, holding peer's lock meanwhile.
  */
 RB_API rb_status rb_session_open_saved_sharing(rb_model *model, const rb_session_params *params,
                                                const char *path, rb_session *peer,

@@ -630,16 +630,22 @@ static void prefix_files(rb_model *m)
         rb_session_destroy(f[0]);
         f[0] = NULL;
     }
-    /* removed one by one: the prefix file goes with the last link */
-    CHECK_EQ_INT(rb_session_remove_file(path[0], &err), RB_OK);
-    CHECK_EQ_INT(rb_session_remove_file(path[1], &err), RB_OK);
+    /* a file that is no fork saved over a fork's takes its link along */
+    char base[700];
+    snprintf(base, sizeof base, "%s.base", path[2]);
+    CHECK_EQ_INT(access(base, F_OK), 0);
+    CHECK_EQ_INT(rb_session_save(src, path[2], RB_SAVE_SNAPSHOT), RB_OK);
+    CHECK(access(base, F_OK) != 0);
     CHECK_EQ_INT(n_prefix_files(dir, &links), 1);
     CHECK_EQ_U64(links, 3);
+    /* removed one by one: the prefix file goes with the last link */
+    CHECK_EQ_INT(rb_session_remove_file(path[1], &err), RB_OK);
+    CHECK_EQ_INT(n_prefix_files(dir, &links), 1);
+    CHECK_EQ_U64(links, 2);
     CHECK_EQ_INT(rb_session_remove_file(path[2], &err), RB_OK);
     CHECK_EQ_INT(n_prefix_files(dir, &links), 1);
     /* f3's link gone (a file copied without it): its tokens open, and the
        prefix's positions are computed again, exact */
-    char base[700];
     snprintf(base, sizeof base, "%s.base", path[3]);
     CHECK_EQ_INT(unlink(base), 0);
     CHECK_EQ_INT(n_prefix_files(dir, &links), 1);
@@ -658,6 +664,10 @@ static void prefix_files(rb_model *m)
     }
     CHECK_EQ_INT(rb_session_remove_file(path[3], &err), RB_OK);
     CHECK_EQ_INT(n_prefix_files(dir, NULL), 0); /* the unlinked one swept */
+    rb_session_destroy(src); /* bound to path[0] until here */
+    src = NULL;
+    CHECK_EQ_INT(rb_session_remove_file(path[0], &err), RB_OK);
+    CHECK_EQ_INT(access(path[0], F_OK) != 0, 1);
     printf("prefix files: 3 forks of a 600-token prefix hold its 27 pages once on storage, "
            "restore and reopen exact, a reopened one shares them with an open one; the prefix "
            "file goes with its last link\n");

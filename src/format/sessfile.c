@@ -457,6 +457,8 @@ rb_status rb_sessfile_create(const char *path, uint64_t fingerprint, const rb_se
     return RB_OK;
 }
 
+static char *with_suffix(const char *path, const char *suffix);
+
 /* fsync of the directory holding path (a rename or link in it survives a
  * power cut); a fault point. Best effort: the data itself is synced. */
 static void sync_dir(const char *path)
@@ -503,6 +505,12 @@ static rb_status publish(rb_sessfile *f, int do_fsync, rb_error *err)
     free(f->tmp_path);
     f->tmp_path = NULL;
     f->publish_pending = 0;
+    if (!f->base) { /* the replaced file's link to its prefix file goes with it */
+        char *b = with_suffix(f->path, SF_BASE_SUFFIX);
+        if (b)
+            unlink(b);
+        free(b);
+    }
     return RB_OK;
 }
 
