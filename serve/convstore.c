@@ -172,7 +172,11 @@ sv_conv *sv_store_match(sv_store *st, const char *ns, const int32_t *toks, size_
         if (x->is_busy || x->n_tokens == 0 || strcmp(x->ns, ns))
             continue;
         size_t k = sv_common_prefix(x->tokens, x->n_tokens, toks, n);
-        if (k > best && 2 * k >= x->n_tokens)
+        /* of equals, one in RAM: a fork shares its pages, where a closed
+           one's file would be read whole */
+        const int is_open = x->session && !x->is_dropped;
+        if (2 * k >= x->n_tokens && k &&
+            (k > best || (k == best && is_open && !(c->session && !c->is_dropped))))
             best = k, c = x;
     }
     *shared = best;
@@ -793,7 +797,14 @@ rb_session *sv_store_take(sv_store *st, sv_conv *from, size_t shared, int *from_
         p.file_flags = RB_SAVE_ON_REQUEST;
         p.kv_page_tokens = 0; /* a file keeps the page size it was saved with */
         rb_error e;
-        if (rb_session_open_saved(st->model, &p, path, &ss, &e) != RB_OK) {
+        /* beside an open conversation of the same prefix: those pages
+           shared, so the fork's file links the prefix file too */
+        const sv_conv *peer = share_peer(st, from);
+        rb_status os = peer && st->pool
+                           ? rb_session_open_saved_sharing(st->model, &p, path, peer->session,
+                                                           &ss, &e)
+                           : rb_session_open_saved(st->model, &p, path, &ss, &e);
+        if (os != RB_OK) {
             sv_log("warning: conversation %s%s%s: its session file %s cannot be opened (%s); "
                    "a fork of it computes its prefix again", from->ns, from->ns[0] ? "/" : "",
                    from->id, path, e.message);

@@ -102,6 +102,18 @@ static void test_match(void)
     cb->tokens = realloc(cb->tokens, 9 * sizeof *cb->tokens);
     cb->tokens[8] = 54;
     CHECK(sv_store_match(&st, "", qless, 5, &k) == NULL);
+    /* equal prefixes: the one in RAM (its pages shared by a fork, where a
+       closed one's file would be read) */
+    const int32_t c1[] = {1, 2, 3, 4, 70, 71}, c2[] = {1, 2, 3, 4, 80, 81};
+    const int32_t q12[] = {1, 2, 3, 4, 99};
+    sv_conv *x1 = add_tokens(&st, "x1", c1, 6), *x2 = add_tokens(&st, "x2", c2, 6);
+    CHECK(sv_store_match(&st, "", q12, 5, &k) == x1);
+    x2->session = (rb_session *)&k; /* only compared with NULL here */
+    CHECK(sv_store_match(&st, "", q12, 5, &k) == x2);
+    CHECK_EQ_U64(k, 4);
+    x2->session = NULL;
+    sv_store_remove(&st, x1);
+    sv_store_remove(&st, x2);
     ca->is_busy = 1; /* a conversation a request uses is not matched */
     CHECK(sv_store_match(&st, "", qa, 11, &k) == NULL);
     CHECK_EQ_U64(sv_common_prefix(a, 10, qa, 11), 10);
