@@ -1094,6 +1094,12 @@ static uint32_t share_from_peer(rb_session *s, rb_sessfile *f, rb_session *peer)
         n = peer->n_kv_valid;
     while (same < n && peer->tokens[same] == ft[same])
         same++;
+    /* as a fork: those pages of peer settled in RAM (a restore or a
+       prefetch of them done; a trimmed one read back once, for both) */
+    if (same >= P && restore_pages(peer, (uint32_t)(same / P)) != RB_OK)
+        same = 0;
+    if (same > peer->n_kv_valid) /* the restore found some damaged */
+        same = peer->n_kv_valid;
     uint32_t k = 0;
     for (; k < same / P; k++) {
         int ok = 1;
