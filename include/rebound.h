@@ -1132,8 +1132,10 @@ RB_API rb_status rb_session_open_saved(rb_model *model, const rb_session_params 
  * fork shares its source's (rb_session_fork) instead of read: a
  * conversation reopened beside another that shares its prompt reads only
  * its own tail, and the prompt is held once. The session is in peer's
- * pool (params->pool: NULL or that pool). Pages peer does not hold, or
- * holds with other bits, are read from the file as usual.
+ * pool (params->pool: NULL or that pool). Of those pages, the ones peer
+ * let go to its tiers are brought back into peer first (once, for both,
+ * as rb_session_fork brings back its source's); pages peer holds with
+ * other bits, or beyond the tokens they share, are read from the file.
  * Errors: RB_E_INVALID_ARG (no peer, or a peer in no pool or in another
  * one), and rb_session_open_saved's.
  * Cost: rb_session_open_saved's, less the pages shared; hashes the shared
