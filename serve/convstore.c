@@ -670,23 +670,25 @@ static void warn_recovery(const rb_session *ss)
         sv_log("warning: %s", s.file_recovery);
 }
 
-/* The open conversation of c's namespace whose tokens share the longest
- * prefix with c's (at least 64 tokens), or NULL. */
-static const sv_conv *share_peer(const sv_store *st, const sv_conv *c)
+/* Opens c's file at path beside the open conversation of c's namespace
+ * whose tokens share the longest prefix with c's (at least 64 tokens):
+ * those pages are shared with it, not read (the library checks their bits
+ * against the file). Without one, or without a pool, a plain open. */
+static rb_status open_beside_peer(const sv_store *st, const sv_conv *c, const char *path,
+                                  const rb_session_params *p, rb_session **out, rb_error *e)
 {
-    const sv_conv *best = NULL;
-    size_t best_n = 63;
-    for (size_t i = 0; i < st->n_convs; i++) {
+    const sv_conv *peer = NULL;
+    size_t best = 63;
+    for (size_t i = 0; st->pool && i < st->n_convs; i++) {
         const sv_conv *o = st->convs[i];
         if (o == c || !o->session || o->is_dropped || strcmp(o->ns, c->ns))
             continue;
-        size_t n = 0, m = o->n_tokens < c->n_tokens ? o->n_tokens : c->n_tokens;
-        while (n < m && o->tokens[n] == c->tokens[n])
-            n++;
-        if (n > best_n)
-            best = o, best_n = n;
+        size_t n = sv_common_prefix(o->tokens, o->n_tokens, c->tokens, c->n_tokens);
+        if (n > best)
+            peer = o, best = n;
     }
-    return best;
+    return peer ? rb_session_open_saved_sharing(st->model, p, path, peer->session, out, e)
+                : rb_session_open_saved(st->model, p, path, out, e);
 }
 
 rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, size_t err_n)
@@ -719,14 +721,8 @@ rb_status sv_store_open(sv_store *st, sv_conv *c, sv_restore *kind, char *err, s
         rb_session_params p = st->sp;
         p.file_flags = RB_SAVE_ON_REQUEST;
         p.kv_page_tokens = 0; /* a file keeps the page size it was saved with */
-        /* beside an open conversation that shares its first tokens (a
-           chat of the same system prompt): those pages are shared with it,
-           not read (the library checks their bits against the file) */
-        const sv_conv *peer = share_peer(st, c);
-        rb_status s = peer && st->pool
-                          ? rb_session_open_saved_sharing(st->model, &p, path, peer->session,
-                                                          &c->session, &e)
-                          : rb_session_open_saved(st->model, &p, path, &c->session, &e);
+        /* beside an open chat of the same system prompt, say */
+        rb_status s = open_beside_peer(st, c, path, &p, &c->session, &e);
         if (s != RB_OK) {
             /* the log has the path; the client's message never does */
             sv_log("warning: conversation %s%s%s: its session file %s cannot be opened (%s); "
@@ -797,14 +793,9 @@ rb_session *sv_store_take(sv_store *st, sv_conv *from, size_t shared, int *from_
         p.file_flags = RB_SAVE_ON_REQUEST;
         p.kv_page_tokens = 0; /* a file keeps the page size it was saved with */
         rb_error e;
-        /* beside an open conversation of the same prefix: those pages
-           shared, so the fork's file links the prefix file too */
-        const sv_conv *peer = share_peer(st, from);
-        rb_status os = peer && st->pool
-                           ? rb_session_open_saved_sharing(st->model, &p, path, peer->session,
-                                                           &ss, &e)
-                           : rb_session_open_saved(st->model, &p, path, &ss, &e);
-        if (os != RB_OK) {
+        /* beside an open peer: the shared pages make the fork's file link
+           the prefix file too */
+        if (open_beside_peer(st, from, path, &p, &ss, &e) != RB_OK) {
             sv_log("warning: conversation %s%s%s: its session file %s cannot be opened (%s); "
                    "a fork of it computes its prefix again", from->ns, from->ns[0] ? "/" : "",
                    from->id, path, e.message);

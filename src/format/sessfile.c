@@ -32,6 +32,7 @@
 #define SF_BASE_MAGIC "RBPF"
 #define SF_BASE_SUFFIX ".base"
 #define SF_PREFIX_NAME ".rbprefix-"
+#define SF_MAX_RUN 64 /* pages in one read request (rb_sessfile_read_pages) */
 
 /* A fuzzing build skips the checksums, so that mutated files reach the
    checks behind them (never in a normal build); it does not even compute
@@ -85,11 +86,10 @@ struct rb_sessfile {
     char recovery[320];       /* the open fell back: why ("" when not) */
     uint64_t n_compactions;   /* rb_sessfile_compact rewrites */
     /* The prefix file (path.base, read only) that in_base entries lie in,
-       with the tokens and key it was found by; NULL: none. Set by a commit
-       (under the lock's write side) or the open, closed with the handle. */
+       and the tokens it holds; NULL: none. Set by a commit (under the
+       lock's write side) or the open, closed with the handle. */
     rb_sessfile *base;
     uint32_t base_tokens;
-    uint64_t base_key;
     /* Readers of the page table from other threads (rb_sessfile_read_page,
        _page_tokens) hold it shared; a compaction, which moves every record
        to another file, holds it exclusive while it swaps the table and the
@@ -632,14 +632,12 @@ static int load_catalog(rb_sessfile *f, const sf_super *s, uint64_t file_size, c
     memcpy(f->blob, p, bn);
     f->blob_n = bn;
     p += bn;
-    /* after the blob, when the file names a prefix file: its magic, the
-       tokens it holds and its key */
+    /* after the blob, when the file names a prefix file: its magic and
+       the tokens it holds */
     f->base_tokens = 0;
-    f->base_key = 0;
-    if (end - p >= 16 && !memcmp(p, SF_BASE_MAGIC, 4)) {
+    if (end - p >= 8 && !memcmp(p, SF_BASE_MAGIC, 4)) {
         p += 4;
         f->base_tokens = get32(&p);
-        f->base_key = get64(&p);
     }
     if (n_in_base && (!f->base_tokens || f->base_tokens % f->g.page_tokens ||
                       f->base_tokens > n || last_in_base > f->base_tokens)) {
@@ -792,12 +790,10 @@ static void resolve_base(rb_sessfile *f, int is_read_only)
             lost++;
         }
     }
-    if (b) {
+    if (b)
         f->base = b;
-    } else {
+    else
         f->base_tokens = 0;
-        f->base_key = 0;
-    }
     if (lost && !f->recovery[0])
         snprintf(f->recovery, sizeof f->recovery, "%zu pages of its prefix file '%s' are "
                  "missing or differ: their positions are computed again", lost,
@@ -1029,7 +1025,7 @@ static rb_status get_page(rb_sessfile *f, uint32_t layer, uint32_t page, void *b
 static rb_status read_run(rb_sessfile *f, const sf_entry *e, void *const *bufs, uint32_t n,
                           uint32_t layer, uint32_t page0, rb_error *err)
 {
-    struct iovec iov[64];
+    struct iovec iov[SF_MAX_RUN];
     for (uint32_t i = 0; i < n; i++)
         iov[i] = (struct iovec){bufs[i], f->g.page_alloc};
     const rb_sessfile *in = e[0].in_base ? f->base : f;
@@ -1055,8 +1051,7 @@ static rb_status read_run(rb_sessfile *f, const sf_entry *e, void *const *bufs, 
 rb_status rb_sessfile_read_pages(rb_sessfile *f, uint32_t layer, uint32_t page0, uint32_t n,
                                  void *const *bufs, rb_error *err)
 {
-    enum { MAX_RUN = 64 };
-    if (n == 0 || n > MAX_RUN || f->os != rb_os_default() || layer >= f->g.n_layers ||
+    if (n == 0 || n > SF_MAX_RUN || f->os != rb_os_default() || layer >= f->g.n_layers ||
         page0 >= f->g.pages_per_layer || n > f->g.pages_per_layer - page0)
         return RB_E_UNSUPPORTED;
     pthread_rwlock_rdlock(&f->lock);
@@ -1152,7 +1147,7 @@ static rb_status write_state(rb_sessfile *f, const int32_t *tokens, size_t n_tok
         return rb_error_set(err, RB_E_FORMAT, "session file: '%s': its sequence number is %"
                             PRIu64 ", the last there is: it takes no more commits (save the "
                             "session to a new file)", f->path, old_seq);
-    if (reserve_buf(f, 8 + 4ull * n_tokens + 24ull * n_entries(f) + 4 + blob_n + 16) != 0)
+    if (reserve_buf(f, 8 + 4ull * n_tokens + 24ull * n_entries(f) + 4 + blob_n + 8) != 0)
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory for the catalog");
     {
         uint8_t *p = f->buf;
@@ -1175,7 +1170,6 @@ static rb_status write_state(rb_sessfile *f, const int32_t *tokens, size_t n_tok
             memcpy(p, SF_BASE_MAGIC, 4);
             p += 4;
             put32(&p, f->base_tokens);
-            put64(&p, f->base_key);
         }
         f->sb.cat_bytes = (uint64_t)(p - f->buf);
         f->sb.cat_hash = rb_kvcodec_hash64(f->buf, (size_t)f->sb.cat_bytes);
@@ -1231,19 +1225,19 @@ rb_status rb_sessfile_commit(rb_sessfile *f, const int32_t *tokens, size_t n_tok
 }
 
 /* The prefix file's name for tokens [0, nb) of f's model and geometry, in
- * f's folder (malloc'd; NULL: out of memory), and its key. */
-static char *prefix_name(const rb_sessfile *f, const int32_t *tokens, size_t nb, uint64_t *key)
+ * f's folder (malloc'd; NULL: out of memory): a key hashed from them. */
+static char *prefix_name(const rb_sessfile *f, const int32_t *tokens, size_t nb)
 {
     uint64_t id[9] = {f->sb.fingerprint, f->g.n_layers, f->g.n_kv_heads, f->g.head_dim_k,
                       f->g.head_dim_v, f->g.page_tokens, f->g.page_bytes, nb,
                       rb_kvcodec_hash64(tokens, 4 * nb)};
-    *key = rb_kvcodec_hash64(id, sizeof id);
+    const uint64_t key = rb_kvcodec_hash64(id, sizeof id);
     const char *slash = strrchr(f->path, '/');
     size_t dn = slash ? (size_t)(slash - f->path) + 1 : 0;
     size_t n = dn + sizeof SF_PREFIX_NAME + 40;
     char *s = malloc(n);
     if (s)
-        snprintf(s, n, "%.*s%s%016" PRIx64 "-%zu", (int)dn, f->path, SF_PREFIX_NAME, *key, nb);
+        snprintf(s, n, "%.*s%s%016" PRIx64 "-%zu", (int)dn, f->path, SF_PREFIX_NAME, key, nb);
     return s;
 }
 
@@ -1272,8 +1266,7 @@ static int attach_base(rb_sessfile *f, const int32_t *tokens, size_t nb,
         for (size_t p = 0; p < np; p++)
             if (f->pages[(size_t)l * ppl + p].off)
                 return 0;
-    uint64_t key = 0;
-    char *cpath = prefix_name(f, tokens, nb, &key);
+    char *cpath = prefix_name(f, tokens, nb);
     char *bpath = with_suffix(f->path, SF_BASE_SUFFIX);
     rb_sessfile *b = NULL, *w = NULL; /* w: the one written here, its hashes ours */
     if (cpath && bpath && !(b = open_prefix(f, cpath, tokens, nb))) {
@@ -1335,7 +1328,6 @@ static int attach_base(rb_sessfile *f, const int32_t *tokens, size_t nb,
         pthread_rwlock_wrlock(&f->lock);
         f->base = b;
         f->base_tokens = (uint32_t)nb;
-        f->base_key = key;
         pthread_rwlock_unlock(&f->lock);
     }
     rb_sessfile_close(w);
@@ -1434,7 +1426,6 @@ rb_status rb_sessfile_commit_shared(rb_sessfile *f, const int32_t *tokens, size_
             rb_sessfile_close(f->base);
             f->base = NULL;
             f->base_tokens = 0;
-            f->base_key = 0;
             pthread_rwlock_unlock(&f->lock);
         }
     } else {
@@ -1569,13 +1560,11 @@ out:
     return st;
 }
 
-size_t rb_sessfile_base_pages(const rb_sessfile *f, uint32_t *base_tokens)
+size_t rb_sessfile_base_pages(const rb_sessfile *f)
 {
     size_t n = 0;
     for (size_t i = 0; i < n_entries(f); i++)
         n += f->pages[i].in_base && f->pages[i].off;
-    if (base_tokens)
-        *base_tokens = f->base ? f->base_tokens : 0;
     return n;
 }
 
@@ -1585,9 +1574,11 @@ size_t rb_sessfile_base_pages(const rb_sessfile *f, uint32_t *base_tokens)
 static void sweep_prefixes(const char *path)
 {
     const char *slash = strrchr(path, '/');
-    size_t dn = slash ? (size_t)(slash - path) + 1 : 0;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%.*s", dn ? (int)dn : 1, dn ? path : ".");
+    char dir[4096]; /* with its '/', so that names join to it */
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path + 1), path);
+    else
+        snprintf(dir, sizeof dir, "./");
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -1602,7 +1593,7 @@ static void sweep_prefixes(const char *path)
         if (strncmp(de->d_name, SF_PREFIX_NAME, sizeof SF_PREFIX_NAME - 1) != 0 ||
             strstr(de->d_name, ".new-")) /* one being written */
             continue;
-        snprintf(p, sizeof p, "%s%s%s", dir, dn ? "" : "/", de->d_name);
+        snprintf(p, sizeof p, "%s%s", dir, de->d_name);
         if (lstat(p, &s) != 0 || !S_ISREG(s.st_mode))
             continue;
         if (s.st_nlink == 1)
@@ -1617,10 +1608,10 @@ static void sweep_prefixes(const char *path)
         struct stat s;
         if (len <= sn || strcmp(de->d_name + len - sn, SF_BASE_SUFFIX) != 0)
             continue;
-        snprintf(p, sizeof p, "%s%s%.*s", dir, dn ? "" : "/", (int)(len - sn), de->d_name);
+        snprintf(p, sizeof p, "%s%.*s", dir, (int)(len - sn), de->d_name);
         if (access(p, F_OK) == 0 || errno != ENOENT)
             continue;
-        snprintf(p, sizeof p, "%s%s%s", dir, dn ? "" : "/", de->d_name);
+        snprintf(p, sizeof p, "%s%s", dir, de->d_name);
         if (lstat(p, &s) != 0 || !S_ISREG(s.st_mode))
             continue;
         for (size_t k = 0; k < n_ino; k++)
@@ -1638,12 +1629,10 @@ rb_status rb_sessfile_remove(const char *path, rb_error *err)
     if (!bpath)
         return rb_error_set(err, RB_E_NOMEM, "session file: out of memory");
     rb_status st = RB_OK;
-    struct stat s;
-    const int has_base = lstat(bpath, &s) == 0;
     if (unlink(path) != 0 && errno != ENOENT)
         st = rb_error_set(err, RB_E_IO, "session file: cannot remove '%s': %s", path,
                           strerror(errno));
-    else if (has_base && unlink(bpath) != 0 && errno != ENOENT)
+    else if (unlink(bpath) != 0 && errno != ENOENT)
         st = rb_error_set(err, RB_E_IO, "session file: cannot remove '%s': %s", bpath,
                           strerror(errno));
     if (st == RB_OK) /* and what a kill left there */

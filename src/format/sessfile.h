@@ -23,7 +23,7 @@
  *     | u64 data end | u64 hash of the bytes before it
  *   catalog: u64 n_tokens | i32 tokens[n_tokens] | per (layer, page):
  *     u64 offset (0: none) | u64 hash | u32 tokens held | u32 flags |
- *     u32 blob bytes | blob [| "RBPF" | u32 prefix tokens | u64 prefix key]
+ *     u32 blob bytes | blob [| "RBPF" | u32 prefix tokens]
  *
  *   flags 1: the page's record is in the prefix file (offset 0 here; the
  *   prefix file's catalog holds it, under the same hash). A prefix file
@@ -217,8 +217,8 @@ rb_status rb_sessfile_commit_shared(rb_sessfile *f, const int32_t *tokens, size_
                                     size_t n_shared, const rb_sessfile_source *src,
                                     int with_tail, const void *blob, size_t blob_n,
                                     int do_fsync, uint32_t *pages_written, rb_error *err);
-/* Pages whose record is in the file's prefix file, and its tokens (0: none). */
-size_t rb_sessfile_base_pages(const rb_sessfile *f, uint32_t *base_tokens);
+/* Pages whose record is in the file's prefix file. */
+size_t rb_sessfile_base_pages(const rb_sessfile *f);
 
 /*
  * Removes the session file at path, its link to a prefix file (path.base),

@@ -1139,18 +1139,7 @@ rb_status rb_session_open_saved_sharing(rb_model *model, const rb_session_params
                             "required");
     if (access(path, F_OK) != 0)
         return rb_error_set(err, RB_E_NOT_FOUND, "session file: '%s' does not exist", path);
-    rb_session_params p = session_defaults();
-    if (params) {
-        rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_session_params", err);
-        if (pst != RB_OK)
-            return pst;
-    }
-    rb_pool *pool = rb_session_memory_pool(&peer->mem);
-    if (!pool || (p.pool && p.pool != pool))
-        return rb_error_set(err, RB_E_INVALID_ARG, "session: open sharing: the peer must be "
-                            "in the pool params.pool names");
-    p.pool = pool;
-    return open_saved(model, &p, path, -1, peer, out, err);
+    return open_saved(model, params, path, -1, peer, out, err);
 }
 
 rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *params, int fd,
@@ -1166,7 +1155,8 @@ rb_status rb_session_open_saved_fd(rb_model *model, const rb_session_params *par
 
 /* path: the file, or (fd >= 0) what names the descriptor in messages; a
  * descriptor's state is read into the session and the file let go (the
- * file binding opens it read only: no commit may follow). */
+ * file binding opens it read only: no commit may follow). peer (may be
+ * NULL): the session in whose pool it opens, sharing its first pages. */
 static rb_status open_saved(rb_model *model, const rb_session_params *params,
                             const char *path, int fd, rb_session *peer, rb_session **out,
                             rb_error *err)
@@ -1177,6 +1167,13 @@ static rb_status open_saved(rb_model *model, const rb_session_params *params,
         rb_status pst = rb_params_copy(&p, sizeof p, params, "rb_session_params", err);
         if (pst != RB_OK)
             return pst;
+    }
+    if (peer) {
+        rb_pool *pool = rb_session_memory_pool(&peer->mem);
+        if (!pool || (p.pool && p.pool != pool))
+            return rb_error_set(err, RB_E_INVALID_ARG, "session: open sharing: the peer must "
+                                "be in the pool params.pool names");
+        p.pool = pool;
     }
     if (!p.kv_page_tokens) { /* one the file cannot hold: the open says what is wrong */
         const uint32_t t = rb_sessfile_peek_page_tokens(path, fd, NULL);

@@ -168,7 +168,7 @@ static rb_status run_commit(rb_session_file *f, const rb_commit_job *job, int wi
         return st;
     f->commits++;
     f->pages_written += written;
-    f->prefix_pages = rb_sessfile_base_pages(f->file, NULL);
+    f->prefix_pages = rb_sessfile_base_pages(f->file);
     f->tokens_committed = job->n_tokens;
     /* a page whose copy is in the file: a trim drops it without a write.
        The last, partly filled one holds the job's last tokens; it stays
@@ -313,7 +313,7 @@ rb_status rb_session_file_bind(rb_session_file *f, rb_sessfile *sf, const char *
     f->path = p;
     f->pinned = pinned;
     f->tokens_committed = rb_sessfile_n_tokens(sf);
-    f->prefix_pages = rb_sessfile_base_pages(sf, NULL);
+    f->prefix_pages = rb_sessfile_base_pages(sf);
     rb_residency_set_saved_source(f->mem->res, read_saved, NULL, sf);
     rb_residency_set_saved_run_reader(f->mem->res, read_saved_run);
     rb_error werr = {0};
