@@ -2,7 +2,8 @@
 # cli_serve_attack.sh - the attack suite of `rebound serve` over real HTTP
 # on loopback (tests/cli/serve_attack.py, a python3 client): namespaces
 # (another app's id is an unknown id, the prefix oracle tells nothing,
-# eviction and /metrics stay inside a namespace, 128-bit ids), forked
+# eviction, /metrics and prefix files stay inside a namespace, 128-bit
+# ids), forked
 # conversations, slow-header and slow-body attacks with a canary,
 # concurrent large bodies with the server's VmHWM sampled, 429 with the
 # defaults, damaged and deleted session files, control-token text, GET

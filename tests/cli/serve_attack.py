@@ -192,6 +192,34 @@ def t_namespaces():
         mine = sum(x["usage"]["prompt_tokens"] for x in (a1, a2, a3))
         expect(prompt == mine, "alice's /metrics counts %d prompt tokens, she sent %d" % (prompt, mine))
         expect("rebound_memory_bytes" not in text, "a namespace's /metrics shows the process's memory")
+
+        check("one system prompt in two apps: each app's forks link a prefix file in its own folder only")
+        system = " ".join("rule %d: answer in the voice of entry %d." % (i, 7 * i) for i in range(7))
+
+        def sys_chat(u):
+            return {"messages": [{"role": "system", "content": system}, {"role": "user", "content": u}],
+                    "max_tokens": 4, "temperature": 0}
+
+        def prefixes(folder):
+            d = os.path.join(WORK, "ns", *folder)
+            return [os.path.join(d, f) for f in os.listdir(d) if f.startswith(".rbprefix-")]
+
+        _, _, ja1 = s.post("/v1/chat/completions", sys_chat("one"), "ka")
+        _, _, ja2 = s.post("/v1/chat/completions", sys_chat("two"), "ka")
+        expect(cached(ja2) > 0, "alice's second chat did not fork her first")
+        _, _, jb1 = s.post("/v1/chat/completions", sys_chat("one"), "kb")
+        expect(cached(jb1) == 0, "bob's first chat reused alice's system prompt: cached %d" % cached(jb1))
+        _, _, jb2 = s.post("/v1/chat/completions", sys_chat("two"), "kb")
+        pa, pb = prefixes(["alice"]), prefixes(["bob"])
+        expect(len(pa) == 1 and len(pb) == 1, "prefix files: alice %s, bob %s" % (pa, pb))
+        expect(not prefixes([]), "a prefix file outside the namespaces' folders")
+        if pa and pb:
+            ia, ib = os.stat(pa[0]).st_ino, os.stat(pb[0]).st_ino
+            expect(ia != ib, "alice and bob link one prefix file")
+            bob_dir = os.path.join(WORK, "ns", "bob")
+            links = [f for f in os.listdir(bob_dir) if f.endswith(".base")]
+            expect(links and all(os.stat(os.path.join(bob_dir, f)).st_ino == ib for f in links),
+                   "bob's links %s are not all to his own prefix file" % links)
     finally:
         s.stop()
 
