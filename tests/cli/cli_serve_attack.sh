@@ -3,8 +3,7 @@
 # on loopback (tests/cli/serve_attack.py, a python3 client): namespaces
 # (another app's id is an unknown id, the prefix oracle tells nothing,
 # eviction, /metrics and prefix files stay inside a namespace, 128-bit
-# ids), forked
-# conversations, slow-header and slow-body attacks with a canary,
+# ids), forked conversations, slow-header and slow-body attacks with a canary,
 # concurrent large bodies with the server's VmHWM sampled, 429 with the
 # defaults, damaged and deleted session files, control-token text, GET
 # pipelining, strict HTTP, a half-closed POST, CORS, the --unix takeover
